@@ -1,0 +1,72 @@
+// Backend-agnostic connection handshake (schema: transport/schema/wire.fbs).
+//
+// A backend moves the frames (each one a length-delimited byte string it frames itself) and
+// feeds what arrives to OnFrame(); this class decides what to send, verifies every frame, checks
+// protocol version, backend name and the shared-secret proof, and collects the peer's regions.
+//
+// Contract: single-threaded (one instance per connection attempt, owned by the backend).
+// Frames larger than kMaxHandshakeFrame or that fail verification end the handshake with
+// Code::kProtocol; a wrong secret ends it with Code::kPermissionDenied after sending a Reject.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "transport/status.h"
+#include "transport/transport.h"
+
+namespace ferry {
+
+inline constexpr uint16_t kProtocolVersion = 1;
+inline constexpr size_t kMaxHandshakeFrame = 1u << 20;
+
+struct HelloParams {
+  std::string backend;
+  std::string secret;
+  std::vector<RemoteRegion> regions;
+  std::vector<uint8_t> info;
+  std::vector<uint8_t> transport_data;  // e.g. verbs QPN/PSN/GID for the out-of-band mode
+  uint64_t max_message_size = 0;
+  uint64_t max_segments = 0;
+};
+
+struct PeerHello {
+  std::vector<RemoteRegion> regions;
+  std::vector<uint8_t> info;
+  std::vector<uint8_t> transport_data;
+  uint64_t max_message_size = 0;
+  uint64_t max_segments = 0;
+};
+
+class Handshake {
+ public:
+  enum class Role { kClient, kServer };
+  Handshake(Role role, HelloParams params);
+
+  // The next frame to send, if the protocol wants one now. Call after construction and after
+  // every OnFrame(); send frames in the order returned.
+  std::optional<std::vector<uint8_t>> TakeOutgoing();
+  // Consumes one frame from the peer. A non-ok status ends the handshake (a Reject frame may
+  // still be waiting in TakeOutgoing()).
+  Status OnFrame(std::span<const uint8_t> frame);
+
+  bool done() const { return state_ == State::kDone; }
+  const PeerHello& peer() const { return peer_; }
+
+ private:
+  enum class State { kSendHello, kWaitHello, kSendWelcome, kWaitWelcome, kDone, kFailed };
+  Status Fail(Status s);
+
+  Role role_;
+  HelloParams params_;
+  State state_;
+  std::vector<uint8_t> my_nonce_;
+  std::vector<uint8_t> peer_nonce_;
+  std::vector<std::vector<uint8_t>> outgoing_;
+  PeerHello peer_;
+};
+
+}  // namespace ferry

@@ -1,0 +1,156 @@
+#include <charconv>
+#include <limits>
+
+#include "transport/backend.h"
+
+namespace ferry {
+namespace {
+
+bool InBounds(uint64_t offset, uint64_t length, uint64_t size) {
+  return offset <= size && length <= size - offset;
+}
+
+std::string OpName(size_t index) { return "op " + std::to_string(index); }
+
+}  // namespace
+
+Status CheckRemoteAccess(uint64_t size, uint32_t granted, uint64_t offset, uint64_t length,
+                         uint32_t needed) {
+  if (!InBounds(offset, length, size)) {
+    return OutOfRange("remote access [" + std::to_string(offset) + ", +" + std::to_string(length) +
+                      ") outside a region of " + std::to_string(size) + " bytes");
+  }
+  if ((granted & needed) != needed) {
+    return PermissionDenied(needed & kAccessRemoteWrite ? "region does not grant remote write"
+                                                        : "region does not grant remote read");
+  }
+  return Status::Ok();
+}
+
+Status ValidateOp(const Op& op, const Capabilities& caps, uint64_t max_segments, size_t index) {
+  const std::string who = OpName(index) + " (" + std::string(OpTypeName(op.type)) + ")";
+  bool supported = true;
+  switch (op.type) {
+    case OpType::kSend:
+    case OpType::kRecv: supported = caps.send_recv; break;
+    case OpType::kWrite: supported = caps.write; break;
+    case OpType::kRead: supported = caps.read; break;
+    case OpType::kSparseWrite: supported = caps.sparse_write; break;
+    case OpType::kSparseRead: supported = caps.sparse_read; break;
+    case OpType::kNotify: return InvalidArgument(who + ": kNotify is a completion type, not an op");
+  }
+  if (!supported) return Unsupported(who + ": not supported by this backend");
+  if ((op.flags & kOpNotify) && op.type != OpType::kWrite && op.type != OpType::kSparseWrite) {
+    return InvalidArgument(who + ": kOpNotify applies to writes only");
+  }
+  if ((op.flags & kOpNotify) && !caps.notify) {
+    return Unsupported(who + ": write notifications not supported by this backend");
+  }
+  if (op.ep == nullptr && !(op.type == OpType::kRecv && caps.shared_recv)) {
+    return InvalidArgument(who + ": no endpoint");
+  }
+  if (op.local == nullptr) return InvalidArgument(who + ": no local region");
+  const uint64_t local_size = op.local->size();
+  const bool sparse = op.type == OpType::kSparseWrite || op.type == OpType::kSparseRead;
+  const bool one_sided = op.type != OpType::kSend && op.type != OpType::kRecv;
+  if (!sparse) {
+    if (!InBounds(op.local_offset, op.length, local_size)) {
+      return OutOfRange(who + ": local [" + std::to_string(op.local_offset) + ", +" +
+                        std::to_string(op.length) + ") outside a region of " +
+                        std::to_string(local_size) + " bytes");
+    }
+    if (op.length > caps.max_message_size) {
+      return InvalidArgument(who + ": length " + std::to_string(op.length) +
+                             " exceeds the maximum of " + std::to_string(caps.max_message_size));
+    }
+  }
+  if (!one_sided) return Status::Ok();
+  if (op.remote == nullptr) return InvalidArgument(who + ": no remote key");
+  const RemoteRegion& rr = op.remote->region();
+  const uint32_t needed = (op.type == OpType::kWrite || op.type == OpType::kSparseWrite)
+                              ? kAccessRemoteWrite
+                              : kAccessRemoteRead;
+  if (!sparse) {
+    Status s = CheckRemoteAccess(rr.length, rr.access, op.remote_offset, op.length, needed);
+    return s.Annotate(who);
+  }
+  if (op.num_segments == 0 || op.segments == nullptr) {
+    return InvalidArgument(who + ": empty segment list");
+  }
+  const uint64_t limit = std::min<uint64_t>(max_segments, caps.max_segments);
+  if (op.num_segments > limit) {
+    return InvalidArgument(who + ": " + std::to_string(op.num_segments) +
+                           " segments exceed the limit of " + std::to_string(limit));
+  }
+  if ((rr.access & needed) != needed) {
+    return PermissionDenied(who + (needed & kAccessRemoteWrite
+                                       ? ": remote region does not grant remote write"
+                                       : ": remote region does not grant remote read"));
+  }
+  uint64_t total = 0;
+  for (size_t i = 0; i < op.num_segments; ++i) {
+    const Segment& s = op.segments[i];
+    if (!InBounds(s.local_offset, s.length, local_size) ||
+        !InBounds(s.remote_offset, s.length, rr.length)) {
+      return OutOfRange(who + ": segment " + std::to_string(i) + " [local " +
+                        std::to_string(s.local_offset) + ", remote " +
+                        std::to_string(s.remote_offset) + ", +" + std::to_string(s.length) +
+                        ") outside its region");
+    }
+    total += s.length;
+  }
+  if (total > caps.max_message_size) {
+    return InvalidArgument(who + ": " + std::to_string(total) +
+                           " bytes in one sparse op exceed the maximum of " +
+                           std::to_string(caps.max_message_size));
+  }
+  return Status::Ok();
+}
+
+Status SplitHostPort(const std::string& address, std::string* host, uint16_t* port) {
+  size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon + 1 == address.size()) {
+    return InvalidArgument("address '" + address + "' is not host:port");
+  }
+  std::string h = address.substr(0, colon);
+  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  if (h.empty()) return InvalidArgument("address '" + address + "' has no host");
+  unsigned value = 0;
+  const char* first = address.data() + colon + 1;
+  const char* last = address.data() + address.size();
+  auto [ptr, ec] = std::from_chars(first, last, value);
+  if (ec != std::errc() || ptr != last || value > 65535) {
+    return InvalidArgument("address '" + address + "' has a bad port");
+  }
+  *host = h;
+  *port = static_cast<uint16_t>(value);
+  return Status::Ok();
+}
+
+Result<uint64_t> ParamUint(const TransportOptions& options, const std::string& key,
+                           uint64_t fallback) {
+  auto it = options.params.find(key);
+  if (it == options.params.end()) return fallback;
+  uint64_t value = 0;
+  const std::string& s = it->second;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
+  if (ec != std::errc() || ptr != s.data() + s.size()) {
+    return InvalidArgument("parameter " + key + "='" + s + "' is not a number");
+  }
+  return value;
+}
+
+std::string_view OpTypeName(OpType type) {
+  switch (type) {
+    case OpType::kSend: return "send";
+    case OpType::kRecv: return "recv";
+    case OpType::kWrite: return "write";
+    case OpType::kRead: return "read";
+    case OpType::kSparseWrite: return "sparse_write";
+    case OpType::kSparseRead: return "sparse_read";
+    case OpType::kNotify: return "notify";
+  }
+  return "unknown";
+}
+
+}  // namespace ferry
