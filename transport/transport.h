@@ -203,6 +203,11 @@ struct Capabilities {
   bool notify = false;             // kOpNotify on writes
   bool zero_copy_sparse = false;   // sparse lists never packed into a temporary buffer
   bool shared_recv = false;        // kRecv with ep == nullptr
+  // The target side (software or HCA) rejects accesses that a forged or stale descriptor would
+  // allow: outside the registered region, without the access right, or with a deregistered key.
+  // When false, only the initiator's checks against the descriptor protect the target (UCX over
+  // shared memory / CMA maps the peer's memory directly).
+  bool target_checks = false;
   uint64_t max_message_size = 0;   // largest Send / Write / Read
   uint64_t max_segments = 0;       // largest sparse list per Op
 };
