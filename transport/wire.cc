@@ -7,6 +7,8 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
+#include <cstring>
+
 #include "transport/handshake.h"
 #include "transport/schema/wire_generated.h"
 
@@ -37,6 +39,25 @@ std::vector<uint8_t> Finish(flatbuffers::FlatBufferBuilder& b, wire::Body type,
   b.Finish(wire::CreateFrame(b, type, body));
   return std::vector<uint8_t>(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
 }
+
+// FlatBuffers reads scalars in place and needs the buffer aligned; frames from the network sit at
+// any offset of a receive buffer, so a misaligned frame is first copied (control path only).
+class AlignedBytes {
+ public:
+  explicit AlignedBytes(std::span<const uint8_t> bytes) : bytes_(bytes) {
+    if (!bytes.empty() && reinterpret_cast<uintptr_t>(bytes.data()) % alignof(uint64_t) != 0) {
+      storage_.resize((bytes.size() + 7) / 8);
+      std::memcpy(storage_.data(), bytes.data(), bytes.size());
+      bytes_ = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(storage_.data()),
+                                        bytes.size());
+    }
+  }
+  std::span<const uint8_t> bytes() const { return bytes_; }
+
+ private:
+  std::span<const uint8_t> bytes_;
+  std::vector<uint64_t> storage_;
+};
 
 Result<const wire::Frame*> VerifyFrame(std::span<const uint8_t> bytes) {
   if (bytes.size() > kMaxHandshakeFrame) {
@@ -86,7 +107,8 @@ std::vector<uint8_t> EncodeRemoteRegion(const RemoteRegion& region) {
 }
 
 Result<RemoteRegion> DecodeRemoteRegion(std::span<const uint8_t> bytes) {
-  FERRY_ASSIGN_OR_RETURN(const wire::Frame* frame, VerifyFrame(bytes));
+  AlignedBytes aligned(bytes);
+  FERRY_ASSIGN_OR_RETURN(const wire::Frame* frame, VerifyFrame(aligned.bytes()));
   const wire::Region* r = frame->body_as_Region();
   if (r == nullptr) return ProtocolError("frame is not a region descriptor");
   return ReadRegion(*r);
@@ -127,7 +149,8 @@ Status Handshake::Fail(Status s) {
 Status Handshake::OnFrame(std::span<const uint8_t> bytes) {
   if (state_ == State::kFailed) return Internal("handshake already failed");
   if (state_ == State::kDone) return ProtocolError("unexpected control frame after handshake");
-  auto frame_or = VerifyFrame(bytes);
+  AlignedBytes aligned(bytes);
+  auto frame_or = VerifyFrame(aligned.bytes());
   if (!frame_or.ok()) return Fail(frame_or.status());
   const wire::Frame* frame = *frame_or;
   if (const wire::Reject* rej = frame->body_as_Reject()) {

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages Ferry needs, only those missing. Idempotent and silent when
+# everything is present. Sourced by setup.sh and test.sh; callable on its own.
+set -euo pipefail
+
+FERRY_PACKAGES=(
+  # build
+  g++ meson ninja-build pkg-config
+  # transports and services
+  libibverbs-dev librdmacm-dev rdma-core libucx-dev ucx-utils libhwloc-dev libjemalloc-dev
+  libflatbuffers-dev flatbuffers-compiler libssl-dev
+  # tools, tests, benchmarks
+  libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libabsl-dev robin-map-dev
+)
+
+ferry_missing_packages() {
+  local missing=() p
+  for p in "$@"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+      missing+=("$p")
+    fi
+  done
+  echo "${missing[@]:-}"
+}
+
+ferry_install_packages() {
+  local missing
+  missing=$(ferry_missing_packages "$@")
+  [ -z "$missing" ] && return 0
+  echo "ferry: installing Debian packages: $missing" >&2
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq >&2
+  # shellcheck disable=SC2086
+  $sudo apt-get install -y -qq --no-install-recommends $missing >&2
+}
+
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+  ferry_install_packages "${FERRY_PACKAGES[@]}"
+fi

@@ -1,0 +1,138 @@
+#include "transport/fault/fault.h"
+
+#include <thread>
+
+#include "transport/backend.h"
+
+namespace ferry {
+
+using Clock = std::chrono::steady_clock;
+
+FaultTransport::FaultTransport(std::unique_ptr<Transport> inner, FaultPlan plan)
+    : inner_(std::move(inner)), plan_(plan), rng_(plan.seed) {}
+
+FaultTransport::~FaultTransport() = default;
+
+void FaultTransport::SetPlan(const FaultPlan& plan) {
+  std::lock_guard<std::mutex> lock(mu_);
+  plan_ = plan;
+  counters_.ops_posted = 0;
+  rng_.seed(plan.seed);
+}
+
+FaultCounters FaultTransport::counters() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return counters_;
+}
+
+void FaultTransport::HoldLocked(Completion c) {
+  if (plan_.delay.count() > 0) ++counters_.completions_delayed;
+  held_.push_back({std::move(c), Clock::now() + plan_.delay});
+}
+
+Status FaultTransport::Post(std::span<const Op> ops) {
+  // Validate the caller's ops as they are, so a malformed batch fails exactly as it would without
+  // the wrapper (nothing posted).
+  for (size_t i = 0; i < ops.size(); ++i) {
+    FERRY_RETURN_IF_ERROR(ValidateOp(ops[i], capabilities(), UINT64_MAX, i));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Op> forward;
+  forward.reserve(ops.size());
+  std::vector<uint64_t> tags;
+  for (const Op& op : ops) {
+    ++counters_.ops_posted;
+    if (counters_.ops_posted > plan_.fail_after_ops) {
+      ++counters_.ops_failed_injected;
+      Completion c;
+      c.context = op.context;
+      c.type = op.type;
+      c.code = plan_.fail_code;
+      c.ep = op.ep;
+      c.error = "injected failure after " + std::to_string(plan_.fail_after_ops) + " operations";
+      HoldLocked(std::move(c));
+      continue;
+    }
+    auto pending = std::make_unique<Pending>();
+    pending->user_context = op.context;
+    Op fwd = op;
+    fwd.context = next_tag_++;
+    const bool readish = op.type == OpType::kRead || op.type == OpType::kRecv ||
+                         op.type == OpType::kSparseRead;
+    if (plan_.short_reads && readish) {
+      pending->short_read = true;
+      if (op.type == OpType::kSparseRead) {
+        size_t half = std::max<size_t>(1, op.num_segments / 2);
+        pending->segments.assign(op.segments, op.segments + half);
+        if (half == op.num_segments) pending->segments.back().length /= 2;
+        fwd.segments = pending->segments.data();
+        fwd.num_segments = pending->segments.size();
+      } else if (op.type == OpType::kRead) {
+        fwd.length = op.length / 2;
+      }
+      // kRecv: the message is received whole; the completion is then reported short.
+    }
+    tags.push_back(fwd.context);
+    pending_.emplace(fwd.context, std::move(pending));
+    forward.push_back(fwd);
+  }
+  if (forward.empty()) return Status::Ok();
+  Status s = inner_->Post(forward);
+  if (!s.ok()) {
+    for (uint64_t t : tags) pending_.erase(t);
+  }
+  return s;
+}
+
+size_t FaultTransport::Poll(std::span<Completion> out) {
+  std::vector<Completion> got(std::max<size_t>(out.size(), 16));
+  size_t n = inner_->Poll(got);
+  std::lock_guard<std::mutex> lock(mu_);
+  std::uniform_real_distribution<double> coin(0.0, 1.0);
+  for (size_t i = 0; i < n; ++i) {
+    Completion c = std::move(got[i]);
+    if (c.type != OpType::kNotify) {
+      auto it = pending_.find(c.context);
+      if (it != pending_.end()) {
+        const Pending& p = *it->second;
+        c.context = p.user_context;
+        if (p.short_read && c.ok()) {
+          ++counters_.short_reads;
+          c.code = Code::kIoError;
+          c.error = "injected short read: " + std::to_string(c.bytes) + " bytes moved";
+          c.bytes /= 2;
+        }
+        pending_.erase(it);
+      }
+    }
+    if (c.ok() && plan_.error_rate > 0 && coin(rng_) < plan_.error_rate) {
+      ++counters_.completions_corrupted;
+      c.code = Code::kIoError;
+      c.error = "injected error completion";
+    }
+    HoldLocked(std::move(c));
+  }
+  size_t k = 0;
+  const auto now = Clock::now();
+  while (k < out.size() && !held_.empty() && held_.front().release <= now) {
+    out[k++] = std::move(held_.front().completion);
+    held_.pop_front();
+  }
+  return k;
+}
+
+Status FaultTransport::Wait(Millis timeout) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!held_.empty()) {
+      auto left = held_.front().release - Clock::now();
+      if (left > Clock::duration::zero()) {
+        std::this_thread::sleep_for(std::min<Clock::duration>(left, timeout));
+      }
+      return Status::Ok();
+    }
+  }
+  return inner_->Wait(timeout);
+}
+
+}  // namespace ferry

@@ -1,0 +1,104 @@
+// FaultTransport: wraps any Transport and injects failures, so error paths of callers and of the
+// conformance suite can be exercised on every backend (fault injection by wrapping, never by
+// reaching into a backend's internals).
+//
+// What it can inject (all counters and the random stream are per wrapper, seeded):
+//  - fail_after_ops: every op posted after the first N completes with `fail_code` without ever
+//    reaching the inner transport (a connection that breaks after N operations);
+//  - error_rate: each completion of the inner transport is replaced by an error with this
+//    probability (the operation did run: a lost acknowledgement, as after a peer crash);
+//  - delay: every completion is held back at least this long (slow peer / slow link);
+//  - short_reads: kRead / kSparseRead / kRecv ops move only part of their bytes (the first half of
+//    a contiguous op; the first half of a sparse op's segments) and complete with kIoError.
+// Counters of what was injected are readable for reports.
+//
+// Threading and lifetimes follow the Transport contract; the wrapper owns the inner transport.
+// Endpoints, regions and keys are the inner transport's own objects.
+#pragma once
+
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <unordered_map>
+
+#include "transport/transport.h"
+
+namespace ferry {
+
+struct FaultPlan {
+  uint64_t fail_after_ops = UINT64_MAX;
+  Code fail_code = Code::kPeerFailure;
+  double error_rate = 0.0;
+  Millis delay{0};
+  bool short_reads = false;
+  uint64_t seed = 1;
+};
+
+struct FaultCounters {
+  uint64_t ops_posted = 0;
+  uint64_t ops_failed_injected = 0;   // by fail_after_ops
+  uint64_t completions_corrupted = 0; // by error_rate
+  uint64_t short_reads = 0;
+  uint64_t completions_delayed = 0;
+};
+
+class FaultTransport final : public Transport {
+ public:
+  FaultTransport(std::unique_ptr<Transport> inner, FaultPlan plan);
+  ~FaultTransport() override;
+
+  // Changes the plan for ops posted from now on.
+  void SetPlan(const FaultPlan& plan);
+  FaultCounters counters() const;
+  Transport& inner() { return *inner_; }
+
+  std::string_view name() const override { return inner_->name(); }
+  const Capabilities& capabilities() const override { return inner_->capabilities(); }
+  std::vector<DeviceInfo> devices() const override { return inner_->devices(); }
+  Result<std::unique_ptr<MemoryRegion>> RegisterMemory(void* addr, size_t length,
+                                                        uint32_t access) override {
+    return inner_->RegisterMemory(addr, length, access);
+  }
+  void Advertise(std::vector<RemoteRegion> regions) override {
+    inner_->Advertise(std::move(regions));
+  }
+  Result<std::string> Listen(const std::string& address) override {
+    return inner_->Listen(address);
+  }
+  Result<std::shared_ptr<Endpoint>> Accept(Millis timeout) override {
+    return inner_->Accept(timeout);
+  }
+  Result<std::shared_ptr<Endpoint>> Connect(const std::string& address, Millis timeout) override {
+    return inner_->Connect(address, timeout);
+  }
+  Status Post(std::span<const Op> ops) override;
+  size_t Poll(std::span<Completion> out) override;
+  Status Wait(Millis timeout) override;
+
+ private:
+  struct Held {
+    Completion completion;
+    std::chrono::steady_clock::time_point release;
+  };
+  // Every op reaches the inner transport under a wrapper tag, so completions map back to the
+  // caller's context without ambiguity.
+  struct Pending {
+    uint64_t user_context = 0;
+    bool short_read = false;
+    std::vector<Segment> segments;  // short sparse read: the first half of the caller's list
+  };
+  void HoldLocked(Completion c);
+
+  std::unique_ptr<Transport> inner_;
+  mutable std::mutex mu_;
+  FaultPlan plan_;
+  FaultCounters counters_;
+  std::mt19937_64 rng_;
+  std::deque<Held> held_;  // completions waiting for their release time, in order
+  std::unordered_map<uint64_t, std::unique_ptr<Pending>> pending_;  // by wrapper tag
+  uint64_t next_tag_ = 1;
+};
+
+}  // namespace ferry
