@@ -29,6 +29,11 @@
 //     accesses with its key fail on the initiator and touch no memory.
 //   - Endpoint::Close() completes every Op still pending on it with Code::kCancelled.
 //
+// Completion semantics:
+//   A write (contiguous or sparse) completes on the initiator once its bytes are in the target's
+//   memory (remote completion, as an RC ACK); a read once the bytes are in local memory; a send
+//   once its buffer may be reused. Completions of different ops may arrive in any order.
+//
 // Failure model:
 //   An operation on a dead, vanished or misbehaving peer completes with an error within
 //   TransportOptions::peer_timeout (plus one progress interval): never a hang. The endpoint is

@@ -97,12 +97,13 @@ Status ValidateOp(const Op& op, const Capabilities& caps, uint64_t max_segments,
                         std::to_string(s.remote_offset) + ", +" + std::to_string(s.length) +
                         ") outside its region");
     }
+    // Checked per segment so that the sum cannot wrap around 2^64.
+    if (s.length > caps.max_message_size - total) {
+      return InvalidArgument(who + ": segments up to " + std::to_string(i) +
+                             " exceed the maximum of " + std::to_string(caps.max_message_size) +
+                             " bytes in one sparse op");
+    }
     total += s.length;
-  }
-  if (total > caps.max_message_size) {
-    return InvalidArgument(who + ": " + std::to_string(total) +
-                           " bytes in one sparse op exceed the maximum of " +
-                           std::to_string(caps.max_message_size));
   }
   return Status::Ok();
 }

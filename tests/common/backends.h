@@ -1,0 +1,51 @@
+// The backend configurations every conformance case runs against, and which of them exist here.
+//
+// A configuration is a backend name plus TransportOptions::params, e.g. "ucx-shm" is the ucx
+// backend with UCX_TLS=shm,self. It is available when its backend is compiled in and reports itself
+// available (ferry::ListBackends()) and, for configurations that need RDMA hardware, when
+// /sys/class/infiniband lists a device.
+//
+// FERRY_TEST_BACKENDS=name,name,... narrows the list (e.g. FERRY_TEST_BACKENDS=verbs,verbs-oob in
+// the soft-RoCE VM). A configuration named there that is unknown or unavailable is an error the
+// suite reports as a failing test, never a silent skip.
+#pragma once
+
+#include <map>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "transport/transport.h"
+
+namespace ferry::testing {
+
+struct BackendConfig {
+  std::string name;     // "ucx-shm"
+  std::string backend;  // "ucx"
+  std::map<std::string, std::string> params;
+  bool needs_rdma = false;
+
+  // TransportOptions with params filled in; other fields at their defaults.
+  TransportOptions Options() const;
+  // `name` with every character gtest does not allow in a test name replaced by '_'.
+  std::string TestName() const;
+};
+
+void PrintTo(const BackendConfig& config, std::ostream* os);
+
+// Every configuration this suite knows, in a fixed order.
+const std::vector<BackendConfig>& AllConfigs();
+
+struct ConfigSelection {
+  std::vector<BackendConfig> run;    // instantiate these
+  std::vector<std::string> not_run;  // "verbs: no RDMA device" (informational)
+  std::vector<std::string> errors;   // requested by FERRY_TEST_BACKENDS but unavailable
+};
+
+// Computes the selection once (reads the environment and ListBackends()) and caches it.
+const ConfigSelection& SelectedConfigs();
+
+// True when /sys/class/infiniband has at least one entry.
+bool HaveRdmaDevice();
+
+}  // namespace ferry::testing

@@ -1,0 +1,150 @@
+// Shared machinery of the conformance suite: the parameterised fixture, a connected pair of
+// transports with registered regions, a completion collector that drives progress on every
+// transport a case uses, and op builders.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tests/common/backends.h"
+#include "tests/common/pattern.h"
+#include "tests/common/print.h"
+#include "tests/common/tally.h"
+#include "transport/transport.h"
+
+namespace ferry::testing {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+// Generous bounds: the machine is noisy, and none of these is a performance assertion.
+inline constexpr Millis kConnectTimeout{20000};
+inline constexpr Millis kOpTimeout{60000};
+
+inline std::string StatusText(const Status& s) {
+  return s.ToString();
+}
+template <typename T>
+std::string StatusText(const Result<T>& r) {
+  return r.status().ToString();
+}
+
+#define FERRY_TEST_CONCAT_(a, b) a##b
+#define FERRY_TEST_CONCAT(a, b) FERRY_TEST_CONCAT_(a, b)
+#define ASSERT_OK(expr)                                                            \
+  do {                                                                             \
+    auto&& ferry_test_s_ = (expr);                                                 \
+    ASSERT_TRUE(ferry_test_s_.ok()) << #expr << ": " << StatusText(ferry_test_s_); \
+  } while (0)
+#define ASSERT_OK_AND_ASSIGN_IMPL_(tmp, lhs, expr)           \
+  auto tmp = (expr);                                         \
+  ASSERT_TRUE(tmp.ok()) << #expr << ": " << StatusText(tmp); \
+  lhs = std::move(tmp).value()
+#define ASSERT_OK_AND_ASSIGN(lhs, expr) \
+  ASSERT_OK_AND_ASSIGN_IMPL_(FERRY_TEST_CONCAT(ferry_test_r_, __LINE__), lhs, expr)
+
+// Creates a transport of `config`, with config.params merged over options.params.
+Result<std::unique_ptr<Transport>> MakeTransport(const BackendConfig& config,
+                                                 TransportOptions options);
+
+struct Connection {
+  std::shared_ptr<Endpoint> client;  // on the connecting transport
+  std::shared_ptr<Endpoint> server;  // on the accepting transport
+};
+
+// Connects `client` to `server` (already listening at `address`): Connect on the calling thread,
+// Accept on a helper thread, as two processes would.
+Result<Connection> ConnectPair(Transport& client, Transport& server, const std::string& address,
+                               Millis timeout = kConnectTimeout);
+
+// Collects completions per transport while driving progress on a set of transports.
+class Poller {
+ public:
+  explicit Poller(std::vector<Transport*> driven) : driven_(std::move(driven)) {}
+
+  // Polls every driven transport (and `extra`, if not null) once; returns completions found.
+  size_t Drive(Transport* extra = nullptr);
+  // Drives for `d`, collecting everything.
+  void DriveFor(Millis d);
+  // Waits for the completion of the op posted with `context` on `t` (never a kNotify).
+  ::testing::AssertionResult Await(Transport* t, uint64_t context, Completion* out,
+                                   Millis timeout = kOpTimeout);
+  // Waits for the next kNotify completion on `t`.
+  ::testing::AssertionResult AwaitNotify(Transport* t, Completion* out,
+                                         Millis timeout = kOpTimeout);
+  // Completions collected on `t` and not yet taken.
+  std::deque<Completion>& queue(Transport* t) { return queues_[t]; }
+
+ private:
+  void Idle(Transport* extra);
+  std::vector<Transport*> driven_;
+  std::map<Transport*, std::deque<Completion>> queues_;
+  int idle_rounds_ = 0;
+};
+
+// Op builders.
+Op SendOp(Endpoint* ep, const MemoryRegion* mr, uint64_t offset, uint64_t length, uint64_t ctx);
+Op RecvOp(Endpoint* ep, const MemoryRegion* mr, uint64_t offset, uint64_t capacity, uint64_t ctx);
+Op WriteOp(Endpoint* ep, const MemoryRegion* mr, uint64_t local_offset, const RemoteKey* key,
+           uint64_t remote_offset, uint64_t length, uint64_t ctx);
+Op ReadOp(Endpoint* ep, const MemoryRegion* mr, uint64_t local_offset, const RemoteKey* key,
+          uint64_t remote_offset, uint64_t length, uint64_t ctx);
+Op SparseOp(OpType type, Endpoint* ep, const MemoryRegion* mr, const RemoteKey* key,
+            const Segment* segs, size_t n, uint64_t ctx);
+
+// Registrations start this many bytes into their buffer, so that no region is page aligned.
+inline constexpr size_t kMisalign = 5;
+
+struct PairOptions {
+  uint64_t a_bytes = 1 << 20;
+  uint64_t b_bytes = 1 << 20;
+  uint32_t b_access = kAccessRemote;
+  bool b_progress_thread = false;  // the target drives itself; the case polls only A
+  TransportOptions a_options;      // params from the configuration are merged in
+  TransportOptions b_options;
+};
+
+// A (initiator, client) connected to B (target, server). A's region is imported on B's endpoint
+// as a_key and B's region on A's endpoint as b_key (both via the handshake's advertised regions).
+// Members are declared in construction order; destruction runs in reverse, which is the order
+// the transport contract requires (keys and endpoints, then regions, then transports, then the
+// memory itself).
+struct Pair {
+  Buffer a_buf, b_buf;
+  std::unique_ptr<Transport> a, b;
+  std::unique_ptr<MemoryRegion> a_mr, b_mr;
+  std::string address;
+  Connection conn;
+  std::unique_ptr<RemoteKey> b_key, a_key;
+
+  Endpoint* a_ep() const { return conn.client.get(); }
+  Endpoint* b_ep() const { return conn.server.get(); }
+  uint8_t* a_mem() const { return a_mr->data(); }
+  uint8_t* b_mem() const { return b_mr->data(); }
+};
+
+class Conformance : public ::testing::TestWithParam<BackendConfig> {
+ protected:
+  void SetUp() override { SetCurrentConfig(GetParam().name); }
+  const BackendConfig& config() const { return GetParam(); }
+
+  // Builds and connects a Pair (use with ASSERT_NO_FATAL_FAILURE).
+  void MakePair(Pair* p, const PairOptions& o = PairOptions());
+  // The poller a case over `p` should use: both sides, or only A when B has a progress thread.
+  static Poller PollerFor(const Pair& p, bool b_progress_thread = false) {
+    return b_progress_thread ? Poller({p.a.get()}) : Poller({p.a.get(), p.b.get()});
+  }
+};
+
+#define FERRY_REQUIRE_CAP(caps, flag)                                   \
+  do {                                                                  \
+    if (!(caps).flag) GTEST_SKIP() << config().name << " lacks " #flag; \
+  } while (0)
+
+}  // namespace ferry::testing
