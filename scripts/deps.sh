@@ -11,7 +11,9 @@ FERRY_PACKAGES=(
   libflatbuffers-dev flatbuffers-compiler libssl-dev
   # tools, tests, benchmarks
   libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libabsl-dev robin-map-dev
+  libabsl-dev robin-map-dev libxxhash-dev
+  # network fault tests
+  nftables iproute2
 )
 
 ferry_missing_packages() {

@@ -28,7 +28,8 @@ Status CheckRemoteAccess(uint64_t size, uint32_t granted, uint64_t offset, uint6
 }
 
 Status ValidateOp(const Op& op, const Capabilities& caps, uint64_t max_segments, size_t index) {
-  const std::string who = OpName(index) + " (" + std::string(OpTypeName(op.type)) + ")";
+  // Built only on the error path: a std::string here would allocate on every posted op.
+  auto who = [&] { return OpName(index) + " (" + std::string(OpTypeName(op.type)) + ")"; };
   bool supported = true;
   switch (op.type) {
     case OpType::kSend:
@@ -37,53 +38,53 @@ Status ValidateOp(const Op& op, const Capabilities& caps, uint64_t max_segments,
     case OpType::kRead: supported = caps.read; break;
     case OpType::kSparseWrite: supported = caps.sparse_write; break;
     case OpType::kSparseRead: supported = caps.sparse_read; break;
-    case OpType::kNotify: return InvalidArgument(who + ": kNotify is a completion type, not an op");
+    case OpType::kNotify: return InvalidArgument(who() + ": kNotify is a completion type, not an op");
   }
-  if (!supported) return Unsupported(who + ": not supported by this backend");
+  if (!supported) return Unsupported(who() + ": not supported by this backend");
   if ((op.flags & kOpNotify) && op.type != OpType::kWrite && op.type != OpType::kSparseWrite) {
-    return InvalidArgument(who + ": kOpNotify applies to writes only");
+    return InvalidArgument(who() + ": kOpNotify applies to writes only");
   }
   if ((op.flags & kOpNotify) && !caps.notify) {
-    return Unsupported(who + ": write notifications not supported by this backend");
+    return Unsupported(who() + ": write notifications not supported by this backend");
   }
   if (op.ep == nullptr && !(op.type == OpType::kRecv && caps.shared_recv)) {
-    return InvalidArgument(who + ": no endpoint");
+    return InvalidArgument(who() + ": no endpoint");
   }
-  if (op.local == nullptr) return InvalidArgument(who + ": no local region");
+  if (op.local == nullptr) return InvalidArgument(who() + ": no local region");
   const uint64_t local_size = op.local->size();
   const bool sparse = op.type == OpType::kSparseWrite || op.type == OpType::kSparseRead;
   const bool one_sided = op.type != OpType::kSend && op.type != OpType::kRecv;
   if (!sparse) {
     if (!InBounds(op.local_offset, op.length, local_size)) {
-      return OutOfRange(who + ": local [" + std::to_string(op.local_offset) + ", +" +
+      return OutOfRange(who() + ": local [" + std::to_string(op.local_offset) + ", +" +
                         std::to_string(op.length) + ") outside a region of " +
                         std::to_string(local_size) + " bytes");
     }
     if (op.length > caps.max_message_size) {
-      return InvalidArgument(who + ": length " + std::to_string(op.length) +
+      return InvalidArgument(who() + ": length " + std::to_string(op.length) +
                              " exceeds the maximum of " + std::to_string(caps.max_message_size));
     }
   }
   if (!one_sided) return Status::Ok();
-  if (op.remote == nullptr) return InvalidArgument(who + ": no remote key");
+  if (op.remote == nullptr) return InvalidArgument(who() + ": no remote key");
   const RemoteRegion& rr = op.remote->region();
   const uint32_t needed = (op.type == OpType::kWrite || op.type == OpType::kSparseWrite)
                               ? kAccessRemoteWrite
                               : kAccessRemoteRead;
   if (!sparse) {
     Status s = CheckRemoteAccess(rr.length, rr.access, op.remote_offset, op.length, needed);
-    return s.Annotate(who);
+    return s.Annotate(who());
   }
   if (op.num_segments == 0 || op.segments == nullptr) {
-    return InvalidArgument(who + ": empty segment list");
+    return InvalidArgument(who() + ": empty segment list");
   }
   const uint64_t limit = std::min<uint64_t>(max_segments, caps.max_segments);
   if (op.num_segments > limit) {
-    return InvalidArgument(who + ": " + std::to_string(op.num_segments) +
+    return InvalidArgument(who() + ": " + std::to_string(op.num_segments) +
                            " segments exceed the limit of " + std::to_string(limit));
   }
   if ((rr.access & needed) != needed) {
-    return PermissionDenied(who + (needed & kAccessRemoteWrite
+    return PermissionDenied(who() + (needed & kAccessRemoteWrite
                                        ? ": remote region does not grant remote write"
                                        : ": remote region does not grant remote read"));
   }
@@ -92,14 +93,14 @@ Status ValidateOp(const Op& op, const Capabilities& caps, uint64_t max_segments,
     const Segment& s = op.segments[i];
     if (!InBounds(s.local_offset, s.length, local_size) ||
         !InBounds(s.remote_offset, s.length, rr.length)) {
-      return OutOfRange(who + ": segment " + std::to_string(i) + " [local " +
+      return OutOfRange(who() + ": segment " + std::to_string(i) + " [local " +
                         std::to_string(s.local_offset) + ", remote " +
                         std::to_string(s.remote_offset) + ", +" + std::to_string(s.length) +
                         ") outside its region");
     }
     // Checked per segment so that the sum cannot wrap around 2^64.
     if (s.length > caps.max_message_size - total) {
-      return InvalidArgument(who + ": segments up to " + std::to_string(i) +
+      return InvalidArgument(who() + ": segments up to " + std::to_string(i) +
                              " exceed the maximum of " + std::to_string(caps.max_message_size) +
                              " bytes in one sparse op");
     }

@@ -1,0 +1,496 @@
+// ArrayHashMap against absl::flat_hash_map, tsl::robin_map and std::unordered_map, each storing
+// the same W-byte rows under random 64-bit keys, in one run:
+//   insert   - N inserts into an empty table (every growth included), ns per insert
+//   find_hit - lookups of present keys (reading the row's first byte), ns per lookup
+//   find_miss- lookups of absent keys, ns per lookup
+//   gather   - 4096 random present keys -> what a pull needs to ship them: ArrayHashMap builds the
+//              Segment list over its registered rows (zero copy); the others must pack the rows
+//              into a contiguous send buffer; "ferry_pack" packs too, for a like-for-like copy
+//   memory   - in a fresh child process: RSS per entry after N inserts, peak RSS during the
+//              build relative to that steady state, and (ArrayHashMap) index bytes per key
+// "ferry" grows its rows with mremap, "ferry_reserve" with mprotect inside a PROT_NONE
+// reservation sized for N.
+//
+// Usage: ps_bench [--sizes=1000000,10000000] [--widths=8,64,256] [--min-time=0.2] [--md=out.md]
+//                 [google-benchmark flags]
+// Prints ratio tables (container time / absl time) after the run; --md writes them as Markdown.
+#include <absl/container/flat_hash_map.h>
+#include <benchmark/benchmark.h>
+#include <tsl/robin_map.h>
+#include <unistd.h>
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ps/array_hash_map.h"
+
+namespace {
+
+using ferry::ps::ArrayHashMap;
+
+uint64_t Mix(uint64_t x) {  // splitmix64: a bijection, so distinct i give distinct keys
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+uint64_t PresentKey(uint64_t i) {
+  return Mix(i);
+}
+uint64_t AbsentKey(uint64_t i) {
+  return Mix(i + (1ull << 62));
+}
+
+template <size_t W>
+struct RowBytes {
+  uint8_t b[W];
+};
+
+// ---- Adapters: the same four operations over each container ----
+
+template <size_t W, class Map>
+class StdLike {
+ public:
+  static constexpr size_t kWidth = W;
+  explicit StdLike(size_t /*n*/) {}
+  uint8_t* Insert(uint64_t k) {
+    auto it = m_.try_emplace(k).first;
+    if constexpr (requires { it.value(); }) {
+      return it.value().b;  // tsl::robin_map: it->second is const
+    } else {
+      return it->second.b;
+    }
+  }
+  const uint8_t* Find(uint64_t k) const {
+    auto it = m_.find(k);
+    return it == m_.end() ? nullptr : it->second.b;
+  }
+  size_t Gather(const std::vector<uint64_t>& keys, std::vector<uint8_t>* pack,
+                std::vector<ferry::Segment>*) const {
+    size_t n = 0;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const uint8_t* p = Find(keys[i]);
+      if (p) std::memcpy(pack->data() + i * W, p, W), ++n;
+    }
+    return n;
+  }
+  size_t index_bytes() const { return 0; }
+
+ private:
+  Map m_;
+};
+
+template <size_t W, ferry::ps::GrowthMode kMode, bool kPack>
+class Ferry {
+ public:
+  static constexpr size_t kWidth = W;
+  explicit Ferry(size_t n) {
+    ferry::ps::TableOptions o;
+    o.dim = static_cast<uint32_t>(W / 4);
+    o.metadata = false;  // row = key + W bytes, like the others' (key, value) slots
+    o.growth = kMode;
+    o.initial_rows = 1024;
+    o.reserve_rows = n + 1024;
+    m_ = std::move(ArrayHashMap::Create(o).value());
+  }
+  uint8_t* Insert(uint64_t k) { return m_->Insert(k).value().row + 8; }
+  const uint8_t* Find(uint64_t k) const {
+    const uint8_t* r = m_->Find(k);
+    return r ? r + 8 : nullptr;
+  }
+  size_t Gather(const std::vector<uint64_t>& keys, std::vector<uint8_t>* pack,
+                std::vector<ferry::Segment>* segs) const {
+    if constexpr (kPack) {
+      size_t n = 0;
+      for (size_t i = 0; i < keys.size(); ++i) {
+        const uint8_t* p = Find(keys[i]);
+        if (p) std::memcpy(pack->data() + i * W, p, W), ++n;
+      }
+      return n;
+    } else {
+      segs->clear();
+      (void)m_->Gather(keys, ferry::ps::RowField::kValue, 0, W, segs, nullptr);
+      return segs->size();
+    }
+  }
+  size_t index_bytes() const { return m_->index_bytes(); }
+
+ private:
+  std::unique_ptr<ArrayHashMap> m_;
+};
+
+template <size_t W>
+using Absl = StdLike<W, absl::flat_hash_map<uint64_t, RowBytes<W>>>;
+template <size_t W>
+using Robin = StdLike<W, tsl::robin_map<uint64_t, RowBytes<W>>>;
+template <size_t W>
+using Std = StdLike<W, std::unordered_map<uint64_t, RowBytes<W>>>;
+template <size_t W>
+using FerryRemap = Ferry<W, ferry::ps::GrowthMode::kRemap, false>;
+template <size_t W>
+using FerryReserve = Ferry<W, ferry::ps::GrowthMode::kReserve, false>;
+template <size_t W>
+using FerryPack = Ferry<W, ferry::ps::GrowthMode::kRemap, true>;
+
+// ---- The one built table kept between the benchmarks of a (container, N, W) group ----
+
+std::shared_ptr<void> g_table;
+std::string g_table_id;
+
+template <class A>
+std::shared_ptr<A> Build(size_t n) {
+  auto a = std::make_shared<A>(n);
+  for (size_t i = 0; i < n; ++i) a->Insert(PresentKey(i))[0] = static_cast<uint8_t>(i);
+  return a;
+}
+
+template <class A>
+std::shared_ptr<A> Cached(const std::string& id, size_t n) {
+  if (g_table_id != id) {
+    g_table.reset();  // free the previous group's table first
+    g_table = Build<A>(n);
+    g_table_id = id;
+  }
+  return std::static_pointer_cast<A>(g_table);
+}
+
+template <class A>
+void BM_Insert(benchmark::State& state, std::string id, size_t n) {
+  for (auto _ : state) {
+    state.PauseTiming();  // freeing the previous group's table is not this insert's cost
+    g_table.reset();
+    g_table_id.clear();
+    state.ResumeTiming();
+    auto a = Build<A>(n);
+    state.PauseTiming();
+    g_table = a;
+    g_table_id = id;
+    state.counters["index_B_per_key"] =
+        static_cast<double>(a->index_bytes()) / static_cast<double>(n);
+    state.ResumeTiming();
+  }
+  state.counters["ops"] = static_cast<double>(n);
+}
+
+template <class A>
+void BM_Find(benchmark::State& state, std::string id, size_t n, bool hit) {
+  auto a = Cached<A>(id, n);
+  constexpr size_t kBatch = 1 << 16;
+  std::vector<uint64_t> keys(kBatch);
+  uint64_t rng = 12345;
+  for (auto& k : keys) {
+    rng = Mix(rng);
+    k = hit ? PresentKey(rng % n) : AbsentKey(rng % n);
+  }
+  uint64_t sum = 0;
+  size_t found = 0;
+  for (auto _ : state) {
+    for (uint64_t k : keys) {
+      const uint8_t* p = a->Find(k);
+      if (p) sum += p[0], ++found;
+    }
+  }
+  benchmark::DoNotOptimize(sum);
+  if (found != (hit ? state.iterations() * kBatch : 0)) state.SkipWithError("wrong lookup result");
+  state.counters["ops"] = static_cast<double>(state.iterations() * kBatch);
+}
+
+template <class A>
+void BM_Gather(benchmark::State& state, std::string id, size_t n) {
+  auto a = Cached<A>(id, n);
+  constexpr size_t kKeys = 4096;
+  std::vector<uint64_t> keys(kKeys);
+  std::vector<uint8_t> pack(kKeys * A::kWidth);
+  std::vector<ferry::Segment> segs;
+  segs.reserve(kKeys);
+  uint64_t rng = 777;
+  size_t got = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    for (auto& k : keys) {
+      rng = Mix(rng);
+      k = PresentKey(rng % n);
+    }
+    state.ResumeTiming();
+    got = a->Gather(keys, &pack, &segs);
+    benchmark::DoNotOptimize(pack.data());
+    benchmark::DoNotOptimize(segs.data());
+  }
+  if (got == 0) state.SkipWithError("gather found nothing");
+  state.counters["ops"] = static_cast<double>(state.iterations() * kKeys);
+}
+
+// ---- Memory: a fresh child process per measurement ----
+
+struct MemSample {
+  double base = 0, hwm = 0, rss = 0, index = 0;
+};
+
+double StatusKb(const char* field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  const size_t len = std::strlen(field);
+  while (std::getline(in, line)) {
+    if (line.compare(0, len, field) == 0) return std::stod(line.substr(len + 1)) * 1024.0;
+  }
+  return 0;
+}
+
+template <class A>
+int MemoryChild(size_t n) {
+  { std::ofstream("/proc/self/clear_refs") << "5"; }  // reset VmHWM to the current RSS
+  const double base = StatusKb("VmRSS");
+  A a(n);
+  for (size_t i = 0; i < n; ++i) a.Insert(PresentKey(i))[0] = static_cast<uint8_t>(i);
+  std::printf("%.0f %.0f %.0f %zu\n", base, StatusKb("VmHWM"), StatusKb("VmRSS"), a.index_bytes());
+  return 0;
+}
+
+std::string g_self;
+double g_min_time = 0.2;  // seconds per timed benchmark (--min-time=)
+
+template <class A>
+void BM_Memory(benchmark::State& state, std::string kind, size_t n) {
+  MemSample s;
+  for (auto _ : state) {
+    const std::string cmd = g_self + " --memory-child=" + kind + "," + std::to_string(A::kWidth) +
+                            "," + std::to_string(n);
+    FILE* p = popen(cmd.c_str(), "r");
+    if (p == nullptr || std::fscanf(p, "%lf %lf %lf %lf", &s.base, &s.hwm, &s.rss, &s.index) != 4) {
+      if (p) pclose(p);
+      state.SkipWithError("memory child failed");
+      return;
+    }
+    pclose(p);
+  }
+  const double steady = s.rss - s.base;
+  state.counters["B_per_entry"] = steady / static_cast<double>(n);
+  state.counters["peak_ratio"] = (s.hwm - s.base) / steady;
+  state.counters["index_B_per_key"] = s.index / static_cast<double>(n);
+}
+
+// ---- Registration ----
+
+const char* const kKinds[] = {"ferry", "ferry_reserve", "ferry_pack", "absl", "robin", "std"};
+
+template <size_t W, template <size_t> class A>
+void RegisterOne(const std::string& kind, size_t n) {
+  const std::string tag = kind + "/" + std::to_string(n) + "/" + std::to_string(W);
+  if (kind != "ferry_pack") {
+    benchmark::RegisterBenchmark(("memory/" + tag).c_str(), BM_Memory<A<W>>, kind, n)
+        ->Iterations(1)
+        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("insert/" + tag).c_str(), BM_Insert<A<W>>, tag, n)
+        ->Iterations(1)
+        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("find_hit/" + tag).c_str(), BM_Find<A<W>>, tag, n, true)
+        ->MinTime(g_min_time);
+    benchmark::RegisterBenchmark(("find_miss/" + tag).c_str(), BM_Find<A<W>>, tag, n, false)
+        ->MinTime(g_min_time);
+  }
+  benchmark::RegisterBenchmark(("gather/" + tag).c_str(), BM_Gather<A<W>>, tag, n)
+      ->MinTime(g_min_time);
+}
+
+template <size_t W>
+void RegisterWidth(size_t n) {
+  RegisterOne<W, FerryRemap>("ferry", n);
+  RegisterOne<W, FerryReserve>("ferry_reserve", n);
+  RegisterOne<W, FerryPack>("ferry_pack", n);
+  RegisterOne<W, Absl>("absl", n);
+  RegisterOne<W, Robin>("robin", n);
+  RegisterOne<W, Std>("std", n);
+}
+
+template <size_t W>
+int DispatchChild(const std::string& kind, size_t n) {
+  if (kind == "ferry") return MemoryChild<FerryRemap<W>>(n);
+  if (kind == "ferry_reserve") return MemoryChild<FerryReserve<W>>(n);
+  if (kind == "absl") return MemoryChild<Absl<W>>(n);
+  if (kind == "robin") return MemoryChild<Robin<W>>(n);
+  if (kind == "std") return MemoryChild<Std<W>>(n);
+  return 2;
+}
+
+// ---- Results: collected from the reporter, printed as ratio tables ----
+
+struct Result {
+  double ns_per_op = 0;
+  std::map<std::string, double> counters;
+};
+std::map<std::string, Result> g_results;  // "insert/ferry/1000000/64"
+
+class CollectingReporter : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const Run& r : runs) {
+      if (r.error_occurred || r.run_type != Run::RT_Iteration) continue;
+      std::string name = r.run_name.function_name;
+      Result res;
+      for (const auto& [k, c] : r.counters) res.counters[k] = c.value;
+      const double ops = res.counters.count("ops") ? res.counters["ops"] : 0;
+      // CPU time of this process: robust to being descheduled on a shared 2-core machine.
+      if (ops > 0) res.ns_per_op = r.cpu_accumulated_time * 1e9 / ops;
+      g_results[name] = res;
+    }
+    ConsoleReporter::ReportRuns(runs);
+  }
+};
+
+std::string Fmt(double v, int prec = 1) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", prec, v);
+  return buf;
+}
+
+std::string Tables(const std::vector<size_t>& sizes, const std::vector<size_t>& widths) {
+  std::ostringstream out;
+  const std::vector<std::string> kinds(std::begin(kKinds), std::end(kKinds));
+  for (size_t n : sizes) {
+    out << "\n### " << n << " keys\n\n";
+    out << "Time per operation in ns (ratio to absl::flat_hash_map in parentheses).\n\n";
+    out << "| op | row B |";
+    for (const auto& k : kinds) out << " " << k << " |";
+    out << "\n|---|---|";
+    for (size_t i = 0; i < kinds.size(); ++i) out << "---|";
+    out << "\n";
+    for (const char* op : {"insert", "find_hit", "find_miss", "gather"}) {
+      for (size_t w : widths) {
+        const std::string suffix = "/" + std::to_string(n) + "/" + std::to_string(w);
+        auto absl_it = g_results.find(std::string(op) + "/absl" + suffix);
+        const double absl_ns = absl_it == g_results.end() ? 0 : absl_it->second.ns_per_op;
+        out << "| " << op << " | " << w << " |";
+        for (const auto& k : kinds) {
+          auto it = g_results.find(std::string(op) + "/" + k + suffix);
+          if (it == g_results.end() || it->second.ns_per_op == 0) {
+            out << " - |";
+            continue;
+          }
+          out << " " << Fmt(it->second.ns_per_op);
+          if (absl_ns > 0) out << " (" << Fmt(it->second.ns_per_op / absl_ns, 2) << "x)";
+          out << " |";
+        }
+        out << "\n";
+      }
+    }
+    out << "\nMemory: RSS bytes per entry after " << n
+        << " inserts / peak RSS during growth relative to that steady state"
+           " (ArrayHashMap: + index bytes per key).\n\n";
+    out << "| row B |";
+    for (const auto& k : kinds) {
+      if (k != "ferry_pack") out << " " << k << " |";
+    }
+    out << "\n|---|";
+    for (size_t i = 0; i + 1 < kinds.size(); ++i) out << "---|";
+    out << "\n";
+    for (size_t w : widths) {
+      out << "| " << w << " |";
+      for (const auto& k : kinds) {
+        if (k == "ferry_pack") continue;
+        auto it = g_results.find("memory/" + k + "/" + std::to_string(n) + "/" + std::to_string(w));
+        if (it == g_results.end()) {
+          out << " - |";
+          continue;
+        }
+        auto& c = it->second.counters;
+        out << " " << Fmt(c["B_per_entry"]) << " B / " << Fmt(c["peak_ratio"], 2) << "x";
+        if (k.rfind("ferry", 0) == 0) out << " / idx " << Fmt(c["index_B_per_key"]) << " B";
+        out << " |";
+      }
+      out << "\n";
+    }
+  }
+  return out.str();
+}
+
+std::vector<size_t> ParseList(const std::string& s) {
+  std::vector<size_t> v;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (!item.empty()) v.push_back(std::stoull(item));
+  }
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<size_t> sizes = {1000000, 10000000};
+  std::vector<size_t> widths = {8, 64, 256};
+  std::string md;
+  std::vector<char*> rest = {argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--memory-child=", 0) == 0) {
+      std::vector<std::string> parts;
+      std::stringstream ss(a.substr(15));
+      std::string item;
+      while (std::getline(ss, item, ',')) parts.push_back(item);
+      if (parts.size() != 3) return 2;
+      const size_t w = std::stoull(parts[1]);
+      const size_t n = std::stoull(parts[2]);
+      if (w == 8) return DispatchChild<8>(parts[0], n);
+      if (w == 64) return DispatchChild<64>(parts[0], n);
+      if (w == 256) return DispatchChild<256>(parts[0], n);
+      return 2;
+    } else if (a.rfind("--sizes=", 0) == 0) {
+      sizes = ParseList(a.substr(8));
+    } else if (a.rfind("--widths=", 0) == 0) {
+      widths = ParseList(a.substr(9));
+    } else if (a.rfind("--min-time=", 0) == 0) {
+      g_min_time = std::stod(a.substr(11));
+    } else if (a.rfind("--md=", 0) == 0) {
+      md = a.substr(5);
+    } else {
+      rest.push_back(argv[i]);
+    }
+  }
+  char self[4096];
+  const ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (len <= 0) {
+    std::fprintf(stderr, "cannot resolve /proc/self/exe\n");
+    return 1;
+  }
+  g_self.assign(self, static_cast<size_t>(len));
+  for (size_t n : sizes) {
+    for (size_t w : widths) {
+      if (w == 8) {
+        RegisterWidth<8>(n);
+      } else if (w == 64) {
+        RegisterWidth<64>(n);
+      } else if (w == 256) {
+        RegisterWidth<256>(n);
+      } else {
+        std::fprintf(stderr, "row width %zu not compiled in (8, 64, 256)\n", w);
+        return 2;
+      }
+    }
+  }
+  int bargc = static_cast<int>(rest.size());
+  benchmark::Initialize(&bargc, rest.data());
+  if (benchmark::ReportUnrecognizedArguments(bargc, rest.data())) return 2;
+  CollectingReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::Shutdown();
+  const std::string tables = Tables(sizes, widths);
+  std::printf("%s", tables.c_str());
+  if (!md.empty()) {
+    std::ofstream out(md);
+    out << tables;
+    if (!out) {
+      std::fprintf(stderr, "cannot write %s\n", md.c_str());
+      return 1;
+    }
+  }
+  // A smoke run must fail loudly if any benchmark reported an error.
+  return g_results.empty() ? 1 : 0;
+}

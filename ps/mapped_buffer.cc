@@ -1,0 +1,157 @@
+#include "ps/mapped_buffer.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <string>
+#include <utility>
+
+namespace ferry::ps {
+namespace {
+constexpr size_t kHugePage = size_t{2} << 20;  // x86-64 PMD size
+}  // namespace
+
+size_t MappedBuffer::PageSize() {
+  static const size_t kPage = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return kPage;
+}
+
+size_t MappedBuffer::RoundUpToPage(size_t bytes) {
+  const size_t page = PageSize();
+  if (bytes == 0) return page;
+  return (bytes + page - 1) / page * page;
+}
+
+MappedBuffer::~MappedBuffer() {
+  Release();
+}
+
+MappedBuffer::MappedBuffer(MappedBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      reserved_(std::exchange(other.reserved_, 0)),
+      mode_(other.mode_),
+      huge_pages_(other.huge_pages_) {}
+
+MappedBuffer& MappedBuffer::operator=(MappedBuffer&& other) noexcept {
+  if (this != &other) {
+    Release();
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    reserved_ = std::exchange(other.reserved_, 0);
+    mode_ = other.mode_;
+    huge_pages_ = other.huge_pages_;
+  }
+  return *this;
+}
+
+void MappedBuffer::Release() {
+  if (data_ != nullptr) munmap(data_, reserved_);
+  data_ = nullptr;
+  size_ = reserved_ = 0;
+}
+
+void MappedBuffer::AdviseHuge() {
+  // Advisory only: without THP support the call fails and the buffer keeps 4 KiB pages.
+  if (huge_pages_ && data_ != nullptr) madvise(data_, reserved_, MADV_HUGEPAGE);
+}
+
+Result<MappedBuffer> MappedBuffer::Create(GrowthMode mode, size_t bytes, size_t reserve_bytes,
+                                          bool huge_pages) {
+  MappedBuffer buf;
+  buf.mode_ = mode;
+  buf.huge_pages_ = huge_pages;
+  const size_t size = RoundUpToPage(bytes);
+  if (mode == GrowthMode::kRemap) {
+    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return IoError("mmap " + std::to_string(size) + " bytes", errno);
+    buf.data_ = static_cast<uint8_t*>(p);
+    buf.size_ = buf.reserved_ = size;
+    buf.AdviseHuge();
+    return buf;
+  }
+  const size_t reserve = RoundUpToPage(reserve_bytes > size ? reserve_bytes : size);
+  // MAP_NORESERVE: address space only; commit charge comes with mprotect.
+  void* p = mmap(nullptr, reserve, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    return IoError("mmap PROT_NONE reservation of " + std::to_string(reserve) + " bytes", errno);
+  }
+  buf.data_ = static_cast<uint8_t*>(p);
+  buf.reserved_ = reserve;
+  if (mprotect(p, size, PROT_READ | PROT_WRITE) != 0) {
+    return IoError("mprotect " + std::to_string(size) + " bytes read/write", errno);
+  }
+  buf.size_ = size;
+  buf.AdviseHuge();
+  return buf;
+}
+
+Status MappedBuffer::Resize(size_t bytes) {
+  if (data_ == nullptr) return Internal("MappedBuffer::Resize on an empty buffer");
+  const size_t size = RoundUpToPage(bytes);
+  if (size == size_) return Status::Ok();
+  if (mode_ == GrowthMode::kRemap) {
+    if (huge_pages_ && size > size_ && size >= kHugePage) {
+      // Move to a 2 MiB-aligned destination: the kernel then moves whole PMDs (huge pages stay
+      // huge) instead of splitting them into 4 KiB pages to fit an unaligned address.
+      const size_t span = size + kHugePage;
+      void* r = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (r != MAP_FAILED) {
+        const uintptr_t base = reinterpret_cast<uintptr_t>(r);
+        const uintptr_t aligned = (base + kHugePage - 1) & ~(uintptr_t{kHugePage} - 1);
+        // MREMAP_FIXED replaces our placeholder at [aligned, aligned+size); trim the rest.
+        void* p = mremap(data_, size_, size, MREMAP_MAYMOVE | MREMAP_FIXED,
+                         reinterpret_cast<void*>(aligned));
+        if (p != MAP_FAILED) {
+          if (aligned > base) munmap(r, aligned - base);
+          const uintptr_t end = aligned + size;
+          if (base + span > end) munmap(reinterpret_cast<void*>(end), base + span - end);
+          data_ = static_cast<uint8_t*>(p);
+          size_ = reserved_ = size;
+          AdviseHuge();
+          return Status::Ok();
+        }
+        munmap(r, span);  // fall back to a plain move below
+      }
+    }
+    // Shrinking never moves; growing moves page-table entries only (no byte is copied).
+    void* p = mremap(data_, size_, size, MREMAP_MAYMOVE);
+    if (p == MAP_FAILED) {
+      return IoError("mremap " + std::to_string(size_) + " -> " + std::to_string(size) + " bytes",
+                     errno);
+    }
+    data_ = static_cast<uint8_t*>(p);
+    size_ = reserved_ = size;
+    AdviseHuge();  // a moved or extended mapping is a new VMA range
+    return Status::Ok();
+  }
+  if (size > reserved_) {
+    return ResourceExhausted("address-space reservation of " + std::to_string(reserved_) +
+                             " bytes is exhausted (need " + std::to_string(size) +
+                             "); raise the table's reserve");
+  }
+  if (size > size_) {
+    if (mprotect(data_ + size_, size - size_, PROT_READ | PROT_WRITE) != 0) {
+      return IoError("mprotect grow to " + std::to_string(size) + " bytes", errno);
+    }
+  } else {
+    // Drop the pages so that a later growth reads zeros, then take the access away.
+    madvise(data_ + size, size_ - size, MADV_DONTNEED);
+    if (mprotect(data_ + size, size_ - size, PROT_NONE) != 0) {
+      return IoError("mprotect shrink to " + std::to_string(size) + " bytes", errno);
+    }
+  }
+  size_ = size;
+  return Status::Ok();
+}
+
+void MappedBuffer::Discard(size_t offset, size_t length) {
+  const size_t page = PageSize();
+  size_t begin = (offset + page - 1) / page * page;
+  size_t end = (offset + length) / page * page;
+  if (end > size_) end = size_;
+  if (begin < end) madvise(data_ + begin, end - begin, MADV_DONTNEED);
+}
+
+}  // namespace ferry::ps

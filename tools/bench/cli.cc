@@ -1,0 +1,305 @@
+#include "tools/bench/cli.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <optional>
+#include <fstream>
+#include <thread>
+
+#include "tools/bench/local.h"
+#include "tools/bench/report.h"
+
+namespace ferry::bench {
+namespace {
+
+void Error(const ToolOptions& o, const std::string& msg) {
+  std::fprintf(stderr, "%s: error: %s\n", o.mode == Mode::kLatency ? "ferry-lat" : "ferry-bw",
+               msg.c_str());
+}
+
+}  // namespace
+
+void AddFlags(CLI::App& app, ToolOptions& o, Mode mode) {
+  o.mode = mode;
+  o.config.mode = mode;
+  if (mode == Mode::kBandwidth) {
+    o.config.iters = 5000;
+    o.config.sizes = {65536};
+  } else {
+    o.config.iters = 1000;
+    o.config.sizes = {2};
+  }
+  app.add_option("address", o.address,
+                 "server to connect to (host or host:port); without it, run as the server");
+  app.add_option("--transport", o.transport, "backend: verbs, ucx, tcp or auto")
+      ->check(CLI::IsMember({"auto", "verbs", "ucx", "tcp"}));
+  app.add_option("--param", o.params,
+                 "backend parameter KEY=VALUE (repeatable), e.g. UCX_TLS=shm,self or device=rxe0");
+  app.add_option("-d,--ib-dev", o.device, "verbs: device name (same as --param device=NAME)");
+  app.add_option("-x,--gid-index", o.gid_index, "verbs: GID index (--param gid_index=N)");
+  app.add_option("-i,--ib-port", o.ib_port, "verbs: device port (--param port=N)");
+  app.add_option("-p,--port", o.port, "TCP port of the server's listener")->capture_default_str();
+  app.add_option("--bind", o.bind, "server: address to listen on")->capture_default_str();
+  app.add_flag("--local", o.local,
+               "start a server process on 127.0.0.1 and run against it (single command)");
+  app.add_flag("--report-port", o.report_port, "internal: print the listen banner")
+      ->group("");
+  app.add_option("--accept-timeout", o.accept_timeout_s,
+                 "server: seconds to wait for a client (0: forever)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--op", o.op, "send, write, read, write_imm, sparse_write or sparse_read")
+      ->capture_default_str();
+  app.add_flag("-a,--all", o.all_sizes, "sweep sizes 2 B .. 8 MiB (powers of two)");
+  app.add_option("-s,--size", o.sizes, "message size(s), e.g. 64,4K,1M")->delimiter(',');
+  app.add_option("-n,--iters", o.config.iters, "measured iterations per size")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("-D,--duration", o.config.duration_s,
+                 "seconds per size instead of an iteration count")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--warmup", o.config.warmup, "unmeasured iterations before each size")
+      ->capture_default_str();
+  app.add_option("-q,--endpoints", o.config.endpoints, "data endpoints (connections)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--threads", o.config.threads, "worker threads per side")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
+  app.add_flag_callback("--no-verify", [&o] { o.config.verify = false; },
+                        "do not pattern-check transfers");
+  app.add_option("--rows", o.config.rows, "sparse ops: rows per operation")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--row-size", o.row_size, "sparse ops: bytes per row")->capture_default_str();
+  app.add_option("--region-size", o.region_size,
+                 "sparse ops: size of the registered region the rows are scattered in")
+      ->capture_default_str();
+  app.add_option("--seed", o.config.seed, "base seed of patterns and row choice")
+      ->capture_default_str();
+  app.add_option("--timeout", o.timeout_s, "seconds without progress before giving up")
+      ->capture_default_str()
+      ->check(CLI::Range(0.001, 3600.0));
+  app.add_flag("--progress-thread", o.peer.progress_thread,
+               "let the transport drive progress on an internal thread");
+  app.add_option("--json", o.json_path, "write results as JSON to FILE (- for stdout)");
+  app.add_option("--csv", o.csv_path, "write results as CSV to FILE (- for stdout)");
+  if (mode == Mode::kBandwidth) {
+    app.add_option("-t,--depth", o.config.depth, "outstanding operations per endpoint")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 4096));
+    app.add_flag("-b,--bidir", o.config.bidir, "both sides send at once");
+  }
+}
+
+Status Resolve(ToolOptions& o) {
+  BenchConfig& c = o.config;
+  c.mode = o.mode;
+  FERRY_ASSIGN_OR_RETURN(c.op, ParseBenchOp(o.op));
+  o.peer.params.clear();
+  for (const std::string& kv : o.params) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return InvalidArgument("--param '" + kv + "' is not KEY=VALUE");
+    }
+    o.peer.params[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  if (!o.device.empty()) o.peer.params["device"] = o.device;
+  if (!o.gid_index.empty()) o.peer.params["gid_index"] = o.gid_index;
+  if (!o.ib_port.empty()) o.peer.params["port"] = o.ib_port;
+  if (o.transport == "auto") {
+    o.peer.transport.clear();
+    for (const BackendInfo& b : ListBackends()) {
+      if (b.available) {
+        o.peer.transport = b.name;
+        break;
+      }
+    }
+    if (o.peer.transport.empty()) return Unsupported("no transport backend is available here");
+  } else {
+    o.peer.transport = o.transport;
+  }
+  FERRY_ASSIGN_OR_RETURN(c.row_size, ParseByteSize(o.row_size));
+  FERRY_ASSIGN_OR_RETURN(c.region_size, ParseByteSize(o.region_size));
+  if (IsSparse(c.op)) {
+    if (o.all_sizes || !o.sizes.empty()) {
+      return InvalidArgument("sparse ops take --rows and --row-size, not --size or -a");
+    }
+    c.sizes = {c.rows * c.row_size};
+  } else if (o.all_sizes) {
+    if (!o.sizes.empty()) return InvalidArgument("use either -a or --size, not both");
+    c.sizes = SweepSizes();
+  } else if (!o.sizes.empty()) {
+    c.sizes.clear();
+    for (const std::string& s : o.sizes) {
+      FERRY_ASSIGN_OR_RETURN(uint64_t v, ParseByteSize(s));
+      c.sizes.push_back(v);
+    }
+  }
+  c.timeout_ms = static_cast<uint64_t>(o.timeout_s * 1000);
+  if (c.timeout_ms == 0) c.timeout_ms = 1;
+  o.peer.connect_timeout = Millis(c.timeout_ms);
+  if (o.local && !o.address.empty()) {
+    return InvalidArgument("--local starts its own server; do not give an address");
+  }
+  if (o.report_port && (o.local || !o.address.empty())) {
+    return InvalidArgument("--report-port is for server mode only");
+  }
+  const bool server = o.address.empty() && !o.local;
+  if (server && (!o.json_path.empty() || !o.csv_path.empty())) {
+    return InvalidArgument("--json/--csv are written by the client (the side that prints results)");
+  }
+  if (o.json_path == "-" && o.csv_path == "-") {
+    return InvalidArgument("only one of --json and --csv can go to stdout");
+  }
+  return ValidateConfig(c);
+}
+
+std::vector<std::string> LocalServerArgs(const ToolOptions& o) {
+  std::vector<std::string> args = {"--transport", o.peer.transport, "--bind", "127.0.0.1",
+                                   "--port",      "0",              "--report-port",
+                                   "--accept-timeout", std::to_string(o.timeout_s),
+                                   "--timeout", std::to_string(o.timeout_s)};
+  for (const auto& [k, v] : o.peer.params) {
+    args.push_back("--param");
+    args.push_back(k + "=" + v);
+  }
+  if (o.peer.progress_thread) args.push_back("--progress-thread");
+  return args;
+}
+
+std::string ClientAddress(const ToolOptions& o) {
+  const std::string& a = o.address;
+  if (!a.empty() && a.front() == '[') {
+    return a.find("]:") != std::string::npos ? a : a + ":" + std::to_string(o.port);
+  }
+  const size_t colons = std::count(a.begin(), a.end(), ':');
+  if (colons == 1) return a;
+  if (colons > 1) return "[" + a + "]:" + std::to_string(o.port);  // bare IPv6 literal
+  return a + ":" + std::to_string(o.port);
+}
+
+Status WriteOutput(const std::string& path, const std::string& text) {
+  if (path == "-") {
+    if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size()) {
+      return IoError("write stdout", errno);
+    }
+    std::fflush(stdout);
+    return Status::Ok();
+  }
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return IoError("open " + path, errno);
+  out << text;
+  out.close();
+  if (!out) return IoError("write " + path, errno);
+  return Status::Ok();
+}
+
+int Execute(const ToolOptions& o) {
+  const bool server_mode = o.address.empty() && !o.local;
+  if (server_mode) {
+    // With --report-port stdout carries only the banner (the --local parent reads it).
+    FILE* info = o.report_port ? stderr : stdout;
+    auto server = BenchServer::Listen(o.peer, o.bind + ":" + std::to_string(o.port));
+    if (!server.ok()) {
+      Error(o, server.status().ToString());
+      return 1;
+    }
+    if (o.report_port) {
+      std::printf("%s%s\n", kListenBanner, (*server)->address().c_str());
+      std::fflush(stdout);
+    } else {
+      std::fprintf(info, "Waiting for a client on %s (transport %s)\n",
+                   (*server)->address().c_str(), o.peer.transport.c_str());
+      std::fflush(info);
+    }
+    const Millis wait = o.accept_timeout_s > 0
+                            ? Millis(static_cast<int64_t>(o.accept_timeout_s * 1000))
+                            : Millis(int64_t{365} * 24 * 3600 * 1000);
+    Status s = (*server)->Serve(wait);
+    if (!s.ok()) {
+      Error(o, s.ToString());
+      return 1;
+    }
+    std::fprintf(info, "Client session finished (%s %s, %zu sizes)\n",
+                 std::string(ModeName((*server)->config().mode)).c_str(),
+                 std::string(BenchOpName((*server)->config().op)).c_str(),
+                 (*server)->config().sizes.size());
+    return 0;
+  }
+
+  std::optional<LocalServer> local;
+  std::string address;
+  if (o.local) {
+    auto spawned = LocalServer::Spawn(LocalServerArgs(o), Millis(o.config.timeout_ms + 5000));
+    if (!spawned.ok()) {
+      Error(o, "--local: " + spawned.status().ToString());
+      return 1;
+    }
+    local.emplace(std::move(spawned).value());
+    address = local->address();
+  } else {
+    address = ClientAddress(o);
+  }
+  // Text goes to stdout unless a machine-readable format claims it.
+  FILE* text = (o.json_path == "-" || o.csv_path == "-") ? stderr : stdout;
+  RunCallbacks cb;
+  cb.on_header = [text](const RunHeader& h) {
+    std::fputs(FormatTextHeader(h).c_str(), text);
+    std::fflush(text);
+  };
+  cb.on_latency = [text](const RunHeader& h, const LatencyRow& r) {
+    std::fputs(FormatTextRow(h, r).c_str(), text);
+    std::fflush(text);
+  };
+  cb.on_bandwidth = [text](const RunHeader& h, const BandwidthRow& r) {
+    std::fputs(FormatTextRow(h, r).c_str(), text);
+    std::fflush(text);
+  };
+  Result<Report> report = RunClient(o.peer, o.config, address, cb);
+  Status server_status;
+  if (local) server_status = local->Wait(Millis(o.config.timeout_ms + 5000));
+  if (!report.ok()) {
+    Error(o, report.status().ToString());
+    return 1;
+  }
+  std::fputs(FormatTextFooter().c_str(), text);
+  std::fflush(text);
+  if (!server_status.ok()) {
+    Error(o, "--local server: " + server_status.ToString());
+    return 1;
+  }
+  if (!o.json_path.empty()) {
+    Status s = WriteOutput(o.json_path, FormatJson(*report));
+    if (!s.ok()) {
+      Error(o, s.ToString());
+      return 1;
+    }
+  }
+  if (!o.csv_path.empty()) {
+    Status s = WriteOutput(o.csv_path, FormatCsv(*report));
+    if (!s.ok()) {
+      Error(o, s.ToString());
+      return 1;
+    }
+  }
+  return 0;
+}
+
+int ParseAndExecute(CLI::App& app, ToolOptions& o, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
+  Status s = Resolve(o);
+  if (!s.ok()) {
+    Error(o, s.message());
+    std::fprintf(stderr, "Run with --help for usage.\n");
+    return 2;
+  }
+  return Execute(o);
+}
+
+}  // namespace ferry::bench

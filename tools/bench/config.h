@@ -1,0 +1,62 @@
+// What a benchmark run does: the configuration both peers agree on, and its wire encoding.
+//
+// The client owns the configuration; it sends it to the server in the connection handshake
+// (TransportOptions::hello_info), the way ucx_perftest's client ships its parameters, so a server
+// needs only --transport and an address. DecodeConfig treats the bytes as hostile: every field is
+// type- and range-checked; a malformed config is a clear kInvalidArgument/kProtocol error.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "transport/status.h"
+
+namespace ferry::bench {
+
+enum class Mode : uint8_t { kLatency, kBandwidth };
+enum class BenchOp : uint8_t { kSend, kWrite, kRead, kWriteImm, kSparseWrite, kSparseRead };
+
+std::string_view ModeName(Mode mode);
+std::string_view BenchOpName(BenchOp op);
+Result<BenchOp> ParseBenchOp(std::string_view name);
+bool IsSparse(BenchOp op);
+bool IsRead(BenchOp op);
+
+struct BenchConfig {
+  Mode mode = Mode::kLatency;
+  BenchOp op = BenchOp::kSend;
+  std::vector<uint64_t> sizes = {2};  // message sizes; sparse ops use rows * row_size instead
+  uint64_t iters = 1000;      // measured iterations per size (when duration_s == 0)
+  double duration_s = 0;      // > 0: run each size for this long instead of `iters`
+  uint64_t warmup = 16;       // unmeasured iterations before each size
+  uint32_t depth = 16;        // outstanding operations per endpoint (bandwidth)
+  bool bidir = false;         // both sides send (bandwidth)
+  uint32_t endpoints = 1;     // data endpoints (per direction)
+  uint32_t threads = 1;       // worker threads per side
+  bool verify = true;         // pattern-check every transfer
+  uint64_t rows = 64;         // sparse: rows per operation
+  uint64_t row_size = 256;    // sparse: bytes per row
+  uint64_t region_size = 64ull << 20;  // sparse: target region the rows are scattered in
+  uint64_t seed = 1;          // base seed of every pattern and row choice
+  uint64_t timeout_ms = 10000;  // no progress for this long is an error, never a hang
+};
+
+// Range and consistency checks (also applied to a decoded config).
+Status ValidateConfig(const BenchConfig& config);
+
+std::vector<uint8_t> EncodeConfig(const BenchConfig& config);
+Result<BenchConfig> DecodeConfig(std::span<const uint8_t> bytes);
+
+// Bytes one operation moves: size, or rows * row_size for sparse ops.
+uint64_t OpBytes(const BenchConfig& config, uint64_t size);
+
+// perftest's -a sweep: 2, 4, ..., 8 MiB.
+std::vector<uint64_t> SweepSizes();
+
+// Parses "64", "4K", "1M", "8MiB", "2G" (binary units). Rejects 0 and garbage.
+Result<uint64_t> ParseByteSize(std::string_view text);
+
+}  // namespace ferry::bench

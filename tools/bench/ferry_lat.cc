@@ -1,0 +1,27 @@
+// ferry-lat: ping-pong latency of one Ferry transport operation, perftest style.
+//
+//   ferry-lat --transport tcp                      # server, waits on 127.0.0.1:18515
+//   ferry-lat --transport tcp 127.0.0.1 -a         # client: sweep 2 B .. 8 MiB
+//   ferry-lat --transport ucx --param UCX_TLS=shm,self --local --op write_imm
+//
+// send/write/write_imm/sparse_write report half the round trip; read/sparse_read the full round
+// trip (as perftest's ib_read_lat does). Every transfer is pattern-checked unless --no-verify.
+#include <CLI/CLI.hpp>
+
+#include "tools/bench/cli.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "ferry-lat: latency of Ferry transport operations (ping-pong; columns as perftest).\n"
+      "Without an address it is the server; with one, the client; --local runs both."};
+  app.footer(
+      "Examples:\n"
+      "  ferry-lat --transport tcp --local\n"
+      "  ferry-lat --transport tcp --local -a --op write --json -\n"
+      "  ferry-lat --transport ucx --param UCX_TLS=shm,self --local --op sparse_read --rows 32\n"
+      "  ferry-lat --transport verbs -d rxe0 -x 1      (server)\n"
+      "  ferry-lat --transport verbs -d rxe0 -x 1 HOST (client)");
+  ferry::bench::ToolOptions options;
+  ferry::bench::AddFlags(app, options, ferry::bench::Mode::kLatency);
+  return ferry::bench::ParseAndExecute(app, options, argc, argv);
+}

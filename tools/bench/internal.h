@@ -1,0 +1,276 @@
+// Internal to ferry_bench: the state shared by the session (setup, control, phases) and the
+// measurement kernels. Not for the tools' mains (they use runner.h).
+//
+// Structure of one side (client or server):
+//
+//   Side
+//   ├── transport               one Transport for everything
+//   ├── control endpoint        JSON control messages (config ack, regions, phase barriers)
+//   ├── streams[]               one data endpoint each; stream i < E: the client initiates,
+//   │                           stream i >= E (bidir only): the server initiates
+//   │     region layout:  [ credit buffers | src area (slots x payload) | target area ]
+//   └── router                  completions -> the thread that owns the stream
+//
+// A phase is one message size. Data endpoints are connected per phase and closed after it, so
+// every receive still posted at the end of a phase is cancelled and reaped (Endpoint::Close),
+// and each phase starts from a clean slate.
+//
+// Threading: during a phase each stream is touched only by its owning worker; between phases
+// only by the main thread. `expected` is the one field the main thread writes during a phase.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "tools/bench/config.h"
+#include "tools/bench/stats.h"
+#include "transport/transport.h"
+
+namespace ferry::bench::internal {
+
+inline uint64_t NowNs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
+// Completion context layout (64 bits):  owner:8 | kind:8 | stream:16 | slot:32
+enum class Kind : uint8_t {
+  kControl = 1,     // control endpoint send/recv (main thread)
+  kData = 2,        // a data op this side initiated (send, write, read, sparse)
+  kRecv = 3,        // a data receive (send op, target side)
+  kCreditRecv = 4,  // a credit message receive (initiator side)
+  kCreditSend = 5,  // a credit message send (target side)
+  kNotify = 6,      // rewritten by the router for kNotify completions
+};
+inline uint64_t MakeContext(uint8_t owner, Kind kind, uint32_t stream, uint32_t slot) {
+  return (uint64_t{owner} << 56) | (uint64_t{static_cast<uint8_t>(kind)} << 48) |
+         (uint64_t{stream & 0xffff} << 32) | slot;
+}
+inline uint8_t ContextOwner(uint64_t c) { return static_cast<uint8_t>(c >> 56); }
+inline Kind ContextKind(uint64_t c) { return static_cast<Kind>((c >> 48) & 0xff); }
+inline uint32_t ContextStream(uint64_t c) { return static_cast<uint32_t>((c >> 32) & 0xffff); }
+inline uint32_t ContextSlot(uint64_t c) { return static_cast<uint32_t>(c); }
+
+inline constexpr uint8_t kMainOwner = 0;
+inline constexpr uint32_t kCreditBuffers = 8;     // per direction, per stream
+inline constexpr uint64_t kCreditBufSize = 64;
+inline constexpr uint64_t kCreditAreaBytes = 4096;  // 2 x 8 x 64 rounded to a page
+inline constexpr uint64_t kCreditMagic = 0x46455252594352ull;  // "FERRYCR"
+inline constexpr uint64_t kSlotBudget = 32ull << 20;  // bytes of rotating buffers per area
+
+// How one phase uses the areas.
+struct Geometry {
+  uint64_t size = 0;      // bytes per operation (contiguous size, or rows * row_size)
+  uint64_t slots = 2;     // rotating buffers in the src area / partitions of the target area
+  uint64_t depth = 1;     // outstanding data ops per stream
+  bool notify = false;    // writes carry kOpNotify (write_imm; sparse_write when supported)
+  bool credits = false;   // the target returns credits (two-sided or notify-verified ops)
+  bool tags = false;      // latency write/sparse_write: arrival seen by a tag byte per row
+  uint64_t part_bytes = 0;  // sparse: target-area bytes per partition
+  uint64_t part_rows = 0;   // sparse: rows eligible per partition
+};
+Geometry MakeGeometry(const BenchConfig& c, uint64_t size, const Capabilities& caps);
+uint64_t SrcAreaBytes(const BenchConfig& c, const Capabilities& caps);
+uint64_t TargetAreaBytes(const BenchConfig& c, const Capabilities& caps);
+
+struct FreeDeleter {
+  void operator()(uint8_t* p) const;
+};
+
+struct Stream {
+  uint32_t index = 0;
+  bool initiator = false;  // this side initiates the data on this stream
+  uint8_t owner = 1;
+  // Destruction order matters: the key and endpoint go before the region, the region before
+  // the memory (declared in construction order, destroyed in reverse).
+  std::unique_ptr<uint8_t, FreeDeleter> memory;
+  uint64_t memory_bytes = 0;
+  std::unique_ptr<MemoryRegion> mr;
+  RemoteRegion peer;  // the peer's region for this stream
+  std::shared_ptr<Endpoint> ep;
+  std::unique_ptr<RemoteKey> rkey;
+
+  // Offsets inside the local region (the peer's region has the same layout).
+  uint64_t credit_tx = 0, credit_rx = kCreditBuffers * kCreditBufSize;
+  uint64_t src = kCreditAreaBytes, target = 0;
+
+  // ---- per-phase state (reset by ResetPhase) ----
+  uint64_t outstanding = 0;   // ops posted and not yet reaped (all kinds), for draining
+  uint64_t posted = 0;        // data ops initiated
+  uint64_t completed = 0;     // data ops reaped
+  uint64_t arrivals = 0;      // receives / notifications from the peer's data ops
+  uint64_t verified = 0;      // target: arrivals checked (bandwidth)
+  uint64_t granted = 0;       // initiator: verified count the target last reported
+  uint64_t credit_sent = 0;   // target: verified count last reported
+  uint32_t credit_tx_busy = 0;  // bitmask of credit send buffers in flight
+  uint64_t handled = 0;       // latency responder: requests answered
+  bool stop_posting = false;
+  bool finished = false;
+  uint64_t last_recv_bytes = 0;
+  std::vector<uint8_t> slot_busy;
+  std::vector<std::vector<Segment>> segs;  // sparse: the row list of each slot in flight
+  std::atomic<uint64_t> expected{UINT64_MAX};  // the peer's data-op count (main thread sets)
+  BandwidthMeter meter;
+  std::vector<double> samples;  // latency, microseconds
+  Status error;
+};
+
+// Routes completions to the thread that owns them (see the context layout). Thread-safe.
+class Router {
+ public:
+  void Init(Transport* transport, size_t owners);
+  // Endpoint -> (owner, stream) for kNotify completions, which carry no context of ours.
+  // Main thread only, while no worker runs.
+  void Map(Endpoint* ep, uint8_t owner, uint32_t stream);
+  void Unmap(Endpoint* ep);
+  // Polls once and hands `owner`'s completions (plus any queued for it) to `handle`;
+  // completions for other owners are queued for them. Returns how many were handled.
+  template <typename F>
+  size_t Poll(uint8_t owner, F&& handle);
+  // Drain mode (main thread, no worker running): hands every completion to `handle`.
+  template <typename F>
+  size_t PollAll(F&& handle);
+
+ private:
+  struct Mailbox {
+    std::mutex mu;
+    std::vector<Completion> items;
+    std::atomic<bool> nonempty{false};
+  };
+  uint8_t Route(Completion& c);
+  Transport* transport_ = nullptr;
+  std::mutex poll_mu_;
+  std::vector<std::unique_ptr<Mailbox>> boxes_;
+  std::unordered_map<Endpoint*, std::pair<uint8_t, uint32_t>> eps_;
+};
+
+// Ordering: a stream's completions must be handled in the transport's order (receives match
+// posts in order; credits only grow). Polling and routing therefore happen under poll_mu_, and an
+// owner handles what it polled itself only when its mailbox was empty at that moment (nothing
+// older is queued for it); otherwise everything goes through the mailbox, in order.
+template <typename F>
+size_t Router::Poll(uint8_t owner, F&& handle) {
+  Completion buf[32];
+  Completion direct[32];
+  size_t ndirect = 0;
+  Mailbox& mine = *boxes_[owner];
+  {
+    std::lock_guard<std::mutex> poll_lock(poll_mu_);
+    const size_t n = transport_->Poll(buf);
+    for (size_t i = 0; i < n; ++i) {
+      const uint8_t to = Route(buf[i]);
+      if (to == owner && !mine.nonempty.load(std::memory_order_acquire)) {
+        direct[ndirect++] = std::move(buf[i]);
+        continue;
+      }
+      Mailbox& box = *boxes_[to];
+      std::lock_guard<std::mutex> lock(box.mu);
+      box.items.push_back(std::move(buf[i]));
+      box.nonempty.store(true, std::memory_order_release);
+    }
+  }
+  for (size_t i = 0; i < ndirect; ++i) handle(direct[i]);
+  size_t handled = ndirect;
+  if (mine.nonempty.load(std::memory_order_acquire)) {
+    std::vector<Completion> items;
+    {
+      std::lock_guard<std::mutex> lock(mine.mu);
+      items.swap(mine.items);
+      mine.nonempty.store(false, std::memory_order_release);
+    }
+    for (Completion& c : items) handle(c);
+    handled += items.size();
+  }
+  return handled;
+}
+
+template <typename F>
+size_t Router::PollAll(F&& handle) {
+  size_t handled = 0;
+  for (auto& box : boxes_) {  // queued completions are older than anything polled now
+    std::vector<Completion> items;
+    {
+      std::lock_guard<std::mutex> lock(box->mu);
+      items.swap(box->items);
+      box->nonempty.store(false, std::memory_order_release);
+    }
+    for (Completion& c : items) handle(c);
+    handled += items.size();
+  }
+  Completion buf[32];
+  std::lock_guard<std::mutex> poll_lock(poll_mu_);
+  const size_t n = transport_->Poll(buf);
+  for (size_t i = 0; i < n; ++i) {
+    Route(buf[i]);
+    handle(buf[i]);
+  }
+  return handled + n;
+}
+
+// One phase as both sides compute it.
+struct Phase {
+  uint32_t index = 0;
+  Geometry g;
+  std::vector<uint32_t> perm;  // sparse: a permutation of a partition's rows (row choice)
+};
+Phase MakePhase(const BenchConfig& c, uint32_t index, uint64_t size, const Capabilities& caps);
+// Offset inside the target area of row k of op `seq` (which uses partition seq % slots).
+uint64_t RowOffset(const BenchConfig& c, const Phase& p, const Stream& s, uint64_t seq,
+                   uint64_t k);
+
+// One side of a session. Members in construction order: everything the transport hands out is
+// declared after it and so destroyed before it.
+struct Side {
+  bool client = false;
+  BenchConfig config;
+  std::unique_ptr<Transport> transport;
+  Capabilities caps;
+  std::unique_ptr<uint8_t, FreeDeleter> control_memory;
+  uint64_t control_half = 0;  // control region = [tx | rx], each control_half bytes
+  std::unique_ptr<MemoryRegion> control_mr;
+  std::shared_ptr<Endpoint> control;
+  std::vector<std::unique_ptr<Stream>> streams;
+  Router router;
+
+  std::atomic<bool> abort{false};
+  std::atomic<uint32_t> initiators_done{0};  // streams whose initiator part has finished
+
+  // Records the first error and tells every loop to stop.
+  void Fail(const Status& s);
+  Status FirstError();
+
+ private:
+  std::mutex error_mu_;
+  Status first_error_;
+};
+
+// A worker thread's share of the streams.
+struct Worker {
+  uint8_t owner = 1;
+  std::vector<Stream*> streams;
+  Status status;
+};
+
+// Ok while the control and every data endpoint are healthy (callable from any thread).
+Status EndpointsHealthy(Side& side);
+
+// Seeds of the patterns (both sides derive the same ones).
+uint64_t RequestSeed(const BenchConfig& c, const Stream& s, const Phase& p, uint64_t seq);
+uint64_t ReplySeed(const BenchConfig& c, const Stream& s, const Phase& p, uint64_t seq);
+uint64_t RegionSeed(const BenchConfig& c, const Stream& s, const Phase& p);
+
+// Kernels (kernels.cc). ResetPhase and PreparePhase run on the main thread before the phase;
+// RunWorker on the worker's thread; it returns when the worker's streams are finished, on the
+// first error, or when side.abort is set.
+void ResetPhase(Stream& s, const Phase& p);
+Status PreparePhase(Side& side, Stream& s, const Phase& p);
+Status RunWorker(Side& side, Worker& w, const Phase& p);
+
+}  // namespace ferry::bench::internal

@@ -1,0 +1,674 @@
+// The measurement kernels: ping-pong latency and windowed streaming bandwidth for every op,
+// contiguous and sparse, with a pattern check of every transfer on arrival.
+//
+// Latency (ping-pong, two rotating slots so a check never races the next transfer):
+//   initiator                                  responder
+//   fill request i -> src[i%2]                 (reply i prefilled in src[i%2])
+//   t0; post request i ------------------->    request i seen (recv / notify / tag bytes)
+//                                               post reply i; check request i; prefill i+1
+//   reply i seen <-------------------------    
+//   t1; check reply i; latency = (t1-t0)/2     (read: t1-t0, the responder is passive)
+//
+// Arrival: send -> receive completion; write_imm -> kNotify; write/sparse_write -> the last
+// byte of the message (of every row) carries a tag 1 + seq % 251 (ib_write_lat polls the last
+// byte the same way), then the whole payload is checked, retrying until it matches or times out.
+//
+// Bandwidth (window of `depth` ops per stream):
+//   send, write_imm, sparse_write with notify: the target checks every arrival and returns
+//     credits (a 16-byte send per slots/2 checked ops); the initiator never has more than
+//     `slots` unchecked ops, so no slot is overwritten before it was checked.
+//   write, sparse_write without notify: the target checks each slot's final content after the
+//     initiator's count arrives (the "final check message").
+//   read, sparse_read: the initiator checks every completion against the target's region
+//     pattern; the first and last byte of each destination are poisoned before the read.
+#include <algorithm>
+#include <cstring>
+#include <span>
+#include <thread>
+
+#include "tools/bench/internal.h"
+#include "tools/bench/pattern.h"
+
+namespace ferry::bench::internal {
+namespace {
+
+uint8_t Tag(uint64_t seq) { return static_cast<uint8_t>(1 + seq % 251); }
+uint8_t LoadByte(const uint8_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+
+struct Ctx {
+  Side& side;
+  const Phase& p;
+  const BenchConfig& c;
+  uint8_t owner;
+  const Geometry& g() const { return p.g; }
+};
+
+uint8_t* Base(Stream& s) { return s.memory.get(); }
+std::string StreamName(const Stream& s) { return "stream " + std::to_string(s.index); }
+
+Status Post(Ctx& x, Stream& s, std::span<const Op> ops) {
+  Status st = x.side.transport->Post(ops);
+  if (!st.ok()) return st.Annotate(StreamName(s) + ": post");
+  s.outstanding += ops.size();
+  return Status::Ok();
+}
+
+// ---- payloads -------------------------------------------------------------------------------
+
+void BuildSegments(Ctx& x, Stream& s, uint64_t seq) {
+  const uint64_t slot = seq % x.g().slots;
+  std::vector<Segment>& segs = s.segs[slot];
+  segs.resize(x.c.rows);
+  for (uint64_t k = 0; k < x.c.rows; ++k) {
+    segs[k].local_offset = s.src + slot * x.g().size + k * x.c.row_size;
+    segs[k].remote_offset = s.target + RowOffset(x.c, x.p, s, seq, k);
+    segs[k].length = x.c.row_size;
+  }
+}
+
+void FillOutgoing(Ctx& x, Stream& s, uint64_t seq, uint64_t seed) {
+  const uint64_t slot = seq % x.g().slots;
+  uint8_t* dst = Base(s) + s.src + slot * x.g().size;
+  if (x.c.verify) FillPattern(dst, x.g().size, seed);
+  if (x.g().tags) {
+    if (IsSparse(x.c.op)) {
+      for (uint64_t k = 0; k < x.c.rows; ++k) dst[k * x.c.row_size + x.c.row_size - 1] = Tag(seq);
+    } else {
+      dst[x.g().size - 1] = Tag(seq);
+    }
+  }
+  if (IsSparse(x.c.op)) BuildSegments(x, s, seq);
+}
+
+// Before a read: the first and last byte of each destination range get the complement of what
+// the read must bring, so a read that moved nothing cannot pass the check.
+void PoisonRead(Ctx& x, Stream& s, uint64_t seq) {
+  const uint64_t slot = seq % x.g().slots;
+  uint8_t* dst = Base(s) + s.src + slot * x.g().size;
+  const uint64_t seed = RegionSeed(x.c, s, x.p);
+  if (IsSparse(x.c.op)) {
+    BuildSegments(x, s, seq);
+    if (!x.c.verify) return;
+    for (uint64_t k = 0; k < x.c.rows; ++k) {
+      const uint64_t off = RowOffset(x.c, x.p, s, seq, k);
+      uint8_t* row = dst + k * x.c.row_size;
+      row[0] = static_cast<uint8_t>(~PatternByte(seed, off));
+      row[x.c.row_size - 1] = static_cast<uint8_t>(~PatternByte(seed, off + x.c.row_size - 1));
+    }
+  } else if (x.c.verify) {
+    const uint64_t off = slot * x.g().size;
+    dst[0] = static_cast<uint8_t>(~PatternByte(seed, off));
+    dst[x.g().size - 1] = static_cast<uint8_t>(~PatternByte(seed, off + x.g().size - 1));
+  }
+}
+
+Status CheckRead(Ctx& x, Stream& s, uint64_t slot) {
+  if (!x.c.verify) return Status::Ok();
+  const uint8_t* dst = Base(s) + s.src + slot * x.g().size;
+  const uint64_t seed = RegionSeed(x.c, s, x.p);
+  if (!IsSparse(x.c.op)) {
+    return CheckPattern(dst, x.g().size, seed, slot * x.g().size,
+                        StreamName(s) + " read into slot " + std::to_string(slot));
+  }
+  for (uint64_t k = 0; k < x.c.rows; ++k) {
+    const uint64_t off = s.segs[slot][k].remote_offset - s.target;
+    FERRY_RETURN_IF_ERROR(CheckPattern(dst + k * x.c.row_size, x.c.row_size, seed, off,
+                                       StreamName(s) + " sparse read row " + std::to_string(k) +
+                                           " (remote offset " + std::to_string(off) + ")"));
+  }
+  return Status::Ok();
+}
+
+// True when the payload of op `seq` (written by the peer into my target area) matches; with
+// tags the last byte of each row is the tag and the rest the pattern.
+bool IncomingMatches(Ctx& x, Stream& s, uint64_t seq, uint64_t seed) {
+  const uint8_t* area = Base(s) + s.target;
+  const uint64_t tag_bytes = x.g().tags ? 1 : 0;
+  if (!IsSparse(x.c.op)) {
+    const uint8_t* d = area + (seq % x.g().slots) * x.g().size;
+    if (tag_bytes && LoadByte(d + x.g().size - 1) != Tag(seq)) return false;
+    return MatchesPattern(d, x.g().size - tag_bytes, seed, 0);
+  }
+  for (uint64_t k = 0; k < x.c.rows; ++k) {
+    const uint8_t* row = area + RowOffset(x.c, x.p, s, seq, k);
+    if (tag_bytes && LoadByte(row + x.c.row_size - 1) != Tag(seq)) return false;
+    if (!MatchesPattern(row, x.c.row_size - tag_bytes, seed, k * x.c.row_size)) return false;
+  }
+  return true;
+}
+
+// The detailed error for a payload that does not match.
+Status IncomingError(Ctx& x, Stream& s, uint64_t seq, uint64_t seed) {
+  const uint8_t* area = Base(s) + s.target;
+  const uint64_t tag_bytes = x.g().tags ? 1 : 0;
+  const std::string what = StreamName(s) + " op " + std::to_string(seq);
+  auto check_tag = [&](const uint8_t* last, const std::string& where) -> Status {
+    if (!tag_bytes || LoadByte(last) == Tag(seq)) return Status::Ok();
+    return Status(Code::kProtocol, "verification failed: " + where + ": last byte is " +
+                                       std::to_string(LoadByte(last)) + ", expected tag " +
+                                       std::to_string(Tag(seq)));
+  };
+  if (!IsSparse(x.c.op)) {
+    const uint8_t* d = area + (seq % x.g().slots) * x.g().size;
+    FERRY_RETURN_IF_ERROR(check_tag(d + x.g().size - 1, what));
+    return CheckPattern(d, x.g().size - tag_bytes, seed, 0, what);
+  }
+  for (uint64_t k = 0; k < x.c.rows; ++k) {
+    const uint64_t off = RowOffset(x.c, x.p, s, seq, k);
+    const uint8_t* row = area + off;
+    const std::string where = what + " row " + std::to_string(k) + " (offset " +
+                              std::to_string(off) + ")";
+    FERRY_RETURN_IF_ERROR(check_tag(row + x.c.row_size - 1, where));
+    FERRY_RETURN_IF_ERROR(
+        CheckPattern(row, x.c.row_size - tag_bytes, seed, k * x.c.row_size, where));
+  }
+  return Status::Ok();
+}
+
+// ---- completions ----------------------------------------------------------------------------
+
+Status PostCreditRecv(Ctx& x, Stream& s, uint32_t b) {
+  Op op;
+  op.type = OpType::kRecv;
+  op.ep = s.ep.get();
+  op.context = MakeContext(x.owner, Kind::kCreditRecv, s.index, b);
+  op.local = s.mr.get();
+  op.local_offset = s.credit_rx + b * kCreditBufSize;
+  op.length = kCreditBufSize;
+  return Post(x, s, std::span<const Op>(&op, 1));
+}
+
+Status PostDataRecv(Ctx& x, Stream& s, uint64_t slot, uint8_t owner) {
+  Op op;
+  op.type = OpType::kRecv;
+  op.ep = s.ep.get();
+  op.context = MakeContext(owner, Kind::kRecv, s.index, static_cast<uint32_t>(slot));
+  op.local = s.mr.get();
+  op.local_offset = s.target + slot * x.g().size;
+  op.length = x.g().size;
+  return Post(x, s, std::span<const Op>(&op, 1));
+}
+
+// Target: report the checked count once half the slots have been checked since the last report.
+Status MaybeSendCredit(Ctx& x, Stream& s) {
+  if (!x.g().credits || s.verified - s.credit_sent < std::max<uint64_t>(1, x.g().slots / 2)) {
+    return Status::Ok();
+  }
+  for (uint32_t b = 0; b < kCreditBuffers; ++b) {
+    if (s.credit_tx_busy & (1u << b)) continue;
+    uint8_t* buf = Base(s) + s.credit_tx + b * kCreditBufSize;
+    const uint64_t words[2] = {kCreditMagic, s.verified};
+    std::memcpy(buf, words, sizeof words);
+    Op op;
+    op.type = OpType::kSend;
+    op.ep = s.ep.get();
+    op.context = MakeContext(x.owner, Kind::kCreditSend, s.index, b);
+    op.local = s.mr.get();
+    op.local_offset = s.credit_tx + b * kCreditBufSize;
+    op.length = sizeof words;
+    FERRY_RETURN_IF_ERROR(Post(x, s, std::span<const Op>(&op, 1)));
+    s.credit_tx_busy |= 1u << b;
+    s.credit_sent = s.verified;
+    return Status::Ok();
+  }
+  return Status::Ok();  // all buffers in flight: retried on the next loop turn
+}
+
+// Target side of a bandwidth stream: one arrival (receive or notification) of op `seq`.
+Status OnBandwidthArrival(Ctx& x, Stream& s, uint64_t seq, uint32_t slot) {
+  const uint64_t want_slot = seq % x.g().slots;
+  if (x.c.op == BenchOp::kSend) {
+    if (slot != want_slot) {
+      return ProtocolError(StreamName(s) + ": message " + std::to_string(seq) +
+                           " landed in receive slot " + std::to_string(slot) + ", expected " +
+                           std::to_string(want_slot) + " (receives completed out of order)");
+    }
+    if (s.last_recv_bytes != x.g().size) {
+      return ProtocolError(StreamName(s) + ": message " + std::to_string(seq) + " has " +
+                           std::to_string(s.last_recv_bytes) + " bytes, expected " +
+                           std::to_string(x.g().size));
+    }
+  }
+  if (x.c.verify) {
+    const uint64_t seed = RequestSeed(x.c, s, x.p, seq);
+    if (!IncomingMatches(x, s, seq, seed)) return IncomingError(x, s, seq, seed);
+  }
+  if (x.c.op == BenchOp::kSend) FERRY_RETURN_IF_ERROR(PostDataRecv(x, s, want_slot, x.owner));
+  ++s.verified;
+  return MaybeSendCredit(x, s);
+}
+
+Status OnCompletion(Ctx& x, Completion& comp) {
+  const Kind kind = ContextKind(comp.context);
+  const uint32_t index = ContextStream(comp.context);
+  const uint32_t slot = ContextSlot(comp.context);
+  if (index >= x.side.streams.size()) {
+    return Internal("completion for unknown stream " + std::to_string(index));
+  }
+  Stream& s = *x.side.streams[index];
+  if (kind != Kind::kNotify && s.outstanding > 0) --s.outstanding;
+  if (!comp.ok()) {
+    return Status(comp.code, StreamName(s) + ": " + std::string(OpTypeName(comp.type)) +
+                                 " failed: " + comp.error);
+  }
+  const bool bw = x.c.mode == Mode::kBandwidth;
+  switch (kind) {
+    case Kind::kData: {
+      if (slot < s.slot_busy.size()) s.slot_busy[slot] = 0;
+      const uint64_t idx = s.completed++;
+      if (bw) {
+        const uint64_t now = NowNs();
+        if (idx + 1 == x.c.warmup) {
+          s.meter.Start(now);
+        } else if (idx >= x.c.warmup) {
+          s.meter.Complete(now, x.g().size, IsSparse(x.c.op) ? x.c.rows : 0);
+        }
+        if (IsRead(x.c.op)) return CheckRead(x, s, slot);
+      }
+      return Status::Ok();
+    }
+    case Kind::kRecv: {
+      const uint64_t seq = s.arrivals++;
+      s.last_recv_bytes = comp.bytes;
+      return bw ? OnBandwidthArrival(x, s, seq, slot) : Status::Ok();
+    }
+    case Kind::kNotify: {
+      const uint64_t seq = s.arrivals++;
+      if (comp.imm != static_cast<uint32_t>(seq)) {
+        return ProtocolError(StreamName(s) + ": notification " + std::to_string(seq) +
+                             " carries immediate " + std::to_string(comp.imm));
+      }
+      return bw ? OnBandwidthArrival(x, s, seq, slot) : Status::Ok();
+    }
+    case Kind::kCreditRecv: {
+      uint64_t words[2];
+      std::memcpy(words, Base(s) + s.credit_rx + slot * kCreditBufSize, sizeof words);
+      if (comp.bytes != sizeof words || words[0] != kCreditMagic || words[1] < s.granted ||
+          words[1] > s.posted) {
+        return ProtocolError(StreamName(s) + ": malformed credit message");
+      }
+      s.granted = words[1];
+      return PostCreditRecv(x, s, slot);
+    }
+    case Kind::kCreditSend:
+      s.credit_tx_busy &= ~(1u << slot);
+      return Status::Ok();
+    case Kind::kControl:
+      break;
+  }
+  return Internal("unexpected completion kind on a worker");
+}
+
+size_t PollOnce(Ctx& x, Status* error) {
+  return x.side.router.Poll(x.owner, [&](Completion& c) {
+    Status s = OnCompletion(x, c);
+    if (!s.ok() && error->ok()) *error = s;
+  });
+}
+
+// Polls until `done()` or the timeout (no hang on a silent peer).
+template <typename Pred>
+Status WaitFor(Ctx& x, Pred done, const std::string& what) {
+  const uint64_t deadline = NowNs() + x.c.timeout_ms * 1000000ull;
+  Status error;
+  while (!done()) {
+    PollOnce(x, &error);
+    if (!error.ok()) return error;
+    if (x.side.abort.load(std::memory_order_relaxed)) return Cancelled("aborted");
+    if (NowNs() > deadline) {
+      return Timeout("no progress for " + std::to_string(x.c.timeout_ms) + " ms waiting for " +
+                     what);
+    }
+  }
+  return Status::Ok();
+}
+
+Op MakeDataOp(Ctx& x, Stream& s, uint64_t seq) {
+  const uint64_t slot = seq % x.g().slots;
+  Op op;
+  op.ep = s.ep.get();
+  op.context = MakeContext(x.owner, Kind::kData, s.index, static_cast<uint32_t>(slot));
+  op.local = s.mr.get();
+  op.local_offset = s.src + slot * x.g().size;
+  op.length = x.g().size;
+  op.remote = s.rkey.get();
+  op.remote_offset = s.target + slot * x.g().size;
+  if (x.g().notify) {
+    op.flags = kOpNotify;
+    op.imm = static_cast<uint32_t>(seq);
+  }
+  switch (x.c.op) {
+    case BenchOp::kSend: op.type = OpType::kSend; op.remote = nullptr; break;
+    case BenchOp::kWrite:
+    case BenchOp::kWriteImm: op.type = OpType::kWrite; break;
+    case BenchOp::kRead: op.type = OpType::kRead; break;
+    case BenchOp::kSparseWrite:
+    case BenchOp::kSparseRead:
+      op.type = x.c.op == BenchOp::kSparseWrite ? OpType::kSparseWrite : OpType::kSparseRead;
+      op.segments = s.segs[slot].data();
+      op.num_segments = s.segs[slot].size();
+      op.length = 0;
+      op.local_offset = 0;
+      op.remote_offset = 0;
+      break;
+  }
+  return op;
+}
+
+// Has the peer's op `seq` arrived in my target area (latency)?
+bool Arrived(Ctx& x, Stream& s, uint64_t seq) {
+  if (x.c.op == BenchOp::kSend || x.g().notify) return s.arrivals > seq;
+  const uint8_t* area = Base(s) + s.target;
+  if (!IsSparse(x.c.op)) {
+    return LoadByte(area + (seq % 2) * x.g().size + x.g().size - 1) == Tag(seq);
+  }
+  for (uint64_t k = 0; k < x.c.rows; ++k) {
+    if (LoadByte(area + RowOffset(x.c, x.p, s, seq, k) + x.c.row_size - 1) != Tag(seq)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Checks the peer's op `seq` in my target area. Data behind a tag may trail it on backends that
+// place bytes out of order, so a mismatch is retried until the timeout.
+Status CheckIncoming(Ctx& x, Stream& s, uint64_t seq, uint64_t seed) {
+  if (!x.c.verify) return Status::Ok();
+  if (x.c.op == BenchOp::kSend && s.last_recv_bytes != x.g().size) {
+    return ProtocolError(StreamName(s) + ": message " + std::to_string(seq) + " has " +
+                         std::to_string(s.last_recv_bytes) + " bytes, expected " +
+                         std::to_string(x.g().size));
+  }
+  if (IncomingMatches(x, s, seq, seed)) return Status::Ok();
+  if (x.g().tags) {
+    Status st = WaitFor(x, [&] { return IncomingMatches(x, s, seq, seed); },
+                        "the payload of op " + std::to_string(seq));
+    if (st.ok()) return st;
+    if (st.code() != Code::kTimeout) return st;
+  }
+  return IncomingError(x, s, seq, seed);
+}
+
+// ---- latency --------------------------------------------------------------------------------
+
+Status LatencyInitiator(Ctx& x, Stream& s) {
+  const bool read = IsRead(x.c.op);
+  const uint64_t duration_ns = static_cast<uint64_t>(x.c.duration_s * 1e9);
+  uint64_t measure_start = NowNs();
+  for (uint64_t i = 0;; ++i) {
+    if (i == x.c.warmup) measure_start = NowNs();
+    if (duration_ns > 0) {
+      if (i >= x.c.warmup && NowNs() - measure_start >= duration_ns) break;
+    } else if (i == x.c.warmup + x.c.iters) {
+      break;
+    }
+    if (x.side.abort.load(std::memory_order_relaxed)) return Cancelled("aborted");
+    if (read) {
+      PoisonRead(x, s, i);
+    } else {
+      FillOutgoing(x, s, i, RequestSeed(x.c, s, x.p, i));
+      if (x.c.op == BenchOp::kSend) FERRY_RETURN_IF_ERROR(PostDataRecv(x, s, i % 2, x.owner));
+    }
+    const Op op = MakeDataOp(x, s, i);
+    const uint64_t t0 = NowNs();
+    FERRY_RETURN_IF_ERROR(Post(x, s, std::span<const Op>(&op, 1)));
+    ++s.posted;
+    FERRY_RETURN_IF_ERROR(WaitFor(
+        x, [&] { return s.completed > i && (read || Arrived(x, s, i)); },
+        StreamName(s) + (read ? " read " : " reply ") + std::to_string(i)));
+    const uint64_t t1 = NowNs();
+    if (i >= x.c.warmup) {
+      s.samples.push_back(static_cast<double>(t1 - t0) / (read ? 1e3 : 2e3));
+    }
+    if (read) {
+      FERRY_RETURN_IF_ERROR(CheckRead(x, s, i % 2));
+    } else {
+      FERRY_RETURN_IF_ERROR(CheckIncoming(x, s, i, ReplySeed(x.c, s, x.p, i)));
+    }
+  }
+  return Status::Ok();
+}
+
+Status LatencyResponder(Ctx& x, Worker& w) {
+  const bool read = IsRead(x.c.op);
+  uint64_t last_progress = NowNs();
+  uint64_t turns = 0;
+  Status error;
+  for (;;) {
+    bool all_done = true;
+    for (Stream* sp : w.streams) {
+      Stream& s = *sp;
+      if (s.finished) continue;
+      all_done = false;
+      const uint64_t expected = s.expected.load(std::memory_order_acquire);
+      if (read) {
+        s.finished = expected != UINT64_MAX;
+        continue;
+      }
+      if (s.handled < expected && Arrived(x, s, s.handled)) {
+        const uint64_t i = s.handled;
+        if (x.c.op == BenchOp::kSend) {
+          FERRY_RETURN_IF_ERROR(PostDataRecv(x, s, (i + 1) % 2, x.owner));
+        }
+        const Op op = MakeDataOp(x, s, i);  // reply i, prefilled
+        FERRY_RETURN_IF_ERROR(Post(x, s, std::span<const Op>(&op, 1)));
+        ++s.posted;
+        FERRY_RETURN_IF_ERROR(CheckIncoming(x, s, i, RequestSeed(x.c, s, x.p, i)));
+        s.handled = i + 1;
+        // Reply i+1 reuses the slot of reply i-1: wait for it, then prefill.
+        FERRY_RETURN_IF_ERROR(WaitFor(x, [&] { return s.completed >= i; },
+                                      StreamName(s) + " reply completion"));
+        FillOutgoing(x, s, i + 1, ReplySeed(x.c, s, x.p, i + 1));
+        last_progress = NowNs();
+      }
+      if (expected != UINT64_MAX) {
+        if (s.handled > expected) {
+          return ProtocolError(StreamName(s) + ": answered " + std::to_string(s.handled) +
+                               " requests but the peer reports " + std::to_string(expected));
+        }
+        if (s.handled == expected) {
+          FERRY_RETURN_IF_ERROR(WaitFor(x, [&] { return s.completed == s.posted; },
+                                        StreamName(s) + " final reply completion"));
+          s.finished = true;
+        }
+      }
+    }
+    if (all_done) return Status::Ok();
+    if (PollOnce(x, &error) > 0) last_progress = NowNs();
+    if (!error.ok()) return error;
+    if (x.side.abort.load(std::memory_order_relaxed)) return Cancelled("aborted");
+    if (read) {
+      // Passive target of one-sided reads: nothing to observe but endpoint health.
+      if (++turns % 1024 == 0) FERRY_RETURN_IF_ERROR(EndpointsHealthy(x.side));
+    } else if (NowNs() - last_progress > x.c.timeout_ms * 1000000ull) {
+      return Timeout("no request from the peer for " + std::to_string(x.c.timeout_ms) + " ms");
+    }
+  }
+}
+
+// ---- bandwidth ------------------------------------------------------------------------------
+
+// Target: after the peer's count is known, check what a final-check op left in each slot.
+Status FinalCheck(Ctx& x, Stream& s, uint64_t count) {
+  if (!x.c.verify || IsRead(x.c.op) || x.g().credits) return Status::Ok();
+  const uint64_t slots = x.g().slots;
+  for (uint64_t j = 0; j < std::min(slots, count); ++j) {
+    const uint64_t seq = j + slots * ((count - 1 - j) / slots);  // the last op in slot j
+    const uint64_t seed = RequestSeed(x.c, s, x.p, seq);
+    if (IncomingMatches(x, s, seq, seed)) continue;
+    Status st = WaitFor(x, [&] { return IncomingMatches(x, s, seq, seed); },
+                        "the final content of slot " + std::to_string(j));
+    if (!st.ok() && st.code() != Code::kTimeout) return st;
+    if (!st.ok()) return IncomingError(x, s, seq, seed);
+  }
+  return Status::Ok();
+}
+
+Status BandwidthInitiatorStep(Ctx& x, Stream& s, uint64_t duration_ns, bool* progressed) {
+  const Geometry& g = x.g();
+  if (!s.stop_posting) {
+    if (duration_ns > 0) {
+      s.stop_posting = s.completed >= x.c.warmup && s.meter.start_ns() != 0 &&
+                       NowNs() - s.meter.start_ns() >= duration_ns;
+    } else {
+      s.stop_posting = s.posted >= x.c.warmup + x.c.iters;
+    }
+  }
+  Op batch[64];
+  size_t n = 0;
+  while (!s.stop_posting && n < 64 && s.posted - s.completed < g.depth &&
+         (!g.credits || s.posted < s.granted + g.slots) && !s.slot_busy[s.posted % g.slots]) {
+    const uint64_t seq = s.posted;
+    if (IsRead(x.c.op)) {
+      PoisonRead(x, s, seq);
+    } else {
+      FillOutgoing(x, s, seq, RequestSeed(x.c, s, x.p, seq));
+    }
+    batch[n++] = MakeDataOp(x, s, seq);
+    s.slot_busy[seq % g.slots] = 1;
+    ++s.posted;
+    if (duration_ns == 0 && s.posted >= x.c.warmup + x.c.iters) s.stop_posting = true;
+  }
+  if (n > 0) {
+    FERRY_RETURN_IF_ERROR(Post(x, s, std::span<const Op>(batch, n)));
+    *progressed = true;
+  }
+  if (s.stop_posting && s.completed == s.posted) {
+    s.finished = true;
+    x.side.initiators_done.fetch_add(1, std::memory_order_acq_rel);
+  }
+  return Status::Ok();
+}
+
+Status BandwidthTargetStep(Ctx& x, Stream& s) {
+  FERRY_RETURN_IF_ERROR(MaybeSendCredit(x, s));
+  const uint64_t expected = s.expected.load(std::memory_order_acquire);
+  if (expected == UINT64_MAX) return Status::Ok();
+  const bool per_op = x.c.op == BenchOp::kSend || x.g().notify;
+  if (per_op) {
+    if (s.verified > expected) {
+      return ProtocolError(StreamName(s) + ": received " + std::to_string(s.verified) +
+                           " ops but the peer reports " + std::to_string(expected));
+    }
+    if (s.verified < expected) return Status::Ok();
+  } else {
+    FERRY_RETURN_IF_ERROR(FinalCheck(x, s, expected));
+  }
+  s.finished = true;
+  return Status::Ok();
+}
+
+Status BandwidthWorker(Ctx& x, Worker& w) {
+  const uint64_t duration_ns = static_cast<uint64_t>(x.c.duration_s * 1e9);
+  const uint64_t now = NowNs();
+  for (Stream* s : w.streams) {
+    if (s->initiator && x.c.warmup == 0) s->meter.Start(now);
+  }
+  // A worker that only serves one-sided ops it cannot observe (reads; writes checked at the
+  // end) sees no completions for the whole phase: it watches endpoint health instead.
+  bool passive = true;
+  for (Stream* s : w.streams) passive = passive && !s->initiator && !x.g().credits;
+  uint64_t last_progress = now;
+  uint64_t turns = 0;
+  Status error;
+  for (;;) {
+    bool all_done = true;
+    bool progressed = false;
+    for (Stream* sp : w.streams) {
+      Stream& s = *sp;
+      if (s.finished) continue;
+      if (s.initiator) {
+        FERRY_RETURN_IF_ERROR(BandwidthInitiatorStep(x, s, duration_ns, &progressed));
+      } else {
+        FERRY_RETURN_IF_ERROR(BandwidthTargetStep(x, s));
+      }
+      all_done = all_done && s.finished;
+    }
+    if (all_done) return Status::Ok();
+    if (PollOnce(x, &error) > 0) progressed = true;
+    if (!error.ok()) return error;
+    if (x.side.abort.load(std::memory_order_relaxed)) return Cancelled("aborted");
+    if (passive) {
+      if (++turns % 1024 == 0) FERRY_RETURN_IF_ERROR(EndpointsHealthy(x.side));
+      continue;
+    }
+    const uint64_t t = NowNs();
+    if (progressed) {
+      last_progress = t;
+    } else if (t - last_progress > x.c.timeout_ms * 1000000ull) {
+      return Timeout("bandwidth phase made no progress for " + std::to_string(x.c.timeout_ms) +
+                     " ms");
+    }
+  }
+}
+
+}  // namespace
+
+void ResetPhase(Stream& s, const Phase& p) {
+  s.posted = s.completed = s.arrivals = s.verified = s.granted = s.credit_sent = 0;
+  s.credit_tx_busy = 0;
+  s.handled = 0;
+  s.stop_posting = s.finished = false;
+  s.last_recv_bytes = 0;
+  s.slot_busy.assign(p.g.slots, 0);
+  s.segs.assign(p.g.slots, {});
+  s.expected.store(UINT64_MAX);
+  s.meter = BandwidthMeter();
+  s.samples.clear();
+  s.error = Status::Ok();
+}
+
+Status PreparePhase(Side& side, Stream& s, const Phase& p) {
+  Ctx x{side, p, side.config, s.owner};
+  const Geometry& g = p.g;
+  const BenchConfig& c = side.config;
+  ResetPhase(s, p);
+  const uint64_t used_target = IsSparse(c.op) ? c.region_size : g.slots * g.size;
+  uint8_t* target = Base(s) + s.target;
+  if (!c.verify) {
+    // Unchecked runs still move defined bytes; fill once instead of per op.
+    FillPattern(Base(s) + s.src, g.slots * g.size, RequestSeed(c, s, p, 0));
+  }
+  if (g.tags) std::memset(target, 0, used_target);
+  const bool target_role = c.mode == Mode::kLatency ? !side.client : !s.initiator;
+  if (IsRead(c.op) && target_role) FillPattern(target, used_target, RegionSeed(c, s, p), 0);
+  if (c.mode == Mode::kLatency) {
+    if (target_role && !IsRead(c.op)) {
+      FillOutgoing(x, s, 0, ReplySeed(c, s, p, 0));  // reply 0
+      if (c.op == BenchOp::kSend) FERRY_RETURN_IF_ERROR(PostDataRecv(x, s, 0, s.owner));
+    }
+    return Status::Ok();
+  }
+  if (s.initiator && g.credits) {
+    for (uint32_t b = 0; b < kCreditBuffers; ++b) FERRY_RETURN_IF_ERROR(PostCreditRecv(x, s, b));
+  }
+  if (!s.initiator && c.op == BenchOp::kSend) {
+    for (uint64_t slot = 0; slot < g.slots; ++slot) {
+      FERRY_RETURN_IF_ERROR(PostDataRecv(x, s, slot, s.owner));
+    }
+  }
+  return Status::Ok();
+}
+
+Status RunWorker(Side& side, Worker& w, const Phase& p) {
+  Ctx x{side, p, side.config, w.owner};
+  Status st;
+  if (side.config.mode == Mode::kLatency) {
+    if (side.client) {
+      for (Stream* s : w.streams) {
+        st = LatencyInitiator(x, *s);
+        if (!st.ok()) break;
+        side.initiators_done.fetch_add(1, std::memory_order_acq_rel);
+      }
+    } else {
+      st = LatencyResponder(x, w);
+    }
+  } else {
+    st = BandwidthWorker(x, w);
+  }
+  if (!st.ok() && st.code() != Code::kCancelled) side.Fail(st);
+  w.status = st;
+  return st;
+}
+
+}  // namespace ferry::bench::internal

@@ -1,0 +1,345 @@
+// tcp receive side: the per-connection state machine that reads frame headers into a small
+// control buffer, validates them, and readv()s payloads straight into their destination (a
+// posted receive, the target region at each segment, or the initiator's local segments).
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <cerrno>
+#include <cstring>
+#include <limits>
+
+#include "transport/tcp/tcp.h"
+
+namespace ferry::tcp {
+
+// ---- Receive side --------------------------------------------------------------------------
+
+void TcpTransport::SetDiscard(Conn& c, uint64_t n) {
+  if (c.scratch.empty()) c.scratch.resize(kScratchSize);
+  c.rx.dst.SetDiscard(c.scratch.data(), n);
+}
+
+void TcpTransport::ReadData(Conn& c) {
+  Rx& rx = c.rx;
+  bool drained = false;  // a short read: the socket is empty, do not ask again this round
+  // A peer that streams faster than we consume must not starve other connections and timers:
+  // after this many reads, return; level-triggered epoll reports the socket again.
+  int budget = 64;
+  // Returns false when reading must stop (EAGAIN, EOF or error; the latter two fail c).
+  auto check = [&](ssize_t n) {
+    if (n > 0) {
+      c.last_rx = Clock::now();
+      return true;
+    }
+    if (n == 0) {
+      Fail(c, PeerFailure("peer closed the connection (" + c.peer_address + ")"));
+    } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      const int err = errno;
+      Fail(c, err == ECONNRESET ? PeerFailure("peer closed the connection (" + c.peer_address +
+                                              ": connection reset)")
+                                : IoError("tcp receive from " + c.peer_address, err));
+    }
+    return false;
+  };
+  while (c.state == Conn::State::kOpen) {
+    if (rx.phase == Rx::Phase::kHeader) {
+      const size_t avail = rx.ctrl_end - rx.ctrl_begin;
+      if (avail >= kHeaderSize) {
+        rx.hdr = DecodeHeader(rx.ctrl + rx.ctrl_begin);
+        rx.ctrl_begin += kHeaderSize;
+        if (!OnHeader(c)) break;
+        continue;
+      }
+      if (drained || --budget < 0) break;
+      if (rx.ctrl_begin > 0) {
+        std::memmove(rx.ctrl, rx.ctrl + rx.ctrl_begin, avail);
+        rx.ctrl_begin = 0;
+        rx.ctrl_end = avail;
+      }
+      const size_t want = kCtrlSize - rx.ctrl_end;
+      const ssize_t n = recv(c.fd, rx.ctrl + rx.ctrl_end, want, 0);
+      if (!check(n)) break;
+      rx.ctrl_end += static_cast<size_t>(n);
+      drained = static_cast<size_t>(n) < want;
+      continue;
+    }
+    // kTable or kBody: first what the look-ahead already holds, then straight from the socket.
+    if (rx.dst.remaining > 0 && rx.ctrl_end > rx.ctrl_begin) {
+      const uint64_t take = std::min<uint64_t>(rx.ctrl_end - rx.ctrl_begin, rx.dst.remaining);
+      rx.dst.CopyIn(rx.ctrl + rx.ctrl_begin, take);
+      rx.ctrl_begin += take;
+    }
+    if (rx.dst.remaining > 0) {
+      if (drained || --budget < 0) break;
+      rx.ctrl_begin = rx.ctrl_end = 0;
+      uint64_t want = 0;
+      size_t n = rx.dst.Fill(c.iov, kMaxIov - 1, &want);
+      // Append the look-ahead only when these iovecs end the frame: then whatever follows is
+      // the next header.
+      const bool tail = want == rx.dst.remaining;
+      if (tail) {
+        c.iov[n++] = {rx.ctrl, kCtrlSize};
+        want += kCtrlSize;
+      }
+      const ssize_t got = readv(c.fd, c.iov, static_cast<int>(n));
+      if (!check(got)) break;
+      const uint64_t body = std::min<uint64_t>(static_cast<uint64_t>(got), rx.dst.remaining);
+      rx.dst.Advance(body);
+      rx.ctrl_end = static_cast<size_t>(static_cast<uint64_t>(got) - body);
+      drained = static_cast<uint64_t>(got) < want;
+      if (rx.dst.remaining > 0) continue;
+    }
+    if (!OnBodyDone(c)) break;
+  }
+  if (c.state == Conn::State::kOpen && !c.tx.empty() && !c.want_out) FlushTx(c);
+}
+
+bool TcpTransport::StartMessage(Conn& c) {
+  Rx& rx = c.rx;
+  const uint64_t len = rx.hdr.length;
+  rx.phase = Rx::Phase::kBody;
+  if (!c.recvs.empty() || !shared_recvs_.empty()) {
+    rx.recv = !c.recvs.empty() ? c.recvs.pop() : shared_recvs_.pop();
+    rx.has_recv = true;
+    rx.recv_too_small = len > rx.recv.capacity;
+    if (rx.recv_too_small) {
+      SetDiscard(c, len);
+    } else {
+      rx.dst.SetContig(rx.recv.dst, len);
+    }
+    return true;
+  }
+  if (c.unexpected_bytes + len > params_.unexpected_limit) {
+    Fail(c, ResourceExhausted("peer " + c.peer_address + " sent " +
+                              std::to_string(c.unexpected_bytes + len) +
+                              " bytes of messages with no receive posted (limit " +
+                              std::to_string(params_.unexpected_limit) +
+                              " per endpoint, parameter max_unexpected_bytes); post receives "
+                              "before the peer sends"));
+    return false;
+  }
+  rx.unexpected = true;
+  rx.unexpected_buf.resize(len);
+  rx.dst.SetContig(rx.unexpected_buf.data(), len);
+  return true;
+}
+
+bool TcpTransport::OnHeader(Conn& c) {
+  Rx& rx = c.rx;
+  const FrameHeader& h = rx.hdr;
+  Status s = ValidateHeader(h, limits_);
+  if (!s.ok()) {
+    Fail(c, s.Annotate("from " + c.peer_address));
+    return false;
+  }
+  RegionEntry* e = nullptr;
+  switch (h.kind) {
+    case FrameKind::kHeartbeat:
+      return true;
+    case FrameKind::kMessage:
+      return StartMessage(c);
+    case FrameKind::kWrite:
+      rx.verdict = CheckTarget(h.key, kAccessRemoteWrite, &e);
+      if (rx.verdict.ok()) {
+        rx.verdict = CheckRemoteAccess(e->size, e->access, h.arg, h.length, kAccessRemoteWrite);
+      }
+      if (rx.verdict.ok()) {
+        rx.dst.SetContig(e->base + h.arg, h.length);
+        rx.region_key = h.key;
+      } else {
+        SetDiscard(c, h.length);  // refused: the payload is drained, not a byte lands
+      }
+      rx.phase = Rx::Phase::kBody;
+      return true;
+    case FrameKind::kRead: {
+      Status v = CheckTarget(h.key, kAccessRemoteRead, &e);
+      if (v.ok()) v = CheckRemoteAccess(e->size, e->access, h.arg, h.length, kAccessRemoteRead);
+      if (!v.ok()) {
+        QueueResponse(c, h.req_id, v);
+        return true;
+      }
+      FrameHeader r;
+      r.kind = FrameKind::kReadResponse;
+      r.req_id = h.req_id;
+      r.length = h.length;
+      TxItem& item = PushFrame(c, r);
+      item.data.SetContig(e->base + h.arg, h.length);
+      item.pin_key = h.key;
+      ++e->pins;
+      return true;
+    }
+    case FrameKind::kSparseWrite:
+    case FrameKind::kSparseRead:
+      if (rx.table.size() != h.arg) rx.table.resize(h.arg);  // h.arg <= max_segments
+      rx.dst.SetContig(reinterpret_cast<uint8_t*>(rx.table.data()), h.arg * kWireSegmentSize);
+      rx.phase = Rx::Phase::kTable;
+      return true;
+    case FrameKind::kReadResponse:
+    case FrameKind::kResponse: {
+      if (c.pending.empty() || c.pending.front().req_id != h.req_id) {
+        Fail(c, ProtocolError(std::string(FrameKindName(h.kind)) + " for request " +
+                              std::to_string(h.req_id) + " from " + c.peer_address +
+                              " does not answer the oldest outstanding request"));
+        return false;
+      }
+      const PendingOp& p = c.pending.front();
+      const bool read = p.type == OpType::kRead || p.type == OpType::kSparseRead;
+      if (h.kind == FrameKind::kResponse) {
+        if (read && h.imm == 0) {
+          Fail(c, ProtocolError("empty success response to a read from " + c.peer_address));
+          return false;
+        }
+        rx.text.resize(h.length);
+        rx.dst.SetContig(reinterpret_cast<uint8_t*>(rx.text.data()), h.length);
+      } else {
+        if (!read || h.length != p.bytes) {
+          Fail(c, ProtocolError("read response of " + std::to_string(h.length) + " bytes from " +
+                                c.peer_address + " does not match request " +
+                                std::to_string(p.req_id)));
+          return false;
+        }
+        if (p.type == OpType::kRead) {
+          rx.dst.SetContig(p.local + p.local_offset, h.length);
+        } else {
+          rx.dst.SetSegments(p.local, p.segs, p.nsegs, false, h.length);
+        }
+      }
+      rx.phase = Rx::Phase::kBody;
+      return true;
+    }
+  }
+  Fail(c, ProtocolError("unknown frame kind from " + c.peer_address));
+  return false;
+}
+
+// The whole table is validated before a single payload byte is placed.
+bool TcpTransport::OnTable(Conn& c) {
+  Rx& rx = c.rx;
+  const FrameHeader& h = rx.hdr;
+  uint64_t total = 0;
+  for (const Segment& s : rx.table) {
+    if (s.length > std::numeric_limits<uint64_t>::max() - total) {
+      total = std::numeric_limits<uint64_t>::max();
+      break;
+    }
+    total += s.length;
+  }
+  if (total != h.length) {
+    Fail(c, ProtocolError(std::string(FrameKindName(h.kind)) + " from " + c.peer_address +
+                          ": segment lengths sum to " + std::to_string(total) +
+                          " but the header says " + std::to_string(h.length)));
+    return false;
+  }
+  const bool write = h.kind == FrameKind::kSparseWrite;
+  const uint32_t needed = write ? kAccessRemoteWrite : kAccessRemoteRead;
+  RegionEntry* e = nullptr;
+  rx.verdict = CheckTarget(h.key, needed, &e);
+  if (rx.verdict.ok() && (e->access & needed) != needed) {
+    rx.verdict = CheckRemoteAccess(e->size, e->access, 0, 0, needed);
+  }
+  for (size_t i = 0; rx.verdict.ok() && i < rx.table.size(); ++i) {
+    const Segment& s = rx.table[i];
+    Status v = CheckRemoteAccess(e->size, e->access, s.remote_offset, s.length, needed);
+    if (!v.ok()) rx.verdict = v.Annotate("segment " + std::to_string(i));
+  }
+  if (write) {
+    if (rx.verdict.ok()) {
+      rx.dst.SetSegments(e->base, rx.table.data(), rx.table.size(), true, total);
+      rx.region_key = h.key;
+    } else {
+      SetDiscard(c, total);
+    }
+    rx.phase = Rx::Phase::kBody;
+    return true;
+  }
+  rx.phase = Rx::Phase::kHeader;
+  if (!rx.verdict.ok()) {
+    QueueResponse(c, h.req_id, rx.verdict);
+    rx.verdict = Status::Ok();
+    return true;
+  }
+  FrameHeader r;
+  r.kind = FrameKind::kReadResponse;
+  r.req_id = h.req_id;
+  r.length = total;
+  TxItem& item = PushFrame(c, r);
+  // The response streams from the request's table; rx takes a recycled one for the next.
+  item.owned_table = std::move(rx.table);
+  rx.table = std::vector<Segment>();
+  if (!c.table_pool.empty()) {
+    rx.table = std::move(c.table_pool.back());
+    c.table_pool.pop_back();
+  }
+  item.data.SetSegments(e->base, item.owned_table.data(), item.owned_table.size(), true, total);
+  item.pin_key = h.key;
+  ++e->pins;
+  return true;
+}
+
+bool TcpTransport::OnBodyDone(Conn& c) {
+  Rx& rx = c.rx;
+  if (rx.phase == Rx::Phase::kTable) return OnTable(c);
+  const FrameHeader& h = rx.hdr;
+  rx.phase = Rx::Phase::kHeader;
+  switch (h.kind) {
+    case FrameKind::kMessage:
+      if (rx.has_recv) {
+        rx.has_recv = false;
+        if (rx.recv_too_small) {
+          Completion e = ErrorCompletion(
+              rx.recv.context, OpType::kRecv, c.handle,
+              OutOfRange("message of " + std::to_string(h.length) +
+                         " bytes does not fit the receive buffer of " +
+                         std::to_string(rx.recv.capacity) + " bytes; it was discarded"));
+          e.bytes = h.length;
+          Complete(std::move(e));
+        } else {
+          Complete(DoneCompletion(rx.recv.context, OpType::kRecv, c.handle, h.length));
+        }
+      } else if (rx.unexpected) {
+        rx.unexpected = false;
+        std::vector<uint8_t> msg = std::move(rx.unexpected_buf);
+        rx.unexpected_buf = std::vector<uint8_t>();
+        // A receive may have been posted while the message was arriving.
+        if (!c.recvs.empty()) {
+          DeliverUnexpected(c, msg, c.recvs.pop());
+        } else if (!shared_recvs_.empty()) {
+          DeliverUnexpected(c, msg, shared_recvs_.pop());
+        } else {
+          c.unexpected_bytes += msg.size();
+          c.unexpected.push_back(std::move(msg));
+        }
+      }
+      return true;
+    case FrameKind::kWrite:
+    case FrameKind::kSparseWrite:
+      if (rx.verdict.ok() && (h.flags & kFrameNotify)) {
+        Completion n = DoneCompletion(0, OpType::kNotify, c.handle, h.length);
+        n.imm = h.imm;
+        Complete(std::move(n));
+      }
+      QueueResponse(c, h.req_id, rx.verdict);
+      rx.verdict = Status::Ok();
+      rx.region_key = 0;
+      return true;
+    case FrameKind::kReadResponse: {
+      PendingOp p = c.pending.pop();
+      Complete(DoneCompletion(p.context, p.type, c.handle, p.bytes));
+      return true;
+    }
+    case FrameKind::kResponse: {
+      PendingOp p = c.pending.pop();
+      if (h.imm == 0) {
+        Complete(DoneCompletion(p.context, p.type, c.handle, p.bytes));
+      } else {
+        Complete(ErrorCompletion(p.context, p.type, c.handle,
+                                 Status(static_cast<Code>(h.imm), "target refused: " + rx.text)));
+      }
+      return true;
+    }
+    default:
+      return true;
+  }
+}
+
+}  // namespace ferry::tcp

@@ -1,0 +1,54 @@
+// Ring<T>: a growable FIFO that reuses its slots, so that steady-state queueing on the data path
+// never allocates (std::deque frees and reallocates blocks as it drains).
+//
+// Contract: not thread-safe (the transport's mutex guards every instance). Capacity only grows.
+// References returned by front()/back()/operator[] stay valid until the next push (which may grow
+// the buffer) or pop of that element.
+#pragma once
+
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+namespace ferry::tcp {
+
+template <typename T>
+class Ring {
+ public:
+  bool empty() const { return size_ == 0; }
+  size_t size() const { return size_; }
+  T& front() { return slots_[head_]; }
+  T& back() { return slots_[(head_ + size_ - 1) & (slots_.size() - 1)]; }
+  T& operator[](size_t i) { return slots_[(head_ + i) & (slots_.size() - 1)]; }
+
+  // Appends a default-constructed slot value (reused storage) and returns it for filling in.
+  T& push() {
+    if (size_ == slots_.size()) Grow();
+    T& slot = slots_[(head_ + size_) & (slots_.size() - 1)];
+    ++size_;
+    return slot;
+  }
+  void push(T value) { push() = std::move(value); }
+  // Moves the front element out and leaves a reset slot behind.
+  T pop() {
+    T out = std::move(slots_[head_]);
+    slots_[head_] = T();
+    head_ = (head_ + 1) & (slots_.size() - 1);
+    --size_;
+    return out;
+  }
+
+ private:
+  void Grow() {
+    std::vector<T> next(slots_.empty() ? 16 : slots_.size() * 2);
+    for (size_t i = 0; i < size_; ++i) next[i] = std::move((*this)[i]);
+    slots_ = std::move(next);
+    head_ = 0;
+  }
+
+  std::vector<T> slots_;  // size is 0 or a power of two
+  size_t head_ = 0;
+  size_t size_ = 0;
+};
+
+}  // namespace ferry::tcp

@@ -1,0 +1,302 @@
+// tcp send side: Post (validation, framing, matching receives against buffered messages) and
+// FlushTx, which gathers frames straight from registered memory with sendmsg().
+//
+// Steady state allocates nothing: queues are Rings, the iovec array lives in the Conn, and only
+// error texts, unexpected messages and first-time growth allocate.
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "transport/tcp/tcp.h"
+
+namespace ferry::tcp {
+namespace {
+
+uint64_t SumLengths(const Segment* segs, size_t n) {
+  uint64_t total = 0;
+  for (size_t i = 0; i < n; ++i) total += segs[i].length;
+  return total;
+}
+
+}  // namespace
+
+// ---- Post ----------------------------------------------------------------------------------
+
+Status TcpTransport::CheckOp(const Op& op, size_t index) const {
+  FERRY_RETURN_IF_ERROR(ValidateOp(op, caps_, options_.max_segments, index));
+  // Built only on error: the happy path must not allocate.
+  auto who = [index] { return "op " + std::to_string(index); };
+  const TcpEndpoint* ep = nullptr;
+  if (op.ep != nullptr) {
+    ep = dynamic_cast<const TcpEndpoint*>(op.ep);
+    if (ep == nullptr || ep->transport_ != this || ep->conn_ == nullptr) {
+      return InvalidArgument(who() + ": the endpoint does not belong to this tcp transport");
+    }
+  }
+  const auto* local = dynamic_cast<const TcpRegion*>(op.local);
+  if (local == nullptr || local->transport_ != this) {
+    return InvalidArgument(who() + ": the local region was not registered with this transport");
+  }
+  if (op.type == OpType::kRecv) return Status::Ok();
+  if (op.type == OpType::kSend) {
+    if (op.length > ep->conn_->peer_max_message) {
+      return InvalidArgument(who() + ": a message of " + std::to_string(op.length) +
+                             " bytes exceeds the peer's max_message_size of " +
+                             std::to_string(ep->conn_->peer_max_message));
+    }
+    return Status::Ok();
+  }
+  const auto* key = dynamic_cast<const TcpRemoteKey*>(op.remote);
+  if (key == nullptr || key->conn_ != ep->conn_) {
+    return InvalidArgument(who() + ": the remote key was not imported on this endpoint");
+  }
+  const Conn& c = *ep->conn_;
+  const bool sparse = op.type == OpType::kSparseWrite || op.type == OpType::kSparseRead;
+  const uint64_t bytes = sparse ? SumLengths(op.segments, op.num_segments) : op.length;
+  if (bytes > c.peer_max_message) {
+    return InvalidArgument(who() + ": " + std::to_string(bytes) +
+                           " bytes exceed the peer's max_message_size of " +
+                           std::to_string(c.peer_max_message));
+  }
+  if (sparse && op.num_segments > c.peer_max_segments) {
+    return InvalidArgument(who() + ": " + std::to_string(op.num_segments) +
+                           " segments exceed the peer's max_segments of " +
+                           std::to_string(c.peer_max_segments));
+  }
+  return Status::Ok();
+}
+
+Status TcpTransport::Post(std::span<const Op> ops) {
+  Lock lk(mu_);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const Op& op = ops[i];
+    FERRY_RETURN_IF_ERROR(CheckOp(op, i));
+  }
+  const size_t before = completions_.size();
+  touched_.clear();
+  for (const Op& op : ops) {
+    PostOne(op);
+    if (op.ep != nullptr && op.type != OpType::kRecv) {
+      Conn* c = static_cast<TcpEndpoint*>(op.ep)->conn_;
+      if (touched_.empty() || touched_.back() != c) touched_.push_back(c);
+    }
+  }
+  // One sendmsg per connection for the whole batch (FlushTx is idempotent for repeats). A socket
+  // known to be full (EPOLLOUT armed) is left to the progress engine: retrying it here would
+  // rebuild a long iovec list only to get EAGAIN.
+  for (Conn* c : touched_) {
+    if (c->state == Conn::State::kOpen && !c->want_out) FlushTx(*c);
+  }
+  if (completions_.size() != before) cv_.notify_all();
+  return Status::Ok();
+}
+
+TxItem& TcpTransport::PushFrame(Conn& c, const FrameHeader& h) {
+  TxItem& item = c.tx.push();
+  EncodeHeader(h, item.header);
+  return item;
+}
+
+void TcpTransport::PostOne(const Op& op) {
+  if (op.type == OpType::kRecv) {
+    PostRecv(op);
+    return;
+  }
+  Conn& c = *static_cast<TcpEndpoint*>(op.ep)->conn_;
+  if (c.state != Conn::State::kOpen) {
+    Complete(ErrorCompletion(op.context, op.type, op.ep, c.status));
+    return;
+  }
+  uint8_t* local = op.local->data();
+  const auto* key = static_cast<const TcpRemoteKey*>(op.remote);
+  FrameHeader h;
+  if (op.type == OpType::kSend) {
+    h.kind = FrameKind::kMessage;
+    h.length = op.length;
+    TxItem& item = PushFrame(c, h);
+    item.data.SetContig(local + op.local_offset, op.length);
+    item.complete_send = true;
+    item.context = op.context;
+    item.bytes = op.length;
+    return;
+  }
+  const bool sparse = op.type == OpType::kSparseWrite || op.type == OpType::kSparseRead;
+  const bool write = op.type == OpType::kWrite || op.type == OpType::kSparseWrite;
+  const uint64_t bytes = sparse ? SumLengths(op.segments, op.num_segments) : op.length;
+  PendingOp& p = c.pending.push();
+  p.req_id = c.next_req++;
+  p.type = op.type;
+  p.context = op.context;
+  p.bytes = bytes;
+  p.local = local;
+  p.local_offset = op.local_offset;
+  p.segs = op.segments;
+  p.nsegs = op.num_segments;
+
+  h.req_id = p.req_id;
+  h.key = key->key_;
+  h.length = bytes;
+  if (write && (op.flags & kOpNotify)) {
+    h.flags = kFrameNotify;
+    h.imm = op.imm;
+  }
+  switch (op.type) {
+    case OpType::kWrite:
+      h.kind = FrameKind::kWrite;
+      break;
+    case OpType::kRead:
+      h.kind = FrameKind::kRead;
+      break;
+    case OpType::kSparseWrite:
+      h.kind = FrameKind::kSparseWrite;
+      break;
+    default:
+      h.kind = FrameKind::kSparseRead;
+      break;
+  }
+  h.arg = sparse ? op.num_segments : op.remote_offset;
+  TxItem& item = PushFrame(c, h);
+  if (sparse) {
+    // The table is the caller's Segment array, sent as is (layout pinned in wire.h).
+    item.table = reinterpret_cast<const uint8_t*>(op.segments);
+    item.table_len = op.num_segments * kWireSegmentSize;
+  }
+  if (op.type == OpType::kWrite) item.data.SetContig(local + op.local_offset, op.length);
+  if (op.type == OpType::kSparseWrite) {
+    item.data.SetSegments(local, op.segments, op.num_segments, false, bytes);
+  }
+}
+
+void TcpTransport::DeliverUnexpected(Conn& c, std::vector<uint8_t>& msg, const PostedRecv& r) {
+  if (msg.size() > r.capacity) {
+    Completion e =
+        ErrorCompletion(r.context, OpType::kRecv, c.handle,
+                        OutOfRange("message of " + std::to_string(msg.size()) +
+                                   " bytes does not fit the receive buffer of " +
+                                   std::to_string(r.capacity) + " bytes; it was discarded"));
+    e.bytes = msg.size();
+    Complete(std::move(e));
+    return;
+  }
+  if (!msg.empty()) std::memcpy(r.dst, msg.data(), msg.size());
+  Complete(DoneCompletion(r.context, OpType::kRecv, c.handle, msg.size()));
+}
+
+void TcpTransport::PostRecv(const Op& op) {
+  PostedRecv r{op.context, op.local->data() + op.local_offset, op.length};
+  auto take = [&](Conn& c) {
+    std::vector<uint8_t> msg = std::move(c.unexpected.front());
+    c.unexpected.pop_front();
+    c.unexpected_bytes -= msg.size();
+    DeliverUnexpected(c, msg, r);
+  };
+  if (op.ep != nullptr) {
+    Conn& c = *static_cast<TcpEndpoint*>(op.ep)->conn_;
+    if (c.state != Conn::State::kOpen) {
+      Complete(ErrorCompletion(op.context, OpType::kRecv, op.ep, c.status));
+    } else if (!c.unexpected.empty()) {
+      take(c);
+    } else {
+      c.recvs.push(r);
+    }
+    return;
+  }
+  for (auto& [id, cp] : conns_) {
+    if (cp->state == Conn::State::kOpen && !cp->unexpected.empty()) {
+      take(*cp);
+      return;
+    }
+  }
+  shared_recvs_.push(r);
+}
+
+// ---- Send side -----------------------------------------------------------------------------
+
+void TcpTransport::FlushTx(Conn& c) {
+  if (c.fd < 0 || c.state == Conn::State::kConnecting) return;
+  for (;;) {
+    size_t n = 0;
+    uint64_t want = 0;
+    if (c.hs_out_done < c.hs_out.size()) {
+      c.iov[n++] = {c.hs_out.data() + c.hs_out_done, c.hs_out.size() - c.hs_out_done};
+      want += c.hs_out.size() - c.hs_out_done;
+    }
+    for (size_t i = 0; i < c.tx.size() && n < kMaxIov; ++i) {
+      n += c.tx[i].Fill(c.iov + n, kMaxIov - n, &want);
+    }
+    if (n == 0) {
+      SetWantOut(c, false);
+      return;
+    }
+    msghdr m{};
+    m.msg_iov = c.iov;
+    m.msg_iovlen = n;
+    const ssize_t w = sendmsg(c.fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        SetWantOut(c, true);
+        return;
+      }
+      const int err = errno;
+      Fail(c, err == EPIPE || err == ECONNRESET
+                  ? PeerFailure("peer closed the connection (" + c.peer_address + ": " +
+                                std::strerror(err) + ")")
+                  : IoError("tcp send to " + c.peer_address, err));
+      return;
+    }
+    c.last_tx = Clock::now();
+    uint64_t left = static_cast<uint64_t>(w);
+    if (c.hs_out_done < c.hs_out.size()) {
+      const uint64_t h = std::min<uint64_t>(left, c.hs_out.size() - c.hs_out_done);
+      c.hs_out_done += h;
+      left -= h;
+      if (c.hs_out_done == c.hs_out.size()) {
+        c.hs_out.clear();
+        c.hs_out_done = 0;
+      }
+    }
+    while (left > 0) {
+      TxItem& front = c.tx.front();
+      left -= front.Advance(left);
+      if (!front.done()) break;
+      TxItem item = c.tx.pop();
+      OnTxDone(c, item);
+    }
+    if (static_cast<uint64_t>(w) < want) {
+      SetWantOut(c, true);
+      return;
+    }
+  }
+}
+
+void TcpTransport::OnTxDone(Conn& c, TxItem& item) {
+  if (item.complete_send)
+    Complete(DoneCompletion(item.context, OpType::kSend, c.handle, item.bytes));
+  if (item.pin_key != 0) Unpin(item.pin_key);
+  if (item.owned_table.capacity() > 0) c.table_pool.push_back(std::move(item.owned_table));
+}
+
+void TcpTransport::QueueResponse(Conn& c, uint64_t req_id, const Status& s) {
+  FrameHeader h;
+  h.kind = FrameKind::kResponse;
+  h.req_id = req_id;
+  h.imm = static_cast<uint32_t>(s.code());
+  if (s.ok()) {
+    PushFrame(c, h);
+    return;
+  }
+  std::string text = s.message().substr(0, kMaxErrorText);
+  h.length = text.size();
+  TxItem& item = PushFrame(c, h);
+  item.data_is_text = true;
+  item.text = std::move(text);
+}
+
+void TcpTransport::QueueHeartbeat(Conn& c) {
+  PushFrame(c, FrameHeader{});
+}
+
+}  // namespace ferry::tcp

@@ -1,0 +1,365 @@
+// Internal declarations of the tcp backend (never included outside transport/tcp/ and its tests).
+//
+// Architecture:
+//   One TcpTransport owns an epoll set, the listening sockets, every connection (Conn), the table
+//   of registered regions and the completion queue. One mutex (mu_) guards all of it; every
+//   public method takes it, so all are thread-safe. Progress (socket I/O) runs on whichever
+//   thread calls Poll/Wait/Accept/Connect, or on the internal progress thread when
+//   TransportOptions::progress_thread is set. epoll_wait itself runs with the mutex released.
+//
+//   A Conn goes kConnecting (client) -> kHandshake -> kOpen -> kFailed. Server-side Conns have no
+//   Endpoint handle until their handshake completes; then they are queued for Accept().
+//   A handle (TcpEndpoint) is the only owner of an established Conn's lifetime: destroying it
+//   closes the socket and frees the Conn.
+//
+// Files: transport.cc (setup, progress, registry entry), connect.cc (sockets, handshake,
+// failure), send.cc (Post, framing, sendmsg), receive.cc (the receive state machine),
+// regions.cc (registration, target-side checks, remote keys), wire.{h,cc} (frame layout),
+// cursor.cc (iovec walking), ring.h (the allocation-free queue).
+#pragma once
+
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "transport/backend.h"
+#include "transport/handshake.h"
+#include "transport/tcp/ring.h"
+#include "transport/tcp/wire.h"
+
+namespace ferry::tcp {
+
+using Clock = std::chrono::steady_clock;
+
+inline constexpr size_t kMaxIov = 1024;            // IOV_MAX on Linux
+inline constexpr size_t kCtrlSize = 512;           // receive look-ahead for headers (see Rx)
+inline constexpr size_t kScratchSize = 64 * 1024;  // sink for refused payloads
+inline constexpr uint64_t kDefaultUnexpectedLimit = 64ull << 20;
+
+// Walks the bytes of one transfer: a contiguous range, a segment list (local or remote offsets
+// of ferry::Segment), or a discard sink that reuses one scratch buffer. Used both to gather
+// (sendmsg) and to scatter (readv).
+struct Cursor {
+  uint8_t* base = nullptr;
+  const Segment* segs = nullptr;  // null: contiguous [base + done, +remaining)
+  size_t nsegs = 0;
+  bool remote_side = false;  // segments: use remote_offset (target) instead of local_offset
+  bool discard = false;      // base is a scratch buffer of kScratchSize bytes
+  size_t idx = 0;            // current segment
+  uint64_t off = 0;          // bytes done in the current segment / contiguous range
+  uint64_t remaining = 0;
+
+  void SetContig(uint8_t* p, uint64_t n);
+  void SetSegments(uint8_t* b, const Segment* s, size_t n, bool remote, uint64_t total);
+  void SetDiscard(uint8_t* scratch, uint64_t n);
+  // Appends up to `max` iovecs from the current position; returns how many, adds their bytes.
+  size_t Fill(iovec* iov, size_t max, uint64_t* bytes) const;
+  void Advance(uint64_t n);
+  // Copies n bytes (n <= remaining) in at the current position and advances.
+  void CopyIn(const uint8_t* src, uint64_t n);
+};
+
+// One frame (or reply) waiting to be sent: header, optional segment table, payload.
+struct TxItem {
+  uint8_t header[kHeaderSize] = {};
+  uint32_t header_done = 0;
+  const uint8_t* table = nullptr;  // the initiator's Segment array (sparse requests)
+  uint64_t table_len = 0;
+  uint64_t table_done = 0;
+  Cursor data;
+  bool data_is_text = false;  // payload is `text` (error responses); pointer taken at Fill time
+  std::string text;
+  uint64_t text_done = 0;
+  // On completion of the send:
+  bool complete_send = false;  // a two-sided send: queue its completion
+  uint64_t context = 0;
+  uint64_t bytes = 0;
+  uint64_t pin_key = 0;              // target region pinned while this read response streams
+  std::vector<Segment> owned_table;  // sparse read response: the request's segments
+
+  bool started() const { return header_done > 0; }
+  size_t Fill(iovec* iov, size_t max, uint64_t* bytes_out) const;
+  // Consumes up to n sent bytes; returns how many belonged to this item.
+  uint64_t Advance(uint64_t n);
+  bool done() const;
+};
+
+// An initiator's one-sided op awaiting its reply (FIFO per connection, replies come in order).
+struct PendingOp {
+  uint64_t req_id = 0;
+  OpType type = OpType::kWrite;
+  uint64_t context = 0;
+  uint64_t bytes = 0;
+  uint8_t* local = nullptr;       // reads: destination base (region data)
+  uint64_t local_offset = 0;      // contiguous read
+  const Segment* segs = nullptr;  // sparse read
+  size_t nsegs = 0;
+};
+
+struct PostedRecv {
+  uint64_t context = 0;
+  uint8_t* dst = nullptr;
+  uint64_t capacity = 0;
+};
+
+// Receive state machine. Headers are read into `ctrl` (with a small look-ahead so that a short
+// frame costs one system call); payloads and segment tables are read with readv() straight into
+// their destination, with `ctrl` appended as the last iovec to pick up the next header.
+// Payload bytes that arrived in the look-ahead (at most kCtrlSize) are copied out of it.
+struct Rx {
+  enum class Phase : uint8_t { kHeader, kTable, kBody };
+  Phase phase = Phase::kHeader;
+  uint8_t ctrl[kCtrlSize];
+  size_t ctrl_begin = 0;
+  size_t ctrl_end = 0;
+  FrameHeader hdr;
+  Cursor dst;
+  Status verdict;           // target side: why the current request is refused
+  uint64_t region_key = 0;  // target region the current write streams into (0: none)
+  bool has_recv = false;    // a message is landing in `recv`
+  bool recv_too_small = false;
+  PostedRecv recv;
+  bool unexpected = false;  // a message is landing in `unexpected_buf`
+  std::vector<uint8_t> unexpected_buf;
+  std::vector<Segment> table;  // sparse requests, reused
+  std::string text;            // error text of a kResponse
+};
+
+class TcpTransport;
+class TcpEndpoint;
+class TcpRegion;
+
+inline Completion DoneCompletion(uint64_t context, OpType type, Endpoint* ep, uint64_t bytes) {
+  Completion c;
+  c.context = context;
+  c.type = type;
+  c.ep = ep;
+  c.bytes = bytes;
+  return c;
+}
+
+inline Completion ErrorCompletion(uint64_t context, OpType type, Endpoint* ep, const Status& s) {
+  Completion c = DoneCompletion(context, type, ep, 0);
+  c.code = s.code();
+  c.error = s.message();
+  return c;
+}
+
+struct Conn {
+  enum class State : uint8_t { kConnecting, kHandshake, kOpen, kFailed };
+  uint64_t id = 0;
+  int fd = -1;
+  State state = State::kConnecting;
+  bool server = false;
+  bool want_out = false;  // EPOLLOUT registered
+  Status status;          // failure / close reason
+  TcpEndpoint* handle = nullptr;
+  std::string peer_address;
+  Clock::time_point last_rx;
+  Clock::time_point last_tx;
+  Clock::time_point deadline;  // handshake
+
+  // Handshake: frames are u32 LE length + bytes, read exactly (no over-read into data frames).
+  std::unique_ptr<Handshake> hs;
+  std::vector<uint8_t> hs_out;
+  size_t hs_out_done = 0;
+  uint8_t hs_len[4] = {};
+  size_t hs_len_done = 0;
+  std::vector<uint8_t> hs_in;
+  size_t hs_in_done = 0;
+  PeerHello peer;
+  std::shared_ptr<TcpEndpoint> own_handle;  // client: handed out by Connect()
+  uint64_t peer_max_message = 0;
+  uint64_t peer_max_segments = 0;
+
+  // Data path.
+  Ring<TxItem> tx;
+  Ring<PendingOp> pending;
+  uint64_t next_req = 1;
+  Ring<PostedRecv> recvs;
+  std::deque<std::vector<uint8_t>> unexpected;
+  uint64_t unexpected_bytes = 0;
+  Rx rx;
+  std::vector<uint8_t> scratch;                  // kScratchSize, discard sink
+  std::vector<std::vector<Segment>> table_pool;  // recycled sparse-read tables
+  iovec iov[kMaxIov + 1];
+};
+
+struct RegionEntry {
+  uint8_t* base = nullptr;
+  uint64_t size = 0;
+  uint32_t access = 0;
+  uint32_t pins = 0;           // read responses streaming out of it
+  bool dead = false;           // deregistration in progress
+  TcpRegion* owner = nullptr;  // detached if the transport dies first (a caller's bug)
+};
+
+class TcpEndpoint final : public Endpoint {
+ public:
+  TcpEndpoint(TcpTransport* t, Conn* c);
+  ~TcpEndpoint() override;
+  Status status() const override;
+  Result<std::unique_ptr<RemoteKey>> Import(const RemoteRegion& region) override;
+  void Close() override;
+
+  TcpTransport* transport_;  // null once the transport is gone
+  Conn* conn_;               // owned by the transport's table, freed by ~TcpEndpoint
+};
+
+class TcpRegion final : public MemoryRegion {
+ public:
+  TcpRegion(TcpTransport* t, uint8_t* data, size_t size, uint32_t access, uint64_t key,
+            uint64_t epoch);
+  ~TcpRegion() override;
+  TcpTransport* transport_;
+  uint64_t key_;
+};
+
+class TcpRemoteKey final : public RemoteKey {
+ public:
+  TcpRemoteKey(RemoteRegion region, uint64_t key, const Conn* conn)
+      : RemoteKey(std::move(region)), key_(key), conn_(conn) {}
+  uint64_t key_;
+  const Conn* conn_;
+};
+
+struct Params {
+  uint64_t sndbuf = 0;
+  uint64_t rcvbuf = 0;
+  uint64_t unexpected_limit = kDefaultUnexpectedLimit;
+};
+
+class TcpTransport final : public Transport {
+ public:
+  static Result<std::unique_ptr<Transport>> Create(const TransportOptions& options);
+  ~TcpTransport() override;
+
+  std::string_view name() const override { return "tcp"; }
+  const Capabilities& capabilities() const override { return caps_; }
+  std::vector<DeviceInfo> devices() const override;
+  Result<std::unique_ptr<MemoryRegion>> RegisterMemory(void* addr, size_t length,
+                                                       uint32_t access) override;
+  void Advertise(std::vector<RemoteRegion> regions) override;
+  Result<std::string> Listen(const std::string& address) override;
+  Result<std::shared_ptr<Endpoint>> Accept(Millis timeout) override;
+  Result<std::shared_ptr<Endpoint>> Connect(const std::string& address, Millis timeout) override;
+  Status Post(std::span<const Op> ops) override;
+  size_t Poll(std::span<Completion> out) override;
+  Status Wait(Millis timeout) override;
+
+ private:
+  friend class TcpEndpoint;
+  friend class TcpRegion;
+  using Lock = std::unique_lock<std::mutex>;
+
+  TcpTransport(const TransportOptions& options, Params params);
+  Status Init();
+
+  // ---- progress (transport.cc)
+  // One round: epoll_wait (unlocked when timeout_ms > 0), socket events, timers.
+  void Progress(Lock& lk, int timeout_ms);
+  // Drives progress (or waits for the progress thread) until pred() or the deadline.
+  template <typename Pred>
+  bool DriveUntil(Lock& lk, Clock::time_point deadline, Pred pred);
+  void ProgressThreadMain();
+  void RunTimers(Clock::time_point now);
+  void Complete(Completion c);
+
+  // ---- connections (connect.cc)
+  Conn* NewConn(int fd, bool server, std::string peer_address);
+  void AcceptNew(int listen_fd);
+  void HandleEvent(Conn& c, uint32_t events);
+  void StartHandshake(Conn& c);
+  void HandshakeRead(Conn& c);
+  Status HandshakeFrame(Conn& c);
+  void Fail(Conn& c, Status why);
+  void SetWantOut(Conn& c, bool on);
+  void ConfigureSocket(int fd);
+  void Sweep();
+  void ReleaseConn(Conn* c);
+
+  // ---- data path (send.cc, receive.cc)
+  Status CheckOp(const Op& op, size_t index) const;
+  void PostOne(const Op& op);
+  void PostRecv(const Op& op);
+  void FlushTx(Conn& c);
+  void OnTxDone(Conn& c, TxItem& item);
+  void ReadData(Conn& c);
+  bool OnHeader(Conn& c);
+  bool OnBodyDone(Conn& c);
+  bool StartMessage(Conn& c);
+  void DeliverUnexpected(Conn& c, std::vector<uint8_t>& msg, const PostedRecv& r);
+  void QueueResponse(Conn& c, uint64_t req_id, const Status& s);
+  void QueueHeartbeat(Conn& c);
+  void SetDiscard(Conn& c, uint64_t n);
+  bool OnTable(Conn& c);
+  void QueueHandshakeOut(Conn& c);
+  TxItem& PushFrame(Conn& c, const FrameHeader& h);
+
+  // ---- regions (regions.cc)
+  Status CheckTarget(uint64_t key, uint32_t needed, RegionEntry** out);
+  void Unpin(uint64_t key);
+  void Deregister(uint64_t key);
+
+  const TransportOptions options_;
+  const Params params_;
+  Capabilities caps_;
+  WireLimits limits_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;  // progress happened (completions, accepts, handshakes, drains)
+  int epfd_ = -1;
+  int wake_fd_ = -1;                                 // eventfd: stops the progress thread
+  std::vector<std::pair<uint64_t, int>> listeners_;  // (event id, fd)
+  std::unordered_map<uint64_t, std::unique_ptr<Conn>> conns_;
+  uint64_t next_id_ = 1;  // event ids: wake = 0, listeners and conns from 1
+  size_t open_conns_ = 0;
+  std::deque<std::shared_ptr<TcpEndpoint>> accepted_;
+  std::vector<uint64_t> doomed_;  // server handshakes that failed; freed by Sweep()
+  std::string last_refusal_;      // why the last incoming handshake was dropped
+  std::vector<RemoteRegion> advertise_;
+  std::vector<Conn*> touched_;  // Post(): connections to flush, reused
+  Ring<PostedRecv> shared_recvs_;
+  Ring<Completion> completions_;
+  std::unordered_map<uint64_t, RegionEntry> regions_;
+  std::unordered_set<uint64_t> dead_keys_;
+  uint64_t next_epoch_ = 1;
+  Clock::time_point next_timer_;
+  Clock::time_point last_progress_;  // end of the last progress round (stall detection)
+  Millis heartbeat_interval_;
+  std::thread progress_thread_;
+  bool stop_ = false;
+};
+
+}  // namespace ferry::tcp
+
+namespace ferry::tcp {
+
+template <typename Pred>
+bool TcpTransport::DriveUntil(Lock& lk, Clock::time_point deadline, Pred pred) {
+  while (!pred()) {
+    const auto now = Clock::now();
+    if (now >= deadline) return false;
+    if (progress_thread_.joinable()) {
+      cv_.wait_until(lk, deadline);
+      continue;
+    }
+    const auto left = std::chrono::ceil<Millis>(deadline - now).count();
+    // Slices well below the heartbeat interval, so that waiting is never taken for a stall.
+    const int64_t slice = std::clamp<int64_t>(heartbeat_interval_.count() / 2, 1, 20);
+    Progress(lk, static_cast<int>(std::clamp<int64_t>(left, 1, slice)));
+  }
+  return true;
+}
+
+}  // namespace ferry::tcp

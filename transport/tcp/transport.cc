@@ -1,0 +1,269 @@
+// tcp backend setup: options, capabilities, devices, the progress engine (epoll loop, timers,
+// optional progress thread), Poll/Wait, and the registry entry.
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <map>
+
+#include "transport/tcp/tcp.h"
+
+namespace ferry::tcp {
+namespace {
+
+constexpr uint64_t kWakeId = 0;
+constexpr int kMaxEvents = 64;
+
+Result<Params> ParseParams(const TransportOptions& options) {
+  static const char* const kKnown[] = {"sndbuf", "rcvbuf", "max_unexpected_bytes"};
+  for (const auto& [key, value] : options.params) {
+    bool known = false;
+    for (const char* k : kKnown) known = known || key == k;
+    if (!known) {
+      return InvalidArgument("tcp: unknown parameter '" + key +
+                             "' (known: sndbuf, rcvbuf, max_unexpected_bytes)");
+    }
+  }
+  Params p;
+  FERRY_ASSIGN_OR_RETURN(p.sndbuf, ParamUint(options, "sndbuf", 0));
+  FERRY_ASSIGN_OR_RETURN(p.rcvbuf, ParamUint(options, "rcvbuf", 0));
+  FERRY_ASSIGN_OR_RETURN(p.unexpected_limit,
+                         ParamUint(options, "max_unexpected_bytes", kDefaultUnexpectedLimit));
+  if (p.sndbuf > (1u << 30) || p.rcvbuf > (1u << 30)) {
+    return InvalidArgument("tcp: sndbuf/rcvbuf above 1 GiB");
+  }
+  return p;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Transport>> TcpTransport::Create(const TransportOptions& options) {
+  FERRY_ASSIGN_OR_RETURN(Params params, ParseParams(options));
+  if (options.max_message_size == 0 || options.max_segments == 0) {
+    return InvalidArgument("tcp: max_message_size and max_segments must be positive");
+  }
+  if (options.peer_timeout.count() <= 0) {
+    return InvalidArgument("tcp: peer_timeout must be positive");
+  }
+  std::unique_ptr<TcpTransport> t(new TcpTransport(options, params));
+  FERRY_RETURN_IF_ERROR(t->Init());
+  return std::unique_ptr<Transport>(std::move(t));
+}
+
+TcpTransport::TcpTransport(const TransportOptions& options, Params params)
+    : options_(options), params_(params), advertise_(options.advertise) {
+  caps_.send_recv = caps_.write = caps_.read = true;
+  caps_.sparse_write = caps_.sparse_read = true;
+  caps_.notify = caps_.zero_copy_sparse = caps_.shared_recv = caps_.target_checks = true;
+  caps_.max_message_size = options.max_message_size;
+  caps_.max_segments = options.max_segments;
+  limits_ = {options.max_message_size, options.max_segments};
+  heartbeat_interval_ = std::max<Millis>(Millis(1), options.peer_timeout / 4);
+  next_timer_ = last_progress_ = Clock::now();
+}
+
+Status TcpTransport::Init() {
+  epfd_ = epoll_create1(EPOLL_CLOEXEC);
+  if (epfd_ < 0) return IoError("tcp: epoll_create1", errno);
+  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_fd_ < 0) return IoError("tcp: eventfd", errno);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kWakeId;
+  if (epoll_ctl(epfd_, EPOLL_CTL_ADD, wake_fd_, &ev) != 0) {
+    return IoError("tcp: epoll_ctl(eventfd)", errno);
+  }
+  if (options_.progress_thread) progress_thread_ = std::thread([this] { ProgressThreadMain(); });
+  return Status::Ok();
+}
+
+TcpTransport::~TcpTransport() {
+  {
+    Lock lk(mu_);
+    stop_ = true;
+  }
+  if (progress_thread_.joinable()) {
+    const uint64_t one = 1;
+    ssize_t ignored = write(wake_fd_, &one, sizeof(one));
+    (void)ignored;
+    progress_thread_.join();
+  }
+  std::deque<std::shared_ptr<TcpEndpoint>> accepted;
+  {
+    Lock lk(mu_);
+    for (auto& [id, c] : conns_) {
+      if (c->handle != nullptr) {
+        c->handle->transport_ = nullptr;
+        c->handle->conn_ = nullptr;
+      }
+      if (c->fd >= 0) close(c->fd);
+      c->fd = -1;
+    }
+    conns_.clear();
+    accepted.swap(accepted_);
+    for (auto& [key, e] : regions_) {
+      if (e.owner != nullptr) e.owner->transport_ = nullptr;
+    }
+    for (auto& [id, fd] : listeners_) close(fd);
+    listeners_.clear();
+  }
+  accepted.clear();  // handles are detached: their destructors do nothing
+  if (epfd_ >= 0) close(epfd_);
+  if (wake_fd_ >= 0) close(wake_fd_);
+}
+
+std::vector<DeviceInfo> TcpTransport::devices() const {
+  std::map<std::string, DeviceInfo> by_name;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return {};
+  int probe = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
+    if (a->ifa_name == nullptr) continue;
+    DeviceInfo& d = by_name[a->ifa_name];
+    if (d.name.empty()) {
+      d.name = a->ifa_name;
+      d.kind = "netdev";
+      d.attributes["state"] = (a->ifa_flags & IFF_UP) ? "up" : "down";
+      if (a->ifa_flags & IFF_LOOPBACK) d.attributes["loopback"] = "yes";
+      ifreq req{};
+      std::snprintf(req.ifr_name, sizeof(req.ifr_name), "%s", a->ifa_name);
+      if (probe >= 0 && ioctl(probe, SIOCGIFMTU, &req) == 0) {
+        d.attributes["mtu"] = std::to_string(req.ifr_mtu);
+      }
+    }
+    if (a->ifa_addr != nullptr && a->ifa_addr->sa_family == AF_INET) {
+      char buf[INET_ADDRSTRLEN] = {};
+      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, buf, sizeof(buf));
+      std::string& v4 = d.attributes["ipv4"];
+      v4 += (v4.empty() ? "" : ",") + std::string(buf);
+    }
+  }
+  if (probe >= 0) close(probe);
+  freeifaddrs(list);
+  std::vector<DeviceInfo> out;
+  for (auto& [name, d] : by_name) out.push_back(std::move(d));
+  return out;
+}
+
+void TcpTransport::Advertise(std::vector<RemoteRegion> regions) {
+  Lock lk(mu_);
+  advertise_ = std::move(regions);
+}
+
+void TcpTransport::Complete(Completion c) {
+  completions_.push(std::move(c));
+}
+
+void TcpTransport::Progress(Lock& lk, int timeout_ms) {
+  epoll_event evs[kMaxEvents];
+  int n;
+  if (timeout_ms > 0) {
+    lk.unlock();
+    n = epoll_wait(epfd_, evs, kMaxEvents, timeout_ms);
+    lk.lock();
+  } else {
+    n = epoll_wait(epfd_, evs, kMaxEvents, 0);
+  }
+  // Events gathered while unlocked may name connections that are gone by now: ids are never
+  // reused, so a lookup miss is simply skipped.
+  for (int i = 0; i < n; ++i) {
+    const uint64_t id = evs[i].data.u64;
+    if (id == kWakeId) {
+      uint64_t value;
+      ssize_t ignored = read(wake_fd_, &value, sizeof(value));
+      (void)ignored;
+      continue;
+    }
+    bool listener = false;
+    for (auto& [lid, fd] : listeners_) {
+      if (lid == id) {
+        AcceptNew(fd);
+        listener = true;
+        break;
+      }
+    }
+    if (listener) continue;
+    auto it = conns_.find(id);
+    if (it != conns_.end()) HandleEvent(*it->second, evs[i].events);
+  }
+  const auto now = Clock::now();
+  // If nobody drove progress for a while, our own silence is to blame, not the peers': their
+  // heartbeats may be unread in our sockets. Give every peer a fresh peer_timeout from now.
+  if (now - last_progress_ > heartbeat_interval_) {
+    for (auto& [id, c] : conns_) c->last_rx = std::max(c->last_rx, now);
+  }
+  last_progress_ = now;
+  if (now >= next_timer_) RunTimers(now);
+  Sweep();
+  if (n > 0 || progress_thread_.joinable()) cv_.notify_all();
+}
+
+void TcpTransport::RunTimers(Clock::time_point now) {
+  next_timer_ = now + std::clamp<Millis>(heartbeat_interval_ / 2, Millis(1), Millis(100));
+  for (auto& [id, cp] : conns_) {
+    Conn& c = *cp;
+    if (c.state == Conn::State::kFailed) continue;
+    if (c.state != Conn::State::kOpen) {
+      if (now >= c.deadline) {
+        Fail(c, Timeout("handshake with " + c.peer_address + " did not complete in time"));
+      }
+      continue;
+    }
+    if (now - c.last_rx > options_.peer_timeout) {
+      Fail(c, PeerFailure("nothing received from " + c.peer_address + " for " +
+                          std::to_string(options_.peer_timeout.count()) +
+                          " ms (peer_timeout): the peer is stopped or unreachable"));
+      continue;
+    }
+    if (now - c.last_tx >= heartbeat_interval_ && c.tx.empty()) {
+      QueueHeartbeat(c);
+      FlushTx(c);
+    }
+  }
+}
+
+void TcpTransport::ProgressThreadMain() {
+  Lock lk(mu_);
+  const int tick = static_cast<int>(std::clamp<int64_t>(heartbeat_interval_.count() / 2, 1, 100));
+  while (!stop_) Progress(lk, tick);
+}
+
+size_t TcpTransport::Poll(std::span<Completion> out) {
+  Lock lk(mu_);
+  // Completions already queued (typically by a Wait() that just progressed) are returned
+  // without another round; the next Poll on an empty queue progresses. Saves a system call
+  // per Wait+Poll pair.
+  if (!progress_thread_.joinable() && completions_.empty()) Progress(lk, 0);
+  size_t n = 0;
+  while (n < out.size() && !completions_.empty()) out[n++] = completions_.pop();
+  return n;
+}
+
+Status TcpTransport::Wait(Millis timeout) {
+  Lock lk(mu_);
+  const auto deadline = Clock::now() + timeout;
+  if (progress_thread_.joinable()) {
+    if (cv_.wait_until(lk, deadline, [&] { return !completions_.empty(); })) return Status::Ok();
+    return Timeout("no completion within " + std::to_string(timeout.count()) + " ms");
+  }
+  // No non-blocking round first: a blocking epoll_wait returns at once when a socket is ready.
+  if (DriveUntil(lk, deadline, [&] { return !completions_.empty(); })) return Status::Ok();
+  return Timeout("no completion within " + std::to_string(timeout.count()) + " ms");
+}
+
+}  // namespace ferry::tcp
+
+namespace ferry {
+
+const BackendEntry& TcpBackendEntry() {
+  static const BackendEntry entry{"tcp", 10, +[]() -> std::string { return {}; },
+                                  &tcp::TcpTransport::Create};
+  return entry;
+}
+
+}  // namespace ferry

@@ -1,0 +1,158 @@
+// Encoding and validation of the tcp frame header (layout drawn in wire.h).
+#include "transport/tcp/wire.h"
+
+#include <string>
+
+namespace ferry::tcp {
+namespace {
+
+void Put16(uint8_t* p, uint16_t v) {
+  std::memcpy(p, &v, sizeof(v));
+}
+void Put32(uint8_t* p, uint32_t v) {
+  std::memcpy(p, &v, sizeof(v));
+}
+void Put64(uint8_t* p, uint64_t v) {
+  std::memcpy(p, &v, sizeof(v));
+}
+uint16_t Get16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+uint32_t Get32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+uint64_t Get64(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+Status Bad(const FrameHeader& h, const std::string& what) {
+  return ProtocolError(std::string("bad ") + FrameKindName(h.kind) + " frame: " + what);
+}
+
+// Fields a kind does not use must be zero, so that garbage is caught early.
+Status RequireZero(const FrameHeader& h, bool imm, bool req_id, bool key, bool arg) {
+  if (imm && h.imm != 0) return Bad(h, "imm must be 0");
+  if (req_id && h.req_id != 0) return Bad(h, "req_id must be 0");
+  if (key && h.key != 0) return Bad(h, "key must be 0");
+  if (arg && h.arg != 0) return Bad(h, "arg must be 0");
+  return Status::Ok();
+}
+
+Status CheckLength(const FrameHeader& h, uint64_t limit) {
+  if (h.length > limit) {
+    return Bad(
+        h, "length " + std::to_string(h.length) + " exceeds the limit of " + std::to_string(limit));
+  }
+  return Status::Ok();
+}
+
+Status CheckSegments(const FrameHeader& h, const WireLimits& limits) {
+  if (h.arg == 0 || h.arg > limits.max_segments) {
+    return Bad(h, "segment count " + std::to_string(h.arg) + " outside [1, " +
+                      std::to_string(limits.max_segments) + "]");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+const char* FrameKindName(FrameKind kind) {
+  switch (kind) {
+    case FrameKind::kMessage:
+      return "message";
+    case FrameKind::kWrite:
+      return "write";
+    case FrameKind::kRead:
+      return "read";
+    case FrameKind::kReadResponse:
+      return "read-response";
+    case FrameKind::kSparseWrite:
+      return "sparse-write";
+    case FrameKind::kSparseRead:
+      return "sparse-read";
+    case FrameKind::kResponse:
+      return "response";
+    case FrameKind::kHeartbeat:
+      return "heartbeat";
+  }
+  return "unknown";
+}
+
+void EncodeHeader(const FrameHeader& h, uint8_t out[kHeaderSize]) {
+  out[0] = static_cast<uint8_t>(h.kind);
+  out[1] = h.flags;
+  Put16(out + 2, h.reserved);
+  Put32(out + 4, h.imm);
+  Put64(out + 8, h.req_id);
+  Put64(out + 16, h.key);
+  Put64(out + 24, h.arg);
+  Put64(out + 32, h.length);
+}
+
+FrameHeader DecodeHeader(const uint8_t in[kHeaderSize]) {
+  FrameHeader h;
+  h.kind = static_cast<FrameKind>(in[0]);
+  h.flags = in[1];
+  h.reserved = Get16(in + 2);
+  h.imm = Get32(in + 4);
+  h.req_id = Get64(in + 8);
+  h.key = Get64(in + 16);
+  h.arg = Get64(in + 24);
+  h.length = Get64(in + 32);
+  return h;
+}
+
+Status ValidateHeader(const FrameHeader& h, const WireLimits& limits) {
+  const uint8_t raw_kind = static_cast<uint8_t>(h.kind);
+  if (raw_kind < static_cast<uint8_t>(FrameKind::kMessage) ||
+      raw_kind > static_cast<uint8_t>(FrameKind::kHeartbeat)) {
+    return ProtocolError("unknown frame kind " + std::to_string(raw_kind));
+  }
+  if (h.reserved != 0) return Bad(h, "reserved field is not 0");
+  const bool is_write = h.kind == FrameKind::kWrite || h.kind == FrameKind::kSparseWrite;
+  if (h.flags & ~(is_write ? kFrameNotify : 0)) {
+    return Bad(h, "flags 0x" + std::to_string(h.flags) + " not allowed");
+  }
+  if (is_write && !(h.flags & kFrameNotify) && h.imm != 0) {
+    return Bad(h, "imm without the notify flag");
+  }
+  switch (h.kind) {
+    case FrameKind::kMessage:
+      FERRY_RETURN_IF_ERROR(RequireZero(h, true, true, true, true));
+      return CheckLength(h, limits.max_message_size);
+    case FrameKind::kWrite:
+    case FrameKind::kRead:
+      if (h.kind == FrameKind::kRead)
+        FERRY_RETURN_IF_ERROR(RequireZero(h, true, false, false, false));
+      return CheckLength(h, limits.max_message_size);
+    case FrameKind::kReadResponse:
+      FERRY_RETURN_IF_ERROR(RequireZero(h, true, false, true, true));
+      return CheckLength(h, limits.max_message_size);
+    case FrameKind::kSparseWrite:
+    case FrameKind::kSparseRead:
+      if (h.kind == FrameKind::kSparseRead) {
+        FERRY_RETURN_IF_ERROR(RequireZero(h, true, false, false, false));
+      }
+      FERRY_RETURN_IF_ERROR(CheckSegments(h, limits));
+      return CheckLength(h, limits.max_message_size);
+    case FrameKind::kResponse:
+      FERRY_RETURN_IF_ERROR(RequireZero(h, false, false, true, true));
+      if (h.imm > static_cast<uint32_t>(Code::kInternal)) {
+        return Bad(h, "status code " + std::to_string(h.imm) + " unknown");
+      }
+      return CheckLength(h, kMaxErrorText);
+    case FrameKind::kHeartbeat:
+      FERRY_RETURN_IF_ERROR(RequireZero(h, true, true, true, true));
+      if (h.length != 0) return Bad(h, "length must be 0");
+      return Status::Ok();
+  }
+  return ProtocolError("unknown frame kind " + std::to_string(raw_kind));
+}
+
+}  // namespace ferry::tcp

@@ -1,0 +1,585 @@
+// Listen/Accept/Connect: the Ferry handshake over a TCP control connection, UCP endpoints to the
+// peer's worker address, liveness, and endpoint failure/close.
+//
+// Why not ucp_listener / UCP_EP_PARAM_FIELD_SOCK_ADDR: in UCX 1.13 the sockaddr connection
+// manager only wires up transports on the network device the connection arrived on. With
+// UCX_TLS=shm,self (posix, sysv, cma, self) the client endpoint fails with "Destination is
+// unreachable"; with shm,tcp,self it connects but every lane is tcp (checked with
+// ucp_ep_print_info). Exchanging worker addresses lets UCX pick lanes from everything UCX_TLS
+// allows, shared memory included.
+//
+// Sequence (frames are u32-little-endian-length-prefixed ferry::Handshake frames):
+//   client                                  server
+//   TCP connect                 ----------> accept (listening socket in epoll_)
+//   Hello(nonce)                ---------->
+//                               <---------- Hello(nonce, proof)
+//   Welcome(proof, regions, td) ---------->
+//                               <---------- Welcome(regions, td)   ucp_ep_create(peer address)
+//   ucp_ep_create(peer address)                                    -> Accept() returns
+//   -> Connect() returns
+//   td (transport_data) = { u64 LE: my id of this connection; ucp worker address bytes }
+//   (td = { u64 id; HostIdentity (32 bytes, see cma.cc); worker address } in full)
+// A failed handshake (bad frame, wrong secret, wrong backend) sends the Reject frame, closes the
+// connection and leaves the listener running.
+//
+// After the handshake the control connection carries one-byte frames: 'P' (ping) answered by
+// 'O' (pong). EOF on it means the peer process is gone or closed the endpoint.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "transport/ucx/ucx_status.h"
+#include "transport/ucx/ucx_transport.h"
+
+namespace ferry::ucx {
+namespace {
+
+constexpr uint64_t kListenerKey = 0;  // epoll data of the listening socket (ids start at 1)
+constexpr uint8_t kPing = 'P';
+constexpr uint8_t kPong = 'O';
+
+Status Resolve(const std::string& address, sockaddr_storage* out, socklen_t* len,
+               std::string* host_out, uint16_t* port_out) {
+  std::string host;
+  uint16_t port = 0;
+  FERRY_RETURN_IF_ERROR(SplitHostPort(address, &host, &port));
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res);
+  if (rc != 0 || res == nullptr) {
+    return InvalidArgument("cannot resolve '" + host + "': " + gai_strerror(rc));
+  }
+  std::memcpy(out, res->ai_addr, res->ai_addrlen);
+  *len = res->ai_addrlen;
+  freeaddrinfo(res);
+  if (out->ss_family == AF_INET) {
+    reinterpret_cast<sockaddr_in*>(out)->sin_port = htons(port);
+  } else if (out->ss_family == AF_INET6) {
+    reinterpret_cast<sockaddr_in6*>(out)->sin6_port = htons(port);
+  } else {
+    return InvalidArgument("'" + host + "' is not an IPv4/IPv6 address");
+  }
+  *host_out = host;
+  *port_out = port;
+  return Status::Ok();
+}
+
+std::string FormatSockaddr(const sockaddr_storage& ss) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (ss.ss_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&ss);
+    inet_ntop(AF_INET, &in->sin_addr, buf, sizeof(buf));
+    return std::string(buf) + ":" + std::to_string(ntohs(in->sin_port));
+  }
+  if (ss.ss_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&ss);
+    inet_ntop(AF_INET6, &in6->sin6_addr, buf, sizeof(buf));
+    return "[" + std::string(buf) + "]:" + std::to_string(ntohs(in6->sin6_port));
+  }
+  return "unknown";
+}
+
+void SetNoDelay(int fd) {
+  int one = 1;
+  (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+}  // namespace
+
+// ---- endpoints ----
+
+UcxEndpoint::UcxEndpoint(UcxTransport* t, uint64_t id, std::string peer_address, bool server)
+    : t_(t), server_(server) {
+  id_ = id;
+  peer_address_ = std::move(peer_address);
+}
+
+UcxEndpoint::~UcxEndpoint() = default;
+
+Status UcxEndpoint::status() const {
+  std::lock_guard<std::mutex> lock(t_->mu_);
+  if (state_ == State::kHandshaking) return Status(Code::kInternal, "handshake in progress");
+  return status_;
+}
+
+void UcxEndpoint::Close() {
+  std::lock_guard<std::mutex> lock(t_->mu_);
+  t_->CloseEndpoint(this);
+}
+
+std::shared_ptr<UcxEndpoint> UcxTransport::NewEndpoint(std::string peer, bool server,
+                                                       UniqueFd fd) {
+  const uint64_t id = next_ep_id_++;
+  auto ep = std::make_shared<UcxEndpoint>(this, id, std::move(peer), server);
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP;
+  ev.data.u64 = id;
+  if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd.get(), &ev) != 0) {
+    ep->state_ = UcxEndpoint::State::kFailed;
+    ep->status_ = IoError("epoll_ctl(ADD control connection)", errno);
+  } else {
+    ep->fd_ = std::move(fd);
+    live_.emplace(id, ep.get());
+    ++handshakes_;
+  }
+  by_id_.emplace(id, ep);
+  return ep;
+}
+
+HelloParams UcxTransport::MakeHello(uint64_t my_id) const {
+  HelloParams h;
+  h.backend = kBackendName;
+  h.secret = options_.secret;
+  h.regions = advertise_;
+  h.info = options_.hello_info;
+  h.transport_data.resize(8);
+  for (int i = 0; i < 8; ++i) h.transport_data[i] = static_cast<uint8_t>(my_id >> (8 * i));
+  identity_.Append(&h.transport_data);
+  h.transport_data.insert(h.transport_data.end(), worker_address_.begin(),
+                          worker_address_.end());
+  h.max_message_size = options_.max_message_size;
+  h.max_segments = options_.max_segments;
+  return h;
+}
+
+// ---- UCX callback (runs inside ucp_worker_progress with mu_ held) ----
+
+void UcxTransport::OnEpError(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
+  auto* ep = static_cast<UcxEndpoint*>(arg);
+  if (ep->ucx_error_ == UCS_OK) ep->ucx_error_ = status;
+  ep->t_->control_pending_ = true;
+}
+
+// ---- control connections ----
+
+void UcxTransport::PollSockets() {
+  epoll_event events[64];
+  int n = epoll_wait(epoll_.get(), events, 64, 0);
+  for (int i = 0; i < n; ++i) {
+    const uint64_t key = events[i].data.u64;
+    if (key == kListenerKey) {
+      AcceptSockets();
+      continue;
+    }
+    auto it = live_.find(key);
+    if (it != live_.end()) ReadSocket(it->second);
+  }
+  // Retry frames that did not fit in the socket buffer (rare: handshake frames are small).
+  if (pending_writes_) {
+    pending_writes_ = false;
+    std::vector<UcxEndpoint*> eps;
+    for (auto& [id, ep] : live_) {
+      if (!ep->wbuf_.empty()) eps.push_back(ep);
+    }
+    for (UcxEndpoint* ep : eps) FlushSocket(ep);
+  }
+}
+
+void UcxTransport::AcceptSockets() {
+  while (true) {
+    sockaddr_storage ss{};
+    socklen_t len = sizeof(ss);
+    int fd = accept4(listen_fd_.get(), reinterpret_cast<sockaddr*>(&ss), &len,
+                     SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        last_accept_error_ = IoError("accept on " + listen_address_, errno);
+      }
+      if (errno == EINTR) continue;
+      return;
+    }
+    UniqueFd owned(fd);
+    const std::string peer = FormatSockaddr(ss);
+    if (live_.size() >= options_.max_endpoints) {
+      last_accept_error_ = ResourceExhausted("refused " + peer + ": max_endpoints (" +
+                                             std::to_string(options_.max_endpoints) +
+                                             ") reached");
+      continue;  // closing the socket tells the client
+    }
+    SetNoDelay(fd);
+    auto ep = NewEndpoint(peer, /*server=*/true, std::move(owned));
+    if (ep->state_ == UcxEndpoint::State::kFailed) {
+      last_accept_error_ = ep->status_;
+      continue;
+    }
+    ep->handshake_ = std::make_unique<Handshake>(Handshake::Role::kServer, MakeHello(ep->id()));
+    ep->handshake_deadline_ = Clock::now() + options_.peer_timeout;
+  }
+}
+
+void UcxTransport::QueueFrame(UcxEndpoint* ep, std::span<const uint8_t> payload) {
+  const uint32_t n = static_cast<uint32_t>(payload.size());
+  for (int i = 0; i < 4; ++i) ep->wbuf_.push_back(static_cast<uint8_t>(n >> (8 * i)));
+  ep->wbuf_.insert(ep->wbuf_.end(), payload.begin(), payload.end());
+}
+
+bool UcxTransport::FlushSocket(UcxEndpoint* ep) {
+  size_t done = 0;
+  while (done < ep->wbuf_.size()) {
+    ssize_t n = ::send(ep->fd_.get(), ep->wbuf_.data() + done, ep->wbuf_.size() - done,
+                       MSG_NOSIGNAL);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pending_writes_ = true;
+      break;
+    }
+    ep->wbuf_.clear();
+    FailEndpoint(ep, PeerFailure("control connection to " + ep->peer_address_ + ": " +
+                                 IoError("send", errno).message()),
+                 /*graceful=*/false);
+    return false;
+  }
+  ep->wbuf_.erase(ep->wbuf_.begin(), ep->wbuf_.begin() + static_cast<ptrdiff_t>(done));
+  return true;
+}
+
+void UcxTransport::ReadSocket(UcxEndpoint* ep) {
+  uint8_t buf[16384];
+  bool eof = false;
+  int err = 0;
+  while (true) {
+    ssize_t n = ::recv(ep->fd_.get(), buf, sizeof(buf), 0);
+    if (n > 0) {
+      ep->rbuf_.insert(ep->rbuf_.end(), buf, buf + n);
+      if (ep->rbuf_.size() > kMaxHandshakeFrame + 4 + sizeof(buf)) break;  // parse first
+      continue;
+    }
+    if (n == 0) eof = true;
+    else if (errno == EINTR) continue;
+    else if (errno != EAGAIN && errno != EWOULDBLOCK) err = errno;
+    break;
+  }
+  // Frames: u32 little-endian length, then the payload.
+  size_t off = 0;
+  while (ep->state_ != UcxEndpoint::State::kFailed && ep->rbuf_.size() - off >= 4) {
+    const uint8_t* p = ep->rbuf_.data() + off;
+    const uint32_t len = uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 |
+                         uint32_t{p[3]} << 24;
+    if (len > kMaxHandshakeFrame) {
+      Status s = ProtocolError("control frame of " + std::to_string(len) + " bytes from " +
+                               ep->peer_address_ + " exceeds the limit of " +
+                               std::to_string(kMaxHandshakeFrame));
+      if (ep->server_ && ep->state_ == UcxEndpoint::State::kHandshaking) last_accept_error_ = s;
+      FailEndpoint(ep, s, /*graceful=*/false);
+      return;
+    }
+    if (ep->rbuf_.size() - off - 4 < len) break;
+    OnFrame(ep, std::span<const uint8_t>(p + 4, len));
+    off += 4 + len;
+  }
+  if (ep->state_ == UcxEndpoint::State::kFailed) return;
+  ep->rbuf_.erase(ep->rbuf_.begin(), ep->rbuf_.begin() + static_cast<ptrdiff_t>(off));
+  if (eof || err != 0) {
+    const bool handshaking = ep->state_ == UcxEndpoint::State::kHandshaking;
+    Status s = PeerFailure(
+        "peer " + ep->peer_address_ +
+        (err != 0 ? " connection error: " + IoError("recv", err).message()
+                  : handshaking ? " closed the connection during the handshake"
+                                : " closed the connection (process exited or endpoint closed)"));
+    if (ep->server_ && handshaking) last_accept_error_ = s;
+    FailEndpoint(ep, s, /*graceful=*/false);
+  }
+}
+
+void UcxTransport::OnFrame(UcxEndpoint* ep, std::span<const uint8_t> frame) {
+  ep->last_heard_ = Clock::now();
+  if (ep->state_ == UcxEndpoint::State::kReady) {
+    if (frame.size() == 1 && frame[0] == kPing) {
+      const uint8_t pong = kPong;
+      QueueFrame(ep, {&pong, 1});
+      FlushSocket(ep);
+      return;
+    }
+    if (frame.size() == 1 && frame[0] == kPong) return;
+    FailEndpoint(ep, ProtocolError("unexpected control frame of " +
+                                   std::to_string(frame.size()) + " bytes from " +
+                                   ep->peer_address_),
+                 /*graceful=*/false);
+    return;
+  }
+  Status s = ep->handshake_->OnFrame(frame);
+  while (auto out = ep->handshake_->TakeOutgoing()) QueueFrame(ep, *out);
+  if (!FlushSocket(ep)) return;
+  if (!s.ok()) {
+    s = s.Annotate("handshake with " + ep->peer_address_);
+    if (ep->server_) last_accept_error_ = s;
+    FailEndpoint(ep, s, /*graceful=*/true);  // graceful: the Reject frame goes out first
+    return;
+  }
+  if (ep->handshake_->done()) FinishHandshake(ep);
+}
+
+void UcxTransport::FinishHandshake(UcxEndpoint* ep) {
+  const PeerHello& peer = ep->handshake_->peer();
+  const std::string who = "handshake with " + ep->peer_address_;
+  constexpr size_t kHeader = 8 + HostIdentity::kWireSize;
+  if (peer.transport_data.size() <= kHeader) {
+    Status bad = ProtocolError(who + ": transport data of " +
+                               std::to_string(peer.transport_data.size()) +
+                               " bytes has no UCX worker address");
+    if (ep->server_) last_accept_error_ = bad;
+    FailEndpoint(ep, bad, /*graceful=*/false);
+    return;
+  }
+  uint64_t tag = 0;
+  for (int i = 0; i < 8; ++i) tag |= uint64_t{peer.transport_data[i]} << (8 * i);
+  ucp_ep_params_t p{};
+  p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                 UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  p.address = reinterpret_cast<const ucp_address_t*>(peer.transport_data.data() + kHeader);
+  p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  p.err_handler.cb = &UcxTransport::OnEpError;
+  p.err_handler.arg = ep;
+  ucp_ep_h handle = nullptr;
+  ucs_status_t st = ucp_ep_create(worker_.get(), &p, &handle);
+  if (st != UCS_OK) {
+    Status s = UcsError("ucp_ep_create(" + ep->peer_address_ +
+                            ") (does UCX_TLS allow a transport that reaches the peer?)",
+                        st);
+    if (ep->server_) last_accept_error_ = s;
+    FailEndpoint(ep, s, /*graceful=*/false);
+    return;
+  }
+  ep->ep_ = EpHandle(worker_.get(), handle);
+  ep->peer_tag_ = tag;
+  const HostIdentity peer_id = HostIdentity::Parse(peer.transport_data.data() + 8);
+  if (cma_allowed_ && CmaUsable(identity_, peer_id)) ep->cma_pid_ = static_cast<pid_t>(peer_id.pid);
+  ep->peer_max_message_ = peer.max_message_size;
+  ep->peer_regions_ = peer.regions;
+  ep->peer_info_ = peer.info;
+  ep->handshake_.reset();
+  ep->state_ = UcxEndpoint::State::kReady;
+  --handshakes_;
+  ep->last_heard_ = Clock::now();
+  if (ep->server_) accepted_.push_back(by_id_.at(ep->id()));
+}
+
+void UcxTransport::HandleControlLocked() {
+  control_pending_ = false;
+  std::vector<UcxEndpoint*> failed;
+  for (auto& [id, ep] : live_) {
+    if (ep->ucx_error_ != UCS_OK) failed.push_back(ep);
+  }
+  for (UcxEndpoint* ep : failed) {
+    Status why = UcsError("endpoint to " + ep->peer_address_ + " failed", ep->ucx_error_);
+    FailEndpoint(ep, Status(Code::kPeerFailure, why.message()), /*graceful=*/false);
+  }
+  for (size_t i = 0; i < closing_.size();) {
+    if (ucp_request_check_status(closing_[i]) != UCS_INPROGRESS) {
+      ucp_request_free(closing_[i]);
+      closing_[i] = closing_.back();
+      closing_.pop_back();
+    } else {
+      ++i;
+    }
+  }
+  if (!closing_.empty()) control_pending_ = true;
+}
+
+void UcxTransport::FailEndpoint(UcxEndpoint* ep, Status why, bool graceful) {
+  if (ep->state_ == UcxEndpoint::State::kFailed) return;
+  if (ep->state_ == UcxEndpoint::State::kHandshaking && live_.count(ep->id()) != 0) {
+    --handshakes_;
+  }
+  ep->state_ = UcxEndpoint::State::kFailed;
+  ep->status_ = std::move(why);
+  ep->handshake_.reset();
+  live_.erase(ep->id());
+  // Recvs on this endpoint are worker-level tag receives: cancel them ourselves. Their
+  // callbacks complete the Ops with the endpoint's status.
+  std::vector<void*> recvs;
+  for (OpState* r = ep->recvs_; r != nullptr; r = r->next) recvs.push_back(r->request);
+  for (void* req : recvs) ucp_request_cancel(worker_.get(), req);
+  if (ep->ep_.get() != nullptr) {
+    // A force close makes UCX complete every outstanding request of the ep with an error
+    // (callbacks map it to status_); after an error callback UCX requires force.
+    void* req = ep->ep_.Close(/*force=*/!graceful || ep->ucx_error_ != UCS_OK);
+    if (req != nullptr) {
+      closing_.push_back(req);
+      control_pending_ = true;
+    }
+  }
+  if (ep->fd_) {
+    if (graceful && !ep->wbuf_.empty()) {
+      (void)::send(ep->fd_.get(), ep->wbuf_.data(), ep->wbuf_.size(), MSG_NOSIGNAL);
+    }
+    (void)epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, ep->fd_.get(), nullptr);
+    (void)::shutdown(ep->fd_.get(), SHUT_RDWR);
+    ep->fd_.reset();  // the peer sees EOF: its endpoint fails at once
+  }
+  ep->rbuf_.clear();
+  ep->wbuf_.clear();
+}
+
+void UcxTransport::CloseEndpoint(UcxEndpoint* ep) {
+  ep->closed_by_user_ = true;
+  FailEndpoint(ep, Cancelled("endpoint to " + ep->peer_address_ + " was closed"),
+               /*graceful=*/true);
+}
+
+void UcxTransport::CheckLiveness(Clock::time_point now) {
+  const auto timeout = options_.peer_timeout;
+  next_liveness_ = now + std::clamp<Clock::duration>(timeout / 8, std::chrono::milliseconds(1),
+                                                     std::chrono::milliseconds(50));
+  PollSockets();
+  std::vector<UcxEndpoint*> eps;
+  for (auto& [id, ep] : live_) {
+    if (ep->state_ == UcxEndpoint::State::kHandshaking ? now > ep->handshake_deadline_
+                                                       : ep->outstanding_ > 0) {
+      eps.push_back(ep);
+    }
+  }
+  for (UcxEndpoint* ep : eps) {
+    if (ep->state_ == UcxEndpoint::State::kHandshaking) {
+      Status s = Timeout("handshake with " + ep->peer_address_ + " did not finish in time");
+      if (ep->server_) last_accept_error_ = s;
+      FailEndpoint(ep, s, /*graceful=*/false);
+      continue;
+    }
+    if (now - ep->last_heard_ > timeout) {
+      FailEndpoint(ep,
+                   PeerFailure("peer " + ep->peer_address_ + " did not respond within " +
+                               std::to_string(timeout.count()) + " ms (peer_timeout)"),
+                   /*graceful=*/false);
+    } else if (now - ep->last_ping_ >= timeout / 4) {
+      ep->last_ping_ = now;
+      const uint8_t ping = kPing;
+      QueueFrame(ep, {&ping, 1});
+      FlushSocket(ep);
+    }
+  }
+}
+
+// ---- public connection API ----
+
+Result<std::string> UcxTransport::Listen(const std::string& address) {
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  std::string host;
+  uint16_t port = 0;
+  FERRY_RETURN_IF_ERROR(Resolve(address, &ss, &len, &host, &port));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (listen_fd_) return InvalidArgument("ucx: already listening on " + listen_address_);
+  UniqueFd fd(::socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd) return IoError("socket", errno);
+  int one = 1;
+  (void)setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&ss), len) != 0) {
+    return IoError("bind " + address, errno);
+  }
+  if (::listen(fd.get(), 128) != 0) return IoError("listen " + address, errno);
+  sockaddr_storage bound{};
+  socklen_t blen = sizeof(bound);
+  if (getsockname(fd.get(), reinterpret_cast<sockaddr*>(&bound), &blen) != 0) {
+    return IoError("getsockname", errno);
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kListenerKey;
+  if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd.get(), &ev) != 0) {
+    return IoError("epoll_ctl(ADD listener)", errno);
+  }
+  listen_fd_ = std::move(fd);
+  const uint16_t bound_port = bound.ss_family == AF_INET6
+                                  ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
+                                  : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  listen_address_ = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
+                    std::to_string(bound_port);
+  return listen_address_;
+}
+
+Result<std::shared_ptr<Endpoint>> UcxTransport::Accept(Millis timeout) {
+  const auto deadline = Clock::now() + timeout;
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!listen_fd_) return InvalidArgument("ucx: Accept() before Listen()");
+  while (true) {
+    ProgressLocked();
+    PollSockets();
+    if (!accepted_.empty()) {
+      std::shared_ptr<Endpoint> ep = std::move(accepted_.front());
+      accepted_.pop_front();
+      return ep;
+    }
+    if (Clock::now() >= deadline) {
+      std::string msg = "ucx: no peer completed a handshake on " + listen_address_ + " within " +
+                        std::to_string(timeout.count()) + " ms";
+      if (!last_accept_error_.ok()) msg += " (last refused: " + last_accept_error_.ToString() + ")";
+      return Timeout(msg);
+    }
+    SleepOnWorker(lock, deadline);
+  }
+}
+
+Result<std::shared_ptr<Endpoint>> UcxTransport::Connect(const std::string& address,
+                                                        Millis timeout) {
+  const auto deadline = Clock::now() + timeout;
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  std::string host;
+  uint16_t port = 0;
+  FERRY_RETURN_IF_ERROR(Resolve(address, &ss, &len, &host, &port));
+  if (port == 0) return InvalidArgument("ucx: cannot connect to port 0 ('" + address + "')");
+  // TCP connect without the lock (it may take a while).
+  UniqueFd fd(::socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd) return IoError("socket", errno);
+  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&ss), len) != 0) {
+    if (errno != EINPROGRESS) return PeerFailure("connect " + address + ": " + std::strerror(errno));
+    while (true) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0) return Timeout("connect " + address + ": no TCP connection in time");
+      pollfd pfd{fd.get(), POLLOUT, 0};
+      int rc = ::poll(&pfd, 1, static_cast<int>(left));
+      if (rc > 0) break;
+      if (rc < 0 && errno != EINTR) return IoError("poll", errno);
+    }
+    int err = 0;
+    socklen_t elen = sizeof(err);
+    (void)getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &elen);
+    if (err != 0) return PeerFailure("connect " + address + ": " + std::strerror(err));
+  }
+  SetNoDelay(fd.get());
+
+  std::unique_lock<std::mutex> lock(mu_);
+  if (live_.size() >= options_.max_endpoints) {
+    return ResourceExhausted("ucx: max_endpoints (" + std::to_string(options_.max_endpoints) +
+                             ") reached");
+  }
+  auto ep = NewEndpoint(address, /*server=*/false, std::move(fd));
+  if (ep->state_ == UcxEndpoint::State::kFailed) return ep->status_;
+  ep->handshake_ = std::make_unique<Handshake>(Handshake::Role::kClient, MakeHello(ep->id()));
+  ep->handshake_deadline_ = deadline;
+  while (auto out = ep->handshake_->TakeOutgoing()) QueueFrame(ep.get(), *out);
+  FlushSocket(ep.get());
+  while (true) {
+    ProgressLocked();
+    PollSockets();
+    if (ep->state_ == UcxEndpoint::State::kReady) return std::shared_ptr<Endpoint>(ep);
+    if (ep->state_ == UcxEndpoint::State::kFailed) {
+      return ep->status_.Annotate("connect " + address);
+    }
+    if (Clock::now() >= deadline) {
+      Status s = Timeout("connect " + address + ": no handshake within " +
+                         std::to_string(timeout.count()) + " ms");
+      FailEndpoint(ep.get(), s, /*graceful=*/false);
+      return s;
+    }
+    SleepOnWorker(lock, deadline);
+  }
+}
+
+}  // namespace ferry::ucx

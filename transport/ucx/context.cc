@@ -1,0 +1,398 @@
+// Context and worker setup, parameters, the registry entry, devices(), and the progress engine.
+#include <poll.h>
+#include <sys/epoll.h>
+
+#include <cerrno>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+
+#include <ucs/config/parser.h>
+
+#include <uct/api/uct.h>
+
+#include "transport/ucx/ucx_status.h"
+#include "transport/ucx/ucx_transport.h"
+
+namespace ferry::ucx {
+namespace {
+
+constexpr const char* kParamPrefix = "UCX_";
+
+// UCX reads time values with a unit suffix ("250ms").
+std::string UcxTime(ferry::Millis m) { return std::to_string(std::max<int64_t>(1, m.count())) + "ms"; }
+
+bool UserSet(const TransportOptions& o, const char* key) {
+  return o.params.count(std::string(kParamPrefix) + key) != 0;
+}
+
+// Applies TransportOptions::params (and this backend's defaults) to a UCX configuration.
+Status ApplyParams(const TransportOptions& options, ucp_config_t* config) {
+  for (const auto& [key, value] : options.params) {
+    if (key.rfind(kParamPrefix, 0) != 0 || key.size() == std::strlen(kParamPrefix)) {
+      return InvalidArgument("ucx: unknown parameter '" + key +
+                             "' (this backend accepts UCX_* variables only, e.g. UCX_TLS)");
+    }
+    const std::string name = key.substr(std::strlen(kParamPrefix));
+    ucs_status_t st = ucp_config_modify(config, name.c_str(), value.c_str());
+    if (st != UCS_OK) {
+      return InvalidArgument("ucx: parameter " + key + "='" + value + "' rejected: " +
+                             UcsError("ucp_config_modify", st).message());
+    }
+  }
+  // Defaults that make the failure model hold (the caller's explicit UCX_* values win):
+  //  - UCX keepalive at a third of peer_timeout on every endpoint, so UCX itself notices a dead
+  //    peer well inside the bound (its default is 20 s on 128 endpoints);
+  //  - error handling on the shared-memory transports: without it UCX 1.13 drops posix/sysv
+  //    from endpoints created with UCP_ERR_HANDLING_MODE_PEER ("no peer failure handler"), and
+  //    "shm,self" could not connect. Quirk: ucp_config_modify applies a transport (UCT) setting
+  //    only under the name of the table that declares it, so it is MM_ERROR_HANDLING (the
+  //    shared base of posix and sysv), not POSIX_/SYSV_ERROR_HANDLING.
+  struct Default {
+    const char* name;
+    std::string value;
+  };
+  const Default defaults[] = {
+      {"KEEPALIVE_INTERVAL", UcxTime(std::max(options.peer_timeout / 3, ferry::Millis(1)))},
+      {"KEEPALIVE_NUM_EPS", "inf"},
+      {"MM_ERROR_HANDLING", "y"},
+  };
+  // MM_* only matters when a shared-memory transport may be opened (otherwise UCX warns that
+  // the setting was not used).
+  std::string tls = "all";
+  if (auto it = options.params.find("UCX_TLS"); it != options.params.end()) tls = it->second;
+  const bool maybe_shm = tls.find("shm") != std::string::npos ||
+                         tls.find("sm") != std::string::npos ||
+                         tls.find("posix") != std::string::npos ||
+                         tls.find("sysv") != std::string::npos ||
+                         tls.find("all") != std::string::npos || tls.find('^') != std::string::npos;
+  for (const Default& d : defaults) {
+    if (UserSet(options, d.name)) continue;
+    if (!maybe_shm && std::strncmp(d.name, "MM_", 3) == 0) continue;
+    ucs_status_t st = ucp_config_modify(config, d.name, d.value.c_str());
+    if (st != UCS_OK) {
+      return UcsError(std::string("ucp_config_modify(") + d.name + "=" + d.value + ")", st);
+    }
+  }
+  return Status::Ok();
+}
+
+// ucp_config_modify accepts any name and only warns ("invalid configurations") when a worker
+// starts, so typos would pass silently. After ucp_init every UCX component has registered its
+// configuration table; a name is known if UCX prints it (or names it as inherited) in the full
+// option listing, the same one `ucx_info -cf` shows. (ucs/config/parser.h is part of UCX's
+// installed development headers.)
+Status CheckParamNames(const TransportOptions& options) {
+  char* text = nullptr;
+  size_t size = 0;
+  FILE* stream = open_memstream(&text, &size);
+  if (stream == nullptr) return IoError("open_memstream", errno);
+  ucs_config_parser_print_all_opts(
+      stream, kParamPrefix,
+      static_cast<ucs_config_print_flags_t>(UCS_CONFIG_PRINT_CONFIG | UCS_CONFIG_PRINT_DOC |
+                                            UCS_CONFIG_PRINT_HIDDEN),
+      &ucs_config_global_list);
+  std::fclose(stream);
+  std::string listing(text, size);
+  std::free(text);
+  std::set<std::string> known;
+  size_t pos = 0;
+  while (pos < listing.size()) {
+    size_t end = listing.find('\n', pos);
+    if (end == std::string::npos) end = listing.size();
+    std::string_view line(listing.data() + pos, end - pos);
+    pos = end + 1;
+    size_t start = line.find(kParamPrefix);
+    if (start == std::string_view::npos) continue;
+    size_t stop = start;
+    while (stop < line.size() && (std::isalnum(static_cast<unsigned char>(line[stop])) ||
+                                  line[stop] == '_')) {
+      ++stop;
+    }
+    known.emplace(line.substr(start, stop - start));
+  }
+  for (const auto& [key, value] : options.params) {
+    if (known.count(key) == 0) {
+      return InvalidArgument("ucx: unknown parameter '" + key +
+                             "': UCX has no such variable (see `ucx_info -cf`)");
+    }
+  }
+  return Status::Ok();
+}
+
+// Whether UCX_TLS lets UCX use cma (then Ferry's own CMA path may serve one-sided ops).
+bool TlsAllowsCma(const TransportOptions& options) {
+  auto it = options.params.find("UCX_TLS");
+  if (it == options.params.end()) return true;  // default: all
+  const std::string& tls = it->second;
+  if (!tls.empty() && tls[0] == '^') return tls.find("cma") == std::string::npos;
+  return tls.find("cma") != std::string::npos || tls.find("shm") != std::string::npos ||
+         tls.find("all") != std::string::npos || tls == "sm" ||
+         tls.find("sm,") != std::string::npos || tls.find(",sm") != std::string::npos;
+}
+
+ucp_params_t ContextParams() {
+  ucp_params_t p{};
+  p.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
+  p.features = UCP_FEATURE_TAG | UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+  p.name = "ferry";
+  return p;
+}
+
+std::string Probe() {
+  ucp_config_t* raw = nullptr;
+  ucs_status_t st = ucp_config_read(nullptr, nullptr, &raw);
+  if (st != UCS_OK) return UcsError("ucp_config_read", st).message();
+  ConfigHandle config(raw);
+  ucp_params_t params = ContextParams();
+  ucp_context_h ctx = nullptr;
+  st = ucp_init(&params, config.get(), &ctx);
+  if (st != UCS_OK) return UcsError("ucp_init", st).message();
+  ContextHandle owned(ctx);
+  return "";
+}
+
+Result<std::unique_ptr<Transport>> CreateUcx(const TransportOptions& options) {
+  return UcxTransport::Create(options);
+}
+
+std::string DeviceKind(uct_device_type_t type) {
+  switch (type) {
+    case UCT_DEVICE_TYPE_NET: return "netdev";
+    case UCT_DEVICE_TYPE_SHM: return "shm";
+    case UCT_DEVICE_TYPE_ACC: return "accelerator";
+    case UCT_DEVICE_TYPE_SELF: return "self";
+    default: return "other";
+  }
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Transport>> UcxTransport::Create(const TransportOptions& options) {
+  std::unique_ptr<UcxTransport> t(new UcxTransport(options));
+  FERRY_RETURN_IF_ERROR(t->Init());
+  return std::unique_ptr<Transport>(std::move(t));
+}
+
+UcxTransport::UcxTransport(const TransportOptions& options)
+    : options_(options), advertise_(options.advertise) {
+  caps_.send_recv = true;
+  caps_.write = true;
+  caps_.read = true;
+  caps_.sparse_write = true;
+  caps_.sparse_read = true;
+  caps_.notify = true;
+  caps_.zero_copy_sparse = true;  // per-segment put/get or direct copies; never packed
+  caps_.shared_recv = true;
+  caps_.target_checks = false;    // see the header: shm/CMA lanes access peer memory directly
+  caps_.max_message_size = options.max_message_size;
+  caps_.max_segments = options.max_segments;
+}
+
+Status UcxTransport::Init() {
+  ucp_config_t* raw = nullptr;
+  ucs_status_t st = ucp_config_read(nullptr, nullptr, &raw);
+  if (st != UCS_OK) return UcsError("ucp_config_read", st);
+  ConfigHandle config(raw);
+  FERRY_RETURN_IF_ERROR(ApplyParams(options_, config.get()));
+
+  ucp_params_t params = ContextParams();
+  ucp_context_h ctx = nullptr;
+  st = ucp_init(&params, config.get(), &ctx);
+  if (st != UCS_OK) return UcsError("ucp_init", st);
+  context_ = ContextHandle(ctx);
+  FERRY_RETURN_IF_ERROR(CheckParamNames(options_));
+
+  ucp_worker_params_t wp{};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // every call is made under mu_
+  ucp_worker_h worker = nullptr;
+  st = ucp_worker_create(context_.get(), &wp, &worker);
+  if (st != UCS_OK) return UcsError("ucp_worker_create", st);
+  worker_ = WorkerHandle(worker);
+  if (ucp_worker_get_efd(worker_.get(), &efd_) != UCS_OK) efd_ = -1;  // Wait() then polls
+
+  FERRY_RETURN_IF_ERROR(SetAmHandler(kAmNotify, &UcxTransport::OnAmNotify));
+
+  ucp_worker_attr_t wa{};
+  wa.field_mask = UCP_WORKER_ATTR_FIELD_ADDRESS;
+  st = ucp_worker_query(worker_.get(), &wa);
+  if (st != UCS_OK) return UcsError("ucp_worker_query(address)", st);
+  const auto* addr = reinterpret_cast<const uint8_t*>(wa.address);
+  worker_address_.assign(addr, addr + wa.address_length);
+  ucp_worker_release_address(worker_.get(), wa.address);
+
+  identity_ = HostIdentity::Local();
+  cma_allowed_ = TlsAllowsCma(options_);
+
+  epoll_ = UniqueFd(epoll_create1(EPOLL_CLOEXEC));
+  if (!epoll_) return IoError("epoll_create1", errno);
+
+  next_liveness_ = Clock::now();
+  if (options_.progress_thread) {
+    progress_thread_ = std::thread([this] { ProgressThreadMain(); });
+  }
+  return Status::Ok();
+}
+
+Status UcxTransport::SetAmHandler(unsigned id, ucp_am_recv_callback_t cb) {
+  ucp_am_handler_param_t p{};
+  p.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
+                 UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+  p.id = id;
+  p.flags = UCP_AM_FLAG_WHOLE_MSG;
+  p.cb = cb;
+  p.arg = this;
+  ucs_status_t st = ucp_worker_set_am_recv_handler(worker_.get(), &p);
+  if (st != UCS_OK) return UcsError("ucp_worker_set_am_recv_handler", st);
+  return Status::Ok();
+}
+
+UcxTransport::~UcxTransport() {
+  stop_ = true;
+  if (progress_thread_.joinable()) {
+    if (worker_) ucp_worker_signal(worker_.get());
+    progress_thread_.join();
+  }
+  if (!worker_) return;
+  std::unique_lock<std::mutex> lock(mu_);
+  // Close every endpoint (pending Ops complete with kCancelled), cancel shared Recvs, then let
+  // UCX finish the close requests within a bounded time.
+  std::vector<UcxEndpoint*> live;
+  for (auto& [id, ep] : live_) live.push_back(ep);
+  for (UcxEndpoint* ep : live) {
+    FailEndpoint(ep, Cancelled("transport destroyed"), /*graceful=*/false);
+  }
+  for (auto& st : op_storage_) {
+    if (st->t != nullptr && st->request != nullptr && st->type == OpType::kRecv) {
+      ucp_request_cancel(worker_.get(), st->request);
+    }
+  }
+  const auto deadline = Clock::now() + std::chrono::seconds(2);
+  while (!closing_.empty() && Clock::now() < deadline) ProgressLocked();
+  for (void* req : closing_) ucp_request_free(req);
+  closing_.clear();
+  // by_id_ endpoints hold only closed handles now; the sockets, the worker and the context go
+  // with the members in reverse declaration order.
+}
+
+unsigned UcxTransport::ProgressLocked() {
+  unsigned n = ucp_worker_progress(worker_.get());
+  if (control_pending_) HandleControlLocked();
+  if (handshakes_ != 0) PollSockets();
+  if ((++tick_ & 63) == 0 || n == 0) {
+    const auto now = Clock::now();
+    if (now >= next_liveness_) CheckLiveness(now);
+  }
+  return n;
+}
+
+void UcxTransport::WakeProgressThread() {
+  if (thread_sleeping_.load(std::memory_order_relaxed)) ucp_worker_signal(worker_.get());
+}
+
+void UcxTransport::ProgressThreadMain() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_.load()) {
+    const size_t before = done_.size();
+    unsigned n = ProgressLocked();
+    if (done_.size() != before) cv_.notify_all();
+    if (n != 0) {
+      // Let other threads take the lock between rounds.
+      lock.unlock();
+      lock.lock();
+      continue;
+    }
+    thread_sleeping_ = true;
+    SleepOnWorker(lock, Clock::now() + std::chrono::milliseconds(1));
+    thread_sleeping_ = false;
+  }
+}
+
+void UcxTransport::SleepOnWorker(std::unique_lock<std::mutex>& lock,
+                                 Clock::time_point deadline) {
+  const auto now = Clock::now();
+  if (now >= deadline) return;
+  int ms = static_cast<int>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count());
+  ms = std::clamp(ms, 0, 2);
+  ucs_status_t st = efd_ >= 0 ? ucp_worker_arm(worker_.get()) : UCS_ERR_UNSUPPORTED;
+  if (st == UCS_ERR_BUSY) {  // events pending: progress again right away, but let others in
+    lock.unlock();
+    std::this_thread::yield();
+  } else {
+    // Sleep on the worker's event fd (when armed) and on the control connections.
+    pollfd pfd[2] = {{epoll_.get(), POLLIN, 0}, {efd_, POLLIN, 0}};
+    const nfds_t nfds = st == UCS_OK ? 2 : 1;
+    if (st != UCS_OK) ms = std::min(ms, 1);  // no worker events: poll UCX at least every ms
+    lock.unlock();
+    ::poll(pfd, nfds, ms);
+  }
+  lock.lock();
+}
+
+void UcxTransport::Advertise(std::vector<RemoteRegion> regions) {
+  std::lock_guard<std::mutex> lock(mu_);
+  advertise_ = std::move(regions);
+}
+
+std::vector<DeviceInfo> UcxTransport::devices() const {
+  // The transports/devices UCX can use on this host, from UCT's resource query (the same list
+  // `ucx_info -d` prints). UCX_TLS then selects among them.
+  std::vector<DeviceInfo> out;
+  uct_component_h* components = nullptr;
+  unsigned num_components = 0;
+  if (uct_query_components(&components, &num_components) != UCS_OK) return out;
+  for (unsigned c = 0; c < num_components; ++c) {
+    uct_component_attr_t attr{};
+    attr.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME | UCT_COMPONENT_ATTR_FIELD_MD_RESOURCE_COUNT;
+    if (uct_component_query(components[c], &attr) != UCS_OK) continue;
+    std::vector<uct_md_resource_desc_t> mds(attr.md_resource_count);
+    attr.field_mask = UCT_COMPONENT_ATTR_FIELD_MD_RESOURCES;
+    attr.md_resources = mds.data();
+    if (mds.empty() || uct_component_query(components[c], &attr) != UCS_OK) continue;
+    for (const auto& md_desc : mds) {
+      uct_md_config_t* md_config = nullptr;
+      if (uct_md_config_read(components[c], nullptr, nullptr, &md_config) != UCS_OK) continue;
+      uct_md_h md = nullptr;
+      ucs_status_t st = uct_md_open(components[c], md_desc.md_name, md_config, &md);
+      uct_config_release(md_config);
+      if (st != UCS_OK) continue;
+      uct_tl_resource_desc_t* res = nullptr;
+      unsigned num_res = 0;
+      if (uct_md_query_tl_resources(md, &res, &num_res) == UCS_OK) {
+        for (unsigned i = 0; i < num_res; ++i) {
+          DeviceInfo d;
+          d.name = res[i].dev_name;
+          d.kind = DeviceKind(res[i].dev_type);
+          d.attributes["transport"] = res[i].tl_name;
+          d.attributes["component"] = attr.name;
+          d.attributes["memory_domain"] = md_desc.md_name;
+          if (res[i].sys_device != UCS_SYS_DEVICE_ID_UNKNOWN) {
+            d.attributes["sys_device"] = std::to_string(res[i].sys_device);
+          }
+          out.push_back(std::move(d));
+        }
+        uct_release_tl_resource_list(res);
+      }
+      uct_md_close(md);
+    }
+  }
+  uct_release_component_list(components);
+  return out;
+}
+
+}  // namespace ferry::ucx
+
+namespace ferry {
+
+const BackendEntry& UcxBackendEntry() {
+  static const BackendEntry entry{ucx::kBackendName, 20, &ucx::Probe, &ucx::CreateUcx};
+  return entry;
+}
+
+}  // namespace ferry

@@ -1,0 +1,426 @@
+// The data path: Post, UCX completion callbacks, Poll and Wait.
+//
+// Invariants:
+//  - Every Op gets one OpState (pooled) and produces exactly one Completion (Finish()).
+//  - UCX returns NULL for an operation that completed in the call; its callback then never
+//    runs, so the Op is finished inline. A returned request always ends in exactly one callback.
+//  - Puts/gets of a sparse list (and the put of a contiguous Write) carry no callback; their
+//    requests are released at once (UCX frees them when done) and the Op's single completion is
+//    the ucp_ep_flush_nbx that follows them: a flush completes after every earlier operation of
+//    the endpoint has completed remotely, so a Write's completion means the data has landed.
+//  - Tags: a message to a peer carries the id the peer gave us in its handshake, i.e. the
+//    receiver's id of the sending endpoint.
+#include <cstring>
+
+#include "transport/ucx/ucx_status.h"
+#include "transport/ucx/ucx_transport.h"
+
+namespace ferry::ucx {
+namespace {
+
+constexpr ucp_tag_t kAnyTagMask = 0;
+constexpr ucp_tag_t kExactTagMask = ~ucp_tag_t{0};
+
+bool IsWrite(OpType t) { return t == OpType::kWrite || t == OpType::kSparseWrite; }
+
+}  // namespace
+
+// ---- op pool ----
+
+OpState* UcxTransport::AllocOp() {
+  if (op_free_.empty()) {
+    op_storage_.push_back(std::make_unique<OpState>());
+    op_free_.push_back(op_storage_.back().get());
+  }
+  OpState* st = op_free_.back();
+  op_free_.pop_back();
+  st->t = this;
+  return st;
+}
+
+void UcxTransport::FreeOp(OpState* st) {
+  *st = OpState{};
+  op_free_.push_back(st);
+}
+
+void UcxTransport::LinkRecv(UcxEndpoint* ep, OpState* st) {
+  st->prev = nullptr;
+  st->next = ep->recvs_;
+  if (ep->recvs_ != nullptr) ep->recvs_->prev = st;
+  ep->recvs_ = st;
+  st->linked = true;
+}
+
+void UcxTransport::UnlinkRecv(OpState* st) {
+  if (!st->linked) return;
+  if (st->prev != nullptr) st->prev->next = st->next;
+  else st->ep->recvs_ = st->next;
+  if (st->next != nullptr) st->next->prev = st->prev;
+  st->linked = false;
+}
+
+// ---- completion ----
+
+void UcxTransport::CompleteNow(const Op& op, Status status) {
+  Completion c;
+  c.context = op.context;
+  c.type = op.type;
+  c.code = status.code();
+  c.ep = op.ep;
+  c.error = status.message();
+  done_.push_back(std::move(c));
+}
+
+void UcxTransport::Finish(OpState* st, ucs_status_t status) {
+  Completion c;
+  c.context = st->context;
+  c.type = st->type;
+  c.ep = st->sender != nullptr ? st->sender : st->ep;
+  c.bytes = st->bytes;
+  UcxEndpoint* ep = st->ep;
+  if (status != UCS_OK) {
+    Status s;
+    if (ep != nullptr && ep->state_ == UcxEndpoint::State::kFailed) {
+      s = ep->status_;  // peer failure, close (kCancelled), ...
+    } else if (!st->cma_error.ok()) {
+      s = st->cma_error;
+    } else if (status == UCS_ERR_MESSAGE_TRUNCATED) {
+      s = OutOfRange("received a message longer than the posted buffer of " +
+                     std::to_string(st->bytes) + " bytes (truncated)");
+    } else if (status == UCS_ERR_CANCELED) {
+      s = Cancelled("operation cancelled (transport shutting down)");
+    } else {
+      s = UcsError(std::string("ucx ") + std::string(OpTypeName(st->type)), status);
+    }
+    c.code = s.code();
+    c.error = s.message();
+    if (status != UCS_ERR_MESSAGE_TRUNCATED) c.bytes = 0;
+  }
+  if (ep != nullptr) --ep->outstanding_;
+  UnlinkRecv(st);
+  done_.push_back(std::move(c));
+  FreeOp(st);
+}
+
+void UcxTransport::StepDone(OpState* st, ucs_status_t status) {
+  if (status != UCS_OK && st->error == UCS_OK) st->error = status;
+  if (st->stage == OpState::Stage::kMain && st->notify && st->error == UCS_OK) {
+    if (st->ep->state_ != UcxEndpoint::State::kReady) {
+      Finish(st, UCS_ERR_CANCELED);
+      return;
+    }
+    SendNotify(st);
+    return;
+  }
+  Finish(st, st->error);
+}
+
+void UcxTransport::OnSendDone(void* request, ucs_status_t status, void* user_data) {
+  auto* st = static_cast<OpState*>(user_data);
+  ucp_request_free(request);
+  st->t->StepDone(st, status);
+}
+
+void UcxTransport::OnRecvDone(void* request, ucs_status_t status,
+                              const ucp_tag_recv_info_t* info, void* user_data) {
+  auto* st = static_cast<OpState*>(user_data);
+  UcxTransport* t = st->t;
+  st->request = nullptr;
+  if ((status == UCS_OK || status == UCS_ERR_MESSAGE_TRUNCATED) && info != nullptr) {
+    if (status == UCS_OK) st->bytes = info->length;
+    auto it = t->by_id_.find(info->sender_tag);
+    st->sender = it == t->by_id_.end() ? nullptr : it->second.get();
+  }
+  ucp_request_free(request);
+  t->StepDone(st, status);
+}
+
+ucs_status_t UcxTransport::OnAmNotify(void* arg, const void* header, size_t header_length,
+                                      void* /*data*/, size_t length,
+                                      const ucp_am_recv_param_t* /*param*/) {
+  auto* t = static_cast<UcxTransport*>(arg);
+  // A notification that is malformed or names an endpoint that is not up is dropped: it cannot
+  // be attributed, and the data it announces belongs to a peer we no longer serve.
+  if (header_length != sizeof(NotifyHeader) || length != 0) return UCS_OK;
+  NotifyHeader h;
+  std::memcpy(&h, header, sizeof(h));
+  auto it = t->live_.find(h.target_ep);
+  if (it == t->live_.end() || it->second->state_ != UcxEndpoint::State::kReady) return UCS_OK;
+  UcxEndpoint* ep = it->second;
+  ep->last_heard_ = Clock::now();
+  Completion c;
+  c.type = OpType::kNotify;
+  c.ep = ep;
+  c.imm = h.imm;
+  c.bytes = h.bytes;
+  t->done_.push_back(std::move(c));
+  return UCS_OK;
+}
+
+// ---- posting ----
+
+Status UcxTransport::CheckOpOwnership(const Op& op, size_t index) const {
+  const std::string who = "op " + std::to_string(index) + " (" +
+                          std::string(OpTypeName(op.type)) + ")";
+  const UcxEndpoint* ep = nullptr;
+  if (op.ep != nullptr) {
+    ep = dynamic_cast<const UcxEndpoint*>(op.ep);
+    if (ep == nullptr || ep->owner() != this) {
+      return InvalidArgument(who + ": endpoint belongs to another transport");
+    }
+  }
+  const auto* mr = dynamic_cast<const UcxMemoryRegion*>(op.local);
+  if (mr == nullptr || mr->owner() != this) {
+    return InvalidArgument(who + ": local region was not registered with this transport");
+  }
+  if (op.remote != nullptr && op.type != OpType::kSend && op.type != OpType::kRecv) {
+    const auto* rk = dynamic_cast<const UcxRemoteKey*>(op.remote);
+    if (rk == nullptr || rk->endpoint() != ep) {
+      return InvalidArgument(who + ": remote key was not imported on this endpoint");
+    }
+  }
+  if (op.type == OpType::kSend && ep != nullptr && ep->peer_max_message_ != 0 &&
+      op.length > ep->peer_max_message_) {
+    return InvalidArgument(who + ": " + std::to_string(op.length) +
+                           " bytes exceed the peer's max_message_size of " +
+                           std::to_string(ep->peer_max_message_));
+  }
+  return Status::Ok();
+}
+
+Status UcxTransport::Post(std::span<const Op> ops) {
+  for (size_t i = 0; i < ops.size(); ++i) {
+    FERRY_RETURN_IF_ERROR(ValidateOp(ops[i], caps_, options_.max_segments, i));
+    FERRY_RETURN_IF_ERROR(CheckOpOwnership(ops[i], i));
+  }
+  bool any_done = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const Op& op : ops) PostOne(op);
+    any_done = !done_.empty();
+  }
+  if (progress_thread_.joinable()) {
+    WakeProgressThread();
+    if (any_done) cv_.notify_all();
+  }
+  return Status::Ok();
+}
+
+void UcxTransport::PostOne(const Op& op) {
+  auto* ep = static_cast<UcxEndpoint*>(op.ep);
+  if (ep != nullptr && ep->state_ != UcxEndpoint::State::kReady) {
+    CompleteNow(op, ep->state_ == UcxEndpoint::State::kFailed
+                        ? ep->status_
+                        : Internal("endpoint is not connected"));
+    return;
+  }
+  OpState* st = AllocOp();
+  st->type = op.type;
+  st->context = op.context;
+  st->ep = ep;
+  st->notify = (op.flags & kOpNotify) != 0;
+  st->imm = op.imm;
+  if (ep != nullptr && ep->outstanding_++ == 0) {
+    // Liveness is measured from the moment there is something to wait for.
+    ep->last_heard_ = ep->last_ping_ = Clock::now();
+  }
+  switch (op.type) {
+    case OpType::kSend: {
+      st->bytes = op.length;
+      ucp_request_param_t p{};
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                       UCP_OP_ATTR_FIELD_MEMH;
+      p.cb.send = &UcxTransport::OnSendDone;
+      p.user_data = st;
+      p.memh = static_cast<const UcxMemoryRegion*>(op.local)->memh();
+      ucs_status_ptr_t req = ucp_tag_send_nbx(ep->ep_.get(), op.local->data() + op.local_offset,
+                                              op.length, ep->peer_tag_, &p);
+      if (req == nullptr) StepDone(st, UCS_OK);
+      else if (UCS_PTR_IS_ERR(req)) StepDone(st, UCS_PTR_STATUS(req));
+      return;
+    }
+    case OpType::kRecv:
+      PostRecv(st, op);
+      return;
+    default:
+      PostOneSided(st, op);
+      return;
+  }
+}
+
+void UcxTransport::PostRecv(OpState* st, const Op& op) {
+  st->bytes = op.length;  // capacity until the message arrives
+  ucp_tag_recv_info_t info{};
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                   UCP_OP_ATTR_FIELD_RECV_INFO | UCP_OP_ATTR_FIELD_MEMH;
+  p.cb.recv = &UcxTransport::OnRecvDone;
+  p.user_data = st;
+  p.recv_info.tag_info = &info;
+  p.memh = static_cast<const UcxMemoryRegion*>(op.local)->memh();
+  const ucp_tag_t tag = st->ep != nullptr ? st->ep->id() : 0;
+  const ucp_tag_t mask = st->ep != nullptr ? kExactTagMask : kAnyTagMask;
+  ucs_status_ptr_t req = ucp_tag_recv_nbx(worker_.get(), op.local->data() + op.local_offset,
+                                          op.length, tag, mask, &p);
+  if (req == nullptr) {  // matched an unexpected message and finished in the call
+    st->bytes = info.length;
+    auto it = by_id_.find(info.sender_tag);
+    st->sender = it == by_id_.end() ? nullptr : it->second.get();
+    StepDone(st, UCS_OK);
+  } else if (UCS_PTR_IS_ERR(req)) {
+    StepDone(st, UCS_PTR_STATUS(req));
+  } else {
+    st->request = req;
+    if (st->ep != nullptr) LinkRecv(st->ep, st);
+  }
+}
+
+void UcxTransport::PostOneSided(OpState* st, const Op& op) {
+  const auto* rk = static_cast<const UcxRemoteKey*>(op.remote);
+  UcxEndpoint* ep = st->ep;
+  uint8_t* local = op.local->data();
+  const uint64_t raddr = rk->region().addr;
+  const bool write = IsWrite(op.type);
+  const bool sparse = op.type == OpType::kSparseWrite || op.type == OpType::kSparseRead;
+
+  // Shared-memory fast path: the peer's region is mapped here (ucp_rkey_ptr), and ValidateOp
+  // has checked every segment against the imported extent, which Import() verified maps
+  // contiguously. One copy per (merged) segment, no protocol.
+  if (uint8_t* mapped = rk->mapped()) {
+    uint64_t total = 0;
+    if (!sparse) {
+      if (write) std::memcpy(mapped + op.remote_offset, local + op.local_offset, op.length);
+      else std::memcpy(local + op.local_offset, mapped + op.remote_offset, op.length);
+      total = op.length;
+    } else {
+      for (size_t i = 0; i < op.num_segments; ++i) {
+        const Segment& s = op.segments[i];
+        if (write) std::memcpy(mapped + s.remote_offset, local + s.local_offset, s.length);
+        else std::memcpy(local + s.local_offset, mapped + s.remote_offset, s.length);
+        total += s.length;
+      }
+    }
+    st->bytes = total;
+    StepDone(st, UCS_OK);
+    return;
+  }
+
+  // Same host: cross-memory attach, one system call per 1024 (merged) segments (cma.cc).
+  if (ep->cma_pid_ > 0) {
+    PostCma(st, op);
+    return;
+  }
+
+  ucp_request_param_t bare{};  // puts/gets without callbacks
+  bare.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH;
+  bare.memh = static_cast<const UcxMemoryRegion*>(op.local)->memh();
+  ucp_ep_h h = ep->ep_.get();
+  ucp_rkey_h rkey = rk->rkey();
+
+  if (!sparse && !write) {
+    st->bytes = op.length;
+    ucp_request_param_t p = bare;
+    p.op_attr_mask |= UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.cb.send = &UcxTransport::OnSendDone;
+    p.user_data = st;
+    ucs_status_ptr_t req = ucp_get_nbx(h, local + op.local_offset, op.length,
+                                       raddr + op.remote_offset, rkey, &p);
+    if (req == nullptr) StepDone(st, UCS_OK);
+    else if (UCS_PTR_IS_ERR(req)) StepDone(st, UCS_PTR_STATUS(req));
+    return;
+  }
+
+  auto issue = [&](uint64_t lo, uint64_t ro, uint64_t len) -> ucs_status_t {
+    ucs_status_ptr_t req = write ? ucp_put_nbx(h, local + lo, len, raddr + ro, rkey, &bare)
+                                 : ucp_get_nbx(h, local + lo, len, raddr + ro, rkey, &bare);
+    if (req == nullptr) return UCS_OK;
+    if (UCS_PTR_IS_ERR(req)) return UCS_PTR_STATUS(req);
+    ucp_request_free(req);  // released by UCX when done; the flush below is the completion
+    return UCS_OK;
+  };
+
+  ucs_status_t status = UCS_OK;
+  uint64_t total = 0;
+  if (!sparse) {
+    status = issue(op.local_offset, op.remote_offset, op.length);
+    total = op.length;
+  } else {
+    // Merge runs that are adjacent on both sides: one put/get per run.
+    const Segment* seg = op.segments;
+    const size_t n = op.num_segments;
+    for (size_t i = 0; i < n && status == UCS_OK;) {
+      uint64_t lo = seg[i].local_offset, ro = seg[i].remote_offset, len = seg[i].length;
+      size_t j = i + 1;
+      while (j < n && seg[j].local_offset == lo + len && seg[j].remote_offset == ro + len) {
+        len += seg[j].length;
+        ++j;
+      }
+      if (len != 0) status = issue(lo, ro, len);
+      total += len;
+      i = j;
+    }
+  }
+  st->bytes = total;
+  if (status != UCS_OK) st->error = status;
+  StartFlush(st);  // also after an error: earlier puts/gets must finish before the Op does
+}
+
+void UcxTransport::StartFlush(OpState* st) {
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  p.cb.send = &UcxTransport::OnSendDone;
+  p.user_data = st;
+  ucs_status_ptr_t req = ucp_ep_flush_nbx(st->ep->ep_.get(), &p);
+  if (req == nullptr) StepDone(st, UCS_OK);
+  else if (UCS_PTR_IS_ERR(req)) StepDone(st, UCS_PTR_STATUS(req));
+}
+
+void UcxTransport::SendNotify(OpState* st) {
+  st->stage = OpState::Stage::kNotify;
+  st->header.target_ep = st->ep->peer_tag_;
+  st->header.imm = st->imm;
+  st->header.bytes = st->bytes;
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                   UCP_OP_ATTR_FIELD_FLAGS;
+  p.cb.send = &UcxTransport::OnSendDone;
+  p.user_data = st;
+  p.flags = UCP_AM_SEND_FLAG_EAGER;
+  ucs_status_ptr_t req = ucp_am_send_nbx(st->ep->ep_.get(), kAmNotify, &st->header,
+                                         sizeof(st->header), nullptr, 0, &p);
+  if (req == nullptr) StepDone(st, UCS_OK);
+  else if (UCS_PTR_IS_ERR(req)) StepDone(st, UCS_PTR_STATUS(req));
+}
+
+// ---- reaping ----
+
+size_t UcxTransport::Poll(std::span<Completion> out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ProgressLocked();
+  size_t n = 0;
+  while (n < out.size() && !done_.empty()) out[n++] = done_.pop_front();
+  return n;
+}
+
+Status UcxTransport::Wait(Millis timeout) {
+  const auto deadline = Clock::now() + timeout;
+  std::unique_lock<std::mutex> lock(mu_);
+  if (progress_thread_.joinable()) {
+    if (cv_.wait_until(lock, deadline, [&] { return !done_.empty(); })) return Status::Ok();
+    return Timeout("ucx: no completion within " + std::to_string(timeout.count()) + " ms");
+  }
+  // Spin briefly (cheap for short waits), then sleep on the worker's event fd.
+  const auto spin_until = Clock::now() + std::chrono::microseconds(50);
+  while (true) {
+    ProgressLocked();
+    if (!done_.empty()) return Status::Ok();
+    const auto now = Clock::now();
+    if (now >= deadline) {
+      return Timeout("ucx: no completion within " + std::to_string(timeout.count()) + " ms");
+    }
+    if (now < spin_until) continue;
+    SleepOnWorker(lock, deadline);
+  }
+}
+
+}  // namespace ferry::ucx

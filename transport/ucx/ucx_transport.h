@@ -1,0 +1,358 @@
+// Ferry's UCX backend: ferry::Transport over UCP (UCX 1.13).
+//
+// Mapping of the Ferry model onto UCP:
+//   Transport     one ucp_context + one ucp_worker (UCS_THREAD_MODE_SERIALIZED; every worker call
+//                 is made under mu_). Progress: Poll/Wait/Accept/Connect, or the optional
+//                 internal progress thread.
+//   Listen        a TCP listening socket of Ferry's own (not ucp_listener): UCX 1.13's sockaddr
+//   Connect       connection manager only wires up lanes on the network device the connection
+//                 came in on, so UCX_TLS=shm,self cannot connect through it ("Destination is
+//                 unreachable"; with shm,tcp,self it silently uses tcp only). Instead, the Ferry
+//                 handshake runs over this TCP control connection (length-prefixed frames) and
+//                 its transport_data carries each side's ucp worker address; both sides then
+//                 ucp_ep_create(UCP_EP_PARAM_FIELD_REMOTE_ADDRESS), the way ucx_perftest
+//                 connects. That works for every UCX_TLS (shm, tcp, rc/ud verbs). The control
+//                 connection stays open: its EOF is an immediate "peer gone" signal, and it
+//                 carries the liveness pings.
+//   Identity      transport_data also carries the id each side gave the endpoint. Every message
+//                 and notification names the receiver's endpoint id: tag = receiver's id of the
+//                 sending endpoint; kAmNotify's header carries it too.
+//   Send / Recv   tag API. A Recv on one endpoint matches its tag exactly, a shared Recv
+//                 (ep == nullptr) matches any tag and finds the endpoint from the sender tag.
+//                 Truncation -> kOutOfRange; the endpoint stays healthy.
+//   Write / Read  ucp_put_nbx + ucp_ep_flush_nbx (a Write completes when the data has landed) /
+//                 ucp_get_nbx. Sparse lists: adjacent segments are merged, then one put/get per
+//                 segment without callbacks and ONE ep flush as the Op's completion. Two faster
+//                 routes are taken when available: (1) the imported key maps the peer's memory
+//                 (ucp_rkey_ptr; only for UCX-allocated shared memory) -> plain copies; (2) the
+//                 peer is a process on this host and UCX_TLS allows cma -> Ferry's own
+//                 cross-memory attach (process_vm_writev/readv, up to 1024 segments per call),
+//                 because UCX 1.13's cma lane is unavailable with UCP_ERR_HANDLING_MODE_PEER and
+//                 put/get would otherwise be emulated with active messages (see cma.cc).
+//                 Nothing is ever packed into a temporary buffer.
+//   kOpNotify     after the flush (data landed), an active message (kAmNotify) carries imm and
+//                 the byte count; the target queues a kNotify completion when it arrives; the
+//                 initiator's Op completes when that message has been sent.
+//   Peer failure  every ep uses UCP_ERR_HANDLING_MODE_PEER + an error callback; UCX keepalive is
+//                 configured from peer_timeout; the control connection's EOF fails the endpoint
+//                 at once; and pings on it fail an endpoint with work outstanding whose peer
+//                 stays silent for peer_timeout (a stopped or hung process).
+//
+// Capabilities: everything, except target_checks = false. Over shared memory and CMA, UCX maps
+// or writes the peer's memory directly (process_vm_writev / mmap): nothing on the target checks
+// a forged descriptor or a deregistered key, so only the initiator's checks against the
+// descriptor protect the target. (tcp and verbs lanes do check rkeys, but the capability must
+// hold for every configuration of this backend.)
+//
+// Known limits: the tag of a message is chosen by its sender, so a malicious but authenticated
+// peer can make its messages look as if they came from another endpoint of this transport; and
+// ucp_ep_create / ucp_ep_rkey_unpack parse the peer's worker address / rkey without a length,
+// so those bytes are trusted once the peer has passed the handshake (shared secret).
+//
+// Thread-safety: every public method locks mu_. UCX callbacks run inside ucp_worker_progress
+// with mu_ held and never lock it again.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <algorithm>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include <ucp/api/ucp.h>
+
+#include "transport/backend.h"
+#include "transport/handshake.h"
+#include "transport/transport.h"
+#include "transport/ucx/ucx_handles.h"
+
+namespace ferry::ucx {
+
+using Clock = std::chrono::steady_clock;
+
+inline constexpr const char* kBackendName = "ucx";
+
+// Active-message ids used by this backend.
+enum AmId : unsigned {
+  kAmNotify = 1,  // header: NotifyHeader, no payload
+};
+
+// The kAmNotify header on the wire (little-endian hosts only, like UCX itself here).
+struct NotifyHeader {
+  uint64_t target_ep;  // the receiver's id of the endpoint
+  uint64_t bytes;
+  uint32_t imm;
+  uint32_t reserved;
+};
+
+class UcxTransport;
+struct OpState;
+
+// Who we are, for deciding whether a peer can be reached with cross-memory attach (cma.cc).
+// Sent in the handshake's transport_data after the endpoint id:
+//   struct { u64 pid; u64 pid_ns_inode; u64 host (FNV-1a of boot_id); u64 probe_addr; }
+struct HostIdentity {
+  static constexpr size_t kWireSize = 32;
+  uint64_t pid = 0;
+  uint64_t pid_ns = 0;
+  uint64_t host = 0;
+  uint64_t probe_addr = 0;
+  static HostIdentity Local();
+  static HostIdentity Parse(const uint8_t* p);  // kWireSize bytes
+  void Append(std::vector<uint8_t>* out) const;
+};
+// True when `peer` is another process on this host in our PID namespace whose memory we may
+// read (checked with a 1-byte process_vm_readv of its probe address).
+bool CmaUsable(const HostIdentity& me, const HostIdentity& peer);
+
+// FIFO of finished completions: a growable ring, so the steady state allocates nothing
+// (std::deque would allocate a block every few completions).
+class CompletionRing {
+ public:
+  bool empty() const { return count_ == 0; }
+  size_t size() const { return count_; }
+  void push_back(Completion&& c) {
+    if (count_ == ring_.size()) Grow();
+    ring_[(head_ + count_) % ring_.size()] = std::move(c);
+    ++count_;
+  }
+  Completion pop_front() {
+    Completion c = std::move(ring_[head_]);
+    head_ = (head_ + 1) % ring_.size();
+    --count_;
+    return c;
+  }
+
+ private:
+  void Grow() {
+    std::vector<Completion> bigger(std::max<size_t>(64, ring_.size() * 2));
+    for (size_t i = 0; i < count_; ++i) bigger[i] = std::move(ring_[(head_ + i) % ring_.size()]);
+    ring_ = std::move(bigger);
+    head_ = 0;
+  }
+  std::vector<Completion> ring_;
+  size_t head_ = 0;
+  size_t count_ = 0;
+};
+
+class UcxMemoryRegion final : public MemoryRegion {
+ public:
+  UcxMemoryRegion(UcxTransport* t, uint8_t* data, size_t size, uint32_t access, MemHandle memh,
+                  std::vector<uint8_t> packed_rkey, uint64_t epoch);
+  ~UcxMemoryRegion() override;
+  ucp_mem_h memh() const { return memh_.get(); }
+  UcxTransport* owner() const { return t_; }
+
+ private:
+  UcxTransport* t_;
+  MemHandle memh_;
+};
+
+class UcxEndpoint;
+
+class UcxRemoteKey final : public RemoteKey {
+ public:
+  UcxRemoteKey(UcxTransport* t, UcxEndpoint* ep, RemoteRegion region, RkeyHandle rkey,
+               uint8_t* mapped);
+  ~UcxRemoteKey() override;
+  ucp_rkey_h rkey() const { return rkey_.get(); }
+  UcxEndpoint* endpoint() const { return ep_; }
+  // The peer's region mapped into this process (ucp_rkey_ptr), or nullptr.
+  uint8_t* mapped() const { return mapped_; }
+
+ private:
+  UcxTransport* t_;
+  UcxEndpoint* ep_;
+  RkeyHandle rkey_;
+  uint8_t* mapped_;
+};
+
+class UcxEndpoint final : public Endpoint {
+ public:
+  UcxEndpoint(UcxTransport* t, uint64_t id, std::string peer_address, bool server);
+  ~UcxEndpoint() override;
+
+  Status status() const override;
+  Result<std::unique_ptr<RemoteKey>> Import(const RemoteRegion& region) override;
+  void Close() override;
+  UcxTransport* owner() const { return t_; }
+
+ private:
+  friend class UcxTransport;
+  enum class State { kHandshaking, kReady, kFailed };
+
+  // Everything below is guarded by t_->mu_.
+  UcxTransport* t_;
+  bool server_;
+  State state_ = State::kHandshaking;
+  Status status_;
+  bool closed_by_user_ = false;
+  // The control connection and its framing buffers (length-prefixed frames).
+  UniqueFd fd_;
+  std::vector<uint8_t> rbuf_;
+  std::vector<uint8_t> wbuf_;
+  std::unique_ptr<Handshake> handshake_;
+  Clock::time_point handshake_deadline_;
+  // The UCP endpoint to the peer's worker (created when the handshake is done).
+  EpHandle ep_;
+  ucs_status_t ucx_error_ = UCS_OK;  // from the error callback, handled after progress
+  uint64_t peer_tag_ = 0;            // the peer's id of this connection
+  pid_t cma_pid_ = 0;                // > 0: one-sided ops use CMA (cma.cc)
+  uint64_t peer_max_message_ = 0;
+  // Liveness (see UcxTransport::CheckLiveness).
+  size_t outstanding_ = 0;
+  Clock::time_point last_heard_;
+  Clock::time_point last_ping_;
+  OpState* recvs_ = nullptr;  // intrusive list of Recvs posted on this endpoint
+};
+
+class UcxTransport final : public Transport {
+ public:
+  static Result<std::unique_ptr<Transport>> Create(const TransportOptions& options);
+  ~UcxTransport() override;
+
+  std::string_view name() const override { return kBackendName; }
+  const Capabilities& capabilities() const override { return caps_; }
+  std::vector<DeviceInfo> devices() const override;
+  Result<std::unique_ptr<MemoryRegion>> RegisterMemory(void* addr, size_t length,
+                                                       uint32_t access) override;
+  void Advertise(std::vector<RemoteRegion> regions) override;
+  Result<std::string> Listen(const std::string& address) override;
+  Result<std::shared_ptr<Endpoint>> Accept(Millis timeout) override;
+  Result<std::shared_ptr<Endpoint>> Connect(const std::string& address, Millis timeout) override;
+  Status Post(std::span<const Op> ops) override;
+  size_t Poll(std::span<Completion> out) override;
+  Status Wait(Millis timeout) override;
+
+ private:
+  friend class UcxEndpoint;
+  friend class UcxMemoryRegion;
+  friend class UcxRemoteKey;
+  friend struct OpState;
+
+  explicit UcxTransport(const TransportOptions& options);
+  Status Init();
+
+  // ---- progress (context.cc) ----
+  // One round of worker progress plus the deferred control work. Requires mu_.
+  unsigned ProgressLocked();
+  void ProgressThreadMain();
+  void WakeProgressThread();
+  // Drops mu_ and sleeps until the worker has events (ucp_worker_arm + its efd) or a short
+  // slice (at most 2 ms, never past `deadline`) passes; returns with mu_ held again.
+  void SleepOnWorker(std::unique_lock<std::mutex>& lock, Clock::time_point deadline);
+
+  // ---- connections (connect.cc) ----
+  static void OnEpError(void* arg, ucp_ep_h ep, ucs_status_t status);
+  Status SetAmHandler(unsigned id, ucp_am_recv_callback_t cb);
+  std::shared_ptr<UcxEndpoint> NewEndpoint(std::string peer, bool server, UniqueFd fd);
+  HelloParams MakeHello(uint64_t my_id) const;
+  // Control connections: accept, read/write frames, drive handshakes, answer pings.
+  void PollSockets();
+  void AcceptSockets();
+  void ReadSocket(UcxEndpoint* ep);
+  void QueueFrame(UcxEndpoint* ep, std::span<const uint8_t> payload);
+  bool FlushSocket(UcxEndpoint* ep);
+  void OnFrame(UcxEndpoint* ep, std::span<const uint8_t> frame);
+  void FinishHandshake(UcxEndpoint* ep);
+  void HandleControlLocked();
+  // Fails the endpoint for good: cancels its Recvs, closes the ucp_ep (force unless graceful)
+  // and the control connection, and makes later Ops on it complete with `why`.
+  void FailEndpoint(UcxEndpoint* ep, Status why, bool graceful);
+  void CloseEndpoint(UcxEndpoint* ep);
+  void CheckLiveness(Clock::time_point now);
+
+  // ---- data path (datapath.cc) ----
+  static void OnSendDone(void* request, ucs_status_t status, void* user_data);
+  static void OnRecvDone(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
+                         void* user_data);
+  static ucs_status_t OnAmNotify(void* arg, const void* header, size_t header_length, void* data,
+                                 size_t length, const ucp_am_recv_param_t* param);
+  Status CheckOpOwnership(const Op& op, size_t index) const;
+  void PostOne(const Op& op);
+  void PostRecv(OpState* st, const Op& op);
+  void PostOneSided(OpState* st, const Op& op);
+  void PostCma(OpState* st, const Op& op);
+  void StartFlush(OpState* st);
+  void SendNotify(OpState* st);
+  void StepDone(OpState* st, ucs_status_t status);
+  void Finish(OpState* st, ucs_status_t status);
+  void CompleteNow(const Op& op, Status status);
+  OpState* AllocOp();
+  void FreeOp(OpState* st);
+  void LinkRecv(UcxEndpoint* ep, OpState* st);
+  void UnlinkRecv(OpState* st);
+
+  // Members in construction order. Destruction runs bottom-up, which is the order UCX needs:
+  // the progress thread stops first; endpoints (closed explicitly in ~UcxTransport) and queued
+  // state go next; then the listener, then the worker, then the context. Memory handles and
+  // rkeys live in objects the caller must destroy before the transport.
+  TransportOptions options_;
+  Capabilities caps_;
+  ContextHandle context_;
+  WorkerHandle worker_;
+  int efd_ = -1;  // the worker's event fd (owned by the worker), -1 if unavailable
+  std::vector<uint8_t> worker_address_;  // ucp_worker_query, sent in the handshake
+  HostIdentity identity_;
+  bool cma_allowed_ = false;  // UCX_TLS permits cma (see cma.cc)
+  UniqueFd epoll_;     // control connections + the listening socket
+  UniqueFd listen_fd_;
+  std::string listen_address_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;  // signalled by the progress thread when completions arrive
+  std::vector<RemoteRegion> advertise_;
+  uint64_t next_ep_id_ = 1;
+  // Every endpoint ever created, by id; kept until the transport dies so that Completion::ep
+  // stays valid.
+  std::unordered_map<uint64_t, std::shared_ptr<UcxEndpoint>> by_id_;
+  // Endpoints not yet failed (handshaking or ready): liveness, control and max_endpoints.
+  std::unordered_map<uint64_t, UcxEndpoint*> live_;
+  size_t handshakes_ = 0;  // live endpoints still handshaking (poll sockets every round)
+  bool pending_writes_ = false;  // some control connection has unsent bytes
+  std::deque<std::shared_ptr<UcxEndpoint>> accepted_;
+  std::vector<void*> closing_;  // ucp_ep_close_nbx requests still in flight
+  bool control_pending_ = false;
+  Status last_accept_error_;
+  CompletionRing done_;
+  std::vector<std::unique_ptr<OpState>> op_storage_;
+  std::vector<OpState*> op_free_;
+  uint32_t tick_ = 0;
+  Clock::time_point next_liveness_;
+  Clock::time_point next_socket_poll_;
+
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> thread_sleeping_{false};
+  std::thread progress_thread_;
+};
+
+// One posted Op while UCX works on it. Pooled by the transport (no allocation per Op once warm).
+struct OpState {
+  enum class Stage : uint8_t { kMain, kNotify };
+  UcxTransport* t = nullptr;
+  OpType type = OpType::kSend;
+  Stage stage = Stage::kMain;
+  bool notify = false;
+  uint32_t imm = 0;
+  uint64_t context = 0;
+  UcxEndpoint* ep = nullptr;  // the Op's endpoint; nullptr: shared Recv
+  Endpoint* sender = nullptr; // Completion::ep (a Recv's sender)
+  uint64_t bytes = 0;         // bytes moved (or the Recv's capacity until it completes)
+  void* request = nullptr;    // an in-flight Recv's request (to cancel it)
+  ucs_status_t error = UCS_OK;
+  Status cma_error;           // set with UCS_ERR_IO_ERROR by a failed CMA transfer
+  NotifyHeader header{};      // kAmNotify header; must live until the send completes
+  OpState* prev = nullptr;    // UcxEndpoint::recvs_ links
+  OpState* next = nullptr;
+  bool linked = false;
+};
+
+}  // namespace ferry::ucx

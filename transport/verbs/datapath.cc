@@ -1,0 +1,435 @@
+// Data path: Post (validation, WR planning, post-lists), CQ polling, receive matching.
+//
+// wr_id layout:
+//   send side:    [63] 0 | [62..16] OpRecord id | [15..0] SQ slots released by this WR
+//                 (non-zero only on signaled WRs)
+//   receive side: [63] 1 | [31..0] receive-pool buffer index
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "transport/verbs/errors.h"
+#include "transport/verbs/verbs_transport.h"
+
+namespace ferry::verbs {
+namespace {
+
+constexpr uint64_t kRecvBit = 1ull << 63;
+constexpr size_t kMaxPostList = 64;
+constexpr int kPollBatch = 32;
+
+const char* WrName(OpType t, OpRecord::Kind kind) {
+  if (kind == OpRecord::Kind::kHeartbeat) return "heartbeat RDMA WRITE";
+  if (kind == OpRecord::Kind::kControl) return "handshake SEND";
+  switch (t) {
+    case OpType::kSend: return "SEND";
+    case OpType::kWrite:
+    case OpType::kSparseWrite: return "RDMA WRITE";
+    case OpType::kRead:
+    case OpType::kSparseRead: return "RDMA READ";
+    default: return "work request";
+  }
+}
+
+}  // namespace
+
+void VerbsTransport::CompleteLocked(Completion c) { ready_.push_back(std::move(c)); }
+
+Status VerbsTransport::Post(std::span<const Op> ops) {
+  std::lock_guard<std::mutex> lock(mu_);
+  // Validate everything first: nothing is posted if any Op is malformed.
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const Op& op = ops[i];
+    FERRY_RETURN_IF_ERROR(ValidateOp(op, caps_, options_.max_segments, i));
+    const std::string who = "op " + std::to_string(i);
+    if (op.ep != nullptr) {
+      auto it = endpoints_.find(op.ep->id());
+      if (it == endpoints_.end() || it->second.get() != op.ep) {
+        return InvalidArgument(who + ": endpoint does not belong to this verbs transport");
+      }
+    }
+    const auto* mr = dynamic_cast<const VerbsMemoryRegion*>(op.local);
+    if (mr == nullptr || mr->pd() != pd_.get()) {
+      return InvalidArgument(who + ": local region was not registered with this transport");
+    }
+    if (op.remote != nullptr) {
+      const auto* key = dynamic_cast<const VerbsRemoteKey*>(op.remote);
+      if (key == nullptr || op.ep == nullptr || key->endpoint_id != op.ep->id()) {
+        return InvalidArgument(who + ": remote key was not imported on this op's endpoint");
+      }
+    }
+    if (op.type == OpType::kSend) {
+      auto* ep = static_cast<VerbsEndpoint*>(op.ep);
+      if (ep->peer_max_message_size_ != 0 && op.length > ep->peer_max_message_size_) {
+        return InvalidArgument(who + ": " + std::to_string(op.length) +
+                               " bytes exceed the peer's message limit of " +
+                               std::to_string(ep->peer_max_message_size_));
+      }
+    }
+  }
+  for (const Op& op : ops) FERRY_RETURN_IF_ERROR(PostOneLocked(op));
+  FlushRepostsLocked();
+  return Status::Ok();
+}
+
+Status VerbsTransport::PostOneLocked(const Op& op) {
+  auto* ep = static_cast<VerbsEndpoint*>(op.ep);
+  const auto* mr = static_cast<const VerbsMemoryRegion*>(op.local);
+  auto fail_now = [&](const Status& s) {
+    Completion c;
+    c.context = op.context;
+    c.type = op.type;
+    c.ep = op.ep;
+    c.code = s.code();
+    c.error = s.message();
+    CompleteLocked(std::move(c));
+    return Status::Ok();
+  };
+  if (ep != nullptr && ep->state_ != VerbsEndpoint::State::kReady) {
+    return fail_now(ep->status_.ok() ? Internal("endpoint is not connected") : ep->status_);
+  }
+  if (op.type == OpType::kRecv) {
+    PendingRecv r{next_recv_seq_++, op.context, mr, op.local_offset, op.length};
+    if (ep != nullptr) {
+      ep->recvs_.push_back(r);
+      DeliverLocked(ep);
+    } else {
+      shared_recvs_.push_back(r);
+      for (auto& [id, other] : endpoints_) {
+        if (!other->unexpected_.empty()) DeliverLocked(other.get());
+      }
+    }
+    return Status::Ok();
+  }
+
+  OpRecord rec;
+  rec.id = next_record_id_++;
+  rec.ep = ep;
+  rec.completion.context = op.context;
+  rec.completion.type = op.type;
+  rec.completion.ep = op.ep;
+  const uint64_t local = reinterpret_cast<uintptr_t>(mr->data());
+  const auto* key = static_cast<const VerbsRemoteKey*>(op.remote);
+  const uint64_t max_wr = port_.max_msg_sz;
+  switch (op.type) {
+    case OpType::kSend:
+      PlanSend(local + op.local_offset, op.length, mr->lkey(), ep->peer_.recv_buffer_size,
+               kTagData, &rec.plan);
+      break;
+    case OpType::kWrite:
+    case OpType::kRead:
+      PlanContiguous(local + op.local_offset, op.length, mr->lkey(),
+                     key->region().addr + op.remote_offset, key->rkey,
+                     op.type == OpType::kWrite ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ, max_wr,
+                     &rec.plan);
+      break;
+    case OpType::kSparseWrite:
+    case OpType::kSparseRead: {
+      const bool write = op.type == OpType::kSparseWrite;
+      PlanSparse(std::span<const Segment>(op.segments, op.num_segments), local, mr->lkey(),
+                 key->region().addr, key->rkey, write ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ,
+                 write ? max_send_sge_ : max_read_sge_, max_wr, &rec.plan);
+      PutFurthestFirst(&rec.plan);
+      break;
+    }
+    default: return Internal("unexpected op type in PostOneLocked");
+  }
+  if (op.flags & kOpNotify) {
+    AddNotify(op.imm, key->region().addr + (op.type == OpType::kWrite ? op.remote_offset : 0),
+              key->rkey, &rec.plan);
+  }
+  rec.completion.bytes = rec.plan.bytes;
+  if (rec.plan.wrs.empty()) {  // nothing to move (all segments empty): done now
+    CompleteLocked(rec.completion);
+    return Status::Ok();
+  }
+  ep->backlog_.push_back(rec.id);
+  records_.emplace(rec.id, std::move(rec));
+  PumpLocked(ep);
+  return Status::Ok();
+}
+
+void VerbsTransport::PumpLocked(VerbsEndpoint* ep) {
+  using State = VerbsEndpoint::State;
+  const bool can_post = ep->state_ == State::kReady || ep->state_ == State::kHandshake ||
+                        ep->lingering_;
+  std::vector<size_t> remaining;
+  std::vector<ibv_send_wr> wrs;
+  while (can_post && ep->qp_ && !ep->backlog_.empty()) {
+    remaining.clear();
+    for (size_t i = 0; i < ep->backlog_.size() && i < kMaxPostList; ++i) {
+      const OpRecord& rec = records_.at(ep->backlog_[i]);
+      remaining.push_back(rec.plan.wrs.size() - rec.next_wr);
+    }
+    auto pieces = PlanPostBatch(remaining, ep->sq_depth_ - ep->sq_used_, cq_budget_,
+                                kMaxPostList);
+    if (pieces.empty()) {
+      stats_.backlog_waits++;
+      return;
+    }
+    size_t total = 0;
+    for (const BatchPiece& p : pieces) total += p.count;
+    wrs.assign(total, ibv_send_wr{});
+    size_t k = 0;
+    for (const BatchPiece& p : pieces) {
+      OpRecord& rec = records_.at(ep->backlog_[p.op]);
+      for (size_t j = 0; j < p.count; ++j, ++k) {
+        const PlannedWr& pw = rec.plan.wrs[rec.next_wr + j];
+        ibv_send_wr& wr = wrs[k];
+        wr.wr_id = rec.id << 16;
+        wr.sg_list = pw.num_sge ? &rec.plan.sges[pw.first_sge] : nullptr;
+        wr.num_sge = static_cast<int>(pw.num_sge);
+        wr.opcode = pw.opcode;
+        if (pw.with_imm) wr.imm_data = htonl(pw.imm);
+        if (pw.opcode != IBV_WR_SEND && pw.opcode != IBV_WR_SEND_WITH_IMM) {
+          wr.wr.rdma.remote_addr = pw.remote_addr;
+          wr.wr.rdma.rkey = pw.rkey;
+        }
+        if (pw.opcode != IBV_WR_RDMA_READ && pw.bytes > 0 && pw.bytes <= max_inline_) {
+          wr.send_flags |= IBV_SEND_INLINE;
+          stats_.inline_wrs++;
+        }
+        if (j + 1 == p.count) {
+          wr.send_flags |= IBV_SEND_SIGNALED;
+          wr.wr_id |= p.count;
+          stats_.signaled_wrs++;
+        }
+        stats_.max_sges_in_wr = std::max<uint64_t>(stats_.max_sges_in_wr, pw.num_sge);
+        ep->inflight_bytes_ += pw.bytes;
+        wr.next = k + 1 < total ? &wrs[k + 1] : nullptr;
+      }
+    }
+    ibv_send_wr* bad = nullptr;
+    int rc = ibv_post_send(ep->qp_.get(), wrs.data(), &bad);
+    stats_.post_calls++;
+    if (rc != 0) {
+      FailEndpointLocked(ep, VerbsError("ibv_post_send(" + std::to_string(total) + " WRs)", rc,
+                                        ep->qpn()));
+      return;
+    }
+    stats_.wrs_posted += total;
+    if (ep->sq_used_ == 0) ep->last_ack_ = Clock::now();
+    ep->sq_used_ += static_cast<uint32_t>(total);
+    cq_budget_ -= static_cast<uint32_t>(pieces.size());
+    for (const BatchPiece& p : pieces) {
+      OpRecord& rec = records_.at(ep->backlog_[p.op]);
+      rec.next_wr += p.count;
+      rec.unreleased += p.count;
+    }
+    while (!ep->backlog_.empty()) {
+      const OpRecord& rec = records_.at(ep->backlog_.front());
+      if (rec.next_wr < rec.plan.wrs.size()) break;
+      ep->backlog_.pop_front();
+    }
+  }
+}
+
+void VerbsTransport::PollCqLocked() {
+  if (cq_armed_) {
+    ibv_cq* ev_cq = nullptr;
+    void* ev_ctx = nullptr;
+    while (ibv_get_cq_event(channel_.get(), &ev_cq, &ev_ctx) == 0) {
+      cq_armed_ = false;
+      if (++cq_events_unacked_ >= 64) {
+        ibv_ack_cq_events(cq_.get(), cq_events_unacked_);
+        cq_events_unacked_ = 0;
+      }
+    }
+  }
+  ibv_wc wcs[kPollBatch];
+  while (true) {
+    int n = ibv_poll_cq(cq_.get(), kPollBatch, wcs);
+    if (n < 0) {
+      FailAllLocked(VerbsError("ibv_poll_cq", EIO));
+      return;
+    }
+    for (int i = 0; i < n; ++i) {
+      if (wcs[i].wr_id & kRecvBit) {
+        OnRecvCompletionLocked(wcs[i]);
+      } else {
+        OnSendCompletionLocked(wcs[i]);
+      }
+    }
+    if (n < kPollBatch) break;
+  }
+  FlushRepostsLocked();
+}
+
+void VerbsTransport::OnSendCompletionLocked(const ibv_wc& wc) {
+  const uint64_t id = wc.wr_id >> 16;
+  const uint32_t release = static_cast<uint32_t>(wc.wr_id & 0xffff);
+  if (release > 0) cq_budget_++;
+  auto it = records_.find(id);
+  if (it == records_.end()) return;  // its endpoint already failed; nothing left to report
+  OpRecord& rec = it->second;
+  VerbsEndpoint* ep = rec.ep;
+  if (wc.status != IBV_WC_SUCCESS) {
+    Status st = CompletionError(WrName(rec.completion.type, rec.kind), wc.status, wc.vendor_err,
+                                wc.qp_num);
+    if (wc.status == IBV_WC_WR_FLUSH_ERR) {
+      st = PeerFailure("queue pair flushed: " + st.message());
+    }
+    const bool linger = ep->lingering_;
+    if (rec.kind == OpRecord::Kind::kUser) {
+      Completion c = rec.completion;
+      c.code = st.code();
+      c.error = st.message();
+      CompleteLocked(std::move(c));
+      records_.erase(it);
+    }
+    if (linger) {
+      TearDownLocked(ep);
+    } else {
+      FailEndpointLocked(ep, st.Annotate("endpoint to " + ep->peer_address() + " failed"));
+    }
+    return;
+  }
+  ep->last_heard_ = Clock::now();
+  ep->last_ack_ = ep->last_heard_;
+  if (release > 0) {
+    // The released WRs are the oldest posted ones of this record.
+    const size_t first = rec.next_wr - rec.unreleased;
+    for (size_t i = first; i < first + release && i < rec.plan.wrs.size(); ++i) {
+      ep->inflight_bytes_ -= std::min(ep->inflight_bytes_, rec.plan.wrs[i].bytes);
+    }
+    ep->sq_used_ -= std::min(ep->sq_used_, release);
+    rec.unreleased -= std::min<size_t>(rec.unreleased, release);
+  }
+  if (rec.next_wr == rec.plan.wrs.size() && rec.unreleased == 0) {
+    if (rec.kind == OpRecord::Kind::kUser) CompleteLocked(rec.completion);
+    if (rec.kind == OpRecord::Kind::kHeartbeat) ep->hb_outstanding_ = false;
+    records_.erase(it);
+  }
+  PumpLocked(ep);
+}
+
+void VerbsTransport::OnRecvCompletionLocked(const ibv_wc& wc) {
+  const uint32_t buffer = static_cast<uint32_t>(wc.wr_id & 0xffffffffu);
+  VerbsEndpoint* ep = EndpointByQpnLocked(wc.qp_num);
+  if (wc.status != IBV_WC_SUCCESS) {
+    if (wc.status == IBV_WC_WR_FLUSH_ERR) return;  // the SRQ is going away
+    RepostLocked(buffer);
+    if (ep != nullptr) {
+      FailEndpointLocked(ep, CompletionError("receive", wc.status, wc.vendor_err, wc.qp_num));
+    }
+    return;
+  }
+  if (ep == nullptr || (ep->state_ != VerbsEndpoint::State::kReady &&
+                        ep->state_ != VerbsEndpoint::State::kHandshake)) {
+    RepostLocked(buffer);
+    return;
+  }
+  ep->last_heard_ = Clock::now();
+  if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+    RepostLocked(buffer);
+    if (ep->state_ != VerbsEndpoint::State::kReady) return;
+    Completion c;
+    c.type = OpType::kNotify;
+    c.ep = ep;
+    c.bytes = wc.byte_len;
+    c.imm = ntohl(wc.imm_data);
+    CompleteLocked(std::move(c));
+    return;
+  }
+  const uint32_t tag = (wc.wc_flags & IBV_WC_WITH_IMM) ? ntohl(wc.imm_data) : 0;
+  if (wc.opcode == IBV_WC_RECV && (tag & ~0xffu) == kTagHandshake) {
+    OnControlFragmentLocked(ep, pool_.buffer(buffer), wc.byte_len, tag & kLastFragment);
+    RepostLocked(buffer);
+    return;
+  }
+  if (wc.opcode != IBV_WC_RECV || (tag & ~0xffu) != kTagData ||
+      ep->state_ != VerbsEndpoint::State::kReady) {
+    RepostLocked(buffer);
+    FailEndpointLocked(ep, ProtocolError("peer " + ep->peer_address() +
+                                         " sent an unexpected message (opcode " +
+                                         std::to_string(wc.opcode) + ", tag " +
+                                         std::to_string(tag) + ")"));
+    return;
+  }
+  ep->unexpected_.push_back(Fragment{buffer, wc.byte_len, tag});
+  DeliverLocked(ep);
+}
+
+bool VerbsTransport::TakeRecvLocked(VerbsEndpoint* ep, PendingRecv* out) {
+  const bool own = !ep->recvs_.empty();
+  const bool shared = !shared_recvs_.empty();
+  if (!own && !shared) return false;
+  if (own && (!shared || ep->recvs_.front().seq < shared_recvs_.front().seq)) {
+    *out = ep->recvs_.front();
+    ep->recvs_.pop_front();
+  } else {
+    *out = shared_recvs_.front();
+    shared_recvs_.pop_front();
+  }
+  return true;
+}
+
+void VerbsTransport::DeliverLocked(VerbsEndpoint* ep) {
+  while (!ep->unexpected_.empty() && ep->state_ == VerbsEndpoint::State::kReady) {
+    if (!ep->assembling_) {
+      PendingRecv r;
+      if (!TakeRecvLocked(ep, &r)) return;
+      ep->assembling_ = r;
+      ep->assembled_ = 0;
+      ep->discarding_ = false;
+    }
+    const Fragment f = ep->unexpected_.front();
+    ep->unexpected_.pop_front();
+    PendingRecv& r = *ep->assembling_;
+    if (!ep->discarding_ && ep->assembled_ + f.length > r.capacity) {
+      ep->discarding_ = true;
+    }
+    if (!ep->discarding_ && f.length > 0) {
+      std::memcpy(r.region->data() + r.offset + ep->assembled_, pool_.buffer(f.buffer), f.length);
+    }
+    ep->assembled_ += f.length;
+    RepostLocked(f.buffer);
+    if (ep->assembled_ > options_.max_message_size) {
+      FailEndpointLocked(ep, ProtocolError("peer " + ep->peer_address() + " sent a message of " +
+                                           "more than max_message_size (" +
+                                           std::to_string(options_.max_message_size) +
+                                           " bytes)"));
+      return;
+    }
+    if (f.tag & kLastFragment) {
+      Completion c;
+      c.context = r.context;
+      c.type = OpType::kRecv;
+      c.ep = ep;
+      c.bytes = ep->assembled_;
+      if (ep->discarding_) {
+        c.code = Code::kOutOfRange;
+        c.error = "message of " + std::to_string(ep->assembled_) +
+                  " bytes does not fit the receive buffer of " + std::to_string(r.capacity) +
+                  " bytes; it was dropped";
+      }
+      ep->assembling_.reset();
+      ep->discarding_ = false;
+      CompleteLocked(std::move(c));
+    }
+  }
+}
+
+void VerbsTransport::RepostLocked(uint32_t buffer) { reposts_.push_back(buffer); }
+
+void VerbsTransport::FlushRepostsLocked() {
+  if (reposts_.empty() || !srq_) return;
+  std::vector<ibv_sge> sges(reposts_.size());
+  std::vector<ibv_recv_wr> wrs(reposts_.size());
+  for (size_t i = 0; i < reposts_.size(); ++i) {
+    sges[i] = ibv_sge{reinterpret_cast<uintptr_t>(pool_.buffer(reposts_[i])), pool_.size(),
+                      pool_.lkey()};
+    wrs[i].wr_id = kRecvBit | reposts_[i];
+    wrs[i].sg_list = &sges[i];
+    wrs[i].num_sge = 1;
+    wrs[i].next = i + 1 < wrs.size() ? &wrs[i + 1] : nullptr;
+  }
+  ibv_recv_wr* bad = nullptr;
+  int rc = ibv_post_srq_recv(srq_.get(), wrs.data(), &bad);
+  stats_.recv_reposts += reposts_.size();
+  reposts_.clear();
+  if (rc != 0) FailAllLocked(VerbsError("ibv_post_srq_recv", rc));
+}
+
+}  // namespace ferry::verbs

@@ -1,0 +1,78 @@
+// Work-request planning: how an Op becomes verbs work requests, and how queued work requests
+// are cut into post-lists. Pure functions (no device), unit-tested on any host.
+//
+// Sparse lists: consecutive segments whose REMOTE ranges are contiguous share one WR, each
+// segment one SGE, up to max_sge SGEs and max_wr_bytes bytes per WR:
+//
+//   segments (local, remote, len): (0,100,8) (64,108,8) (32,116,8) (0,500,8)
+//   WRs:  [remote 100, 24 bytes, SGEs {0+8, 64+8, 32+8}]  [remote 500, 8 bytes, SGE {0+8}]
+//
+// Post batches: the send queue has `sq_free` slots and the CQ `cq_budget` spare entries. Each
+// Op's last WR is signaled (one completion per Op); a batch that ends in the middle of an Op
+// also signals its last WR there, so the slots it holds are released even if the Op's remaining
+// WRs have to wait (an SQ full of unsignaled WRs would never drain).
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "transport/transport.h"
+
+namespace ferry::verbs {
+
+struct PlannedWr {
+  ibv_wr_opcode opcode = IBV_WR_RDMA_WRITE;
+  bool with_imm = false;
+  uint32_t imm = 0;            // host order; converted to network order when posted
+  uint64_t remote_addr = 0;
+  uint32_t rkey = 0;
+  uint32_t first_sge = 0;      // into WrPlan::sges
+  uint32_t num_sge = 0;
+  uint64_t bytes = 0;
+};
+
+struct WrPlan {
+  std::vector<PlannedWr> wrs;
+  std::vector<ibv_sge> sges;
+  uint64_t bytes = 0;
+};
+
+// Sparse one-sided op. Zero-length segments are dropped.
+void PlanSparse(std::span<const Segment> segments, uint64_t local_base, uint32_t lkey,
+                uint64_t remote_base, uint32_t rkey, ibv_wr_opcode opcode, uint32_t max_sge,
+                uint64_t max_wr_bytes, WrPlan* plan);
+
+// Contiguous one-sided op: one WR (split only if longer than max_wr_bytes).
+void PlanContiguous(uint64_t local_addr, uint64_t length, uint32_t lkey, uint64_t remote_addr,
+                    uint32_t rkey, ibv_wr_opcode opcode, uint64_t max_wr_bytes, WrPlan* plan);
+
+// Two-sided message: SEND_WITH_IMM fragments of at most `fragment` bytes (the peer's receive
+// buffer size); imm = tag, with kLastFragment set on the final one. A 0-byte message is one
+// fragment without SGEs.
+inline constexpr uint32_t kLastFragment = 1u;
+void PlanSend(uint64_t local_addr, uint64_t length, uint32_t lkey, uint32_t fragment,
+              uint32_t tag, WrPlan* plan);
+
+// Moves the WR reaching furthest into the remote region to the front. An RC QP executes WRs in
+// order and stops at the first the target HCA refuses, so a list that runs past the end of the
+// real region (forged descriptor) is refused before any of its in-bounds WRs lands.
+void PutFurthestFirst(WrPlan* plan);
+
+// Turns the plan's last WR into WRITE_WITH_IMM carrying `imm` (adding a 0-byte WR if empty).
+void AddNotify(uint32_t imm, uint64_t remote_addr, uint32_t rkey, WrPlan* plan);
+
+struct BatchPiece {
+  size_t op = 0;     // index into the `remaining` span
+  size_t count = 0;  // WRs of that op in this batch (its next ones); the last one is signaled
+};
+
+// Which WRs go into the next post-list. remaining[i] = WRs op i still has to post, in queue
+// order; stops at the first op that does not fit entirely only after taking what fits of it.
+std::vector<BatchPiece> PlanPostBatch(std::span<const size_t> remaining, size_t sq_free,
+                                      size_t cq_budget, size_t max_batch);
+
+}  // namespace ferry::verbs
