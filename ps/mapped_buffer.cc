@@ -1,11 +1,26 @@
 #include "ps/mapped_buffer.h"
 
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <string>
 #include <utility>
+
+namespace {
+
+// mremap as a raw system call. A process that links UCX gets UCM's memory hooks, which patch
+// libc's mremap; UCX 1.13's hook drops the fifth argument of MREMAP_FIXED, so the kernel sees a
+// garbage destination and the move fails. This buffer deregisters and re-registers itself
+// explicitly around every move, so UCM's notification is not needed here.
+void* RawMremap(void* old_address, size_t old_size, size_t new_size, int flags,
+                void* new_address = nullptr) {
+  long r = syscall(SYS_mremap, old_address, old_size, new_size, flags, new_address);
+  return r == -1 ? MAP_FAILED : reinterpret_cast<void*>(r);
+}
+
+}  // namespace
 
 namespace ferry::ps {
 namespace {
@@ -101,8 +116,8 @@ Status MappedBuffer::Resize(size_t bytes) {
         const uintptr_t base = reinterpret_cast<uintptr_t>(r);
         const uintptr_t aligned = (base + kHugePage - 1) & ~(uintptr_t{kHugePage} - 1);
         // MREMAP_FIXED replaces our placeholder at [aligned, aligned+size); trim the rest.
-        void* p = mremap(data_, size_, size, MREMAP_MAYMOVE | MREMAP_FIXED,
-                         reinterpret_cast<void*>(aligned));
+        void* p = RawMremap(data_, size_, size, MREMAP_MAYMOVE | MREMAP_FIXED,
+                            reinterpret_cast<void*>(aligned));
         if (p != MAP_FAILED) {
           if (aligned > base) munmap(r, aligned - base);
           const uintptr_t end = aligned + size;
@@ -116,7 +131,7 @@ Status MappedBuffer::Resize(size_t bytes) {
       }
     }
     // Shrinking never moves; growing moves page-table entries only (no byte is copied).
-    void* p = mremap(data_, size_, size, MREMAP_MAYMOVE);
+    void* p = RawMremap(data_, size_, size, MREMAP_MAYMOVE);
     if (p == MAP_FAILED) {
       return IoError("mremap " + std::to_string(size_) + " -> " + std::to_string(size) + " bytes",
                      errno);

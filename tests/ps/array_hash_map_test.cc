@@ -168,7 +168,7 @@ TEST(ArrayHashMap, GrowthReregistersAndBumpsTheEpoch) {
   for (uint64_t k = 0; k < 300000; ++k) {
     const uint64_t before = m->epoch();
     auto r = m->Insert(k * 7919);
-    ASSERT_TRUE(r.ok());
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
     m->Embedding(r->row)[1] = static_cast<float>(k);
     if (m->epoch() != before) {
       EXPECT_EQ(m->epoch(), before + 1);
