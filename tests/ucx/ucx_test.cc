@@ -634,6 +634,74 @@ TEST_P(UcxConfigTest, PeerKilledOpsFailWithinBound) { PeerFailureCase(GetParam()
 
 TEST_P(UcxConfigTest, PeerStoppedOpsFailWithinBound) { PeerFailureCase(GetParam(), SIGSTOP); }
 
+// With UCX_TLS=tcp,self there is no rc/dc verbs lane, so one-sided Ops run Ferry's
+// active-message protocol (never UCX's software RMA, which writes wherever the peer says). The
+// target must therefore refuse, on its own, what a forged or stale descriptor asks for: beyond
+// the region, without the right, or a region deregistered since.
+TEST(UcxTcpTargetChecks, TargetRefusesForgedAndStaleDescriptors) {
+  const UcxConfig tcp{"tcp", {{"UCX_TLS", "tcp,self"}}};
+  auto pair = Connect(Options(tcp), Options(tcp));
+  ASSERT_TRUE(pair.ok()) << pair.status().ToString();
+  Transport* s = pair->server.get();
+  Transport* c = pair->client.get();
+  std::vector<uint8_t> guard(3 * 4096, 0);  // the region is the middle page only
+  auto mr = s->RegisterMemory(guard.data() + 4096, 4096, kAccessRemoteRead);
+  ASSERT_TRUE(mr.ok());
+  std::vector<uint8_t> local(8192, 0xab);
+  auto lmr = c->RegisterMemory(local.data(), local.size(), kAccessLocal);
+  ASSERT_TRUE(lmr.ok());
+
+  auto run = [&](RemoteRegion desc, OpType type, uint64_t remote_offset) -> Completion {
+    auto key = pair->client_ep->Import(desc);
+    EXPECT_TRUE(key.ok()) << key.status().ToString();
+    if (!key.ok()) return Completion{};
+    Op op;
+    op.type = type;
+    op.ep = pair->client_ep.get();
+    op.local = lmr->get();
+    op.length = 4096;
+    op.remote = key->get();
+    op.remote_offset = remote_offset;
+    EXPECT_TRUE(c->Post({&op, 1}).ok());
+    auto got = Reap(*c, 1, {s});
+    EXPECT_EQ(got.size(), 1u);
+    return got.empty() ? Completion{} : got[0];
+  };
+
+  // A legitimate read works through the protocol.
+  std::fill(guard.begin() + 4096, guard.begin() + 8192, 0x11);
+  Completion ok = run((*mr)->descriptor(), OpType::kRead, 0);
+  EXPECT_TRUE(ok.ok()) << ok.error;
+  EXPECT_EQ(local[0], 0x11);
+  EXPECT_EQ(local[4095], 0x11);
+
+  // Forged: claims write access. The target's region grants read only.
+  RemoteRegion forged = (*mr)->descriptor();
+  forged.access = kAccessRemote;
+  Completion denied = run(forged, OpType::kWrite, 0);
+  EXPECT_EQ(denied.code, Code::kPermissionDenied) << denied.error;
+  // Forged: claims a longer region, reads past its end.
+  forged = (*mr)->descriptor();
+  forged.length = 3 * 4096;
+  Completion oob = run(forged, OpType::kRead, 4096);
+  EXPECT_EQ(oob.code, Code::kOutOfRange) << oob.error;
+  // Forged: a different address under the same epoch.
+  forged = (*mr)->descriptor();
+  forged.addr -= 4096;
+  Completion moved = run(forged, OpType::kRead, 0);
+  EXPECT_EQ(moved.code, Code::kStale) << moved.error;
+  // Stale: the region was deregistered.
+  const RemoteRegion old = (*mr)->descriptor();
+  mr->reset();
+  Completion stale = run(old, OpType::kRead, 0);
+  EXPECT_EQ(stale.code, Code::kStale) << stale.error;
+  // Nothing outside the region, nor inside it, was written; the endpoint is still healthy.
+  for (size_t i = 0; i < 4096; ++i) ASSERT_EQ(guard[i], 0) << i;
+  for (size_t i = 4096; i < 8192; ++i) ASSERT_EQ(guard[i], 0x11) << i;
+  for (size_t i = 8192; i < guard.size(); ++i) ASSERT_EQ(guard[i], 0) << i;
+  EXPECT_TRUE(pair->client_ep->status().ok());
+}
+
 INSTANTIATE_TEST_SUITE_P(Ucx, UcxConfigTest, ::testing::ValuesIn(Configs()), ConfigName);
 
 int ChildMain(const std::string& name) {

@@ -34,7 +34,10 @@
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #include "transport/ucx/ucx_status.h"
 #include "transport/ucx/ucx_transport.h"
@@ -87,6 +90,34 @@ std::string FormatSockaddr(const sockaddr_storage& ss) {
     return "[" + std::string(buf) + "]:" + std::to_string(ntohs(in6->sin6_port));
   }
   return "unknown";
+}
+
+// True when the endpoint has an RMA lane on an rc/dc verbs transport: memory registered with
+// ucp_mem_map then carries an rkey the HCA checks, and ucp_put/get_nbx are real RDMA. UCX 1.13
+// has no query for an ep's lanes, so this reads ucp_ep_print_info's configuration dump
+// ("lane[N]: ... rc_mlx5/mlx5_0:1 ... rma_bw#0" lines). Anything else, including a dump that
+// cannot be read, means no: then Ferry's active-message protocol is used, never UCX's software
+// RMA emulation.
+bool HasVerbsRmaLane(ucp_ep_h ep) {
+  char* buf = nullptr;
+  size_t size = 0;
+  FILE* f = open_memstream(&buf, &size);
+  if (f == nullptr) return false;
+  ucp_ep_print_info(ep, f);
+  std::fclose(f);
+  bool found = false;
+  std::string_view dump(buf, size);
+  while (!dump.empty() && !found) {
+    const size_t nl = dump.find('\n');
+    std::string_view line = dump.substr(0, nl);
+    dump = nl == std::string_view::npos ? std::string_view() : dump.substr(nl + 1);
+    if (line.find("lane[") == std::string_view::npos || line.find(" rma") == std::string_view::npos) {
+      continue;
+    }
+    found = line.find(":rc_") != std::string_view::npos || line.find(":dc_") != std::string_view::npos;
+  }
+  std::free(buf);
+  return found;
 }
 
 void SetNoDelay(int fd) {
@@ -358,6 +389,7 @@ void UcxTransport::FinishHandshake(UcxEndpoint* ep) {
   ep->peer_tag_ = tag;
   const HostIdentity peer_id = HostIdentity::Parse(peer.transport_data.data() + 8);
   if (cma_allowed_ && CmaUsable(identity_, peer_id)) ep->cma_pid_ = static_cast<pid_t>(peer_id.pid);
+  ep->native_rma_ = HasVerbsRmaLane(handle);
   ep->peer_max_message_ = peer.max_message_size;
   ep->peer_regions_ = peer.regions;
   ep->peer_info_ = peer.info;
@@ -404,6 +436,7 @@ void UcxTransport::FailEndpoint(UcxEndpoint* ep, Status why, bool graceful) {
   std::vector<void*> recvs;
   for (OpState* r = ep->recvs_; r != nullptr; r = r->next) recvs.push_back(r->request);
   for (void* req : recvs) ucp_request_cancel(worker_.get(), req);
+  FailAmOps(ep);
   if (ep->ep_.get() != nullptr) {
     // A force close makes UCX complete every outstanding request of the ep with an error
     // (callbacks map it to status_); after an error callback UCX requires force.

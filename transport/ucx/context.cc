@@ -60,6 +60,11 @@ Status ApplyParams(const TransportOptions& options, ucp_config_t* config) {
       {"KEEPALIVE_INTERVAL", UcxTime(std::max(options.peer_timeout / 3, ferry::Millis(1)))},
       {"KEEPALIVE_NUM_EPS", "inf"},
       {"MM_ERROR_HANDLING", "y"},
+      // No eager zero-copy sends: when a tcp peer dies with a zcopy send in flight, UCX 1.13
+      // completes the request from the ep-failure purge and then again from the tcp ep's error
+      // path (uct_iface.h:884 "Assertion comp->count > 0", aborting the process). Seen with the
+      // one-sided active messages (iov payloads) in the PeerKilled conformance test.
+      {"ZCOPY_THRESH", "inf"},
   };
   // MM_* only matters when a shared-memory transport may be opened (otherwise UCX warns that
   // the setting was not used).
@@ -217,6 +222,8 @@ Status UcxTransport::Init() {
   if (ucp_worker_get_efd(worker_.get(), &efd_) != UCS_OK) efd_ = -1;  // Wait() then polls
 
   FERRY_RETURN_IF_ERROR(SetAmHandler(kAmNotify, &UcxTransport::OnAmNotify));
+  FERRY_RETURN_IF_ERROR(SetAmHandler(kAmRmaRequest, &UcxTransport::OnAmRmaRequest));
+  FERRY_RETURN_IF_ERROR(SetAmHandler(kAmRmaReply, &UcxTransport::OnAmRmaReply));
 
   ucp_worker_attr_t wa{};
   wa.field_mask = UCP_WORKER_ATTR_FIELD_ADDRESS;
@@ -284,6 +291,8 @@ unsigned UcxTransport::ProgressLocked() {
   unsigned n = ucp_worker_progress(worker_.get());
   if (control_pending_) HandleControlLocked();
   if (handshakes_ != 0) PollSockets();
+  if (!deferred_.empty()) ServeDeferred();
+  if (!replies_.empty()) SendReplies();
   if ((++tick_ & 63) == 0 || n == 0) {
     const auto now = Clock::now();
     if (now >= next_liveness_) CheckLiveness(now);

@@ -25,6 +25,7 @@ UcxMemoryRegion::UcxMemoryRegion(UcxTransport* t, uint8_t* data, size_t size, ui
 
 UcxMemoryRegion::~UcxMemoryRegion() {
   std::lock_guard<std::mutex> lock(t_->mu_);
+  t_->regions_.erase(descriptor_.epoch);  // AM requests naming it are refused from now on
   memh_.reset();
 }
 
@@ -60,9 +61,10 @@ Result<std::unique_ptr<MemoryRegion>> UcxTransport::RegisterMemory(void* addr, s
   RkeyBuffer buffer(packed);
   const auto* bytes = static_cast<const uint8_t*>(buffer.get());
   std::vector<uint8_t> rkey(bytes, bytes + packed_size);
-  return std::unique_ptr<MemoryRegion>(new UcxMemoryRegion(
-      this, static_cast<uint8_t*>(addr), length, access, std::move(owned), std::move(rkey),
-      g_epoch.fetch_add(1)));
+  auto* region = new UcxMemoryRegion(this, static_cast<uint8_t*>(addr), length, access,
+                                     std::move(owned), std::move(rkey), g_epoch.fetch_add(1));
+  regions_[region->descriptor().epoch] = region;
+  return std::unique_ptr<MemoryRegion>(region);
 }
 
 UcxRemoteKey::UcxRemoteKey(UcxTransport* t, UcxEndpoint* ep, RemoteRegion region,

@@ -20,29 +20,61 @@
 //   Send / Recv   tag API. A Recv on one endpoint matches its tag exactly, a shared Recv
 //                 (ep == nullptr) matches any tag and finds the endpoint from the sender tag.
 //                 Truncation -> kOutOfRange; the endpoint stays healthy.
-//   Write / Read  ucp_put_nbx + ucp_ep_flush_nbx (a Write completes when the data has landed) /
-//                 ucp_get_nbx. Sparse lists: adjacent segments are merged, then one put/get per
-//                 segment without callbacks and ONE ep flush as the Op's completion. Two faster
-//                 routes are taken when available: (1) the imported key maps the peer's memory
-//                 (ucp_rkey_ptr; only for UCX-allocated shared memory) -> plain copies; (2) the
-//                 peer is a process on this host and UCX_TLS allows cma -> Ferry's own
-//                 cross-memory attach (process_vm_writev/readv, up to 1024 segments per call),
-//                 because UCX 1.13's cma lane is unavailable with UCP_ERR_HANDLING_MODE_PEER and
-//                 put/get would otherwise be emulated with active messages (see cma.cc).
-//                 Nothing is ever packed into a temporary buffer.
-//   kOpNotify     after the flush (data landed), an active message (kAmNotify) carries imm and
-//                 the byte count; the target queues a kNotify completion when it arrives; the
-//                 initiator's Op completes when that message has been sent.
+//   Write / Read  one of three paths, chosen per endpoint when its handshake finishes:
+//                 (1) same host and UCX_TLS allows cma -> Ferry's own cross-memory attach
+//                 (process_vm_writev/readv, up to 1024 segments per call; UCX 1.13's cma lane is
+//                 unavailable with UCP_ERR_HANDLING_MODE_PEER, see cma.cc). Per Op, before that:
+//                 an imported key that maps the peer's memory (ucp_rkey_ptr; UCX shared memory)
+//                 -> plain copies.
+//                 (2) native_rma_: the ep has an RMA lane on an rc/dc verbs transport (read from
+//                 ucp_ep_print_info's lane dump; UCX 1.13 has no other per-ep query) -> memory is
+//                 registered with an rkey the HCA checks: ucp_put_nbx/ucp_get_nbx, adjacent
+//                 segments merged, one put/get per run without callbacks and ONE ep flush as
+//                 the Op's completion (a Write completes when the data has landed).
+//                 (3) otherwise (tcp, shm without cma, self, ...) -> Ferry's protocol over active
+//                 messages. UCX's software RMA emulation (ucp/rma/rma_sw.c) is NEVER used: its
+//                 target writes to any address the peer names, and when its ack cannot reach a
+//                 dead peer UCX aborts the process ("ucp_request.inl:346 Fatal: unexpected
+//                 error: Endpoint timeout" from ucp_put_handler).
+//                 The protocol: the initiator sends kAmRmaRequest (RmaHeader: req id, region
+//                 addr + epoch, kind, notify/imm; payload = segment table, then for a write the
+//                 data as a UCP_DATATYPE_IOV straight from the local region), eager and whole
+//                 (UCP_AM_SEND_FLAG_EAGER). The target finds ITS registration by epoch and
+//                 address, checks every segment with ferry::CheckRemoteAccess (bounds and
+//                 rights) before touching memory, copies the write in / gathers the read, queues
+//                 the kNotify completion of a kOpNotify write, and answers with kAmRmaReply
+//                 (status code + error text, or the read data). Replies are sent after worker
+//                 progress, never from inside a UCX callback; a reply that cannot be sent (dead
+//                 peer) is dropped through its completion callback, never an abort. The Op
+//                 completes when both its request's send and the reply are done, or with the
+//                 endpoint's status when the endpoint fails. Requests that arrive while our side
+//                 of the handshake is still running are copied and served once it is done.
+//                 Costs: the target copies out of UCX's receive buffer (no rendezvous), and a
+//                 read reply is gathered into one buffer (so a concurrent deregistration cannot
+//                 leave UCX reading freed memory).
+//                 Nothing is ever packed on the initiator for a write.
+//   kOpNotify     paths (1)/(2): after the flush (data landed), an active message (kAmNotify)
+//                 carries imm and the byte count; the target queues a kNotify completion when it
+//                 arrives; the initiator's Op completes when that message has been sent. Path
+//                 (3): the request carries imm; the target queues the kNotify right after the
+//                 data landed, and the Op completes with the reply.
 //   Peer failure  every ep uses UCP_ERR_HANDLING_MODE_PEER + an error callback; UCX keepalive is
 //                 configured from peer_timeout; the control connection's EOF fails the endpoint
 //                 at once; and pings on it fail an endpoint with work outstanding whose peer
 //                 stays silent for peer_timeout (a stopped or hung process).
 //
-// Capabilities: everything, except target_checks = false. Over shared memory and CMA, UCX maps
-// or writes the peer's memory directly (process_vm_writev / mmap): nothing on the target checks
-// a forged descriptor or a deregistered key, so only the initiator's checks against the
-// descriptor protect the target. (tcp and verbs lanes do check rkeys, but the capability must
-// hold for every configuration of this backend.)
+// Capabilities: everything, except target_checks = false. Capabilities are per transport,
+// not per endpoint, and one transport may have endpoints on all three paths at once. On path
+// (3) the target does check (region by epoch, bounds, rights; tests/ucx
+// UcxTcpTargetChecks), and on path (2) the HCA checks rkeys; but over shared memory and CMA
+// (path 1) UCX maps or Ferry writes the peer's memory directly (mmap / process_vm_writev):
+// nothing on the target checks a forged descriptor or a deregistered key there, so only the
+// initiator's checks against the descriptor protect the target, and the capability must stay
+// false for the backend as a whole.
+//
+// Config defaults (context.cc ApplyParams, explicit UCX_* params win): UCX_ZCOPY_THRESH=inf,
+// because UCX 1.13 aborts (uct_iface.h:884 "Assertion comp->count > 0") when a tcp peer dies
+// with an eager zero-copy send in flight.
 //
 // Known limits: the tag of a message is chosen by its sender, so a malicious but authenticated
 // peer can make its messages look as if they came from another endpoint of this transport; and
@@ -80,9 +112,50 @@ using Clock = std::chrono::steady_clock;
 
 inline constexpr const char* kBackendName = "ucx";
 
+class UcxTransport;
+struct DeferredRequest;
+
 // Active-message ids used by this backend.
 enum AmId : unsigned {
-  kAmNotify = 1,  // header: NotifyHeader, no payload
+  kAmNotify = 1,      // header: NotifyHeader, no payload
+  kAmRmaRequest = 2,  // header: RmaHeader; payload: segment table (+ the data of a write)
+  kAmRmaReply = 3,    // header: RmaReplyHeader; payload: read data, or the error text
+};
+
+// Ferry's own one-sided protocol over active messages (see "Write / Read" above). The payload
+// of a kAmRmaRequest starts with num_segments RmaSegment entries (offsets relative to the
+// target's region); a write's data follows, segment after segment.
+struct RmaHeader {
+  uint64_t target_ep;    // the receiver's id of the endpoint
+  uint64_t req_id;       // echoed in the reply
+  uint64_t region_addr;  // RemoteRegion::addr of the target's region
+  uint64_t epoch;        // RemoteRegion::epoch: names the registration
+  uint64_t total;        // sum of the segment lengths
+  uint32_t num_segments;
+  uint8_t write;         // 1: write, 0: read
+  uint8_t notify;        // 1: the target queues a kNotify completion after the write landed
+  uint16_t reserved;
+  uint32_t imm;
+  uint32_t reserved2;
+};
+struct RmaSegment {
+  uint64_t remote_offset;
+  uint64_t length;
+};
+struct RmaReplyHeader {
+  uint64_t target_ep;  // the receiver's id of the endpoint
+  uint64_t req_id;
+  uint64_t bytes;      // bytes moved (a read's payload length)
+  uint32_t code;       // ferry::Code; non-zero: the payload is the error text
+  uint32_t reserved;
+};
+// A reply the target owes; sent after worker progress (never from inside a UCX callback), and
+// kept alive until UCX is done with it. A failed send (dead peer) just frees it.
+struct PendingReply {
+  UcxTransport* t = nullptr;
+  uint64_t ep_id = 0;
+  RmaReplyHeader header{};
+  std::vector<uint8_t> data;
 };
 
 // The kAmNotify header on the wire (little-endian hosts only, like UCX itself here).
@@ -95,6 +168,12 @@ struct NotifyHeader {
 
 class UcxTransport;
 struct OpState;
+
+// A kAmRmaRequest copied out of UCX because its endpoint was still handshaking here.
+struct DeferredRequest {
+  RmaHeader header{};
+  std::vector<uint8_t> data;
+};
 
 // Who we are, for deciding whether a peer can be reached with cross-memory attach (cma.cc).
 // Sent in the handshake's transport_data after the endpoint id:
@@ -206,6 +285,7 @@ class UcxEndpoint final : public Endpoint {
   ucs_status_t ucx_error_ = UCS_OK;  // from the error callback, handled after progress
   uint64_t peer_tag_ = 0;            // the peer's id of this connection
   pid_t cma_pid_ = 0;                // > 0: one-sided ops use CMA (cma.cc)
+  bool native_rma_ = false;          // an rc/dc verbs lane carries RMA (ucp_put/get_nbx)
   uint64_t peer_max_message_ = 0;
   // Liveness (see UcxTransport::CheckLiveness).
   size_t outstanding_ = 0;
@@ -276,6 +356,18 @@ class UcxTransport final : public Transport {
                          void* user_data);
   static ucs_status_t OnAmNotify(void* arg, const void* header, size_t header_length, void* data,
                                  size_t length, const ucp_am_recv_param_t* param);
+  static ucs_status_t OnAmRmaRequest(void* arg, const void* header, size_t header_length,
+                                     void* data, size_t length, const ucp_am_recv_param_t* param);
+  static ucs_status_t OnAmRmaReply(void* arg, const void* header, size_t header_length,
+                                   void* data, size_t length, const ucp_am_recv_param_t* param);
+  static void OnAmRmaSent(void* request, ucs_status_t status, void* user_data);
+  static void OnReplySent(void* request, ucs_status_t status, void* user_data);
+  void PostAm(OpState* st, const Op& op);
+  void ServeRmaRequest(UcxEndpoint* ep, const RmaHeader& h, const uint8_t* data, size_t length);
+  void ServeDeferred();
+  void AmFinish(OpState* st);
+  void SendReplies();
+  void FailAmOps(UcxEndpoint* ep);
   Status CheckOpOwnership(const Op& op, size_t index) const;
   void PostOne(const Op& op);
   void PostRecv(OpState* st, const Op& op);
@@ -323,6 +415,14 @@ class UcxTransport final : public Transport {
   bool control_pending_ = false;
   Status last_accept_error_;
   CompletionRing done_;
+  // Registered regions by epoch: what the target side of the AM protocol checks against.
+  std::unordered_map<uint64_t, UcxMemoryRegion*> regions_;
+  // AM one-sided Ops waiting for their reply, by request id.
+  std::unordered_map<uint64_t, OpState*> am_ops_;
+  uint64_t next_req_id_ = 1;
+  std::vector<std::unique_ptr<PendingReply>> replies_;  // owed replies, sent after progress
+  // Requests that arrived while our side of their endpoint's handshake was still running.
+  std::vector<DeferredRequest> deferred_;
   std::vector<std::unique_ptr<OpState>> op_storage_;
   std::vector<OpState*> op_free_;
   uint32_t tick_ = 0;
@@ -350,6 +450,15 @@ struct OpState {
   ucs_status_t error = UCS_OK;
   Status cma_error;           // set with UCS_ERR_IO_ERROR by a failed CMA transfer
   NotifyHeader header{};      // kAmNotify header; must live until the send completes
+  // AM one-sided protocol (PostAm): request header, segment table, the write's iov, the read's
+  // local segments to scatter the reply into, and which halves are still outstanding.
+  RmaHeader rma{};
+  std::vector<RmaSegment> table;
+  std::vector<ucp_dt_iov_t> iov;
+  std::vector<RmaSegment> local_segs;  // read: (local offset, length) per segment
+  uint8_t* local_base = nullptr;
+  bool send_pending = false;
+  bool reply_pending = false;
   OpState* prev = nullptr;    // UcxEndpoint::recvs_ links
   OpState* next = nullptr;
   bool linked = false;
