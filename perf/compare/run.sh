@@ -1,0 +1,277 @@
+#!/bin/bash
+# perf/compare/run.sh — Ferry vs reference tools, side by side, on this machine.
+#
+# Runs ferry-lat/ferry-bw and the reference tool for the same transport ALTERNATELY
+# (ferry, reference, ferry, reference, ...) for PAIRS pairs, records every sample in
+# $OUT/samples.csv, then perf/compare/report.py writes docs/perf/transport.md (ratio tables:
+# Ferry ÷ reference, median of the pairs with min–max spread) and SVG plots (gnuplot).
+#
+# Sections: ucx-shm, ucx-tcp (ucx_perftest), tcp (iperf3, sockperf), sparse (memcpy gather,
+# pack-then-send), verbs (perftest inside the soft-RoCE VM; only with --with-vm).
+#
+# Usage: perf/compare/run.sh [--pairs N] [--with-vm] [--sections a,b,...] [--build DIR] [--no-doc]
+set -u -o pipefail
+
+HERE=$(cd "$(dirname "$0")" && pwd -P)
+ROOT=$(cd "$HERE/../.." && pwd -P)
+BUILD="$ROOT/build-perfcmp"
+PAIRS=5
+WITH_VM=0
+SECTIONS="ucx-shm,ucx-tcp,tcp,sparse"
+WRITE_DOC=1
+INNER_VM=0
+OUT="${PERFCMP_OUT:-/tmp/ferry-perfcmp}"
+
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --pairs) PAIRS=$2; shift 2 ;;
+    --with-vm) WITH_VM=1; shift ;;
+    --sections) SECTIONS=$2; shift 2 ;;
+    --build) BUILD=$2; shift 2 ;;
+    --out) OUT=$2; shift 2 ;;
+    --no-doc) WRITE_DOC=0; shift ;;
+    --vm-inner) INNER_VM=1; shift ;;   # internal: runs the verbs section inside the VM
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+[ "$WITH_VM" = 1 ] && SECTIONS="$SECTIONS,verbs"
+
+LAT="$BUILD/tools/bench/ferry-lat"
+BW="$BUILD/tools/bench/ferry-bw"
+GATHER="$OUT/gather"
+SAMPLES="$OUT/samples.csv"
+CMDS="$OUT/commands.txt"
+PORT=20000
+
+log() { echo "[perfcmp $(date -u +%H:%M:%S)] $*" >&2; }
+next_port() { PORT=$((PORT + 1)); }
+
+# ---------------------------------------------------------------- setup
+setup() {
+  local need=()
+  command -v iperf3 >/dev/null || need+=(iperf3)
+  command -v sockperf >/dev/null || need+=(sockperf)
+  command -v ucx_perftest >/dev/null || need+=(ucx-utils)
+  command -v gnuplot >/dev/null || need+=(gnuplot-nox)
+  command -v g++ >/dev/null || need+=(g++)
+  command -v python3 >/dev/null || need+=(python3)
+  if [ ${#need[@]} -gt 0 ]; then
+    log "installing ${need[*]}"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >&2 \
+      || { echo "run.sh: apt-get install ${need[*]} failed" >&2; exit 1; }
+  fi
+  if [ ! -x "$LAT" ] || [ ! -x "$BW" ]; then
+    log "building ferry-lat/ferry-bw in $BUILD"
+    [ -d "$BUILD" ] || meson setup "$BUILD" --buildtype=release -Dtests=false -Dbenchmarks=false >&2
+    local i
+    for i in 1 2 3; do
+      ninja -C "$BUILD" tools/bench/ferry-lat tools/bench/ferry-bw tools/info/ferry-info >&2 && break
+      log "build failed (attempt $i); retrying in 60 s"; sleep 60
+    done
+    [ -x "$LAT" ] && [ -x "$BW" ] || { echo "run.sh: could not build the Ferry tools" >&2; exit 1; }
+  fi
+  g++ -O2 -std=c++20 -o "$GATHER" "$HERE/gather.cc" || { echo "run.sh: gather.cc did not build" >&2; exit 1; }
+}
+
+# sample SECTION TEST METRIC SIZE ROWS ROWSIZE PAIR SIDE VALUE UNIT STATUS
+sample() { local IFS=,; echo "$*" >>"$SAMPLES"; }
+note_cmd() { grep -qxF -- "$*" "$CMDS" 2>/dev/null || echo "$*" >>"$CMDS"; }
+
+# ---------------------------------------------------------------- Ferry runs
+# ferry SECTION TEST METRIC PAIR TOOL ARGS...   (metric: column name of Ferry's CSV)
+# One invocation covering all sizes; up to 3 attempts; a failure is recorded per size.
+ferry() {
+  local section=$1 test=$2 metric=$3 pair=$4; shift 4
+  local csv="$OUT/ferry.csv" err="$OUT/ferry.err" attempt ok=0
+  note_cmd "$*"
+  for attempt in 1 2 3; do
+    rm -f "$csv"; next_port
+    if timeout 120 "$@" -p "$PORT" --csv "$csv" >/dev/null 2>"$err" && [ -s "$csv" ]; then ok=1; break; fi
+    log "ferry run failed (attempt $attempt): $section/$test: $(grep -m1 -iE 'error|malformed|fail|signal' "$err" | cut -c1-160)"
+    echo "$section,$test,attempt $attempt: $(grep -m1 -iE 'error|malformed|fail|signal' "$err" | tr ',' ';' | cut -c1-200)" >>"$OUT/failures.csv"
+  done
+  if [ "$ok" = 1 ]; then
+    python3 - "$csv" "$metric" "$section" "$test" "$pair" "$attempt" >>"$SAMPLES" <<'PY'
+import csv, sys
+path, metric, section, test, pair, attempt = sys.argv[1:]
+for r in csv.DictReader(open(path)):
+    rows = r.get("rows", "") or ""
+    print(f"{section},{test},{metric},{r['bytes']},,,{pair},ferry,{r[metric]},,ok{'' if attempt == '1' else ' (try ' + attempt + ')'}")
+PY
+  else
+    sample "$section" "$test" "$metric" all "" "" "$pair" ferry "" "" "failed x3"
+  fi
+}
+
+# ---------------------------------------------------------------- reference runs
+# ucxref SECTION TEST SIZE PAIR ITERS   (env UCX_TLS etc. already exported)
+ucxref() {
+  local section=$1 test=$2 size=$3 pair=$4 iters=$5 attempt out srv
+  note_cmd "UCX_TLS=$UCX_TLS ${UCX_NET_DEVICES:+UCX_NET_DEVICES=$UCX_NET_DEVICES }ucx_perftest -p PORT -t $test -s $size -n $iters  &  ucx_perftest 127.0.0.1 -p PORT -t $test -s $size -n $iters"
+  for attempt in 1 2 3; do
+    next_port
+    timeout 60 ucx_perftest -p "$PORT" -t "$test" -s "$size" -n "$iters" >/dev/null 2>&1 & srv=$!
+    sleep 0.3
+    out=$(timeout 60 ucx_perftest 127.0.0.1 -p "$PORT" -t "$test" -s "$size" -n "$iters" 2>&1 | grep '^Final:')
+    wait "$srv" 2>/dev/null
+    if [ -n "$out" ]; then
+      # Final: iters  lat50  lat_avg  lat_overall  bw_avg  bw_overall  rate_avg  rate_overall
+      if [[ $test == *lat ]]; then
+        sample "$section" "$test" lat_p50_usec "$size" "" "" "$pair" ref "$(awk '{print $3}' <<<"$out")" usec ok
+      else
+        sample "$section" "$test" bw_mib_s "$size" "" "" "$pair" ref "$(awk '{print $7}' <<<"$out")" MiB/s ok
+      fi
+      return
+    fi
+    echo "$section,$test,ucx_perftest size $size attempt $attempt failed" >>"$OUT/failures.csv"
+  done
+  sample "$section" "$test" ref "$size" "" "" "$pair" ref "" "" "failed x3"
+}
+
+sockref() {  # SIZE PAIR
+  local size=$1 pair=$2 srv out
+  next_port
+  note_cmd "sockperf sr --tcp -i 127.0.0.1 -p PORT  &  sockperf pp --tcp -i 127.0.0.1 -p PORT -m $size -t 1"
+  sockperf sr --tcp -i 127.0.0.1 -p "$PORT" >/dev/null 2>&1 & srv=$!
+  sleep 0.3
+  out=$(timeout 30 sockperf pp --tcp -i 127.0.0.1 -p "$PORT" -m "$size" -t 1 2>&1 | grep -m1 'percentile 50.000' | awk '{print $NF}')
+  kill "$srv" 2>/dev/null; wait "$srv" 2>/dev/null
+  sample tcp pingpong lat_p50_usec "$size" "" "" "$pair" ref "$out" usec "$([ -n "$out" ] && echo ok || echo failed)"
+}
+
+iperfref() {  # LEN PAIR
+  local len=$1 pair=$2 srv out
+  next_port
+  note_cmd "iperf3 -s -1 -p PORT  &  iperf3 -c 127.0.0.1 -p PORT -l $len -t 1 -J"
+  iperf3 -s -1 -p "$PORT" >/dev/null 2>&1 & srv=$!
+  sleep 0.3
+  out=$(timeout 30 iperf3 -c 127.0.0.1 -p "$PORT" -l "$len" -t 1 -J 2>/dev/null |
+        python3 -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/8/1048576)' 2>/dev/null)
+  wait "$srv" 2>/dev/null
+  sample tcp stream bw_mib_s "$len" "" "" "$pair" ref "$out" MiB/s "$([ -n "$out" ] && echo ok || echo failed)"
+}
+
+# ---------------------------------------------------------------- sections
+section_ucx() {  # SECTION TLS
+  local section=$1 tls=$2 p s
+  local -a prm=(--param "UCX_TLS=$tls")
+  export UCX_TLS=$tls
+  if [ "$section" = ucx-tcp ]; then export UCX_NET_DEVICES=lo; prm+=(--param UCX_NET_DEVICES=lo); else unset UCX_NET_DEVICES; fi
+  for p in $(seq 1 "$PAIRS"); do
+    log "$section pair $p/$PAIRS"
+    ferry "$section" tag_lat t_typical_usec "$p" "$LAT" --transport ucx "${prm[@]}" --local --op send -s 8,4K,64K,1M -n 2000
+    for s in 8 4096 65536 1048576; do ucxref "$section" tag_lat "$s" "$p" 2000; done
+    ferry "$section" ucp_put_lat t_typical_usec "$p" "$LAT" --transport ucx "${prm[@]}" --local --op write -s 8,4K,64K,1M -n 2000
+    for s in 8 4096 65536 1048576; do ucxref "$section" ucp_put_lat "$s" "$p" 2000; done
+    ferry "$section" ucp_put_bw bw_avg_mb_s "$p" "$BW" --transport ucx "${prm[@]}" --local --op write -s 8,4K,64K,1M -n 2000
+    for s in 8 4096 65536 1048576; do ucxref "$section" ucp_put_bw "$s" "$p" 2000; done
+  done
+  unset UCX_TLS UCX_NET_DEVICES
+}
+
+section_tcp() {
+  local p s
+  for p in $(seq 1 "$PAIRS"); do
+    log "tcp pair $p/$PAIRS"
+    ferry tcp pingpong t_typical_usec "$p" "$LAT" --transport tcp --local --op send -s 14,4K -n 5000
+    for s in 14 4096; do sockref "$s" "$p"; done
+    ferry tcp stream bw_avg_mb_s "$p" "$BW" --transport tcp --local --op send -s 64K,1M -D 1
+    for s in 65536 1048576; do iperfref "$s" "$p"; done
+  done
+}
+
+section_sparse() {
+  local p rs rows be iters line
+  local -a prm
+  for p in $(seq 1 "$PAIRS"); do
+    log "sparse pair $p/$PAIRS"
+    for rs in 64 256; do
+      for rows in 1000 10000 100000; do
+        iters=$((2000000 / rows)); [ "$iters" -lt 20 ] && iters=20
+        # reference (a): single-thread memcpy gather of the same rows
+        note_cmd "$GATHER ROWS ROW_SIZE 67108864 0.2"
+        line=$("$GATHER" "$rows" "$rs" 67108864 0.2)
+        sample sparse gather rows_per_sec "$((rows * rs))" "$rows" "$rs" "$p" ref "$(cut -d, -f5 <<<"$line")" rows/s ok
+        for be in tcp ucx-shm; do
+          if [ "$be" = tcp ]; then prm=(--transport tcp); else prm=(--transport ucx --param UCX_TLS=shm,self); fi
+          ferry "sparse-$be" "sparse_write:$rows:$rs" rows_per_sec "$p" "$BW" "${prm[@]}" --local --op sparse_write \
+            --rows "$rows" --row-size "$rs" -n "$iters" -t 4
+          # reference (b): contiguous write of rows*row_size bytes (pack time added in report.py)
+          ferry "sparse-$be" "packsend:$rows:$rs" bw_avg_mb_s "$p" "$BW" "${prm[@]}" --local --op write \
+            -s "$((rows * rs))" -n "$iters" -t 4
+        done
+      done
+    done
+  done
+}
+
+# verbs: perftest vs ferry inside one soft-RoCE VM boot. The inner part prints SAMPLE lines.
+section_verbs_inner() {
+  local p s t srv v
+  local gid=${FERRY_RDMA_GID_INDEX:-1} addr=${FERRY_RDMA_ADDR:-127.0.0.1}
+  local -a prm=(--transport verbs --param device=rxe0 --param "gid_index=$gid")
+  SAMPLES=/dev/stdout
+  for p in $(seq 1 "$PAIRS"); do
+    for t in write send read; do
+      ferry verbs "ib_${t}_lat" t_typical_usec "$p" "$LAT" "${prm[@]}" --local --op "$t" -s 8,4K -n 300
+      for s in 8 4096; do
+        next_port
+        "ib_${t}_lat" -d rxe0 -x "$gid" -s "$s" -n 300 -p "$PORT" >/dev/null 2>&1 & srv=$!
+        sleep 0.5
+        v=$(timeout 60 "ib_${t}_lat" -d rxe0 -x "$gid" -s "$s" -n 300 -p "$PORT" "$addr" 2>&1 | awk '$1 == '"$s"' {print $5}')
+        wait "$srv" 2>/dev/null
+        echo "verbs,ib_${t}_lat,lat_p50_usec,$s,,,$p,ref,$v,usec,$([ -n "$v" ] && echo ok || echo failed)"
+      done
+    done
+    for t in write read; do
+      ferry verbs "ib_${t}_bw" bw_avg_mb_s "$p" "$BW" "${prm[@]}" --local --op "$t" -s 64K,1M -n 100
+      for s in 65536 1048576; do
+        next_port
+        "ib_${t}_bw" -d rxe0 -x "$gid" -s "$s" -n 100 -p "$PORT" >/dev/null 2>&1 & srv=$!
+        sleep 0.5
+        v=$(timeout 60 "ib_${t}_bw" -d rxe0 -x "$gid" -s "$s" -n 100 -p "$PORT" "$addr" 2>&1 | awk '$1 == '"$s"' {print $4}')
+        wait "$srv" 2>/dev/null
+        echo "verbs,ib_${t}_bw,bw_mib_s,$s,,,$p,ref,$v,MiB/s,$([ -n "$v" ] && echo ok || echo failed)"
+      done
+    done
+  done
+}
+
+section_verbs() {
+  log "verbs: booting the soft-RoCE VM (one boot for the whole section)"
+  note_cmd "tools/softroce/ferry-vm run --timeout 400 -- perf/compare/run.sh --vm-inner --pairs $PAIRS --build $BUILD"
+  "$ROOT/tools/softroce/ferry-vm" run --wait --timeout 400 --cwd "$ROOT" -- \
+      "$HERE/run.sh" --vm-inner --pairs "$PAIRS" --build "$BUILD" --out "$OUT" 2>"$OUT/vm.err" |
+    grep -E '^verbs,' >>"$SAMPLES" || log "verbs section failed or timed out; partial samples kept (see $OUT/vm.err)"
+}
+
+# ---------------------------------------------------------------- main
+if [ "$INNER_VM" = 1 ]; then
+  OUT=$(mktemp -d); GATHER=/bin/false; CMDS=/dev/null
+  section_verbs_inner
+  exit 0
+fi
+
+mkdir -p "$OUT"
+setup
+echo "section,test,metric,size,rows,row_size,pair,side,value,unit,status" >"$SAMPLES"
+: >"$CMDS"; : >"$OUT/failures.csv"
+START=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+IFS=, read -r -a secs <<<"$SECTIONS"
+for sec in "${secs[@]}"; do
+  case "$sec" in
+    '') ;;
+    ucx-shm) section_ucx ucx-shm shm,self ;;
+    ucx-tcp) section_ucx ucx-tcp tcp,self ;;
+    tcp) section_tcp ;;
+    sparse) section_sparse ;;
+    verbs) section_verbs ;;
+    *) echo "run.sh: unknown section $sec" >&2; exit 2 ;;
+  esac
+done
+END=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+log "samples in $SAMPLES"
+if [ "$WRITE_DOC" = 1 ]; then
+  python3 "$HERE/report.py" --out "$OUT" --root "$ROOT" --start "$START" --end "$END" --pairs "$PAIRS" --sections "$SECTIONS"
+fi
