@@ -1,12 +1,13 @@
 #include "tests/common/peer.h"
 
 #include <signal.h>
-#include <sys/prctl.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 
 namespace ferry::testing {
 
@@ -31,19 +32,30 @@ std::vector<std::string> PeerCommandLine(const BackendConfig& config, const Peer
 Result<std::unique_ptr<PeerProcess>> PeerProcess::Spawn(const std::vector<std::string>& argv) {
   if (argv.empty()) return InvalidArgument("empty peer command line");
   if (access(argv[0].c_str(), X_OK) != 0) return IoError("peer binary " + argv[0], errno);
-  // Everything the child needs is built before fork(): after it only async-signal-safe calls.
   std::vector<char*> cargv;
   for (const std::string& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
   cargv.push_back(nullptr);
-  const pid_t parent = getpid();
-  pid_t pid = fork();
-  if (pid < 0) return IoError("fork", errno);
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(127);  // the parent died before prctl took effect
-    execv(cargv[0], cargv.data());
-    _exit(127);
+  // The child's environment: ours plus the parent pid it must die with (see peer.h).
+  std::vector<std::string> env_storage;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::strncmp(*e, kPeerParentEnv, std::strlen(kPeerParentEnv)) == 0 &&
+        (*e)[std::strlen(kPeerParentEnv)] == '=') {
+      continue;
+    }
+    env_storage.emplace_back(*e);
   }
+  env_storage.push_back(std::string(kPeerParentEnv) + "=" + std::to_string(getpid()));
+  std::vector<char*> cenv;
+  for (std::string& e : env_storage) cenv.push_back(e.data());
+  cenv.push_back(nullptr);
+  // posix_spawn, not fork+exec: glibc starts the child with vfork semantics (shared address
+  // space until exec), so the child never depends on a copy of our heap. With fork, pages that
+  // RDMA registration marked MADV_DONTFORK (libibverbs fork support, which UCX's IB transports
+  // can turn on) are missing in the child, and reading argv from them between fork and exec
+  // crashed the child with SIGSEGV. The parent-death guard moved into the peer binary.
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, cargv[0], nullptr, nullptr, cargv.data(), cenv.data());
+  if (rc != 0) return IoError("posix_spawn " + argv[0], rc);
   return std::unique_ptr<PeerProcess>(new PeerProcess(pid));
 }
 

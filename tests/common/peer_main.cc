@@ -1,6 +1,12 @@
 // ferry_test_peer: the far side of multi-process conformance cases (see tests/common/peer.h).
-// Exit codes: 0 after its lifetime, 2 on bad arguments, 3 when setup or connect fails.
+// Exit codes: 0 after its lifetime, 2 on bad arguments, 3 when setup or connect fails, 4 when
+// the process that spawned it (FERRY_TEST_PEER_PARENT) is already gone.
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -8,6 +14,7 @@
 #include <vector>
 
 #include "tests/common/pattern.h"
+#include "tests/common/peer.h"
 #include "transport/transport.h"
 
 namespace {
@@ -55,6 +62,25 @@ bool Parse(int argc, char** argv, Args* a) {
          (a->mode == "serve" || a->mode == "write");
 }
 
+ferry::Status GuardPeerParent() {
+  const char* env = std::getenv(ferry::testing::kPeerParentEnv);
+  if (env == nullptr || *env == '\0') return ferry::Status::Ok();
+  char* end = nullptr;
+  const long expected = std::strtol(env, &end, 10);
+  if (*end != '\0' || expected <= 0) {
+    return ferry::InvalidArgument(std::string(ferry::testing::kPeerParentEnv) + " is not a pid: '" +
+                                  env + "'");
+  }
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) {
+    return ferry::IoError("prctl(PR_SET_PDEATHSIG)", errno);
+  }
+  // The parent may have died before prctl took effect: we were then reparented.
+  if (getppid() != static_cast<pid_t>(expected)) {
+    return ferry::PeerFailure("the spawning process " + std::string(env) + " is gone");
+  }
+  return ferry::Status::Ok();
+}
+
 int Fail(const std::string& what, const ferry::Status& s) {
   std::fprintf(stderr, "ferry_test_peer: %s: %s\n", what.c_str(), s.ToString().c_str());
   return 3;
@@ -63,6 +89,11 @@ int Fail(const std::string& what, const ferry::Status& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // First: the guard that used to run between fork and exec in the spawning process.
+  if (ferry::Status g = GuardPeerParent(); !g.ok()) {
+    std::fprintf(stderr, "ferry_test_peer: %s\n", g.ToString().c_str());
+    return 4;
+  }
   Args a;
   if (!Parse(argc, argv, &a)) {
     std::fprintf(stderr,

@@ -1,8 +1,9 @@
 // --local: a single command that starts its own server on this host.
 //
-// SpawnLocalServer fork+execs the running binary (/proc/self/exe) with `args` (which must make it
-// a server that prints "FERRY_LISTEN <host:port>" as its first stdout line, e.g. --port 0
-// --report-port) and reads that line. The child dies with the parent (PR_SET_PDEATHSIG).
+// LocalServer::Spawn starts the running binary (/proc/self/exe) again with posix_spawn and `args`
+// (which must make it a server that prints "FERRY_LISTEN <host:port>" as its first stdout line,
+// e.g. --port 0 --report-port) and reads that line. The child dies with the parent: Spawn sets
+// FERRY_LOCAL_PARENT=<pid> and the child arranges PR_SET_PDEATHSIG before main (local.cc).
 // Blocking: up to `timeout` for the child to report. Thread-safety: none needed (one per tool).
 #pragma once
 

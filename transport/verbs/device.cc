@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -18,20 +19,29 @@ bool GidIsZero(const ibv_gid& gid) {
 
 const char* PortStateName(ibv_port_state s) {
   switch (s) {
-    case IBV_PORT_DOWN: return "DOWN";
-    case IBV_PORT_INIT: return "INIT";
-    case IBV_PORT_ARMED: return "ARMED";
-    case IBV_PORT_ACTIVE: return "ACTIVE";
-    case IBV_PORT_ACTIVE_DEFER: return "ACTIVE_DEFER";
-    default: return "NOP";
+    case IBV_PORT_DOWN:
+      return "DOWN";
+    case IBV_PORT_INIT:
+      return "INIT";
+    case IBV_PORT_ARMED:
+      return "ARMED";
+    case IBV_PORT_ACTIVE:
+      return "ACTIVE";
+    case IBV_PORT_ACTIVE_DEFER:
+      return "ACTIVE_DEFER";
+    default:
+      return "NOP";
   }
 }
 
 const char* LinkLayerName(uint8_t ll) {
   switch (ll) {
-    case IBV_LINK_LAYER_INFINIBAND: return "InfiniBand";
-    case IBV_LINK_LAYER_ETHERNET: return "Ethernet";
-    default: return "unknown";
+    case IBV_LINK_LAYER_INFINIBAND:
+      return "InfiniBand";
+    case IBV_LINK_LAYER_ETHERNET:
+      return "Ethernet";
+    default:
+      return "unknown";
   }
 }
 
@@ -52,10 +62,14 @@ std::string GidType(ibv_context* ctx, uint8_t port, int index) {
   ibv_gid_entry entry{};
   if (ibv_query_gid_ex(ctx, port, index, &entry, 0) != 0) return "";
   switch (entry.gid_type) {
-    case IBV_GID_TYPE_IB: return "IB";
-    case IBV_GID_TYPE_ROCE_V1: return "RoCEv1";
-    case IBV_GID_TYPE_ROCE_V2: return "RoCEv2";
-    default: return "";
+    case IBV_GID_TYPE_IB:
+      return "IB";
+    case IBV_GID_TYPE_ROCE_V1:
+      return "RoCEv1";
+    case IBV_GID_TYPE_ROCE_V2:
+      return "RoCEv2";
+    default:
+      return "";
   }
 }
 
@@ -75,18 +89,56 @@ std::string Ipv4OfGid(const ibv_gid& gid) {
   return buf;
 }
 
-int MtuBytes(ibv_mtu mtu) { return 128 << static_cast<int>(mtu); }
+int MtuBytes(ibv_mtu mtu) {
+  return 128 << static_cast<int>(mtu);
+}
+
+int ChooseNearestActive(std::span<const DeviceCandidate> devices, const Topology* topo,
+                        std::span<const unsigned> pus) {
+  std::vector<std::string> active;
+  std::vector<int> index_of;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    if (!devices[i].active) continue;
+    active.push_back(devices[i].name);
+    index_of.push_back(static_cast<int>(i));
+  }
+  if (active.empty()) return -1;
+  if (topo == nullptr || pus.empty() || active.size() == 1) return index_of.front();
+  // NearestDeviceTo ranks devices hwloc does not know after known ones and keeps our order on
+  // ties, so with no PCI locality at all (soft-RoCE) the first active device wins.
+  Result<std::string> nearest = topo->NearestDeviceTo(active, pus);
+  if (!nearest.ok()) return index_of.front();
+  for (size_t k = 0; k < active.size(); ++k) {
+    if (active[k] == *nearest) return index_of[k];
+  }
+  return index_of.front();
+}
 
 ibv_context* NearestActiveDevice(const DeviceList& list) {
+  std::vector<DeviceCandidate> devices;
   for (int i = 0; i < list.size(); ++i) {
     ibv_context* ctx = list.at(i);
+    DeviceCandidate c{ibv_get_device_name(ctx->device), false};
     ibv_device_attr attr{};
-    if (ibv_query_device(ctx, &attr) != 0) continue;
-    for (uint8_t p = 1; p <= attr.phys_port_cnt; ++p) {
-      if (PortActive(ctx, p)) return ctx;
+    if (ibv_query_device(ctx, &attr) == 0) {
+      for (uint8_t p = 1; p <= attr.phys_port_cnt && !c.active; ++p) c.active = PortActive(ctx, p);
+    }
+    devices.push_back(std::move(c));
+  }
+  int chosen = -1;
+  const auto active_count = std::count_if(devices.begin(), devices.end(),
+                                          [](const DeviceCandidate& c) { return c.active; });
+  if (active_count > 1) {
+    // Only worth loading hwloc when there is a choice to make. A topology or binding query that
+    // fails is not an error here: the first active device is still a correct answer.
+    Result<Topology> topo = Topology::Load();
+    if (topo.ok()) {
+      Result<std::vector<unsigned>> pus = topo->CurrentThreadPus();
+      if (pus.ok()) chosen = ChooseNearestActive(devices, &*topo, *pus);
     }
   }
-  return nullptr;
+  if (chosen < 0) chosen = ChooseNearestActive(devices, nullptr, {});
+  return chosen < 0 ? nullptr : list.at(chosen);
 }
 
 Result<ibv_context*> SelectDevice(const DeviceList& list, const std::string& name) {
@@ -113,13 +165,12 @@ Result<PortChoice> SelectPort(ibv_context* ctx, uint64_t port_param, int64_t gid
   PortChoice pc;
   pc.device = ibv_get_device_name(ctx->device);
   ibv_device_attr dattr{};
-  FERRY_RETURN_IF_ERROR(CheckCall("ibv_query_device(" + pc.device + ")",
-                                  ibv_query_device(ctx, &dattr)));
+  FERRY_RETURN_IF_ERROR(
+      CheckCall("ibv_query_device(" + pc.device + ")", ibv_query_device(ctx, &dattr)));
   if (port_param != 0) {
     if (port_param > dattr.phys_port_cnt) {
       return InvalidArgument("port " + std::to_string(port_param) + " does not exist on " +
-                             pc.device + " (it has " + std::to_string(dattr.phys_port_cnt) +
-                             ")");
+                             pc.device + " (it has " + std::to_string(dattr.phys_port_cnt) + ")");
     }
     pc.port = static_cast<uint8_t>(port_param);
   } else {
@@ -130,8 +181,8 @@ Result<PortChoice> SelectPort(ibv_context* ctx, uint64_t port_param, int64_t gid
     if (pc.port == 0) return NotFound("no ACTIVE port on RDMA device " + pc.device);
   }
   ibv_port_attr pattr{};
-  FERRY_RETURN_IF_ERROR(CheckCall("ibv_query_port(" + pc.device + ")",
-                                  ibv_query_port(ctx, pc.port, &pattr)));
+  FERRY_RETURN_IF_ERROR(
+      CheckCall("ibv_query_port(" + pc.device + ")", ibv_query_port(ctx, pc.port, &pattr)));
   const std::string where = pc.device + ":" + std::to_string(pc.port);
   if (pattr.state != IBV_PORT_ACTIVE) {
     return Unsupported("port " + where + " is " + PortStateName(pattr.state) + ", not ACTIVE");

@@ -11,16 +11,18 @@
 #include <infiniband/verbs.h>
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "transport/topology.h"
 #include "transport/transport.h"
 #include "transport/verbs/objects.h"
 
 namespace ferry::verbs {
 
 struct PortChoice {
-  std::string device;          // "rxe0"
+  std::string device;  // "rxe0"
   uint8_t port = 1;
   uint8_t link_layer = IBV_LINK_LAYER_ETHERNET;
   ibv_mtu active_mtu = IBV_MTU_1024;
@@ -28,7 +30,7 @@ struct PortChoice {
   uint16_t lid = 0;
   int gid_index = 0;
   ibv_gid gid{};
-  std::string ipv4;            // dotted quad when the GID is IPv4-mapped (RoCEv2), else empty
+  std::string ipv4;  // dotted quad when the GID is IPv4-mapped (RoCEv2), else empty
 };
 
 struct DeviceLimits {
@@ -46,9 +48,24 @@ std::string GidToString(const ibv_gid& gid);
 std::string Ipv4OfGid(const ibv_gid& gid);
 int MtuBytes(ibv_mtu mtu);
 
-// The device to use when none is named. Today: the first device with an ACTIVE port.
-// Switch-over point for topology-aware choice: when transport/topology.h (hwloc) is available,
-// this is the one function to change to "the ACTIVE device nearest to the calling thread's CPU".
+// A device as the choice below sees it.
+struct DeviceCandidate {
+  std::string name;     // "mlx5_0"
+  bool active = false;  // has at least one ACTIVE port
+};
+
+// The choice behind NearestActiveDevice, free of verbs calls so it can be tested on any host:
+// the index in `devices` of the ACTIVE device nearest to the PUs `pus` by `topo`
+// (Topology::NearestDeviceTo: same NUMA node first, then NUMA distance, then package), or of the
+// first ACTIVE device when `topo` is null, `pus` is empty, the topology fails, or hwloc knows none
+// of the active devices. -1 when no device is active.
+int ChooseNearestActive(std::span<const DeviceCandidate> devices, const Topology* topo,
+                        std::span<const unsigned> pus);
+
+// The device to use when none is named: the ACTIVE device nearest to the CPUs the calling thread
+// is bound to (all allowed CPUs when unbound), by hwloc; the first ACTIVE one when hwloc cannot
+// tell (soft-RoCE devices such as rxe0 have no PCI locality, so they always tie). nullptr when no
+// device has an ACTIVE port. Blocking: loads the hwloc topology (milliseconds).
 ibv_context* NearestActiveDevice(const DeviceList& list);
 
 Result<ibv_context*> SelectDevice(const DeviceList& list, const std::string& name);
