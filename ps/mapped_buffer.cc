@@ -1,5 +1,6 @@
 #include "ps/mapped_buffer.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -7,6 +8,8 @@
 #include <cerrno>
 #include <string>
 #include <utility>
+
+#include "transport/transport.h"
 
 namespace {
 
@@ -47,7 +50,9 @@ MappedBuffer::MappedBuffer(MappedBuffer&& other) noexcept
       size_(std::exchange(other.size_, 0)),
       reserved_(std::exchange(other.reserved_, 0)),
       mode_(other.mode_),
-      huge_pages_(other.huge_pages_) {}
+      huge_pages_(other.huge_pages_),
+      fd_(std::exchange(other.fd_, -1)),
+      file_bytes_(std::exchange(other.file_bytes_, 0)) {}
 
 MappedBuffer& MappedBuffer::operator=(MappedBuffer&& other) noexcept {
   if (this != &other) {
@@ -57,14 +62,21 @@ MappedBuffer& MappedBuffer::operator=(MappedBuffer&& other) noexcept {
     reserved_ = std::exchange(other.reserved_, 0);
     mode_ = other.mode_;
     huge_pages_ = other.huge_pages_;
+    fd_ = std::exchange(other.fd_, -1);
+    file_bytes_ = std::exchange(other.file_bytes_, 0);
   }
   return *this;
 }
 
 void MappedBuffer::Release() {
-  if (data_ != nullptr) munmap(data_, reserved_);
+  if (data_ != nullptr) {
+    if (fd_ >= 0) ferry::WithdrawShareableMapping(data_);
+    munmap(data_, reserved_);
+  }
+  if (fd_ >= 0) close(fd_);
   data_ = nullptr;
-  size_ = reserved_ = 0;
+  fd_ = -1;
+  size_ = reserved_ = file_bytes_ = 0;
 }
 
 void MappedBuffer::AdviseHuge() {
@@ -73,11 +85,28 @@ void MappedBuffer::AdviseHuge() {
 }
 
 Result<MappedBuffer> MappedBuffer::Create(GrowthMode mode, size_t bytes, size_t reserve_bytes,
-                                          bool huge_pages) {
+                                          bool huge_pages, bool shareable) {
   MappedBuffer buf;
   buf.mode_ = mode;
-  buf.huge_pages_ = huge_pages;
+  buf.huge_pages_ = huge_pages && !shareable;
   const size_t size = RoundUpToPage(bytes);
+  if (shareable) {
+    if (mode != GrowthMode::kRemap) {
+      return InvalidArgument("MappedBuffer: shareable buffers grow with kRemap only");
+    }
+    buf.fd_ = memfd_create("ferry-rows", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (buf.fd_ < 0) return IoError("memfd_create", errno);
+    if (ftruncate(buf.fd_, static_cast<off_t>(size)) != 0) {
+      return IoError("ftruncate " + std::to_string(size) + " bytes", errno);
+    }
+    if (fcntl(buf.fd_, F_ADD_SEALS, F_SEAL_SHRINK) != 0) return IoError("F_SEAL_SHRINK", errno);
+    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, buf.fd_, 0);
+    if (p == MAP_FAILED) return IoError("mmap " + std::to_string(size) + " bytes", errno);
+    buf.data_ = static_cast<uint8_t*>(p);
+    buf.size_ = buf.reserved_ = buf.file_bytes_ = size;
+    ferry::PublishShareableMapping(buf.data_, buf.size_, buf.fd_, 0);
+    return buf;
+  }
   if (mode == GrowthMode::kRemap) {
     void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return IoError("mmap " + std::to_string(size) + " bytes", errno);
@@ -106,6 +135,7 @@ Status MappedBuffer::Resize(size_t bytes) {
   if (data_ == nullptr) return Internal("MappedBuffer::Resize on an empty buffer");
   const size_t size = RoundUpToPage(bytes);
   if (size == size_) return Status::Ok();
+  if (fd_ >= 0) return ResizeShareable(size);
   if (mode_ == GrowthMode::kRemap) {
     if (huge_pages_ && size > size_ && size >= kHugePage) {
       // Move to a 2 MiB-aligned destination: the kernel then moves whole PMDs (huge pages stay
@@ -161,12 +191,48 @@ Status MappedBuffer::Resize(size_t bytes) {
   return Status::Ok();
 }
 
+Status MappedBuffer::ResizeShareable(size_t size) {
+  if (size > file_bytes_) {
+    // Extend the file first: the grown mapping must have pages behind it.
+    if (ftruncate(fd_, static_cast<off_t>(size)) != 0) {
+      return IoError("ftruncate grow to " + std::to_string(size) + " bytes", errno);
+    }
+    file_bytes_ = size;
+  }
+  ferry::WithdrawShareableMapping(data_);
+  void* p = RawMremap(data_, size_, size, MREMAP_MAYMOVE);
+  if (p == MAP_FAILED) {
+    const int err = errno;
+    ferry::PublishShareableMapping(data_, size_, fd_, 0);
+    return IoError("mremap " + std::to_string(size_) + " -> " + std::to_string(size) + " bytes",
+                   err);
+  }
+  if (size < size_) {
+    // The file keeps its size (sealed); the dropped tail's pages are freed and read as zero if
+    // the buffer grows again.
+    (void)fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(size),
+                    static_cast<off_t>(size_ - size));
+  }
+  data_ = static_cast<uint8_t*>(p);
+  size_ = reserved_ = size;
+  ferry::PublishShareableMapping(data_, size_, fd_, 0);
+  return Status::Ok();
+}
+
 void MappedBuffer::Discard(size_t offset, size_t length) {
   const size_t page = PageSize();
   size_t begin = (offset + page - 1) / page * page;
   size_t end = (offset + length) / page * page;
   if (end > size_) end = size_;
-  if (begin < end) madvise(data_ + begin, end - begin, MADV_DONTNEED);
+  if (begin >= end) return;
+  if (fd_ >= 0) {
+    // MADV_DONTNEED would only drop our page-table entries of a shared mapping; the file's pages
+    // must go (they read as zero afterwards, as anonymous memory does).
+    (void)fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(begin),
+                    static_cast<off_t>(end - begin));
+    return;
+  }
+  madvise(data_ + begin, end - begin, MADV_DONTNEED);
 }
 
 }  // namespace ferry::ps

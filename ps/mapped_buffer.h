@@ -13,6 +13,15 @@
 // 2 MiB instead of per 4 KiB, which is most of a lookup's latency once the table outgrows the
 // STLB. Resident memory then grows in 2 MiB steps.
 //
+// Shareable (kRemap only, `shareable` = true): the pages are a MAP_SHARED mapping of a memfd
+// sealed against shrinking, published as shareable memory (transport.h) while mapped, so a
+// backend that can (ucx over shared memory) lets same-host peers map the rows and copy directly.
+// Growth extends the file (ftruncate) before the mremap; shrinking and Discard punch holes
+// instead of truncating (the file never shrinks, so a peer's mapping never loses pages). The
+// mapping is withdrawn from the index before every move and published again after it; as for
+// any registered memory, the owner deregisters before a move and registers again after it.
+// Huge pages are not used for shareable buffers (shmem THP is a system setting).
+//
 // Ownership: move-only; the destructor unmaps. Thread-safety: none (the owner serialises).
 #pragma once
 
@@ -37,12 +46,13 @@ class MappedBuffer {
   // `bytes` accessible now (rounded up to pages, at least one page); kReserve also reserves
   // max(bytes, reserve_bytes) of address space.
   static Result<MappedBuffer> Create(GrowthMode mode, size_t bytes, size_t reserve_bytes = 0,
-                                     bool huge_pages = false);
+                                     bool huge_pages = false, bool shareable = false);
 
   uint8_t* data() const { return data_; }
   size_t size() const { return size_; }          // accessible bytes (page multiple)
   size_t reserved() const { return reserved_; }  // kReserve: address space held
   GrowthMode mode() const { return mode_; }
+  int fd() const { return fd_; }  // shareable: the memfd; otherwise -1
 
   // Grows or shrinks the accessible part to RoundUpToPage(bytes). Content up to
   // min(old, new) is preserved; grown bytes are zero. kRemap may move data().
@@ -57,12 +67,15 @@ class MappedBuffer {
  private:
   void Release();
   void AdviseHuge();
+  Status ResizeShareable(size_t size);
 
   uint8_t* data_ = nullptr;
   size_t size_ = 0;
   size_t reserved_ = 0;  // kRemap: equal to size_
   GrowthMode mode_ = GrowthMode::kRemap;
   bool huge_pages_ = false;
+  int fd_ = -1;            // shareable: the memfd
+  size_t file_bytes_ = 0;  // shareable: the memfd's size (never shrinks)
 };
 
 }  // namespace ferry::ps

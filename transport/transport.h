@@ -58,9 +58,9 @@ using Millis = std::chrono::milliseconds;
 
 // Access rights of a registered region, as an HCA enforces them.
 enum Access : uint32_t {
-  kAccessLocal = 0,               // local use only (send sources, receive targets)
-  kAccessRemoteRead = 1u << 0,    // peers may read it
-  kAccessRemoteWrite = 1u << 1,   // peers may write it
+  kAccessLocal = 0,              // local use only (send sources, receive targets)
+  kAccessRemoteRead = 1u << 0,   // peers may read it
+  kAccessRemoteWrite = 1u << 1,  // peers may write it
   kAccessRemote = kAccessRemoteRead | kAccessRemoteWrite,
 };
 
@@ -175,12 +175,12 @@ enum OpFlags : uint8_t {
 struct Op {
   OpType type = OpType::kSend;
   uint8_t flags = kOpNone;
-  uint32_t imm = 0;            // with kOpNotify
-  Endpoint* ep = nullptr;      // kRecv: nullptr receives from any endpoint (shared queue)
-  uint64_t context = 0;        // returned verbatim in the Completion
+  uint32_t imm = 0;        // with kOpNotify
+  Endpoint* ep = nullptr;  // kRecv: nullptr receives from any endpoint (shared queue)
+  uint64_t context = 0;    // returned verbatim in the Completion
   const MemoryRegion* local = nullptr;
-  uint64_t local_offset = 0;   // contiguous ops
-  uint64_t length = 0;         // contiguous ops; kRecv: capacity
+  uint64_t local_offset = 0;          // contiguous ops
+  uint64_t length = 0;                // contiguous ops; kRecv: capacity
   const RemoteKey* remote = nullptr;  // one-sided ops
   uint64_t remote_offset = 0;         // contiguous one-sided ops
   const Segment* segments = nullptr;  // sparse ops; borrowed until completion
@@ -191,10 +191,10 @@ struct Completion {
   uint64_t context = 0;
   OpType type = OpType::kSend;
   Code code = Code::kOk;
-  Endpoint* ep = nullptr;   // kRecv / kNotify: the sender
-  uint64_t bytes = 0;       // bytes moved (kRecv: message length)
-  uint32_t imm = 0;         // kNotify
-  std::string error;        // empty on success; a sentence otherwise
+  Endpoint* ep = nullptr;  // kRecv / kNotify: the sender
+  uint64_t bytes = 0;      // bytes moved (kRecv: message length)
+  uint32_t imm = 0;        // kNotify
+  std::string error;       // empty on success; a sentence otherwise
 
   bool ok() const { return code == Code::kOk; }
 };
@@ -205,24 +205,24 @@ struct Capabilities {
   bool read = false;
   bool sparse_write = false;
   bool sparse_read = false;
-  bool notify = false;             // kOpNotify on writes
-  bool zero_copy_sparse = false;   // sparse lists never packed into a temporary buffer
-  bool shared_recv = false;        // kRecv with ep == nullptr
+  bool notify = false;            // kOpNotify on writes
+  bool zero_copy_sparse = false;  // sparse lists never packed into a temporary buffer
+  bool shared_recv = false;       // kRecv with ep == nullptr
   // The target side (software or HCA) rejects accesses that a forged or stale descriptor would
   // allow: outside the registered region, without the access right, or with a deregistered key.
-  // When false, only the initiator's checks against the descriptor protect the target (UCX over
-  // shared memory / CMA maps the peer's memory directly).
+  // When false, only the initiator's checks against the descriptor protect the target. (Every
+  // built-in backend checks; ucx over CMA does so against the target's published region table.)
   bool target_checks = false;
-  uint64_t max_message_size = 0;   // largest Send / Write / Read
-  uint64_t max_segments = 0;       // largest sparse list per Op
+  uint64_t max_message_size = 0;  // largest Send / Write / Read
+  uint64_t max_segments = 0;      // largest sparse list per Op
 };
 
 // One device or interface a backend can use, for ferry-info.
 struct DeviceInfo {
-  std::string name;                              // "lo", "rxe0:1", "posix"
-  std::string kind;                              // "netdev", "rdma", "shm", ...
-  int numa_node = -1;                            // -1: unknown / not applicable
-  std::map<std::string, std::string> attributes; // port state, GIDs, MTU, max_sge, ...
+  std::string name;                               // "lo", "rxe0:1", "posix"
+  std::string kind;                               // "netdev", "rdma", "shm", ...
+  int numa_node = -1;                             // -1: unknown / not applicable
+  std::map<std::string, std::string> attributes;  // port state, GIDs, MTU, max_sge, ...
 };
 
 struct TransportOptions {
@@ -258,7 +258,7 @@ class Transport {
 
   // Registers [addr, addr+length). The caller keeps ownership of the memory.
   virtual Result<std::unique_ptr<MemoryRegion>> RegisterMemory(void* addr, size_t length,
-                                                                uint32_t access) = 0;
+                                                               uint32_t access) = 0;
   // Replaces the regions sent in future handshakes (existing endpoints keep the old list).
   virtual void Advertise(std::vector<RemoteRegion> regions) = 0;
 
@@ -283,13 +283,36 @@ class Transport {
   Transport() = default;
 };
 
+// ---- Shareable memory ------------------------------------------------------------------------
+//
+// Memory that a same-host peer may map directly, so that one-sided transfers between processes
+// on one host become plain memory copies (ucx over shared memory; other backends ignore it).
+// It is a MAP_SHARED mapping of a memfd sealed against shrinking (F_SEAL_SHRINK, so a peer's
+// mapping can never lose its pages). ferry::ShareableMemory (transport/pool.h) allocates such
+// memory; ps::MappedBuffer can be created shareable.
+//
+// Owners publish each such mapping in a process-wide index while it exists; RegisterMemory of a
+// backend that can use it looks the registered range up there (nothing else to pass). Rules for
+// owners: publish after mapping, withdraw BEFORE unmapping or moving the mapping (mremap), keep
+// `fd` open while published. Thread-safe.
+struct MemoryBacking {
+  int fd = -1;          // -1: not shareable
+  uint64_t offset = 0;  // offset of the queried address inside the memfd
+};
+// [addr, addr+length) is mapped MAP_SHARED from `fd` starting at `offset`.
+void PublishShareableMapping(const void* addr, size_t length, int fd, uint64_t offset);
+// Removes the mapping published at `addr` (no-op if none).
+void WithdrawShareableMapping(const void* addr);
+// The backing of [addr, addr+length) when one published mapping covers all of it.
+MemoryBacking FindShareableBacking(const void* addr, size_t length);
+
 // ---- Backends -------------------------------------------------------------------------------
 
 struct BackendInfo {
   std::string name;
-  int priority = 0;      // higher is preferred: verbs > ucx > tcp
+  int priority = 0;  // higher is preferred: verbs > ucx > tcp
   bool available = false;
-  std::string reason;    // why it is unavailable (missing device, not built)
+  std::string reason;  // why it is unavailable (missing device, not built)
 };
 
 // All backends compiled in, highest priority first, with run-time availability.

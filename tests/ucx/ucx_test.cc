@@ -90,9 +90,9 @@ TEST(UcxDevices, ListsTheTransportsOfThisHost) {
   EXPECT_TRUE(lo) << "tcp on lo missing from devices()";
   EXPECT_TRUE(shm) << "no shared-memory transport in devices()";
   const Capabilities& caps = (*t)->capabilities();
-  EXPECT_TRUE(caps.send_recv && caps.write && caps.read && caps.sparse_write &&
-              caps.sparse_read && caps.notify && caps.shared_recv && caps.zero_copy_sparse);
-  EXPECT_FALSE(caps.target_checks);
+  EXPECT_TRUE(caps.send_recv && caps.write && caps.read && caps.sparse_write && caps.sparse_read &&
+              caps.notify && caps.shared_recv && caps.zero_copy_sparse);
+  EXPECT_TRUE(caps.target_checks) << "every one-sided path checks (region table, HCA, AM target)";
 }
 
 TEST_P(UcxConfigTest, SendRecvOrderedSharedAndTruncated) {
@@ -417,8 +417,7 @@ TEST_P(UcxConfigTest, ProgressThreadServesOneSidedAndWakesWait) {
     auto pair = Connect(server_opts, Options(GetParam()));
     ASSERT_TRUE(pair.ok()) << pair.status().ToString();
     o.p = std::move(*pair);
-    auto rmr = o.p.server->RegisterMemory(o.remote_mem.data(), o.remote_mem.size(),
-                                          kAccessRemote);
+    auto rmr = o.p.server->RegisterMemory(o.remote_mem.data(), o.remote_mem.size(), kAccessRemote);
     auto lmr = o.p.client->RegisterMemory(o.local_mem.data(), o.local_mem.size(), kAccessLocal);
     ASSERT_TRUE(rmr.ok() && lmr.ok());
     o.remote_mr = std::move(*rmr);
@@ -630,9 +629,13 @@ TEST_P(UcxConfigTest, CrossProcessSparseRoundTrip) {
   EXPECT_EQ(bad, 0u) << "segments not byte-exact after a round trip through the peer";
 }
 
-TEST_P(UcxConfigTest, PeerKilledOpsFailWithinBound) { PeerFailureCase(GetParam(), SIGKILL); }
+TEST_P(UcxConfigTest, PeerKilledOpsFailWithinBound) {
+  PeerFailureCase(GetParam(), SIGKILL);
+}
 
-TEST_P(UcxConfigTest, PeerStoppedOpsFailWithinBound) { PeerFailureCase(GetParam(), SIGSTOP); }
+TEST_P(UcxConfigTest, PeerStoppedOpsFailWithinBound) {
+  PeerFailureCase(GetParam(), SIGSTOP);
+}
 
 // With UCX_TLS=tcp,self there is no rc/dc verbs lane, so one-sided Ops run Ferry's
 // active-message protocol (never UCX's software RMA, which writes wherever the peer says). The

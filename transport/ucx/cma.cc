@@ -14,10 +14,16 @@
 // this host and PID namespace (boot id, /proc/self/ns/pid inode) and lets us read its memory
 // (a 1-byte probe read of an address it sent; ptrace rules may forbid it, then UCP is used).
 //
-// Safety: CMA has no target-side key checks (Capabilities::target_checks = false). Ferry's
-// initiator checks bound every access by the imported descriptor. A pid could in principle be
-// reused after the peer dies; the control connection's EOF fails the endpoint within one
-// liveness interval, which keeps that window tiny.
+// The peer may be this very process (two transports in one process): CMA to oneself works the
+// same way, and it keeps in-process pairs (the conformance suite) on the path real peers use.
+//
+// Safety: the kernel checks nothing but ptrace rights, so the target's checks are done here,
+// against the target's own published region table (region_table.h): before any byte moves,
+// every segment is checked for a live registration with the descriptor's epoch, address and key
+// digest, bounds and the access right. An endpoint whose peer table cannot be mapped does not
+// use CMA at all (FinishHandshake). A pid could in principle be reused after the peer dies; the
+// control connection's EOF fails the endpoint within one liveness interval, and the table's
+// token no longer matches anything the new process publishes.
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -74,6 +80,8 @@ void HostIdentity::Append(std::vector<uint8_t>* out) const {
   PutU64(out, pid_ns);
   PutU64(out, host);
   PutU64(out, probe_addr);
+  PutU64(out, table_fd);
+  PutU64(out, table_token);
 }
 
 HostIdentity HostIdentity::Parse(const uint8_t* p) {
@@ -82,12 +90,14 @@ HostIdentity HostIdentity::Parse(const uint8_t* p) {
   id.pid_ns = GetU64(p + 8);
   id.host = GetU64(p + 16);
   id.probe_addr = GetU64(p + 24);
+  id.table_fd = GetU64(p + 32);
+  id.table_token = GetU64(p + 40);
   return id;
 }
 
 bool CmaUsable(const HostIdentity& me, const HostIdentity& peer) {
   if (me.host == 0 || me.pid_ns == 0 || peer.host != me.host || peer.pid_ns != me.pid_ns ||
-      peer.pid == 0 || peer.pid > static_cast<uint64_t>(INT_MAX) || peer.pid == me.pid) {
+      peer.pid == 0 || peer.pid > static_cast<uint64_t>(INT_MAX)) {
     return false;
   }
   uint8_t byte = 0;
@@ -135,6 +145,19 @@ static int CmaBatch(pid_t pid, bool write, iovec* liov, iovec* riov, size_t n) {
   return 0;
 }
 
+uint8_t* UcxTransport::SharedMapping(const UcxRemoteKey* rk, const RegionEntry& entry) {
+  if (rk->shm_.data() != nullptr && rk->shm_.epoch() == entry.epoch) return rk->shm_.data();
+  if (rk->shm_failed_) return nullptr;
+  auto m = PeerMapping::Map(rk->endpoint()->cma_pid_, entry);
+  if (!m.ok()) {
+    // Not fatal: this key keeps using CMA, which needs no mapping.
+    rk->shm_failed_ = true;
+    return nullptr;
+  }
+  rk->shm_ = std::move(*m);
+  return rk->shm_.data();
+}
+
 void UcxTransport::PostCma(OpState* st, const Op& op) {
   const auto* rk = static_cast<const UcxRemoteKey*>(op.remote);
   UcxEndpoint* ep = st->ep;
@@ -142,6 +165,39 @@ void UcxTransport::PostCma(OpState* st, const Op& op) {
   auto* remote = reinterpret_cast<uint8_t*>(rk->region().addr);
   const bool write = op.type == OpType::kWrite || op.type == OpType::kSparseWrite;
   const pid_t pid = ep->cma_pid_;
+  // The target's rule, from the target's own table, before anything moves.
+  RegionEntry entry;
+  Status allowed =
+      ep->peer_table_.Check(rk->table_slot(), rk->region(), rk->key(),
+                            write ? kAccessRemoteWrite : kAccessRemoteRead, op, &entry);
+  if (!allowed.ok()) {
+    if (allowed.code() == Code::kStale) rk->shm_ = PeerMapping();  // the region is gone
+    st->cma_error = allowed.Annotate("ucx: one-sided access to " + ep->peer_address_);
+    Finish(st, UCS_ERR_IO_ERROR);
+    return;
+  }
+  // Shareable target memory: plain copies through our mapping of it, no system call at all.
+  if (uint8_t* mapped = entry.shm_fd >= 0 ? SharedMapping(rk, entry) : nullptr) {
+    uint64_t moved = 0;
+    auto copy = [&](uint64_t lo, uint64_t ro, uint64_t len) {
+      if (write)
+        std::memcpy(mapped + ro, local + lo, len);
+      else
+        std::memcpy(local + lo, mapped + ro, len);
+      moved += len;
+    };
+    if (op.type == OpType::kWrite || op.type == OpType::kRead) {
+      copy(op.local_offset, op.remote_offset, op.length);
+    } else {
+      for (size_t i = 0; i < op.num_segments; ++i) {
+        const Segment& s = op.segments[i];
+        copy(s.local_offset, s.remote_offset, s.length);
+      }
+    }
+    st->bytes = moved;
+    StepDone(st, UCS_OK);
+    return;
+  }
   constexpr size_t kBatch = IOV_MAX;
   iovec liov[kBatch];
   iovec riov[kBatch];
@@ -182,19 +238,20 @@ void UcxTransport::PostCma(OpState* st, const Op& op) {
     return;
   }
   if (err == ESRCH) {
-    FailEndpoint(ep, PeerFailure("peer " + ep->peer_address_ + " (pid " + std::to_string(pid) +
-                                 ") is gone: " + IoError("process_vm_" +
-                                 std::string(write ? "writev" : "readv"), err).message()),
-                 /*graceful=*/false);
+    FailEndpoint(
+        ep,
+        PeerFailure(
+            "peer " + ep->peer_address_ + " (pid " + std::to_string(pid) + ") is gone: " +
+            IoError("process_vm_" + std::string(write ? "writev" : "readv"), err).message()),
+        /*graceful=*/false);
     Finish(st, UCS_ERR_CONNECTION_RESET);
     return;
   }
   // EFAULT: the peer has no memory there any more (deregistered and unmapped); EPERM: ptrace
   // rules changed. Either way this Op failed, the endpoint stays usable.
-  const Status s = err == EFAULT
-                       ? OutOfRange("remote memory of " + ep->peer_address_ +
-                                    " is not mapped (region deregistered?)")
-                       : IoError(write ? "process_vm_writev" : "process_vm_readv", err);
+  const Status s = err == EFAULT ? OutOfRange("remote memory of " + ep->peer_address_ +
+                                              " is not mapped (region deregistered?)")
+                                 : IoError(write ? "process_vm_writev" : "process_vm_readv", err);
   st->cma_error = s;
   Finish(st, UCS_ERR_IO_ERROR);
 }

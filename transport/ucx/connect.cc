@@ -111,10 +111,12 @@ bool HasVerbsRmaLane(ucp_ep_h ep) {
     const size_t nl = dump.find('\n');
     std::string_view line = dump.substr(0, nl);
     dump = nl == std::string_view::npos ? std::string_view() : dump.substr(nl + 1);
-    if (line.find("lane[") == std::string_view::npos || line.find(" rma") == std::string_view::npos) {
+    if (line.find("lane[") == std::string_view::npos ||
+        line.find(" rma") == std::string_view::npos) {
       continue;
     }
-    found = line.find(":rc_") != std::string_view::npos || line.find(":dc_") != std::string_view::npos;
+    found =
+        line.find(":rc_") != std::string_view::npos || line.find(":dc_") != std::string_view::npos;
   }
   std::free(buf);
   return found;
@@ -148,8 +150,7 @@ void UcxEndpoint::Close() {
   t_->CloseEndpoint(this);
 }
 
-std::shared_ptr<UcxEndpoint> UcxTransport::NewEndpoint(std::string peer, bool server,
-                                                       UniqueFd fd) {
+std::shared_ptr<UcxEndpoint> UcxTransport::NewEndpoint(std::string peer, bool server, UniqueFd fd) {
   const uint64_t id = next_ep_id_++;
   auto ep = std::make_shared<UcxEndpoint>(this, id, std::move(peer), server);
   epoll_event ev{};
@@ -176,8 +177,7 @@ HelloParams UcxTransport::MakeHello(uint64_t my_id) const {
   h.transport_data.resize(8);
   for (int i = 0; i < 8; ++i) h.transport_data[i] = static_cast<uint8_t>(my_id >> (8 * i));
   identity_.Append(&h.transport_data);
-  h.transport_data.insert(h.transport_data.end(), worker_address_.begin(),
-                          worker_address_.end());
+  h.transport_data.insert(h.transport_data.end(), worker_address_.begin(), worker_address_.end());
   h.max_message_size = options_.max_message_size;
   h.max_segments = options_.max_segments;
   return h;
@@ -233,8 +233,7 @@ void UcxTransport::AcceptSockets() {
     const std::string peer = FormatSockaddr(ss);
     if (live_.size() >= options_.max_endpoints) {
       last_accept_error_ = ResourceExhausted("refused " + peer + ": max_endpoints (" +
-                                             std::to_string(options_.max_endpoints) +
-                                             ") reached");
+                                             std::to_string(options_.max_endpoints) + ") reached");
       continue;  // closing the socket tells the client
     }
     SetNoDelay(fd);
@@ -257,8 +256,8 @@ void UcxTransport::QueueFrame(UcxEndpoint* ep, std::span<const uint8_t> payload)
 bool UcxTransport::FlushSocket(UcxEndpoint* ep) {
   size_t done = 0;
   while (done < ep->wbuf_.size()) {
-    ssize_t n = ::send(ep->fd_.get(), ep->wbuf_.data() + done, ep->wbuf_.size() - done,
-                       MSG_NOSIGNAL);
+    ssize_t n =
+        ::send(ep->fd_.get(), ep->wbuf_.data() + done, ep->wbuf_.size() - done, MSG_NOSIGNAL);
     if (n > 0) {
       done += static_cast<size_t>(n);
       continue;
@@ -269,8 +268,9 @@ bool UcxTransport::FlushSocket(UcxEndpoint* ep) {
       break;
     }
     ep->wbuf_.clear();
-    FailEndpoint(ep, PeerFailure("control connection to " + ep->peer_address_ + ": " +
-                                 IoError("send", errno).message()),
+    FailEndpoint(ep,
+                 PeerFailure("control connection to " + ep->peer_address_ + ": " +
+                             IoError("send", errno).message()),
                  /*graceful=*/false);
     return false;
   }
@@ -289,17 +289,20 @@ void UcxTransport::ReadSocket(UcxEndpoint* ep) {
       if (ep->rbuf_.size() > kMaxHandshakeFrame + 4 + sizeof(buf)) break;  // parse first
       continue;
     }
-    if (n == 0) eof = true;
-    else if (errno == EINTR) continue;
-    else if (errno != EAGAIN && errno != EWOULDBLOCK) err = errno;
+    if (n == 0)
+      eof = true;
+    else if (errno == EINTR)
+      continue;
+    else if (errno != EAGAIN && errno != EWOULDBLOCK)
+      err = errno;
     break;
   }
   // Frames: u32 little-endian length, then the payload.
   size_t off = 0;
   while (ep->state_ != UcxEndpoint::State::kFailed && ep->rbuf_.size() - off >= 4) {
     const uint8_t* p = ep->rbuf_.data() + off;
-    const uint32_t len = uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 |
-                         uint32_t{p[3]} << 24;
+    const uint32_t len =
+        uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
     if (len > kMaxHandshakeFrame) {
       Status s = ProtocolError("control frame of " + std::to_string(len) + " bytes from " +
                                ep->peer_address_ + " exceeds the limit of " +
@@ -316,11 +319,11 @@ void UcxTransport::ReadSocket(UcxEndpoint* ep) {
   ep->rbuf_.erase(ep->rbuf_.begin(), ep->rbuf_.begin() + static_cast<ptrdiff_t>(off));
   if (eof || err != 0) {
     const bool handshaking = ep->state_ == UcxEndpoint::State::kHandshaking;
-    Status s = PeerFailure(
-        "peer " + ep->peer_address_ +
-        (err != 0 ? " connection error: " + IoError("recv", err).message()
-                  : handshaking ? " closed the connection during the handshake"
-                                : " closed the connection (process exited or endpoint closed)"));
+    Status s =
+        PeerFailure("peer " + ep->peer_address_ +
+                    (err != 0      ? " connection error: " + IoError("recv", err).message()
+                     : handshaking ? " closed the connection during the handshake"
+                                   : " closed the connection (process exited or endpoint closed)"));
     if (ep->server_ && handshaking) last_accept_error_ = s;
     FailEndpoint(ep, s, /*graceful=*/false);
   }
@@ -336,9 +339,9 @@ void UcxTransport::OnFrame(UcxEndpoint* ep, std::span<const uint8_t> frame) {
       return;
     }
     if (frame.size() == 1 && frame[0] == kPong) return;
-    FailEndpoint(ep, ProtocolError("unexpected control frame of " +
-                                   std::to_string(frame.size()) + " bytes from " +
-                                   ep->peer_address_),
+    FailEndpoint(ep,
+                 ProtocolError("unexpected control frame of " + std::to_string(frame.size()) +
+                               " bytes from " + ep->peer_address_),
                  /*graceful=*/false);
     return;
   }
@@ -359,9 +362,9 @@ void UcxTransport::FinishHandshake(UcxEndpoint* ep) {
   const std::string who = "handshake with " + ep->peer_address_;
   constexpr size_t kHeader = 8 + HostIdentity::kWireSize;
   if (peer.transport_data.size() <= kHeader) {
-    Status bad = ProtocolError(who + ": transport data of " +
-                               std::to_string(peer.transport_data.size()) +
-                               " bytes has no UCX worker address");
+    Status bad =
+        ProtocolError(who + ": transport data of " + std::to_string(peer.transport_data.size()) +
+                      " bytes has no UCX worker address");
     if (ep->server_) last_accept_error_ = bad;
     FailEndpoint(ep, bad, /*graceful=*/false);
     return;
@@ -388,7 +391,19 @@ void UcxTransport::FinishHandshake(UcxEndpoint* ep) {
   ep->ep_ = EpHandle(worker_.get(), handle);
   ep->peer_tag_ = tag;
   const HostIdentity peer_id = HostIdentity::Parse(peer.transport_data.data() + 8);
-  if (cma_allowed_ && CmaUsable(identity_, peer_id)) ep->cma_pid_ = static_cast<pid_t>(peer_id.pid);
+  if (cma_allowed_ && CmaUsable(identity_, peer_id)) {
+    // CMA only with the peer's region table mapped: without it nothing could check the
+    // target's rules, so such an endpoint uses the checked protocol of path (3) instead.
+    auto table =
+        peer_id.table_fd > uint64_t{INT32_MAX}
+            ? Result<PeerRegionTable>(InvalidArgument("no region table"))
+            : PeerRegionTable::Open(static_cast<pid_t>(peer_id.pid),
+                                    static_cast<int>(peer_id.table_fd), peer_id.table_token);
+    if (table.ok()) {
+      ep->peer_table_ = std::move(*table);
+      ep->cma_pid_ = static_cast<pid_t>(peer_id.pid);
+    }
+  }
   ep->native_rma_ = HasVerbsRmaLane(handle);
   ep->peer_max_message_ = peer.max_message_size;
   ep->peer_regions_ = peer.regions;
@@ -570,7 +585,8 @@ Result<std::shared_ptr<Endpoint>> UcxTransport::Connect(const std::string& addre
   UniqueFd fd(::socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd) return IoError("socket", errno);
   if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&ss), len) != 0) {
-    if (errno != EINPROGRESS) return PeerFailure("connect " + address + ": " + std::strerror(errno));
+    if (errno != EINPROGRESS)
+      return PeerFailure("connect " + address + ": " + std::strerror(errno));
     while (true) {
       const auto left =
           std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();

@@ -1,19 +1,16 @@
 // Context and worker setup, parameters, the registry entry, devices(), and the progress engine.
 #include <poll.h>
 #include <sys/epoll.h>
-
-#include <cerrno>
+#include <ucs/config/parser.h>
+#include <uct/api/uct.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <set>
-
-#include <ucs/config/parser.h>
-
-#include <uct/api/uct.h>
 
 #include "transport/ucx/ucx_status.h"
 #include "transport/ucx/ucx_transport.h"
@@ -22,9 +19,13 @@ namespace ferry::ucx {
 namespace {
 
 constexpr const char* kParamPrefix = "UCX_";
+// Capacity of the region table published to CMA peers (region_table.h).
+constexpr const char* kTableParam = "region_table_entries";
 
 // UCX reads time values with a unit suffix ("250ms").
-std::string UcxTime(ferry::Millis m) { return std::to_string(std::max<int64_t>(1, m.count())) + "ms"; }
+std::string UcxTime(ferry::Millis m) {
+  return std::to_string(std::max<int64_t>(1, m.count())) + "ms";
+}
 
 bool UserSet(const TransportOptions& o, const char* key) {
   return o.params.count(std::string(kParamPrefix) + key) != 0;
@@ -40,8 +41,8 @@ Status ApplyParams(const TransportOptions& options, ucp_config_t* config) {
     const std::string name = key.substr(std::strlen(kParamPrefix));
     ucs_status_t st = ucp_config_modify(config, name.c_str(), value.c_str());
     if (st != UCS_OK) {
-      return InvalidArgument("ucx: parameter " + key + "='" + value + "' rejected: " +
-                             UcsError("ucp_config_modify", st).message());
+      return InvalidArgument("ucx: parameter " + key + "='" + value +
+                             "' rejected: " + UcsError("ucp_config_modify", st).message());
     }
   }
   // Defaults that make the failure model hold (the caller's explicit UCX_* values win):
@@ -70,11 +71,10 @@ Status ApplyParams(const TransportOptions& options, ucp_config_t* config) {
   // the setting was not used).
   std::string tls = "all";
   if (auto it = options.params.find("UCX_TLS"); it != options.params.end()) tls = it->second;
-  const bool maybe_shm = tls.find("shm") != std::string::npos ||
-                         tls.find("sm") != std::string::npos ||
-                         tls.find("posix") != std::string::npos ||
-                         tls.find("sysv") != std::string::npos ||
-                         tls.find("all") != std::string::npos || tls.find('^') != std::string::npos;
+  const bool maybe_shm =
+      tls.find("shm") != std::string::npos || tls.find("sm") != std::string::npos ||
+      tls.find("posix") != std::string::npos || tls.find("sysv") != std::string::npos ||
+      tls.find("all") != std::string::npos || tls.find('^') != std::string::npos;
   for (const Default& d : defaults) {
     if (UserSet(options, d.name)) continue;
     if (!maybe_shm && std::strncmp(d.name, "MM_", 3) == 0) continue;
@@ -84,6 +84,28 @@ Status ApplyParams(const TransportOptions& options, ucp_config_t* config) {
     }
   }
   return Status::Ok();
+}
+
+// True when the context holds an RDMA transport whose RMA UCP may pick for put/get (path 2).
+// There the target is protected only by the HCA's view of UCX's registrations, and that view is
+// wider than Ferry's regions (measured on rxe, UCX 1.13: a key stays usable after
+// ucp_mem_unmap because UCX's registration cache keeps the MR, and every region is registered
+// with remote read AND write whatever access Ferry asked for), so target_checks cannot be
+// promised. ucp_context_print_info lists the context's resources after UCX_TLS filtering
+// ("# resource N : md M dev D flags -- rc_verbs/rxe0:1").
+bool HasVerbsRmaLane(ucp_context_h context) {
+  char* text = nullptr;
+  size_t size = 0;
+  FILE* stream = open_memstream(&text, &size);
+  if (stream == nullptr) return true;  // cannot tell: do not promise checks
+  ucp_context_print_info(context, stream);
+  std::fclose(stream);
+  const std::string info(text, size);
+  std::free(text);
+  for (const char* tl : {"rc_verbs/", "rc_mlx5/", "dc_mlx5/", "rc_x/"}) {
+    if (info.find(tl) != std::string::npos) return true;
+  }
+  return false;
 }
 
 // ucp_config_modify accepts any name and only warns ("invalid configurations") when a worker
@@ -114,8 +136,8 @@ Status CheckParamNames(const TransportOptions& options) {
     size_t start = line.find(kParamPrefix);
     if (start == std::string_view::npos) continue;
     size_t stop = start;
-    while (stop < line.size() && (std::isalnum(static_cast<unsigned char>(line[stop])) ||
-                                  line[stop] == '_')) {
+    while (stop < line.size() &&
+           (std::isalnum(static_cast<unsigned char>(line[stop])) || line[stop] == '_')) {
       ++stop;
     }
     known.emplace(line.substr(start, stop - start));
@@ -167,11 +189,16 @@ Result<std::unique_ptr<Transport>> CreateUcx(const TransportOptions& options) {
 
 std::string DeviceKind(uct_device_type_t type) {
   switch (type) {
-    case UCT_DEVICE_TYPE_NET: return "netdev";
-    case UCT_DEVICE_TYPE_SHM: return "shm";
-    case UCT_DEVICE_TYPE_ACC: return "accelerator";
-    case UCT_DEVICE_TYPE_SELF: return "self";
-    default: return "other";
+    case UCT_DEVICE_TYPE_NET:
+      return "netdev";
+    case UCT_DEVICE_TYPE_SHM:
+      return "shm";
+    case UCT_DEVICE_TYPE_ACC:
+      return "accelerator";
+    case UCT_DEVICE_TYPE_SELF:
+      return "self";
+    default:
+      return "other";
   }
 }
 
@@ -193,7 +220,7 @@ UcxTransport::UcxTransport(const TransportOptions& options)
   caps_.notify = true;
   caps_.zero_copy_sparse = true;  // per-segment put/get or direct copies; never packed
   caps_.shared_recv = true;
-  caps_.target_checks = false;    // see the header: shm/CMA lanes access peer memory directly
+  caps_.target_checks = true;  // paths 1 and 3 check; Init() clears it where path 2 may run
   caps_.max_message_size = options.max_message_size;
   caps_.max_segments = options.max_segments;
 }
@@ -203,14 +230,18 @@ Status UcxTransport::Init() {
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &raw);
   if (st != UCS_OK) return UcsError("ucp_config_read", st);
   ConfigHandle config(raw);
-  FERRY_RETURN_IF_ERROR(ApplyParams(options_, config.get()));
+  // Ferry's own parameter of this backend; the rest must be UCX variables.
+  TransportOptions ucx_options = options_;
+  ucx_options.params.erase(kTableParam);
+  FERRY_RETURN_IF_ERROR(ApplyParams(ucx_options, config.get()));
 
   ucp_params_t params = ContextParams();
   ucp_context_h ctx = nullptr;
   st = ucp_init(&params, config.get(), &ctx);
   if (st != UCS_OK) return UcsError("ucp_init", st);
   context_ = ContextHandle(ctx);
-  FERRY_RETURN_IF_ERROR(CheckParamNames(options_));
+  FERRY_RETURN_IF_ERROR(CheckParamNames(ucx_options));
+  if (HasVerbsRmaLane(context_.get())) caps_.target_checks = false;
 
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
@@ -235,6 +266,14 @@ Status UcxTransport::Init() {
 
   identity_ = HostIdentity::Local();
   cma_allowed_ = TlsAllowsCma(options_);
+  if (cma_allowed_) {
+    FERRY_ASSIGN_OR_RETURN(uint64_t entries,
+                           ParamUint(options_, kTableParam, RegionTable::kDefaultCapacity));
+    if (entries > RegionTable::kMaxCapacity) entries = 0;  // Create() names the range
+    FERRY_ASSIGN_OR_RETURN(region_table_, RegionTable::Create(static_cast<uint32_t>(entries)));
+    identity_.table_fd = static_cast<uint64_t>(region_table_.fd());
+    identity_.table_token = region_table_.token();
+  }
 
   epoll_ = UniqueFd(epoll_create1(EPOLL_CLOEXEC));
   if (!epoll_) return IoError("epoll_create1", errno);
@@ -322,8 +361,7 @@ void UcxTransport::ProgressThreadMain() {
   }
 }
 
-void UcxTransport::SleepOnWorker(std::unique_lock<std::mutex>& lock,
-                                 Clock::time_point deadline) {
+void UcxTransport::SleepOnWorker(std::unique_lock<std::mutex>& lock, Clock::time_point deadline) {
   const auto now = Clock::now();
   if (now >= deadline) return;
   int ms = static_cast<int>(

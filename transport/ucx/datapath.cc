@@ -23,7 +23,9 @@ constexpr ucp_tag_t kExactTagMask = ~ucp_tag_t{0};
 
 constexpr size_t kMaxDeferred = 1024;
 
-bool IsWrite(OpType t) { return t == OpType::kWrite || t == OpType::kSparseWrite; }
+bool IsWrite(OpType t) {
+  return t == OpType::kWrite || t == OpType::kSparseWrite;
+}
 
 }  // namespace
 
@@ -55,8 +57,10 @@ void UcxTransport::LinkRecv(UcxEndpoint* ep, OpState* st) {
 
 void UcxTransport::UnlinkRecv(OpState* st) {
   if (!st->linked) return;
-  if (st->prev != nullptr) st->prev->next = st->next;
-  else st->ep->recvs_ = st->next;
+  if (st->prev != nullptr)
+    st->prev->next = st->next;
+  else
+    st->ep->recvs_ = st->next;
   if (st->next != nullptr) st->next->prev = st->prev;
   st->linked = false;
 }
@@ -123,8 +127,8 @@ void UcxTransport::OnSendDone(void* request, ucs_status_t status, void* user_dat
   st->t->StepDone(st, status);
 }
 
-void UcxTransport::OnRecvDone(void* request, ucs_status_t status,
-                              const ucp_tag_recv_info_t* info, void* user_data) {
+void UcxTransport::OnRecvDone(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
+                              void* user_data) {
   auto* st = static_cast<OpState*>(user_data);
   UcxTransport* t = st->t;
   st->request = nullptr;
@@ -162,8 +166,8 @@ ucs_status_t UcxTransport::OnAmNotify(void* arg, const void* header, size_t head
 // ---- posting ----
 
 Status UcxTransport::CheckOpOwnership(const Op& op, size_t index) const {
-  const std::string who = "op " + std::to_string(index) + " (" +
-                          std::string(OpTypeName(op.type)) + ")";
+  const std::string who =
+      "op " + std::to_string(index) + " (" + std::string(OpTypeName(op.type)) + ")";
   const UcxEndpoint* ep = nullptr;
   if (op.ep != nullptr) {
     ep = dynamic_cast<const UcxEndpoint*>(op.ep);
@@ -230,15 +234,17 @@ void UcxTransport::PostOne(const Op& op) {
     case OpType::kSend: {
       st->bytes = op.length;
       ucp_request_param_t p{};
-      p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                       UCP_OP_ATTR_FIELD_MEMH;
+      p.op_attr_mask =
+          UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMH;
       p.cb.send = &UcxTransport::OnSendDone;
       p.user_data = st;
       p.memh = static_cast<const UcxMemoryRegion*>(op.local)->memh();
       ucs_status_ptr_t req = ucp_tag_send_nbx(ep->ep_.get(), op.local->data() + op.local_offset,
                                               op.length, ep->peer_tag_, &p);
-      if (req == nullptr) StepDone(st, UCS_OK);
-      else if (UCS_PTR_IS_ERR(req)) StepDone(st, UCS_PTR_STATUS(req));
+      if (req == nullptr)
+        StepDone(st, UCS_OK);
+      else if (UCS_PTR_IS_ERR(req))
+        StepDone(st, UCS_PTR_STATUS(req));
       return;
     }
     case OpType::kRecv:
@@ -265,8 +271,8 @@ void UcxTransport::PostRecv(OpState* st, const Op& op) {
   p.memh = static_cast<const UcxMemoryRegion*>(op.local)->memh();
   const ucp_tag_t tag = st->ep != nullptr ? st->ep->id() : 0;
   const ucp_tag_t mask = st->ep != nullptr ? kExactTagMask : kAnyTagMask;
-  ucs_status_ptr_t req = ucp_tag_recv_nbx(worker_.get(), op.local->data() + op.local_offset,
-                                          op.length, tag, mask, &p);
+  ucs_status_ptr_t req =
+      ucp_tag_recv_nbx(worker_.get(), op.local->data() + op.local_offset, op.length, tag, mask, &p);
   if (req == nullptr) {  // matched an unexpected message and finished in the call
     st->bytes = info.length;
     auto it = by_id_.find(info.sender_tag);
@@ -287,28 +293,6 @@ void UcxTransport::PostOneSided(OpState* st, const Op& op) {
   const uint64_t raddr = rk->region().addr;
   const bool write = IsWrite(op.type);
   const bool sparse = op.type == OpType::kSparseWrite || op.type == OpType::kSparseRead;
-
-  // Shared-memory fast path: the peer's region is mapped here (ucp_rkey_ptr), and ValidateOp
-  // has checked every segment against the imported extent, which Import() verified maps
-  // contiguously. One copy per (merged) segment, no protocol.
-  if (uint8_t* mapped = rk->mapped()) {
-    uint64_t total = 0;
-    if (!sparse) {
-      if (write) std::memcpy(mapped + op.remote_offset, local + op.local_offset, op.length);
-      else std::memcpy(local + op.local_offset, mapped + op.remote_offset, op.length);
-      total = op.length;
-    } else {
-      for (size_t i = 0; i < op.num_segments; ++i) {
-        const Segment& s = op.segments[i];
-        if (write) std::memcpy(mapped + s.remote_offset, local + s.local_offset, s.length);
-        else std::memcpy(local + s.local_offset, mapped + s.remote_offset, s.length);
-        total += s.length;
-      }
-    }
-    st->bytes = total;
-    StepDone(st, UCS_OK);
-    return;
-  }
 
   // Same host: cross-memory attach, one system call per 1024 (merged) segments (cma.cc).
   if (ep->cma_pid_ > 0) {
@@ -335,10 +319,12 @@ void UcxTransport::PostOneSided(OpState* st, const Op& op) {
     p.op_attr_mask |= UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     p.cb.send = &UcxTransport::OnSendDone;
     p.user_data = st;
-    ucs_status_ptr_t req = ucp_get_nbx(h, local + op.local_offset, op.length,
-                                       raddr + op.remote_offset, rkey, &p);
-    if (req == nullptr) StepDone(st, UCS_OK);
-    else if (UCS_PTR_IS_ERR(req)) StepDone(st, UCS_PTR_STATUS(req));
+    ucs_status_ptr_t req =
+        ucp_get_nbx(h, local + op.local_offset, op.length, raddr + op.remote_offset, rkey, &p);
+    if (req == nullptr)
+      StepDone(st, UCS_OK);
+    else if (UCS_PTR_IS_ERR(req))
+      StepDone(st, UCS_PTR_STATUS(req));
     return;
   }
 
@@ -383,8 +369,10 @@ void UcxTransport::StartFlush(OpState* st) {
   p.cb.send = &UcxTransport::OnSendDone;
   p.user_data = st;
   ucs_status_ptr_t req = ucp_ep_flush_nbx(st->ep->ep_.get(), &p);
-  if (req == nullptr) StepDone(st, UCS_OK);
-  else if (UCS_PTR_IS_ERR(req)) StepDone(st, UCS_PTR_STATUS(req));
+  if (req == nullptr)
+    StepDone(st, UCS_OK);
+  else if (UCS_PTR_IS_ERR(req))
+    StepDone(st, UCS_PTR_STATUS(req));
 }
 
 void UcxTransport::SendNotify(OpState* st) {
@@ -393,15 +381,17 @@ void UcxTransport::SendNotify(OpState* st) {
   st->header.imm = st->imm;
   st->header.bytes = st->bytes;
   ucp_request_param_t p{};
-  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                   UCP_OP_ATTR_FIELD_FLAGS;
+  p.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
   p.cb.send = &UcxTransport::OnSendDone;
   p.user_data = st;
   p.flags = UCP_AM_SEND_FLAG_EAGER;
   ucs_status_ptr_t req = ucp_am_send_nbx(st->ep->ep_.get(), kAmNotify, &st->header,
                                          sizeof(st->header), nullptr, 0, &p);
-  if (req == nullptr) StepDone(st, UCS_OK);
-  else if (UCS_PTR_IS_ERR(req)) StepDone(st, UCS_PTR_STATUS(req));
+  if (req == nullptr)
+    StepDone(st, UCS_OK);
+  else if (UCS_PTR_IS_ERR(req))
+    StepDone(st, UCS_PTR_STATUS(req));
 }
 
 // ---- one-sided Ops over active messages ----
@@ -422,8 +412,10 @@ void UcxTransport::PostAm(OpState* st, const Op& op) {
   auto add = [&](uint64_t lo, uint64_t ro, uint64_t len) {
     if (len == 0) return;
     st->table.push_back(RmaSegment{ro, len});
-    if (write) st->iov.push_back(ucp_dt_iov_t{local + lo, len});
-    else st->local_segs.push_back(RmaSegment{lo, len});
+    if (write)
+      st->iov.push_back(ucp_dt_iov_t{local + lo, len});
+    else
+      st->local_segs.push_back(RmaSegment{lo, len});
     total += len;
   };
   if (op.type == OpType::kWrite || op.type == OpType::kRead) {
@@ -455,6 +447,7 @@ void UcxTransport::PostAm(OpState* st, const Op& op) {
   st->rma.req_id = next_req_id_++;
   st->rma.region_addr = rk->region().addr;
   st->rma.epoch = rk->region().epoch;
+  st->rma.key = rk->key();
   st->rma.total = total;
   st->rma.num_segments = static_cast<uint32_t>(st->table.size());
   st->rma.write = write ? 1 : 0;
@@ -497,7 +490,9 @@ void UcxTransport::OnAmRmaSent(void* request, ucs_status_t status, void* user_da
   if (!st->reply_pending) t->AmFinish(st);
 }
 
-void UcxTransport::AmFinish(OpState* st) { Finish(st, st->error); }
+void UcxTransport::AmFinish(OpState* st) {
+  Finish(st, st->error);
+}
 
 void UcxTransport::FailAmOps(UcxEndpoint* ep) {
   std::vector<OpState*> ops;
@@ -543,10 +538,10 @@ ucs_status_t UcxTransport::OnAmRmaRequest(void* arg, const void* header, size_t 
   UcxEndpoint* ep = it->second;
   if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
     if (ep->state_ == UcxEndpoint::State::kReady) {
-      t->replies_.push_back(ErrorReply(t, ep->id(), h,
-                                       ProtocolError("ucx: one-sided request from " +
-                                                     ep->peer_address_ +
-                                                     " came as rendezvous, expected eager")));
+      t->replies_.push_back(
+          ErrorReply(t, ep->id(), h,
+                     ProtocolError("ucx: one-sided request from " + ep->peer_address_ +
+                                   " came as rendezvous, expected eager")));
     }
     return UCS_OK;
   }
@@ -611,6 +606,9 @@ void UcxTransport::ServeRmaRequest(UcxEndpoint* ep, const RmaHeader& h, const ui
     return fail(Stale(who + ": names no current registration (deregistered or forged key)"));
   }
   UcxMemoryRegion* mr = rit->second;
+  if (h.key != mr->key()) {
+    return fail(PermissionDenied(who + ": wrong key for the registration it names"));
+  }
   const uint32_t needed = h.write ? kAccessRemoteWrite : kAccessRemoteRead;
   for (uint32_t i = 0; i < h.num_segments; ++i) {
     RmaSegment s;
@@ -657,15 +655,15 @@ void UcxTransport::SendReplies() {
     UcxEndpoint* ep = it->second;
     r->header.target_ep = ep->peer_tag_;
     ucp_request_param_t p{};
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                     UCP_OP_ATTR_FIELD_FLAGS;
+    p.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
     p.cb.send = &UcxTransport::OnReplySent;
     p.flags = UCP_AM_SEND_FLAG_EAGER;
     PendingReply* raw = r.get();
     p.user_data = raw;
-    ucs_status_ptr_t req = ucp_am_send_nbx(ep->ep_.get(), kAmRmaReply, &raw->header,
-                                           sizeof(raw->header), raw->data.data(),
-                                           raw->data.size(), &p);
+    ucs_status_ptr_t req =
+        ucp_am_send_nbx(ep->ep_.get(), kAmRmaReply, &raw->header, sizeof(raw->header),
+                        raw->data.data(), raw->data.size(), &p);
     // Done at once or failed (the peer is gone: nothing to tell it): drop the reply. In flight:
     // OnReplySent frees it, with any status (an error never aborts anything).
     if (req != nullptr && !UCS_PTR_IS_ERR(req)) (void)r.release();
@@ -698,14 +696,14 @@ ucs_status_t UcxTransport::OnAmRmaReply(void* arg, const void* header, size_t he
     st->cma_error = ProtocolError(who + " came as rendezvous, expected eager");
   } else if (h.code != 0) {
     const auto code = h.code <= static_cast<uint32_t>(Code::kInternal) ? static_cast<Code>(h.code)
-                                                                      : Code::kProtocol;
+                                                                       : Code::kProtocol;
     const auto* text = static_cast<const char*>(data);
-    st->cma_error = Status(code, "target refused the " + std::string(OpTypeName(st->type)) +
-                                     ": " + std::string(text, text + std::min<size_t>(length, 512)));
+    st->cma_error = Status(code, "target refused the " + std::string(OpTypeName(st->type)) + ": " +
+                                     std::string(text, text + std::min<size_t>(length, 512)));
   } else if (h.bytes != st->bytes || (st->rma.write ? length != 0 : length != st->bytes)) {
-    st->cma_error = ProtocolError(who + ": " + std::to_string(length) +
-                                  " bytes do not match the request of " +
-                                  std::to_string(st->bytes));
+    st->cma_error =
+        ProtocolError(who + ": " + std::to_string(length) + " bytes do not match the request of " +
+                      std::to_string(st->bytes));
   } else if (!st->rma.write) {
     const auto* src = static_cast<const uint8_t*>(data);
     for (const RmaSegment& s : st->local_segs) {

@@ -1,4 +1,7 @@
-// Registration (ucp_mem_map + ucp_rkey_pack) and import (ucp_ep_rkey_unpack + ucp_rkey_ptr).
+// Registration (ucp_mem_map + ucp_rkey_pack + the region table entry) and import
+// (ucp_ep_rkey_unpack where a verbs RMA lane needs the rkey; a table lookup for CMA peers).
+#include <sys/stat.h>
+
 #include <atomic>
 
 #include "transport/ucx/ucx_status.h"
@@ -21,11 +24,18 @@ UcxMemoryRegion::UcxMemoryRegion(UcxTransport* t, uint8_t* data, size_t size, ui
   descriptor_.access = access;
   descriptor_.epoch = epoch;
   descriptor_.rkey = std::move(packed_rkey);
+  key_ = KeyDigest(descriptor_.rkey);
 }
 
 UcxMemoryRegion::~UcxMemoryRegion() {
+  if (t_ == nullptr) {  // RegisterMemory failed after ucp_mem_map (it holds mu_ already)
+    memh_.reset();
+    return;
+  }
   std::lock_guard<std::mutex> lock(t_->mu_);
   t_->regions_.erase(descriptor_.epoch);  // AM requests naming it are refused from now on
+  // CMA peers refuse it from now on (before the memory handle goes and the caller may free).
+  if (table_slot_ != PeerRegionTable::kNoSlot) t_->region_table_.Remove(table_slot_);
   memh_.reset();
 }
 
@@ -61,15 +71,44 @@ Result<std::unique_ptr<MemoryRegion>> UcxTransport::RegisterMemory(void* addr, s
   RkeyBuffer buffer(packed);
   const auto* bytes = static_cast<const uint8_t*>(buffer.get());
   std::vector<uint8_t> rkey(bytes, bytes + packed_size);
-  auto* region = new UcxMemoryRegion(this, static_cast<uint8_t*>(addr), length, access,
-                                     std::move(owned), std::move(rkey), g_epoch.fetch_add(1));
-  regions_[region->descriptor().epoch] = region;
-  return std::unique_ptr<MemoryRegion>(region);
+  std::unique_ptr<UcxMemoryRegion> region(
+      new UcxMemoryRegion(this, static_cast<uint8_t*>(addr), length, access, std::move(owned),
+                          std::move(rkey), g_epoch.fetch_add(1)));
+  if (region_table_.valid()) {
+    RegionEntry e;
+    e.epoch = region->descriptor().epoch;
+    e.addr = region->descriptor().addr;
+    e.length = length;
+    e.key = region->key();
+    e.access = access;
+    // Shareable memory (transport.h): same-host peers may map it and copy directly.
+    const MemoryBacking backing = FindShareableBacking(addr, length);
+    struct stat st {};
+    if (backing.fd >= 0 && fstat(backing.fd, &st) == 0) {
+      e.shm_fd = backing.fd;
+      e.shm_offset = backing.offset;
+      e.shm_inode = static_cast<uint64_t>(st.st_ino);
+    }
+    auto slot = region_table_.Add(e);
+    if (!slot.ok()) {
+      // ~UcxMemoryRegion locks mu_: release it from under the lock instead.
+      region->t_ = nullptr;
+      return slot.status();
+    }
+    region->table_slot_ = *slot;
+  }
+  regions_[region->descriptor().epoch] = region.get();
+  return std::unique_ptr<MemoryRegion>(std::move(region));
 }
 
-UcxRemoteKey::UcxRemoteKey(UcxTransport* t, UcxEndpoint* ep, RemoteRegion region,
-                           RkeyHandle rkey, uint8_t* mapped)
-    : RemoteKey(std::move(region)), t_(t), ep_(ep), rkey_(std::move(rkey)), mapped_(mapped) {}
+UcxRemoteKey::UcxRemoteKey(UcxTransport* t, UcxEndpoint* ep, RemoteRegion region, RkeyHandle rkey,
+                           uint32_t table_slot)
+    : RemoteKey(std::move(region)),
+      t_(t),
+      ep_(ep),
+      rkey_(std::move(rkey)),
+      key_(KeyDigest(region_.rkey)),
+      table_slot_(table_slot) {}
 
 UcxRemoteKey::~UcxRemoteKey() {
   std::lock_guard<std::mutex> lock(t_->mu_);
@@ -90,21 +129,20 @@ Result<std::unique_ptr<RemoteKey>> UcxEndpoint::Import(const RemoteRegion& regio
   if (state_ != State::kReady) {
     return state_ == State::kFailed ? status_ : Internal("ucx: endpoint is not connected");
   }
-  ucp_rkey_h rkey = nullptr;
-  ucs_status_t st = ucp_ep_rkey_unpack(ep_.get(), region.rkey.data(), &rkey);
-  if (st != UCS_OK) return UcsError("ucp_ep_rkey_unpack", st);
-  RkeyHandle owned(rkey);
-  // Shared-memory fast path: when the whole region (first and last byte, contiguously) maps into
-  // this process, sparse/contiguous transfers become plain copies.
-  uint8_t* mapped = nullptr;
-  void* first = nullptr;
-  void* last = nullptr;
-  if (ucp_rkey_ptr(rkey, region.addr, &first) == UCS_OK &&
-      ucp_rkey_ptr(rkey, region.addr + region.length - 1, &last) == UCS_OK &&
-      static_cast<uint8_t*>(last) == static_cast<uint8_t*>(first) + region.length - 1) {
-    mapped = static_cast<uint8_t*>(first);
+  // Only path (2) (ucp_put/get_nbx) uses the UCX rkey. Paths (1) and (3) never unpack it: the
+  // target checks the key's digest instead, and UCX's parser (which takes no length) never sees
+  // a forged key there.
+  RkeyHandle owned;
+  if (native_rma_) {
+    ucp_rkey_h rkey = nullptr;
+    ucs_status_t st = ucp_ep_rkey_unpack(ep_.get(), region.rkey.data(), &rkey);
+    if (st != UCS_OK) return UcsError("ucp_ep_rkey_unpack", st);
+    owned = RkeyHandle(rkey);
   }
-  return std::unique_ptr<RemoteKey>(new UcxRemoteKey(t_, this, region, std::move(owned), mapped));
+  // A descriptor whose epoch the peer's table does not hold is still imported (as an HCA would):
+  // its ops fail with kStale at the check.
+  const uint32_t slot = cma_pid_ > 0 ? peer_table_.Find(region.epoch) : PeerRegionTable::kNoSlot;
+  return std::unique_ptr<RemoteKey>(new UcxRemoteKey(t_, this, region, std::move(owned), slot));
 }
 
 }  // namespace ferry::ucx

@@ -21,11 +21,27 @@
 //                 (ep == nullptr) matches any tag and finds the endpoint from the sender tag.
 //                 Truncation -> kOutOfRange; the endpoint stays healthy.
 //   Write / Read  one of three paths, chosen per endpoint when its handshake finishes:
-//                 (1) same host and UCX_TLS allows cma -> Ferry's own cross-memory attach
-//                 (process_vm_writev/readv, up to 1024 segments per call; UCX 1.13's cma lane is
-//                 unavailable with UCP_ERR_HANDLING_MODE_PEER, see cma.cc). Per Op, before that:
-//                 an imported key that maps the peer's memory (ucp_rkey_ptr; UCX shared memory)
-//                 -> plain copies.
+//                 (1) same host (the same process included) and UCX_TLS allows cma -> Ferry's
+//                 own cross-memory attach (process_vm_writev/readv, up to 1024 segments per
+//                 call; UCX 1.13's cma lane is unavailable with UCP_ERR_HANDLING_MODE_PEER, see
+//                 cma.cc), checked against the target's published region table
+//                 (region_table.h): the handshake carries the table's fd number and token, the
+//                 initiator maps it read-only (pidfd_getfd), and every Op is checked there
+//                 (live epoch at the descriptor's address, key digest, bounds of every segment,
+//                 rights) before a byte moves. If the table cannot be mapped, the endpoint uses
+//                 path (3) instead.
+//                 Shareable target memory (transport.h "Shareable memory": the table entry names
+//                 the owner's memfd fd, offset and inode): the initiator maps that memfd
+//                 (pidfd_getfd + mmap, writable only if the region grants remote write) once per
+//                 RemoteKey, on its first Op, and copies with memcpy instead of CMA — every Op is
+//                 still checked against the table first. Mapping lifetime: the mapping belongs to
+//                 the RemoteKey; it is unmapped when the key is destroyed, when a check finds the
+//                 region's entry gone (kStale), or never made if mapping fails (the key then
+//                 uses CMA). Guarantee, the same as an HCA's: an Op whose check starts after
+//                 ~MemoryRegion has returned is refused and touches nothing; an Op checked before
+//                 may still land (the copy runs right after the check, inside Post). The
+//                 initiator's mapping keeps the memfd's pages alive, so a racing copy never
+//                 faults, whatever the owner does with the memory afterwards.
 //                 (2) native_rma_: the ep has an RMA lane on an rc/dc verbs transport (read from
 //                 ucp_ep_print_info's lane dump; UCX 1.13 has no other per-ep query) -> memory is
 //                 registered with an rkey the HCA checks: ucp_put_nbx/ucp_get_nbx, adjacent
@@ -37,12 +53,13 @@
 //                 dead peer UCX aborts the process ("ucp_request.inl:346 Fatal: unexpected
 //                 error: Endpoint timeout" from ucp_put_handler).
 //                 The protocol: the initiator sends kAmRmaRequest (RmaHeader: req id, region
-//                 addr + epoch, kind, notify/imm; payload = segment table, then for a write the
-//                 data as a UCP_DATATYPE_IOV straight from the local region), eager and whole
-//                 (UCP_AM_SEND_FLAG_EAGER). The target finds ITS registration by epoch and
-//                 address, checks every segment with ferry::CheckRemoteAccess (bounds and
-//                 rights) before touching memory, copies the write in / gathers the read, queues
-//                 the kNotify completion of a kOpNotify write, and answers with kAmRmaReply
+//                 addr + epoch + key digest, kind, notify/imm; payload = segment table, then for
+//                 a write the data as a UCP_DATATYPE_IOV straight from the local region), eager
+//                 and whole (UCP_AM_SEND_FLAG_EAGER). The target finds ITS registration by epoch
+//                 and address, checks the key digest and every segment with
+//                 ferry::CheckRemoteAccess (bounds and rights) before touching memory, copies
+//                 the write in / gathers the read, queues the kNotify completion of a kOpNotify
+//                 write, and answers with kAmRmaReply
 //                 (status code + error text, or the read data). Replies are sent after worker
 //                 progress, never from inside a UCX callback; a reply that cannot be sent (dead
 //                 peer) is dropped through its completion callback, never an abort. The Op
@@ -63,14 +80,23 @@
 //                 at once; and pings on it fail an endpoint with work outstanding whose peer
 //                 stays silent for peer_timeout (a stopped or hung process).
 //
-// Capabilities: everything, except target_checks = false. Capabilities are per transport,
-// not per endpoint, and one transport may have endpoints on all three paths at once. On path
-// (3) the target does check (region by epoch, bounds, rights; tests/ucx
-// UcxTcpTargetChecks), and on path (2) the HCA checks rkeys; but over shared memory and CMA
-// (path 1) UCX maps or Ferry writes the peer's memory directly (mmap / process_vm_writev):
-// nothing on the target checks a forged descriptor or a deregistered key there, so only the
-// initiator's checks against the descriptor protect the target, and the capability must stay
-// false for the backend as a whole.
+// Keys: a descriptor's "key" is its packed UCX rkey. Paths (1) and (3) never unpack it (UCX's
+// parser takes no length); the target compares KeyDigest(rkey) with its registration's, so an
+// edited key is refused like a wrong rkey on an HCA. Path (2) unpacks it for ucp_put/get_nbx and
+// the HCA checks it.
+//
+// Capabilities: everything. target_checks holds where only paths (1) and (3) can run (shm, cma,
+// tcp): path 1 checks against the target's region table, read by the initiator; path 3 in the
+// target's AM handler. Deregistration removes the table entry and the AM lookup entry before
+// ~UcxMemoryRegion returns; an access checked before that may still land, exactly like an RDMA
+// write already on the wire when an HCA deregisters. Where UCX has an RDMA RMA lane (rc/dc,
+// path 2) target_checks is FALSE (context.cc HasVerbsRmaLane): UCX 1.13's registration cache
+// keeps an MR alive after ucp_mem_unmap and registers every region with full remote rights, so
+// the HCA enforces neither deregistration nor Ferry's read-only access (seen on rxe in the VM).
+//
+// Parameters: UCX_* variables, plus Ferry's "region_table_entries" (capacity of the region
+// table, default 16384; RegisterMemory fails with kResourceExhausted beyond it). The table
+// exists only where cma may be used (UCX_TLS allowing cma/shm).
 //
 // Config defaults (context.cc ApplyParams, explicit UCX_* params win): UCX_ZCOPY_THRESH=inf,
 // because UCX 1.13 aborts (uct_iface.h:884 "Assertion comp->count > 0") when a tcp peer dies
@@ -86,11 +112,12 @@
 #pragma once
 
 #include <sys/types.h>
+#include <ucp/api/ucp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <algorithm>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -99,11 +126,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include <ucp/api/ucp.h>
-
 #include "transport/backend.h"
 #include "transport/handshake.h"
 #include "transport/transport.h"
+#include "transport/ucx/region_table.h"
 #include "transport/ucx/ucx_handles.h"
 
 namespace ferry::ucx {
@@ -131,9 +157,10 @@ struct RmaHeader {
   uint64_t region_addr;  // RemoteRegion::addr of the target's region
   uint64_t epoch;        // RemoteRegion::epoch: names the registration
   uint64_t total;        // sum of the segment lengths
+  uint64_t key;          // KeyDigest of the descriptor's rkey: must match the registration's
   uint32_t num_segments;
-  uint8_t write;         // 1: write, 0: read
-  uint8_t notify;        // 1: the target queues a kNotify completion after the write landed
+  uint8_t write;   // 1: write, 0: read
+  uint8_t notify;  // 1: the target queues a kNotify completion after the write landed
   uint16_t reserved;
   uint32_t imm;
   uint32_t reserved2;
@@ -145,8 +172,8 @@ struct RmaSegment {
 struct RmaReplyHeader {
   uint64_t target_ep;  // the receiver's id of the endpoint
   uint64_t req_id;
-  uint64_t bytes;      // bytes moved (a read's payload length)
-  uint32_t code;       // ferry::Code; non-zero: the payload is the error text
+  uint64_t bytes;  // bytes moved (a read's payload length)
+  uint32_t code;   // ferry::Code; non-zero: the payload is the error text
   uint32_t reserved;
 };
 // A reply the target owes; sent after worker progress (never from inside a UCX callback), and
@@ -177,19 +204,23 @@ struct DeferredRequest {
 
 // Who we are, for deciding whether a peer can be reached with cross-memory attach (cma.cc).
 // Sent in the handshake's transport_data after the endpoint id:
-//   struct { u64 pid; u64 pid_ns_inode; u64 host (FNV-1a of boot_id); u64 probe_addr; }
+//   struct { u64 pid; u64 pid_ns_inode; u64 host (FNV-1a of boot_id); u64 probe_addr;
+//            u64 table_fd (~0: none); u64 table_token; }
+// table_fd / table_token name this process's region table (region_table.h).
 struct HostIdentity {
-  static constexpr size_t kWireSize = 32;
+  static constexpr size_t kWireSize = 48;
   uint64_t pid = 0;
   uint64_t pid_ns = 0;
   uint64_t host = 0;
   uint64_t probe_addr = 0;
+  uint64_t table_fd = ~uint64_t{0};
+  uint64_t table_token = 0;
   static HostIdentity Local();
   static HostIdentity Parse(const uint8_t* p);  // kWireSize bytes
   void Append(std::vector<uint8_t>* out) const;
 };
-// True when `peer` is another process on this host in our PID namespace whose memory we may
-// read (checked with a 1-byte process_vm_readv of its probe address).
+// True when `peer` is a process on this host in our PID namespace (possibly this one) whose
+// memory we may read (checked with a 1-byte process_vm_readv of its probe address).
 bool CmaUsable(const HostIdentity& me, const HostIdentity& peer);
 
 // FIFO of finished completions: a growable ring, so the steady state allocates nothing
@@ -229,10 +260,14 @@ class UcxMemoryRegion final : public MemoryRegion {
   ~UcxMemoryRegion() override;
   ucp_mem_h memh() const { return memh_.get(); }
   UcxTransport* owner() const { return t_; }
+  uint64_t key() const { return key_; }  // KeyDigest(descriptor().rkey)
 
  private:
+  friend class UcxTransport;
   UcxTransport* t_;
   MemHandle memh_;
+  uint64_t key_ = 0;
+  uint32_t table_slot_ = PeerRegionTable::kNoSlot;  // our entry in t_->region_table_
 };
 
 class UcxEndpoint;
@@ -240,18 +275,26 @@ class UcxEndpoint;
 class UcxRemoteKey final : public RemoteKey {
  public:
   UcxRemoteKey(UcxTransport* t, UcxEndpoint* ep, RemoteRegion region, RkeyHandle rkey,
-               uint8_t* mapped);
+               uint32_t table_slot);
   ~UcxRemoteKey() override;
+  // The unpacked UCX rkey; only on endpoints with a verbs RMA lane (path 2), else nullptr.
   ucp_rkey_h rkey() const { return rkey_.get(); }
   UcxEndpoint* endpoint() const { return ep_; }
-  // The peer's region mapped into this process (ucp_rkey_ptr), or nullptr.
-  uint8_t* mapped() const { return mapped_; }
+  uint64_t key() const { return key_; }  // KeyDigest(region().rkey)
+  // Path (1): the slot of the region in the peer's table at Import time (kNoSlot: none).
+  uint32_t table_slot() const { return table_slot_; }
 
  private:
   UcxTransport* t_;
   UcxEndpoint* ep_;
   RkeyHandle rkey_;
-  uint8_t* mapped_;
+  uint64_t key_;
+  uint32_t table_slot_;
+  // Path (1) with a shareable target region: the region mapped here (cma.cc), created on first
+  // use; guarded by t_->mu_.
+  friend class UcxTransport;
+  mutable PeerMapping shm_;
+  mutable bool shm_failed_ = false;  // mapping it failed once: use CMA for this key
 };
 
 class UcxEndpoint final : public Endpoint {
@@ -285,6 +328,7 @@ class UcxEndpoint final : public Endpoint {
   ucs_status_t ucx_error_ = UCS_OK;  // from the error callback, handled after progress
   uint64_t peer_tag_ = 0;            // the peer's id of this connection
   pid_t cma_pid_ = 0;                // > 0: one-sided ops use CMA (cma.cc)
+  PeerRegionTable peer_table_;       // the peer's region table (valid when cma_pid_ > 0)
   bool native_rma_ = false;          // an rc/dc verbs lane carries RMA (ucp_put/get_nbx)
   uint64_t peer_max_message_ = 0;
   // Liveness (see UcxTransport::CheckLiveness).
@@ -358,8 +402,8 @@ class UcxTransport final : public Transport {
                                  size_t length, const ucp_am_recv_param_t* param);
   static ucs_status_t OnAmRmaRequest(void* arg, const void* header, size_t header_length,
                                      void* data, size_t length, const ucp_am_recv_param_t* param);
-  static ucs_status_t OnAmRmaReply(void* arg, const void* header, size_t header_length,
-                                   void* data, size_t length, const ucp_am_recv_param_t* param);
+  static ucs_status_t OnAmRmaReply(void* arg, const void* header, size_t header_length, void* data,
+                                   size_t length, const ucp_am_recv_param_t* param);
   static void OnAmRmaSent(void* request, ucs_status_t status, void* user_data);
   static void OnReplySent(void* request, ucs_status_t status, void* user_data);
   void PostAm(OpState* st, const Op& op);
@@ -373,6 +417,8 @@ class UcxTransport final : public Transport {
   void PostRecv(OpState* st, const Op& op);
   void PostOneSided(OpState* st, const Op& op);
   void PostCma(OpState* st, const Op& op);
+  // The target region of `rk` mapped into this process (path 1, shareable memory), or nullptr.
+  uint8_t* SharedMapping(const UcxRemoteKey* rk, const RegionEntry& entry);
   void StartFlush(OpState* st);
   void SendNotify(OpState* st);
   void StepDone(OpState* st, ucs_status_t status);
@@ -395,7 +441,8 @@ class UcxTransport final : public Transport {
   std::vector<uint8_t> worker_address_;  // ucp_worker_query, sent in the handshake
   HostIdentity identity_;
   bool cma_allowed_ = false;  // UCX_TLS permits cma (see cma.cc)
-  UniqueFd epoll_;     // control connections + the listening socket
+  RegionTable region_table_;  // our live registrations, for CMA peers (when cma_allowed_)
+  UniqueFd epoll_;            // control connections + the listening socket
   UniqueFd listen_fd_;
   std::string listen_address_;
 
@@ -408,7 +455,7 @@ class UcxTransport final : public Transport {
   std::unordered_map<uint64_t, std::shared_ptr<UcxEndpoint>> by_id_;
   // Endpoints not yet failed (handshaking or ready): liveness, control and max_endpoints.
   std::unordered_map<uint64_t, UcxEndpoint*> live_;
-  size_t handshakes_ = 0;  // live endpoints still handshaking (poll sockets every round)
+  size_t handshakes_ = 0;        // live endpoints still handshaking (poll sockets every round)
   bool pending_writes_ = false;  // some control connection has unsent bytes
   std::deque<std::shared_ptr<UcxEndpoint>> accepted_;
   std::vector<void*> closing_;  // ucp_ep_close_nbx requests still in flight
@@ -443,13 +490,13 @@ struct OpState {
   bool notify = false;
   uint32_t imm = 0;
   uint64_t context = 0;
-  UcxEndpoint* ep = nullptr;  // the Op's endpoint; nullptr: shared Recv
-  Endpoint* sender = nullptr; // Completion::ep (a Recv's sender)
-  uint64_t bytes = 0;         // bytes moved (or the Recv's capacity until it completes)
-  void* request = nullptr;    // an in-flight Recv's request (to cancel it)
+  UcxEndpoint* ep = nullptr;   // the Op's endpoint; nullptr: shared Recv
+  Endpoint* sender = nullptr;  // Completion::ep (a Recv's sender)
+  uint64_t bytes = 0;          // bytes moved (or the Recv's capacity until it completes)
+  void* request = nullptr;     // an in-flight Recv's request (to cancel it)
   ucs_status_t error = UCS_OK;
-  Status cma_error;           // set with UCS_ERR_IO_ERROR by a failed CMA transfer
-  NotifyHeader header{};      // kAmNotify header; must live until the send completes
+  Status cma_error;       // set with UCS_ERR_IO_ERROR by a failed CMA transfer
+  NotifyHeader header{};  // kAmNotify header; must live until the send completes
   // AM one-sided protocol (PostAm): request header, segment table, the write's iov, the read's
   // local segments to scatter the reply into, and which halves are still outstanding.
   RmaHeader rma{};
@@ -459,7 +506,7 @@ struct OpState {
   uint8_t* local_base = nullptr;
   bool send_pending = false;
   bool reply_pending = false;
-  OpState* prev = nullptr;    // UcxEndpoint::recvs_ links
+  OpState* prev = nullptr;  // UcxEndpoint::recvs_ links
   OpState* next = nullptr;
   bool linked = false;
 };
