@@ -53,17 +53,29 @@ size_t Cursor::Fill(iovec* iov, size_t max, uint64_t* bytes) const {
     *bytes += remaining;
     return 1;
   }
+  // Segments that touch in memory (row i ends where row i+1 starts, common for an initiator's
+  // packed source rows) share one iovec: the kernel's cost is per iovec, not per byte. Merging
+  // stops at kFillBytes so that a long mergeable run is not walked far beyond what one system
+  // call can move.
   size_t count = 0;
   uint64_t left = remaining;
+  uint64_t added = 0;
   uint64_t o = off;
-  for (size_t i = idx; i < nsegs && count < max && left > 0; ++i, o = 0) {
+  for (size_t i = idx; i < nsegs && left > 0 && added < kFillBytes; ++i, o = 0) {
     const Segment& s = segs[i];
     if (s.length == o) continue;
     const uint64_t n = std::min(s.length - o, left);
-    iov[count++] = {base + SegOffset(*this, s) + o, n};
-    *bytes += n;
+    uint8_t* p = base + SegOffset(*this, s) + o;
+    if (count > 0 && static_cast<uint8_t*>(iov[count - 1].iov_base) + iov[count - 1].iov_len == p) {
+      iov[count - 1].iov_len += n;
+    } else {
+      if (count == max) break;
+      iov[count++] = {p, n};
+    }
+    added += n;
     left -= n;
   }
+  *bytes += added;
   return count;
 }
 
@@ -87,15 +99,29 @@ void Cursor::Advance(uint64_t n) {
 }
 
 void Cursor::CopyIn(const uint8_t* src, uint64_t n) {
-  while (n > 0) {
-    iovec v;
-    uint64_t got = 0;
-    Fill(&v, 1, &got);
-    const uint64_t take = std::min<uint64_t>(v.iov_len, n);
-    if (!discard) std::memcpy(v.iov_base, src, take);
-    Advance(take);
-    src += take;
-    n -= take;
+  if (discard || segs == nullptr) {
+    if (!discard && n > 0) std::memcpy(base + off, src, n);
+    Advance(n);
+    return;
+  }
+  // The bounce scatter of small rows runs here once per row: one memcpy, no iovec building.
+  remaining -= n;
+  const bool remote = remote_side;
+  while (n > 0) {  // n <= bytes left, so idx stays below nsegs
+    const Segment& s = segs[idx];
+    const uint64_t left = s.length - off;
+    const uint64_t take = std::min(left, n);
+    if (take > 0) {
+      std::memcpy(base + (remote ? s.remote_offset : s.local_offset) + off, src, take);
+      src += take;
+      n -= take;
+    }
+    if (take == left) {
+      ++idx;
+      off = 0;
+    } else {
+      off += take;
+    }
   }
 }
 

@@ -73,18 +73,29 @@ void TcpTransport::ReadData(Conn& c) {
       if (drained || --budget < 0) break;
       rx.ctrl_begin = rx.ctrl_end = 0;
       uint64_t want = 0;
-      size_t n = rx.dst.Fill(c.iov, kMaxIov - 1, &want);
+      size_t n;
+      if (rx.bounce) {
+        want = std::min<uint64_t>(rx.dst.remaining, kScratchSize);
+        c.iov[0] = {c.scratch.data(), want};
+        n = 1;
+      } else {
+        n = rx.dst.Fill(c.iov, kMaxIov - 1, &want);
+      }
       // Append the look-ahead only when these iovecs end the frame: then whatever follows is
       // the next header.
       const bool tail = want == rx.dst.remaining;
       if (tail) {
-        c.iov[n++] = {rx.ctrl, kCtrlSize};
-        want += kCtrlSize;
+        c.iov[n++] = {rx.ctrl, kTailLookAhead};
+        want += kTailLookAhead;
       }
       const ssize_t got = readv(c.fd, c.iov, static_cast<int>(n));
       if (!check(got)) break;
       const uint64_t body = std::min<uint64_t>(static_cast<uint64_t>(got), rx.dst.remaining);
-      rx.dst.Advance(body);
+      if (rx.bounce) {
+        rx.dst.CopyIn(c.scratch.data(), body);
+      } else {
+        rx.dst.Advance(body);
+      }
       rx.ctrl_end = static_cast<size_t>(static_cast<uint64_t>(got) - body);
       drained = static_cast<uint64_t>(got) < want;
       if (rx.dst.remaining > 0) continue;
@@ -216,36 +227,28 @@ bool TcpTransport::OnHeader(Conn& c) {
 bool TcpTransport::OnTable(Conn& c) {
   Rx& rx = c.rx;
   const FrameHeader& h = rx.hdr;
-  uint64_t total = 0;
-  for (const Segment& s : rx.table) {
-    if (s.length > std::numeric_limits<uint64_t>::max() - total) {
-      total = std::numeric_limits<uint64_t>::max();
-      break;
-    }
-    total += s.length;
-  }
-  if (total != h.length) {
-    Fail(c, ProtocolError(std::string(FrameKindName(h.kind)) + " from " + c.peer_address +
-                          ": segment lengths sum to " + std::to_string(total) +
-                          " but the header says " + std::to_string(h.length)));
+  Result<uint64_t> sum = SegmentTableTotal(h.kind, rx.table, h.length);
+  if (!sum.ok()) {
+    Fail(c, sum.status().Annotate("from " + c.peer_address));
     return false;
   }
+  const uint64_t total = *sum;
   const bool write = h.kind == FrameKind::kSparseWrite;
   const uint32_t needed = write ? kAccessRemoteWrite : kAccessRemoteRead;
   RegionEntry* e = nullptr;
   rx.verdict = CheckTarget(h.key, needed, &e);
-  if (rx.verdict.ok() && (e->access & needed) != needed) {
-    rx.verdict = CheckRemoteAccess(e->size, e->access, 0, 0, needed);
-  }
-  for (size_t i = 0; rx.verdict.ok() && i < rx.table.size(); ++i) {
-    const Segment& s = rx.table[i];
-    Status v = CheckRemoteAccess(e->size, e->access, s.remote_offset, s.length, needed);
-    if (!v.ok()) rx.verdict = v.Annotate("segment " + std::to_string(i));
-  }
+  if (rx.verdict.ok()) rx.verdict = CheckSegmentsInRegion(rx.table, e->size, e->access, needed);
   if (write) {
     if (rx.verdict.ok()) {
       rx.dst.SetSegments(e->base, rx.table.data(), rx.table.size(), true, total);
       rx.region_key = h.key;
+      // Rows this small cost more as iovecs (kernel per-iovec work, IOV_MAX readv calls) than
+      // as one bulk receive plus memcpy; see docs/perf/tcp-profile.md for the measurement.
+      // Only the target does this, after every segment was checked above.
+      if (ShouldBounce(total, rx.table.size(), params_.bounce_max_row)) {
+        if (c.scratch.empty()) c.scratch.resize(kScratchSize);
+        rx.bounce = true;
+      }
     } else {
       SetDiscard(c, total);
     }
@@ -313,6 +316,7 @@ bool TcpTransport::OnBodyDone(Conn& c) {
       return true;
     case FrameKind::kWrite:
     case FrameKind::kSparseWrite:
+      rx.bounce = false;
       if (rx.verdict.ok() && (h.flags & kFrameNotify)) {
         Completion n = DoneCompletion(0, OpType::kNotify, c.handle, h.length);
         n.imm = h.imm;

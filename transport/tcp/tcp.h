@@ -41,10 +41,26 @@ namespace ferry::tcp {
 
 using Clock = std::chrono::steady_clock;
 
-inline constexpr size_t kMaxIov = 1024;            // IOV_MAX on Linux
-inline constexpr size_t kCtrlSize = 512;           // receive look-ahead for headers (see Rx)
+inline constexpr size_t kMaxIov = 1024;  // IOV_MAX on Linux
+// Receive look-ahead (see Rx): a header read takes up to kCtrlSize bytes, so a message up to
+// about 8 KiB arrives with its header in one recv(); the iovec appended to a payload's readv
+// takes only kTailLookAhead, so that bulk streams copy little out of the look-ahead.
+inline constexpr size_t kCtrlSize = 8192;
+inline constexpr size_t kTailLookAhead = 512;
 inline constexpr size_t kScratchSize = 64 * 1024;  // sink for refused payloads
 inline constexpr uint64_t kDefaultUnexpectedLimit = 64ull << 20;
+inline constexpr uint64_t kFillBytes = 8ull << 20;  // Cursor::Fill stops merging runs here
+// Target of a sparse write whose rows average at most this many bytes: the payload is received
+// into the connection's scratch buffer and scattered with memcpy (see Rx::bounce). Measured
+// crossover of receiver CPU per row (docs/perf/tcp-profile.md): bounce wins up to ~96 B rows,
+// readv wins from 128 B on. Parameter bounce_max_row overrides it (0 disables).
+inline constexpr uint64_t kDefaultBounceMaxRow = 96;
+
+// Whether the target receives a checked sparse write of `total` bytes in `nsegs` rows through
+// the bounce buffer: rows averaging at most max_row bytes (max_row 0: never).
+inline bool ShouldBounce(uint64_t total, size_t nsegs, uint64_t max_row) {
+  return max_row > 0 && nsegs > 1 && total / nsegs <= max_row;
+}
 
 // Walks the bytes of one transfer: a contiguous range, a segment list (local or remote offsets
 // of ferry::Segment), or a discard sink that reuses one scratch buffer. Used both to gather
@@ -63,9 +79,11 @@ struct Cursor {
   void SetSegments(uint8_t* b, const Segment* s, size_t n, bool remote, uint64_t total);
   void SetDiscard(uint8_t* scratch, uint64_t n);
   // Appends up to `max` iovecs from the current position; returns how many, adds their bytes.
+  // Segments adjacent in memory are merged into one iovec (at most kFillBytes per call).
   size_t Fill(iovec* iov, size_t max, uint64_t* bytes) const;
   void Advance(uint64_t n);
-  // Copies n bytes (n <= remaining) in at the current position and advances.
+  // Copies n bytes (n <= remaining) in at the current position and advances (a discard cursor
+  // only advances).
   void CopyIn(const uint8_t* src, uint64_t n);
 };
 
@@ -112,10 +130,11 @@ struct PostedRecv {
   uint64_t capacity = 0;
 };
 
-// Receive state machine. Headers are read into `ctrl` (with a small look-ahead so that a short
-// frame costs one system call); payloads and segment tables are read with readv() straight into
-// their destination, with `ctrl` appended as the last iovec to pick up the next header.
-// Payload bytes that arrived in the look-ahead (at most kCtrlSize) are copied out of it.
+// Receive state machine. Headers are read into `ctrl` (with a look-ahead so that a frame of up
+// to ~8 KiB costs one system call); payloads and segment tables are read with readv() straight
+// into their destination, with kTailLookAhead bytes of `ctrl` appended as the last iovec to pick
+// up the next header. Payload bytes that arrived in the look-ahead are copied out of it. The
+// exception is `bounce` below (small-row sparse writes on the target).
 struct Rx {
   enum class Phase : uint8_t { kHeader, kTable, kBody };
   Phase phase = Phase::kHeader;
@@ -129,6 +148,9 @@ struct Rx {
   bool has_recv = false;    // a message is landing in `recv`
   bool recv_too_small = false;
   PostedRecv recv;
+  // Target of a checked sparse write with small rows: each readv fills Conn::scratch (plus the
+  // look-ahead at the frame's end) and CopyIn scatters it; the checks ran before, in OnTable.
+  bool bounce = false;
   bool unexpected = false;  // a message is landing in `unexpected_buf`
   std::vector<uint8_t> unexpected_buf;
   std::vector<Segment> table;  // sparse requests, reused
@@ -190,7 +212,7 @@ struct Conn {
   std::deque<std::vector<uint8_t>> unexpected;
   uint64_t unexpected_bytes = 0;
   Rx rx;
-  std::vector<uint8_t> scratch;                  // kScratchSize, discard sink
+  std::vector<uint8_t> scratch;                  // kScratchSize: discard sink, bounce buffer
   std::vector<std::vector<Segment>> table_pool;  // recycled sparse-read tables
   iovec iov[kMaxIov + 1];
 };
@@ -237,6 +259,7 @@ struct Params {
   uint64_t sndbuf = 0;
   uint64_t rcvbuf = 0;
   uint64_t unexpected_limit = kDefaultUnexpectedLimit;
+  uint64_t bounce_max_row = kDefaultBounceMaxRow;
 };
 
 class TcpTransport final : public Transport {

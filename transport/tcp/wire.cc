@@ -1,7 +1,10 @@
 // Encoding and validation of the tcp frame header (layout drawn in wire.h).
 #include "transport/tcp/wire.h"
 
+#include <limits>
 #include <string>
+
+#include "transport/backend.h"
 
 namespace ferry::tcp {
 namespace {
@@ -153,6 +156,40 @@ Status ValidateHeader(const FrameHeader& h, const WireLimits& limits) {
       return Status::Ok();
   }
   return ProtocolError("unknown frame kind " + std::to_string(raw_kind));
+}
+
+Result<uint64_t> SegmentTableTotal(FrameKind kind, std::span<const Segment> table,
+                                   uint64_t header_length) {
+  uint64_t total = 0;
+  for (const Segment& s : table) {
+    if (s.length > std::numeric_limits<uint64_t>::max() - total) {
+      total = std::numeric_limits<uint64_t>::max();
+      break;
+    }
+    total += s.length;
+  }
+  if (total != header_length) {
+    return ProtocolError(std::string(FrameKindName(kind)) + ": segment lengths sum to " +
+                         std::to_string(total) + " but the header says " +
+                         std::to_string(header_length));
+  }
+  return total;
+}
+
+Status CheckSegmentsInRegion(std::span<const Segment> table, uint64_t size, uint32_t granted,
+                             uint32_t needed) {
+  // Access first: a region without the right is refused even for an empty or zero-length table.
+  if ((granted & needed) != needed)
+    FERRY_RETURN_IF_ERROR(CheckRemoteAccess(size, granted, 0, 0, needed));
+  // Tight bounds loop (tens of thousands of rows per request); the Status with its message is
+  // built only for the first segment that fails.
+  for (size_t i = 0; i < table.size(); ++i) {
+    const Segment& s = table[i];
+    if (s.remote_offset <= size && s.length <= size - s.remote_offset) continue;
+    return CheckRemoteAccess(size, granted, s.remote_offset, s.length, needed)
+        .Annotate("segment " + std::to_string(i));
+  }
+  return Status::Ok();
 }
 
 }  // namespace ferry::tcp

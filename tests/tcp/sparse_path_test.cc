@@ -1,0 +1,192 @@
+// The sparse fast paths of the tcp backend: iovec merging of segments adjacent in memory
+// (Cursor::Fill), the target's bounce receive for small rows (ShouldBounce, Cursor::CopyIn), and
+// the target checks still refusing out-of-bounds rows, before any byte lands, on those paths.
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tests/tcp/tcp_test_util.h"
+#include "transport/tcp/tcp.h"
+
+namespace ferry::tcp::testing {
+namespace {
+
+TEST(TcpSparsePath, FillMergesOnlySegmentsThatTouch) {
+  std::vector<uint8_t> mem(1024);
+  // local: [0,8) [8,16) touch; [32,40) does not; zero-length in between; [40,48) touches [32,40).
+  std::vector<Segment> segs = {{0, 0, 8}, {8, 0, 8}, {32, 0, 8}, {99, 0, 0}, {40, 0, 8}};
+  Cursor c;
+  c.SetSegments(mem.data(), segs.data(), segs.size(), false, 32);
+  iovec iov[8];
+  uint64_t bytes = 0;
+  ASSERT_EQ(c.Fill(iov, 8, &bytes), 2u);
+  EXPECT_EQ(bytes, 32u);
+  EXPECT_EQ(iov[0].iov_base, mem.data());
+  EXPECT_EQ(iov[0].iov_len, 16u);
+  EXPECT_EQ(iov[1].iov_base, mem.data() + 32);
+  EXPECT_EQ(iov[1].iov_len, 16u);
+  // After 12 bytes the cursor sits inside segment 1; the merged run restarts there.
+  c.Advance(12);
+  bytes = 0;
+  ASSERT_EQ(c.Fill(iov, 8, &bytes), 2u);
+  EXPECT_EQ(bytes, 20u);
+  EXPECT_EQ(iov[0].iov_base, mem.data() + 12);
+  EXPECT_EQ(iov[0].iov_len, 4u);
+  // max bounds the iovec count, not the segment count: a merged run continues past max.
+  c.SetSegments(mem.data(), segs.data(), segs.size(), false, 32);
+  bytes = 0;
+  ASSERT_EQ(c.Fill(iov, 1, &bytes), 1u);
+  EXPECT_EQ(iov[0].iov_len, 16u);
+  EXPECT_EQ(bytes, 16u);
+  // Remote side uses remote offsets: these do not touch, so nothing merges.
+  std::vector<Segment> rsegs = {{0, 100, 4}, {4, 50, 4}, {8, 54, 4}};
+  c.SetSegments(mem.data(), rsegs.data(), rsegs.size(), true, 12);
+  bytes = 0;
+  ASSERT_EQ(c.Fill(iov, 8, &bytes), 2u);
+  EXPECT_EQ(iov[0].iov_base, mem.data() + 100);
+  EXPECT_EQ(iov[1].iov_base, mem.data() + 50);
+  EXPECT_EQ(iov[1].iov_len, 8u);
+}
+
+TEST(TcpSparsePath, CopyInScattersAcrossChunkAndSegmentBoundaries) {
+  std::mt19937_64 rng(5);
+  constexpr size_t kRows = 300;
+  std::vector<Segment> segs(kRows);
+  std::vector<uint64_t> slots(kRows);
+  std::iota(slots.begin(), slots.end(), 0);
+  std::shuffle(slots.begin(), slots.end(), rng);
+  uint64_t total = 0;
+  for (size_t i = 0; i < kRows; ++i) {
+    const uint64_t len = rng() % 4 == 0 ? 0 : 1 + rng() % 40;
+    segs[i] = {total, slots[i] * 40, len};
+    total += len;
+  }
+  std::vector<uint8_t> src(total), dst(kRows * 40, 0), want(kRows * 40, 0);
+  for (auto& b : src) b = static_cast<uint8_t>(rng());
+  for (const Segment& s : segs)
+    std::memcpy(want.data() + s.remote_offset, &src[s.local_offset], s.length);
+  Cursor c;
+  c.SetSegments(dst.data(), segs.data(), segs.size(), true, total);
+  uint64_t done = 0;
+  while (done < total) {  // odd chunk sizes split rows anywhere
+    const uint64_t n = std::min<uint64_t>(total - done, 1 + rng() % 97);
+    c.CopyIn(src.data() + done, n);
+    done += n;
+  }
+  EXPECT_EQ(c.remaining, 0u);
+  EXPECT_EQ(dst, want);
+}
+
+TEST(TcpSparsePath, BounceThresholdBoundaries) {
+  EXPECT_TRUE(ShouldBounce(64 * 10, 10, 64));   // average == threshold
+  EXPECT_FALSE(ShouldBounce(65 * 10, 10, 64));  // just above
+  EXPECT_TRUE(ShouldBounce(649, 10, 64));       // integer average 64
+  EXPECT_FALSE(ShouldBounce(64, 1, 64));        // one row: readv is one iovec anyway
+  EXPECT_FALSE(ShouldBounce(64 * 10, 10, 0));   // disabled
+  EXPECT_TRUE(ShouldBounce(0, 10, 64));         // all rows empty: harmless
+  EXPECT_TRUE(ShouldBounce(1ull << 40, 2, ~0ull));
+}
+
+// Sparse writes of `rows` rows of `row` bytes into a permutation of slots (with every 7th row
+// adjacent to the previous one), through a transport pair configured with bounce_max_row = max.
+void SparseRoundTrip(uint64_t max, uint64_t row, size_t rows) {
+  SCOPED_TRACE("bounce_max_row=" + std::to_string(max) + " row=" + std::to_string(row) +
+               " rows=" + std::to_string(rows));
+  TransportOptions o;
+  o.params["bounce_max_row"] = std::to_string(max);
+  Pair p = ConnectPair(o, o);
+  ASSERT_NE(p.ab, nullptr);
+  std::mt19937_64 rng(row * 131 + rows);
+  const size_t slots_n = rows * 2;
+  std::vector<uint64_t> slots(slots_n);
+  std::iota(slots.begin(), slots.end(), 0);
+  std::shuffle(slots.begin(), slots.end(), rng);
+  std::vector<Segment> segs(rows);
+  for (size_t i = 0; i < rows; ++i) {
+    uint64_t slot = slots[i];
+    if (i % 7 == 6 && segs[i - 1].remote_offset / row + 1 < slots_n) {
+      slot = segs[i - 1].remote_offset / row + 1;  // may collide with another row: still defined
+    }
+    segs[i] = {i * row, slot * row, row};
+  }
+  std::vector<uint8_t> src(rows * row), dst(slots_n * row, 0xee);
+  for (auto& b : src) b = static_cast<uint8_t>(rng());
+  std::vector<uint8_t> want = dst;  // rows land in order, so a later duplicate slot wins
+  for (const Segment& s : segs) std::memcpy(&want[s.remote_offset], &src[s.local_offset], row);
+  auto src_mr = Take(p.a->RegisterMemory(src.data(), src.size(), kAccessLocal));
+  auto dst_mr = Take(p.b->RegisterMemory(dst.data(), dst.size(), kAccessRemote));
+  auto key = Take(p.ab->Import(dst_mr->descriptor()));
+  Op w = MakeOp(OpType::kSparseWrite, p.ab.get(), src_mr.get(), 0, 0, 1, key.get());
+  w.segments = segs.data();
+  w.num_segments = segs.size();
+  ASSERT_TRUE(p.a->Post({&w, 1}).ok());
+  Driver d({p.a.get(), p.b.get()});
+  auto c = d.Next(0);
+  ASSERT_TRUE(c && c->ok()) << (c ? c->error : "timeout");
+  EXPECT_EQ(c->bytes, rows * row);
+  EXPECT_TRUE(dst == want);
+}
+
+TEST(TcpSparsePath, WritesLandOnEitherSideOfTheThreshold) {
+  for (uint64_t max : {0ull, 64ull, 1ull << 20}) {
+    for (uint64_t row : {1ull, 63ull, 64ull, 65ull, 300ull}) {
+      SparseRoundTrip(max, row, 3000);  // > one 64 KiB bounce chunk for rows >= 22 B
+    }
+  }
+}
+
+TEST(TcpSparsePath, BouncedWriteWithOneBadRowIsRefusedBeforeAnyByteLands) {
+  TransportOptions o;
+  o.params["bounce_max_row"] = "4096";
+  Pair p = ConnectPair(o, o);
+  ASSERT_NE(p.ab, nullptr);
+  constexpr uint64_t kRow = 64;
+  constexpr size_t kRows = 4000;  // ~4 bounce chunks of payload to drain
+  std::vector<uint8_t> src(kRows * kRow, 0x5a), dst(kRows * kRow, 0), before;
+  auto src_mr = Take(p.a->RegisterMemory(src.data(), src.size(), kAccessLocal));
+  auto dst_mr = Take(p.b->RegisterMemory(dst.data(), dst.size(), kAccessRemote));
+  RemoteRegion forged_region = dst_mr->descriptor();
+  forged_region.length =
+      1ull << 60;  // the initiator's own bounds check is fooled; the target's not
+  auto key = Take(p.ab->Import(forged_region));
+  Driver d({p.a.get(), p.b.get()});
+  std::vector<Segment> segs(kRows);
+  for (size_t i = 0; i < kRows; ++i) segs[i] = {i * kRow, (kRows - 1 - i) * kRow, kRow};
+  before = dst;
+  for (const Segment bad : {Segment{0, kRows * kRow - 8, kRow}, Segment{0, 1ull << 50, kRow}}) {
+    std::vector<Segment> forged = segs;
+    forged[kRows / 2] = bad;  // the middle row only: the ones before it are valid
+    Op w = MakeOp(OpType::kSparseWrite, p.ab.get(), src_mr.get(), 0, 0, 7, key.get());
+    w.segments = forged.data();
+    w.num_segments = forged.size();
+    ASSERT_TRUE(p.a->Post({&w, 1}).ok());
+    auto c = d.Next(0);
+    ASSERT_TRUE(c.has_value());
+    EXPECT_EQ(c->code, Code::kOutOfRange) << c->error;
+    EXPECT_NE(c->error.find("segment " + std::to_string(kRows / 2)), std::string::npos) << c->error;
+    EXPECT_TRUE(dst == before) << "a refused sparse write changed target memory";
+    EXPECT_TRUE(p.ab->status().ok());
+  }
+  // The stream stayed in sync: a valid write right after lands completely.
+  Op w = MakeOp(OpType::kSparseWrite, p.ab.get(), src_mr.get(), 0, 0, 8, key.get());
+  w.segments = segs.data();
+  w.num_segments = segs.size();
+  ASSERT_TRUE(p.a->Post({&w, 1}).ok());
+  auto c = d.Next(0);
+  ASSERT_TRUE(c && c->ok()) << (c ? c->error : "timeout");
+  EXPECT_TRUE(std::all_of(dst.begin(), dst.end(), [](uint8_t b) { return b == 0x5a; }));
+}
+
+TEST(TcpSparsePath, BadBounceParameterIsInvalidArgument) {
+  TransportOptions o;
+  o.params["bounce_max_row"] = "lots";
+  auto t = CreateTransport("tcp", o);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), Code::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace ferry::tcp::testing
