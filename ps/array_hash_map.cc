@@ -95,8 +95,9 @@ Status ArrayHashMap::Init() {
   const size_t reserve = options_.growth == GrowthMode::kReserve
                              ? std::max(options_.reserve_rows, slots) * layout_.stride
                              : 0;
-  FERRY_ASSIGN_OR_RETURN(rows_, MappedBuffer::Create(options_.growth, slots * layout_.stride,
-                                                     reserve, options_.huge_pages));
+  FERRY_ASSIGN_OR_RETURN(rows_,
+                         MappedBuffer::Create(options_.growth, slots * layout_.stride, reserve,
+                                              options_.huge_pages, options_.shareable_rows));
   FERRY_ASSIGN_OR_RETURN(live_, MappedBuffer::Create(GrowthMode::kRemap, BitmapBytes(slots)));
   FERRY_ASSIGN_OR_RETURN(
       index_,
@@ -168,18 +169,65 @@ void ArrayHashMap::FreeSlot(uint32_t slot) {
   ++free_count_;
 }
 
+Status ArrayHashMap::FindBatch(std::span<const uint64_t> keys, std::span<uint32_t> slots) const {
+  if (keys.size() != slots.size()) {
+    return InvalidArgument("FindBatch: " + std::to_string(keys.size()) + " keys but " +
+                           std::to_string(slots.size()) + " slots");
+  }
+  // Same pipeline as Gather: a block of ~32 bucket lines + 32 rows stays well inside L1/L2.
+  constexpr size_t kBlock = 32;
+  for (size_t i = 0; i < keys.size(); i += kBlock) {
+    const size_t end = std::min(keys.size(), i + kBlock);
+    for (size_t j = i; j < end; ++j) index_.Prefetch(keys[j]);
+    for (size_t j = i; j < end; ++j) {
+      const uint32_t ahead = index_.Peek(keys[j]);
+      if (ahead != kNoSlot) __builtin_prefetch(Row(ahead));
+    }
+    for (size_t j = i; j < end; ++j) slots[j] = FindSlot(keys[j]);
+  }
+  return Status::Ok();
+}
+
+Status ArrayHashMap::InsertBatch(std::span<const uint64_t> keys, std::span<uint32_t> slots) {
+  if (keys.size() != slots.size()) {
+    return InvalidArgument("InsertBatch: " + std::to_string(keys.size()) + " keys but " +
+                           std::to_string(slots.size()) + " slots");
+  }
+  // 16 outstanding bucket lines: about what the core's fill buffers can track at once. A growth
+  // inside a block only wastes the block's prefetches (they are hints, never correctness).
+  constexpr size_t kBlock = 16;
+  for (size_t i = 0; i < keys.size(); i += kBlock) {
+    const size_t end = std::min(keys.size(), i + kBlock);
+    for (size_t j = i; j < end; ++j) index_.Prefetch(keys[j]);
+    for (size_t j = i; j < end; ++j) {
+      FERRY_ASSIGN_OR_RETURN(const Insertion ins, Insert(keys[j]));
+      slots[j] = ins.slot;
+    }
+  }
+  return Status::Ok();
+}
+
 Result<ArrayHashMap::Insertion> ArrayHashMap::Insert(uint64_t key) {
-  uint32_t slot = FindSlot(key);
+  // Index growth moves buckets, so it happens before the probe; row growth (AllocateSlot) does
+  // not touch the index, so the insertion point found by the probe stays valid across it.
+  FERRY_RETURN_IF_ERROR(index_.EnsureRoomForOne());
+  HashIndex::InsertPoint at;
+  const uint32_t slot = index_.FindForInsert(key, KeyAt(), &at);
   if (slot != kNoSlot) return Insertion{Row(slot), slot, false};
+  return InsertAt(key, at);
+}
+
+Result<ArrayHashMap::Insertion> ArrayHashMap::InsertAt(uint64_t key,
+                                                       const HashIndex::InsertPoint& at) {
   if (options_.max_rows != 0 && size_ >= options_.max_rows) {
     return ResourceExhausted("table is at its max_rows bound of " +
                              std::to_string(options_.max_rows) + "; evict rows first");
   }
-  FERRY_ASSIGN_OR_RETURN(slot, AllocateSlot());
+  FERRY_ASSIGN_OR_RETURN(const uint32_t slot, AllocateSlot());
   uint8_t* row = Row(slot);
   std::memset(row, 0, layout_.stride);
   std::memcpy(row, &key, sizeof key);
-  Status s = index_.Insert(key, slot);
+  Status s = index_.InsertAt(at, slot);
   if (!s.ok()) {
     FreeSlot(slot);
     return s;
@@ -197,7 +245,9 @@ float ArrayHashMap::DecayedScore(const uint8_t* row) const {
 }
 
 Result<ArrayHashMap::Insertion> ArrayHashMap::Access(uint64_t key) {
-  uint32_t slot = FindSlot(key);
+  FERRY_RETURN_IF_ERROR(index_.EnsureRoomForOne());  // before the probe (see Insert)
+  HashIndex::InsertPoint at;
+  const uint32_t slot = index_.FindForInsert(key, KeyAt(), &at);
   Insertion result{nullptr, slot, false};
   if (slot == kNoSlot) {
     const AdmissionOptions& adm = options_.admission;
@@ -215,8 +265,11 @@ Result<ArrayHashMap::Insertion> ArrayHashMap::Access(uint64_t key) {
       if (options_.metadata) {
         FERRY_RETURN_IF_ERROR(EvictToCapacity(target).status());
       }
+      // Eviction reshaped the index: the insertion point is stale, so probe again.
+      FERRY_ASSIGN_OR_RETURN(result, Insert(key));
+    } else {
+      FERRY_ASSIGN_OR_RETURN(result, InsertAt(key, at));
     }
-    FERRY_ASSIGN_OR_RETURN(result, Insert(key));
   } else {
     result.row = Row(slot);
   }

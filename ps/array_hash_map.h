@@ -72,6 +72,12 @@ struct TableOptions {
   size_t max_rows = 0;             // capacity bound; 0 = unbounded
   double score_half_life = 0;      // ticks for the score to halve; 0 = no decay
   bool huge_pages = true;          // MADV_HUGEPAGE on rows and index (see mapped_buffer.h)
+  // Rows in a memfd (MappedBuffer shareable, kRemap only): a same-host peer over the ucx
+  // backend then maps them and moves sparse rows with memcpy instead of cross-memory attach
+  // (docs/memory.md). Off by default: shared memory gets transparent huge pages only where
+  // /sys/kernel/mm/transparent_hugepage/shmem_enabled allows it ("never" on Debian), and
+  // lookups pay TLB misses without them.
+  bool shareable_rows = false;
   AdmissionOptions admission;
 };
 
@@ -125,6 +131,7 @@ class ArrayHashMap {
   uint32_t high_water() const { return high_water_; }  // slots ever handed out
   size_t free_slots() const { return free_count_; }
   size_t index_bytes() const { return index_.bytes(); }
+  const HashIndex& index() const { return index_; }  // for validation and profiling
   size_t rows_bytes() const { return rows_.size(); }
   uint64_t growths() const { return growths_; }
 
@@ -147,6 +154,11 @@ class ArrayHashMap {
     const uint32_t slot = FindSlot(key);
     return slot == kNoSlot ? nullptr : Row(slot);
   }
+  // Batched lookup for training kernels (a pull or push resolves a batch of keys at once):
+  // slots[i] = FindSlot(keys[i]), kNoSlot if absent. Software-pipelined like Gather: a block's
+  // buckets are prefetched, then the rows they name, before any key is resolved, so the cache
+  // misses of a block overlap. kInvalidArgument if the spans differ in length.
+  Status FindBatch(std::span<const uint64_t> keys, std::span<uint32_t> slots) const;
   uint8_t* Row(uint32_t slot) { return rows_.data() + static_cast<size_t>(slot) * layout_.stride; }
   const uint8_t* Row(uint32_t slot) const {
     return rows_.data() + static_cast<size_t>(slot) * layout_.stride;
@@ -172,7 +184,8 @@ class ArrayHashMap {
     bool inserted = false;
   };
   // The row of `key`, created zeroed (but for the key) if absent. kResourceExhausted at the
-  // max_rows bound. Never consults admission.
+  // max_rows bound. Never consults admission. One index probe serves both the lookup and the
+  // insertion (HashIndex::FindForInsert).
   Result<Insertion> Insert(uint64_t key);
   // The training path: finds or (if admitted) inserts the row, records the sighting (last_seen
   // = tick, score += 1 after decay) and, at the max_rows bound, first evicts the lowest-scored
@@ -184,6 +197,12 @@ class ArrayHashMap {
     ++m->version;
     ++m->update_count;
   }
+  // Insert() for a batch (a push of new keys): slots[i] = the slot of keys[i], inserted if
+  // absent. The home buckets of a block of keys are prefetched before the block is inserted, so
+  // their cache misses overlap instead of being paid one after another. Stops at the first error
+  // (slots of later keys are left unchanged); keys before it are inserted. kInvalidArgument if
+  // the spans differ in length.
+  Status InsertBatch(std::span<const uint64_t> keys, std::span<uint32_t> slots);
   bool Erase(uint64_t key);
   // Room for `rows` rows without growth (rows buffer and index).
   Status Reserve(size_t rows);
@@ -254,6 +273,16 @@ class ArrayHashMap {
   explicit ArrayHashMap(const TableOptions& options);
   Status Init();
   Result<uint32_t> AllocateSlot();
+  // Inserts absent `key` at `at` (HashIndex::FindForInsert, no index mutation since).
+  Result<Insertion> InsertAt(uint64_t key, const HashIndex::InsertPoint& at);
+  // key_at for HashIndex probes: the key word of a row.
+  auto KeyAt() const {
+    return [rows = rows_.data(), stride = static_cast<size_t>(layout_.stride)](uint32_t slot) {
+      uint64_t k;
+      std::memcpy(&k, rows + static_cast<size_t>(slot) * stride, sizeof k);
+      return k;
+    };
+  }
   void FreeSlot(uint32_t slot);
   // Resizes rows + live bitmap to `slots`, re-registering around the move.
   Status ResizeRows(size_t slots);

@@ -49,15 +49,19 @@ void HashIndex::Clear() {
 }
 
 Status HashIndex::Insert(uint64_t key, uint32_t slot) {
-  if (size_ + 1 > MaxEntries()) {
-    FERRY_RETURN_IF_ERROR(
-        GrowTo(static_cast<size_t>(static_cast<double>(capacity_) * kGrowthFactor) + 1));
-  }
+  FERRY_RETURN_IF_ERROR(EnsureRoomForOne());
   const uint32_t fp = static_cast<uint32_t>(Hash(key) >> 32);
-  const uint64_t entry = (static_cast<uint64_t>(fp) << 32) | (static_cast<uint64_t>(slot) + 1);
-  uint64_t* b = mutable_buckets();
+  const uint64_t* b = buckets();
   size_t pos = Home(fp, capacity_);
   while (b[pos] != 0 && Fp(b[pos]) <= fp) ++pos;
+  return InsertAt(InsertPoint{pos, fp}, slot);
+}
+
+Status HashIndex::InsertAt(const InsertPoint& at, uint32_t slot) {
+  if (size_ + 1 > MaxEntries()) return Internal("HashIndex::InsertAt without room");
+  const uint64_t entry = (static_cast<uint64_t>(at.fp) << 32) | (static_cast<uint64_t>(slot) + 1);
+  uint64_t* b = mutable_buckets();
+  const size_t pos = at.pos;
   size_t empty = pos;
   while (b[empty] != 0) ++empty;
   if (empty + 1 >= num_buckets_) {

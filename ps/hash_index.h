@@ -93,6 +93,40 @@ class HashIndex {
     }
   }
 
+  // Fused find-or-insert (one probe instead of Find + Insert). Call EnsureRoomForOne() first:
+  // growth moves buckets, so it must happen before the probe, not between probe and InsertAt.
+  // FindForInsert returns the slot of `key`, or kNoSlot and fills *at with where it belongs;
+  // `at` stays valid until the next mutation of the index.
+  struct InsertPoint {
+    size_t pos = 0;
+    uint32_t fp = 0;
+  };
+  Status EnsureRoomForOne() {
+    if (size_ + 1 <= MaxEntries()) return Status::Ok();
+    return GrowTo(GrownCapacity());
+  }
+  template <typename KeyAt>
+  uint32_t FindForInsert(uint64_t key, const KeyAt& key_at, InsertPoint* at) const {
+    const uint32_t fp = static_cast<uint32_t>(Hash(key) >> 32);
+    const uint64_t* const base = buckets();
+    const uint64_t* b = base + Home(fp, capacity_);
+    for (;; ++b) {
+      const uint64_t v = *b;
+      const uint32_t bfp = static_cast<uint32_t>(v >> 32);
+      if (static_cast<uint32_t>(v) == 0 || bfp > fp) break;
+      if (bfp == fp) {
+        const uint32_t slot = static_cast<uint32_t>(v) - 1;
+        if (key_at(slot) == key) return slot;
+      }
+    }
+    at->pos = static_cast<size_t>(b - base);
+    at->fp = fp;
+    return kNoSlot;
+  }
+  // Inserts slot at `at` (from FindForInsert with no mutation since). Needs room: the caller ran
+  // EnsureRoomForOne() before the probe. May lengthen the tail (an mremap that can fail).
+  Status InsertAt(const InsertPoint& at, uint32_t slot);
+
   // Inserts key -> slot; the key must be absent (Find first). May grow the bucket buffer.
   Status Insert(uint64_t key, uint32_t slot);
   // Removes key (present, stored at `slot`). Returns false if no such entry.
@@ -116,6 +150,9 @@ class HashIndex {
   }
   uint64_t* mutable_buckets() { return reinterpret_cast<uint64_t*>(buf_.data()); }
   Status SetBuckets(size_t num_buckets);
+  size_t GrownCapacity() const {
+    return static_cast<size_t>(static_cast<double>(capacity_) * kGrowthFactor) + 1;
+  }
   Status GrowTo(size_t new_capacity);
   // Position of the bucket holding exactly `entry`, or num_buckets_.
   size_t Locate(uint64_t entry) const;

@@ -287,6 +287,14 @@ Result<std::unique_ptr<ArrayHashMap>> SnapshotIo::Load(const std::string& path,
       return Corrupt(path, "index names a dead row");
     }
   }
+  // Every live row must be found by its key at its own slot. The checks above leave room for an
+  // entry whose fingerprint is not its row key's, two entries naming one slot, or two live rows
+  // with one key: lookups would then miss rows and Erase/Insert would corrupt the table.
+  for (uint32_t slot = 0; slot < h.high_water; ++slot) {
+    if (m->IsLive(slot) && m->FindSlot(ArrayHashMap::RowKey(m->Row(slot))) != slot) {
+      return Corrupt(path, "row " + std::to_string(slot) + " is not reachable through the index");
+    }
+  }
   m->high_water_ = static_cast<uint32_t>(h.high_water);
   m->size_ = h.size;
   m->epoch_ = h.epoch;

@@ -260,3 +260,42 @@ TEST(ArrayHashMap, MaxRowsBoundOnInsert) {
 
 }  // namespace
 }  // namespace ferry::ps
+
+namespace ferry::ps {
+namespace {
+
+// shareable_rows: the rows live in a published memfd mapping through every growth (so a
+// same-host ucx peer can map them), and rows survive the moves intact.
+TEST(ArrayHashMap, ShareableRowsStayPublishedAndIntactAcrossGrowth) {
+  TableOptions o;
+  o.dim = 4;
+  o.initial_rows = 16;
+  o.shareable_rows = true;
+  auto m = Make(o);
+  ASSERT_NE(m, nullptr);
+  constexpr uint64_t kKeys = 50000;  // ~12 doublings from 16 rows
+  for (uint64_t k = 1; k <= kKeys; ++k) {
+    auto r = m->Insert(k * 0x9e3779b97f4a7c15ull);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    m->Embedding(r->row)[0] = static_cast<float>(k);
+    if (k % 5000 == 0) {
+      auto* row = m->Find(k * 0x9e3779b97f4a7c15ull);
+      ASSERT_NE(row, nullptr);
+      EXPECT_GE(FindShareableBacking(row, 1).fd, 0) << "rows not published after growth, k=" << k;
+    }
+  }
+  for (uint64_t k = 1; k <= kKeys; ++k) {
+    auto* row = m->Find(k * 0x9e3779b97f4a7c15ull);
+    ASSERT_NE(row, nullptr) << k;
+    ASSERT_EQ(m->Embedding(row)[0], static_cast<float>(k)) << k;
+  }
+  TableOptions plain = o;
+  plain.shareable_rows = false;
+  auto p = Make(plain);
+  auto r = p->Insert(1);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(FindShareableBacking(r->row, 1).fd, -1) << "ordinary tables stay anonymous memory";
+}
+
+}  // namespace
+}  // namespace ferry::ps
