@@ -2,7 +2,16 @@
 # Quick start, step 2: run the whole test suite (installing what is missing and building first).
 # The 'rdma' suite boots a throwaway soft-RoCE VM (tools/softroce/ferry-vm) because this kernel
 # may lack rdma_rxe; its packages and Debian's kernel are fetched here.
-# Extra arguments go to `meson test` (e.g. ./test.sh --suite conformance).
+#
+# Stages (scripts/test-stages.sh says what each builds and runs):
+#   main  the gcc build (-Dwerror=true) and every meson suite;
+#   asan  ASan+UBSan build, every suite but 'rdma';
+#   tsan  TSan build, the multi-threaded tests;
+#   fuzz  each libFuzzer target for FERRY_FUZZ_SECONDS (default 30) seconds.
+# A failing stage does not stop the later ones; the script exits non-zero if any failed and ends
+# with a summary of outcomes and wall times. FERRY_TEST_STAGES picks stages (default: all four).
+# Extra arguments go to the main stage's `meson test` (e.g. ./test.sh --suite conformance) and
+# then only the main stage runs unless FERRY_TEST_STAGES says otherwise.
 set -euo pipefail
 cd "$(dirname "$0")"
 source scripts/deps.sh
@@ -10,10 +19,18 @@ ferry_install_packages "${FERRY_PACKAGES[@]}"
 if [ -x tools/softroce/ferry-vm ]; then
   tools/softroce/ferry-vm setup
 fi
+set +e  # from here every stage records its own failure
+source scripts/test-stages.sh
 
-BUILD=${FERRY_TEST_BUILD_DIR:-build-test}
-if [ ! -f "$BUILD/build.ninja" ]; then
-  meson setup "$BUILD" -Dwerror=true >/dev/null
-fi
-ninja -C "$BUILD"
-meson test -C "$BUILD" --print-errorlogs "$@"
+if [ $# -gt 0 ]; then stages=${FERRY_TEST_STAGES:-main}; else stages=${FERRY_TEST_STAGES:-main asan tsan fuzz}; fi
+for s in $stages; do
+  case $s in
+    main) ferry_stage main ferry_main_stage "$@" ;;
+    asan) ferry_stage asan ferry_asan_stage ;;
+    tsan) ferry_stage tsan ferry_tsan_stage ;;
+    fuzz) ferry_stage fuzz ferry_fuzz_stage ;;
+    *) echo "test.sh: unknown stage '$s' in FERRY_TEST_STAGES (main asan tsan fuzz)" >&2; exit 2 ;;
+  esac
+done
+ferry_stage_summary
+exit "$FERRY_STAGE_FAILED"

@@ -4,10 +4,14 @@
 #   2. the netns suite (tests/netns: network faults between two namespaces, tcp and ucx over tcp)
 #      and its SIGKILL loop; both print RELIABILITY lines that are collected here;
 #   3. when built, the error-path cases of the conformance suite, the fault-injection wrapper's
-#      tests, the tcp backend's hostile-peer tests and the fuzz corpus replay.
+#      tests, the tcp backend's hostile-peer tests and the fuzz corpus replay;
+#   4. the sanitizer stages of ./test.sh (scripts/test-stages.sh): the ASan+UBSan build running
+#      every suite but 'rdma', and the TSan build running the multi-threaded tests.
 # Usage: scripts/reliability-report.sh [FUZZ_SECONDS_PER_TARGET (default 60)]
 # Env: FERRY_RELIABILITY_BUILD_DIR (default build-reliability), FERRY_NETNS_KILLS,
-#      FERRY_NETNS_SEED, FERRY_SKIP_FUZZ=1 (keeps the fuzz rows out, says so in the report).
+#      FERRY_NETNS_SEED, FERRY_SKIP_FUZZ=1 (keeps the fuzz rows out, says so in the report),
+#      FERRY_SKIP_SANITIZERS=1 (likewise for step 4), FERRY_ASAN_BUILD_DIR (default
+#      build-reliability-asan), FERRY_TSAN_BUILD_DIR (default build-reliability-tsan).
 # Needs root for the netns suite (it skips itself otherwise, and the report says so).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -46,8 +50,9 @@ if [ ! -f "$build/build.ninja" ]; then
   }
 fi
 targets=(tests/netns/netns_test tests/common/ferry_test_peer)
-optional=(tests/conformance/conformance tests/fault/fault_test tests/tcp/tcp_test
-          tests/fuzz/fuzz_replay_handshake tests/fuzz/fuzz_replay_region)
+fuzz_names=(handshake region tcp_frames snapshot tools)
+optional=(tests/conformance/conformance tests/fault/fault_test tests/tcp/tcp_test)
+for t in "${fuzz_names[@]}"; do optional+=("tests/fuzz/fuzz_replay_$t"); done
 log "building ${targets[*]}"
 ninja -C "$build" "${targets[@]}" >"$work/build.log" 2>&1 || {
   tail -30 "$work/build.log" >&2
@@ -109,7 +114,7 @@ log "running the error-path suites"
   gtest_row tcp-hostile-peers "$build/tests/tcp/tcp_test" '*Hostile*:*Forged*'
 } >"$work/errpaths.md"
 replay_rows=""
-for t in handshake region; do
+for t in "${fuzz_names[@]}"; do
   exe="$build/tests/fuzz/fuzz_replay_$t"
   if [ -x "$exe" ]; then
     if "$exe" "tests/fuzz/corpus/$t" "tests/fuzz/crashes/$t" >"$work/replay-$t.log" 2>&1; then r=pass; else r=FAIL; fi
@@ -119,6 +124,47 @@ for t in handshake region; do
     replay_rows+="| $t | - | not built |"$'\n'
   fi
 done
+
+# ---- 4. sanitizers ---------------------------------------------------------------------------
+san_status="skipped (FERRY_SKIP_SANITIZERS=1)"
+asan_rows=""
+tsan_rows=""
+if [ "${FERRY_SKIP_SANITIZERS:-0}" != 1 ]; then
+  source scripts/test-stages.sh
+  export FERRY_ASAN_BUILD_DIR=${FERRY_ASAN_BUILD_DIR:-build-reliability-asan}
+  export FERRY_TSAN_BUILD_DIR=${FERRY_TSAN_BUILD_DIR:-build-reliability-tsan}
+  log "ASan+UBSan stage (every suite but rdma) in $FERRY_ASAN_BUILD_DIR"
+  start=$(date +%s)
+  ferry_asan_stage >"$work/asan.log" 2>&1
+  asan_rc=$?
+  asan_seconds=$(( $(date +%s) - start ))
+  log "TSan stage (multi-threaded tests) in $FERRY_TSAN_BUILD_DIR"
+  start=$(date +%s)
+  ferry_tsan_stage >"$work/tsan.log" 2>&1
+  tsan_rc=$?
+  tsan_seconds=$(( $(date +%s) - start ))
+  # meson's per-test results, the gtest cases they ran and every sanitizer report in the logs.
+  asan_log="$FERRY_ASAN_BUILD_DIR/meson-logs/testlog.txt"
+  asan_json="$FERRY_ASAN_BUILD_DIR/meson-logs/testlog.json"
+  if [ -f "$asan_json" ]; then
+    asan_rows=$(python3 - "$asan_json" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    t = json.loads(line)
+    print(f"| {t['name']} | {t['result']} | {t['duration']:.1f} |")
+PY
+)
+  fi
+  asan_tests=$(grep -Eo '^\[  PASSED  \] [0-9]+' "$asan_log" 2>/dev/null | awk '{s += $NF} END {print s + 0}')
+  asan_reports=$(grep -cE 'ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:' "$asan_log" 2>/dev/null)
+  asan_meson=$(grep -E '^(Ok|Fail|Skipped|Timeout|Expected Fail|Unexpected Pass):' "$work/asan.log" | tr -s ' ' | paste -sd ' ')
+  tsan_rows=$(grep -E '^tsan ' "$work/tsan.log" | sed -E 's/^tsan ([^:]+): (.*)$/| \1 | \2 |/')
+  tsan_tests=$(cat "$FERRY_TSAN_BUILD_DIR"/tsan-*.log 2>/dev/null | grep -Eo '^\[  PASSED  \] [0-9]+' | awk '{s += $NF} END {print s + 0}')
+  tsan_reports=$(cat "$FERRY_TSAN_BUILD_DIR"/tsan-*.log 2>/dev/null | grep -c 'WARNING: ThreadSanitizer')
+  if [ $asan_rc -eq 0 ] && [ $tsan_rc -eq 0 ]; then san_status=ok; else san_status="FAILED"; fi
+  [ $asan_rc -eq 0 ] || log "ASan stage failed: see $asan_log"
+  [ $tsan_rc -eq 0 ] || log "TSan stage failed: see $FERRY_TSAN_BUILD_DIR/tsan-*.log"
+fi
 
 # ---- report ----------------------------------------------------------------------------------
 # RELIABILITY lines: key=value fields, `error=` last (runs to the end of the line).
@@ -168,6 +214,12 @@ bad=$(grep -cE 'outcome=(hang|late|corrupt|unclear-error|undetected|crash|setup|
   echo "| What | Outcome |"
   echo "|---|---|"
   echo "| Fuzzing (${fuzz_seconds}s per target) | $fuzz_status |"
+  if [ "$san_status" = "${san_status#skipped}" ]; then
+    echo "| ASan+UBSan, every suite but rdma (${asan_seconds}s) | exit $asan_rc: ${asan_tests} gtest cases passed, ${asan_reports} sanitizer reports; meson: ${asan_meson:-no summary} |"
+    echo "| TSan, multi-threaded tests (${tsan_seconds}s) | exit $tsan_rc: ${tsan_tests} gtest cases passed, ${tsan_reports} reports |"
+  else
+    echo "| Sanitizers | $san_status |"
+  fi
   if [ -n "$skip_reason" ]; then
     echo "| netns suite | skipped: ${skip_reason#every case skips: } |"
   else
@@ -185,6 +237,25 @@ bad=$(grep -cE 'outcome=(hang|late|corrupt|unclear-error|undetected|crash|setup|
   echo "| Target | Inputs (corpus + crashes) | Replay |"
   echo "|---|---|---|"
   printf '%s' "$replay_rows"
+  echo
+  echo "## Sanitizer runs (the asan and tsan stages of ./test.sh)"
+  echo
+  echo "Built with gcc; any report aborts the process, so it fails its test"
+  echo "(\`halt_on_error=1:abort_on_error=1\`, leaks checked). The 'rdma' suite (verbs in the"
+  echo "soft-RoCE VM) runs without sanitizers only: the VM's time budget leaves no room for a"
+  echo "second, slower pass. Wall times include the builds."
+  echo
+  echo "ASan+UBSan (\`-Db_sanitize=address,undefined\`), meson tests:"
+  echo
+  echo "| Test | Result | Seconds |"
+  echo "|---|---|---|"
+  if [ -n "$asan_rows" ]; then echo "$asan_rows"; else echo "| (not run: $san_status) | - | - |"; fi
+  echo
+  echo "TSan (\`-Db_sanitize=thread\`), gtest filters from scripts/test-stages.sh:"
+  echo
+  echo "| Binary | Outcome |"
+  echo "|---|---|"
+  if [ -n "$tsan_rows" ]; then echo "$tsan_rows"; else echo "| (not run: $san_status) | - |"; fi
   echo
   echo "## Network faults (tests/netns, two namespaces joined by a veth pair)"
   echo
@@ -239,4 +310,5 @@ bad=$(grep -cE 'outcome=(hang|late|corrupt|unclear-error|undetected|crash|setup|
 log "wrote $out"
 cat "$out"
 if [ "$bad" -ne 0 ] || ! grep -q 'Ok:' "$work/netns-meson.txt"; then exit 1; fi
+if [ "$san_status" = FAILED ]; then exit 1; fi
 exit 0

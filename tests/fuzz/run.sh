@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang (ASan+UBSan) and runs each for a bounded time over its
-# seed corpus. New crashes are copied into tests/fuzz/corpus/<target>/ by hand as regression
-# inputs (the normal build replays that folder in `meson test --suite fuzz`).
+# seed corpus, FERRY_FUZZ_JOBS targets at once (default 2: one per core of the CI machine).
+# A crash leaves its input in <build>/crash-<target>-*; copy it into tests/fuzz/crashes/<target>/
+# once fixed (the normal build replays that folder in `meson test --suite fuzz`).
 # Usage: tests/fuzz/run.sh [SECONDS_PER_TARGET] [RESULTS_FILE]
+# Env: FERRY_FUZZ_BUILD_DIR (default build-fuzz), FERRY_FUZZ_JOBS.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 seconds=${1:-60}
@@ -10,30 +12,57 @@ results=${2:-}
 source scripts/deps.sh
 ferry_install_packages clang libclang-rt-14-dev
 build=${FERRY_FUZZ_BUILD_DIR:-build-fuzz}
+jobs=${FERRY_FUZZ_JOBS:-2}
 if [ ! -f "$build/build.ninja" ]; then
-  CXX=clang++ meson setup "$build" -Dfuzz=true -Djemalloc=false -Dbenchmarks=false >/dev/null
+  # The parsers under test need no verbs/UCX backend: leaving them out builds faster.
+  CXX=clang++ meson setup "$build" -Dfuzz=true -Djemalloc=false -Dbenchmarks=false \
+    -Dverbs=disabled -Ducx=disabled >/dev/null
 fi
-ninja -C "$build" >/dev/null
-status=0
-for exe in "$build"/tests/fuzz/fuzz_*; do
-  [ -f "$exe" ] && [ -x "$exe" ] || continue
-  name=$(basename "$exe"); name=${name#fuzz_}
+mapfile -t targets < <(ninja -C "$build" -t targets all |
+                       sed -nE 's/^(tests\/fuzz\/fuzz_[a-z_]+): cpp_LINKER$/\1/p')
+if [ ${#targets[@]} -eq 0 ]; then
+  echo "run.sh: no fuzz targets in $build" >&2
+  exit 1
+fi
+ninja -C "$build" ${FERRY_TEST_JOBS:+-j"$FERRY_TEST_JOBS"} "${targets[@]}" >/dev/null
+
+# One target: fuzz, then print its result line (and its crash report, if any).
+fuzz_one() {
+  local name=$1 exe="$build/tests/fuzz/fuzz_$1" work log outcome execs corpus line
   work=$(mktemp -d)
   cp -r "tests/fuzz/corpus/$name/." "$work/" 2>/dev/null || true
   log="$build/fuzz-$name.log"
-  if "$exe" -max_total_time="$seconds" -max_len=65536 -artifact_prefix="$build/crash-$name-" \
-       "$work" >"$log" 2>&1; then
+  if "$exe" -max_total_time="$seconds" -timeout=25 -max_len=65536 \
+       -artifact_prefix="$build/crash-$name-" "$work" >"$log" 2>&1; then
     outcome=ok
   else
     outcome=CRASH
-    status=1
   fi
   execs=$(grep -Eo 'stat::number_of_executed_units: *[0-9]+' "$log" | grep -Eo '[0-9]+$' || true)
   if [ -z "$execs" ]; then execs=$(grep -Eo '^#[0-9]+' "$log" | tail -1 | tr -d '#' || true); fi
   corpus=$(find "$work" -type f | wc -l)
+  rm -rf "$work"
   line="fuzz $name: $outcome, ${execs:-?} executions in ${seconds}s, corpus $corpus inputs"
   echo "$line"
   [ -n "$results" ] && echo "$line" >>"$results"
-  rm -rf "$work"
+  if [ "$outcome" != ok ]; then
+    grep -E 'ERROR: |SUMMARY: |runtime error|#[0-9]+ 0x' "$log" | head -20
+    return 1
+  fi
+}
+
+status=0
+running=0
+for t in "${targets[@]}"; do
+  fuzz_one "$(basename "$t" | sed 's/^fuzz_//')" &
+  running=$((running + 1))
+  if [ "$running" -ge "$jobs" ]; then
+    wait -n || status=1
+    running=$((running - 1))
+  fi
+done
+while [ "$running" -gt 0 ]; do
+  wait -n || status=1
+  running=$((running - 1))
 done
 exit $status

@@ -1,0 +1,129 @@
+# Stages of ./test.sh (sourced by it; bash). Each stage builds in its own directory, runs, and
+# records pass/fail and wall time; a failing stage never stops the next one. test.sh prints
+# ferry_stage_summary at the end and exits non-zero if any stage failed.
+#
+#   main  gcc, -Dwerror=true: every suite (with 'rdma' in the soft-RoCE VM and 'netns' as root).
+#   asan  gcc, ASan+UBSan, no jemalloc, no benchmarks: every suite but 'rdma' (the VM's time
+#         budget: verbs in the VM run without sanitizers). Any report aborts the test: fail.
+#   tsan  gcc, TSan: only the multi-threaded tests (progress threads, two threads posting on one
+#         transport, concurrent table readers, the pool), via gtest filters. Any report: fail.
+#   fuzz  clang, libFuzzer + ASan + UBSan: tests/fuzz/run.sh, FERRY_FUZZ_SECONDS (default 30)
+#         per target over its seed corpus. A crash: fail (inputs kept in build-fuzz/crash-*).
+#
+# Build directories: FERRY_TEST_BUILD_DIR (build-test), FERRY_ASAN_BUILD_DIR (build-asan),
+# FERRY_TSAN_BUILD_DIR (build-tsan), FERRY_FUZZ_BUILD_DIR (build-fuzz). FERRY_TEST_JOBS caps
+# ninja's parallelism (default: ninja's own). Sanitizer logs: <build>/meson-logs/ and
+# <build>/tsan-*.log.
+
+FERRY_STAGE_RESULTS=()
+FERRY_STAGE_FAILED=0
+
+# ferry_stage NAME FUNCTION [ARGS...]: runs FUNCTION, records its outcome and wall time.
+ferry_stage() {
+  local name=$1 start rc
+  shift
+  echo "==== test.sh stage: $name ($(date -u '+%H:%M:%S UTC'), load $(cut -d' ' -f1-3 /proc/loadavg))"
+  start=$(date +%s)
+  "$@"
+  rc=$?
+  local secs=$(($(date +%s) - start))
+  if [ $rc -eq 0 ]; then
+    FERRY_STAGE_RESULTS+=("$(printf '%-5s ok      %4ds' "$name" "$secs")")
+  else
+    FERRY_STAGE_RESULTS+=("$(printf '%-5s FAILED  %4ds (exit %d)' "$name" "$secs" "$rc")")
+    FERRY_STAGE_FAILED=1
+  fi
+  echo "==== test.sh stage: $name done in ${secs}s (exit $rc)"
+  return 0
+}
+
+ferry_stage_summary() {
+  echo "==== test.sh summary (load $(cut -d' ' -f1-3 /proc/loadavg))"
+  printf '  %s\n' "${FERRY_STAGE_RESULTS[@]}"
+}
+
+ferry_ninja() {  # dir [targets...]
+  local dir=$1
+  shift
+  ninja -C "$dir" ${FERRY_TEST_JOBS:+-j"$FERRY_TEST_JOBS"} "$@"
+}
+
+# Sanitizer runtime options: stop at the first report and fail the process, print a stack.
+ferry_sanitizer_env() {
+  export ASAN_OPTIONS=halt_on_error=1:abort_on_error=1:detect_leaks=1:print_summary=1
+  export UBSAN_OPTIONS=halt_on_error=1:abort_on_error=1:print_stacktrace=1:print_summary=1
+  export LSAN_OPTIONS=suppressions=$PWD/scripts/lsan.supp:print_suppressions=0
+  export TSAN_OPTIONS=halt_on_error=1:abort_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp:print_suppressions=0
+}
+
+ferry_main_stage() {
+  local build=${FERRY_TEST_BUILD_DIR:-build-test}
+  if [ ! -f "$build/build.ninja" ]; then
+    meson setup "$build" -Dwerror=true >/dev/null || return 1
+  fi
+  ferry_ninja "$build" || return 1
+  meson test -C "$build" --print-errorlogs "$@"
+}
+
+ferry_asan_stage() {
+  local build=${FERRY_ASAN_BUILD_DIR:-build-asan}
+  # -O1: gcc compiles ASan+UBSan code about 4x slower than plain -O2 and -O1 cuts that by 40 %;
+  # the sanitizers still see everything (ASan's documented recommendation is -O1).
+  if [ ! -f "$build/build.ninja" ]; then
+    meson setup "$build" -Dwerror=true -Db_sanitize=address,undefined -Db_lundef=false \
+      -Doptimization=1 -Djemalloc=false -Dbenchmarks=false >/dev/null || return 1
+  fi
+  ferry_ninja "$build" || return 1
+  (
+    ferry_sanitizer_env
+    # Sanitized code runs 2-3x slower: give every test three times its timeout.
+    meson test -C "$build" --print-errorlogs --no-suite rdma --timeout-multiplier 3
+  )
+}
+
+# Multi-threaded tests and the gtest filters that select them (binary relative to the build).
+FERRY_TSAN_RUNS=(
+  "tests/conformance/conformance|*TwoThreadsPostAndPollOneTransport*:*IntegrityWithTargetProgressThread*:*PeerKilled*:*CloseCancels*"
+  "tests/tcp/tcp_test|TcpStream.TwoThreads*:TcpStream.Deregister*:TcpStream.SilentPeer*:TcpStream.CloseCancels*:TcpHostile.*"
+  "tests/ps/ps_test|Threading.*:TcpGather.*"
+  "tests/fault/fault_test|*"
+  "tests/topology/pool_test|*Concurrent*"
+  "tests/ucx/ucx_test|*ProgressThread*"
+)
+
+ferry_tsan_stage() {
+  local build=${FERRY_TSAN_BUILD_DIR:-build-tsan} run exe filter targets=() rc=0
+  if [ ! -f "$build/build.ninja" ]; then
+    meson setup "$build" -Dwerror=true -Db_sanitize=thread -Db_lundef=false -Djemalloc=false \
+      -Dbenchmarks=false >/dev/null || return 1
+  fi
+  for run in "${FERRY_TSAN_RUNS[@]}"; do
+    exe=${run%%|*}
+    if ninja -C "$build" -t targets all 2>/dev/null | grep -q "^$exe:"; then targets+=("$exe"); fi
+  done
+  # Peers the conformance and netns harnesses spawn.
+  targets+=(tests/common/ferry_test_peer)
+  ferry_ninja "$build" "${targets[@]}" || return 1
+  (
+    ferry_sanitizer_env
+    for run in "${FERRY_TSAN_RUNS[@]}"; do
+      exe=${run%%|*}
+      filter=${run#*|}
+      [ -x "$build/$exe" ] || continue  # a backend this machine lacks (e.g. no UCX)
+      local log
+      log="$build/tsan-$(basename "$exe").log"
+      if timeout 900 "$build/$exe" --gtest_filter="$filter" >"$log" 2>&1; then
+        echo "tsan $(basename "$exe"): ok, $(grep -Eo '^\[  PASSED  \] [0-9]+' "$log" | grep -Eo '[0-9]+$') tests passed"
+      else
+        echo "tsan $(basename "$exe"): FAILED (log $log)"
+        grep -E 'WARNING: ThreadSanitizer|SUMMARY: ThreadSanitizer|^\[  FAILED  \]' "$log" | head -20
+        rc=1
+      fi
+    done
+    exit $rc
+  )
+}
+
+ferry_fuzz_stage() {
+  tests/fuzz/run.sh "${FERRY_FUZZ_SECONDS:-30}"
+}
