@@ -61,16 +61,16 @@ setup() {
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >&2 \
       || { echo "run.sh: apt-get install ${need[*]} failed" >&2; exit 1; }
   fi
-  if [ ! -x "$LAT" ] || [ ! -x "$BW" ]; then
-    log "building ferry-lat/ferry-bw in $BUILD"
-    [ -d "$BUILD" ] || meson setup "$BUILD" --buildtype=release -Dtests=false -Dbenchmarks=false >&2
-    local i
-    for i in 1 2 3; do
-      ninja -C "$BUILD" tools/bench/ferry-lat tools/bench/ferry-bw tools/info/ferry-info >&2 && break
-      log "build failed (attempt $i); retrying in 60 s"; sleep 60
-    done
-    [ -x "$LAT" ] && [ -x "$BW" ] || { echo "run.sh: could not build the Ferry tools" >&2; exit 1; }
-  fi
+  # Always run ninja (a no-op when up to date): a stale binary from an older tree would be
+  # measured silently otherwise.
+  log "building ferry-lat/ferry-bw in $BUILD"
+  [ -d "$BUILD" ] || meson setup "$BUILD" --buildtype=release -Dtests=false -Dbenchmarks=false >&2
+  local i built=0
+  for i in 1 2 3; do
+    ninja -C "$BUILD" tools/bench/ferry-lat tools/bench/ferry-bw tools/info/ferry-info >&2 && { built=1; break; }
+    log "build failed (attempt $i); retrying in 60 s"; sleep 60
+  done
+  [ "$built" = 1 ] && [ -x "$LAT" ] && [ -x "$BW" ] || { echo "run.sh: could not build the Ferry tools" >&2; exit 1; }
   g++ -O2 -std=c++20 -o "$GATHER" "$HERE/gather.cc" || { echo "run.sh: gather.cc did not build" >&2; exit 1; }
 }
 

@@ -13,12 +13,14 @@ namespace {
 constexpr uint64_t kSeedRequest = 0x7265717565737431ull;
 constexpr uint64_t kSeedReply = 0x7265706c79763031ull;
 constexpr uint64_t kSeedRegion = 0x726567696f6e3031ull;
-constexpr uint64_t kMaxSlotRows = 1u << 20;   // slots * rows segment entries per stream
-constexpr uint64_t kMaxPartRows = 1u << 22;   // rows eligible per partition
+constexpr uint64_t kMaxSlotRows = 1u << 20;  // slots * rows segment entries per stream
+constexpr uint64_t kMaxPartRows = 1u << 22;  // rows eligible per partition
 
 }  // namespace
 
-void FreeDeleter::operator()(uint8_t* p) const { std::free(p); }
+void FreeDeleter::operator()(uint8_t* p) const {
+  std::free(p);
+}
 
 Geometry MakeGeometry(const BenchConfig& c, uint64_t size, const Capabilities& caps) {
   Geometry g;
@@ -81,9 +83,13 @@ Phase MakePhase(const BenchConfig& c, uint32_t index, uint64_t size, const Capab
 
 // Row k of op `seq` is the (base + k)-th entry of the permutation: `rows` consecutive entries are
 // distinct rows, so an op never writes one row twice, while base varies randomly per op.
+uint64_t RowStart(const BenchConfig& c, const Phase& p, const Stream& s, uint64_t seq) {
+  return MixSeed(c.seed ^ 0x726f7773ull, s.index, p.index, seq) % p.g.part_rows;
+}
+
 uint64_t RowOffset(const BenchConfig& c, const Phase& p, const Stream& s, uint64_t seq,
                    uint64_t k) {
-  const uint64_t base = MixSeed(c.seed ^ 0x726f7773ull, s.index, p.index, seq) % p.g.part_rows;
+  const uint64_t base = RowStart(c, p, s, seq);
   const uint64_t row = p.perm[(base + k) % p.g.part_rows];
   return (seq % p.g.slots) * p.g.part_bytes + row * c.row_size;
 }

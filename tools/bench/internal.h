@@ -30,6 +30,7 @@
 
 #include "tools/bench/config.h"
 #include "tools/bench/stats.h"
+#include "transport/pool.h"
 #include "transport/transport.h"
 
 namespace ferry::bench::internal {
@@ -53,26 +54,34 @@ inline uint64_t MakeContext(uint8_t owner, Kind kind, uint32_t stream, uint32_t 
   return (uint64_t{owner} << 56) | (uint64_t{static_cast<uint8_t>(kind)} << 48) |
          (uint64_t{stream & 0xffff} << 32) | slot;
 }
-inline uint8_t ContextOwner(uint64_t c) { return static_cast<uint8_t>(c >> 56); }
-inline Kind ContextKind(uint64_t c) { return static_cast<Kind>((c >> 48) & 0xff); }
-inline uint32_t ContextStream(uint64_t c) { return static_cast<uint32_t>((c >> 32) & 0xffff); }
-inline uint32_t ContextSlot(uint64_t c) { return static_cast<uint32_t>(c); }
+inline uint8_t ContextOwner(uint64_t c) {
+  return static_cast<uint8_t>(c >> 56);
+}
+inline Kind ContextKind(uint64_t c) {
+  return static_cast<Kind>((c >> 48) & 0xff);
+}
+inline uint32_t ContextStream(uint64_t c) {
+  return static_cast<uint32_t>((c >> 32) & 0xffff);
+}
+inline uint32_t ContextSlot(uint64_t c) {
+  return static_cast<uint32_t>(c);
+}
 
 inline constexpr uint8_t kMainOwner = 0;
-inline constexpr uint32_t kCreditBuffers = 8;     // per direction, per stream
+inline constexpr uint32_t kCreditBuffers = 8;  // per direction, per stream
 inline constexpr uint64_t kCreditBufSize = 64;
-inline constexpr uint64_t kCreditAreaBytes = 4096;  // 2 x 8 x 64 rounded to a page
+inline constexpr uint64_t kCreditAreaBytes = 4096;             // 2 x 8 x 64 rounded to a page
 inline constexpr uint64_t kCreditMagic = 0x46455252594352ull;  // "FERRYCR"
-inline constexpr uint64_t kSlotBudget = 32ull << 20;  // bytes of rotating buffers per area
+inline constexpr uint64_t kSlotBudget = 32ull << 20;           // bytes of rotating buffers per area
 
 // How one phase uses the areas.
 struct Geometry {
-  uint64_t size = 0;      // bytes per operation (contiguous size, or rows * row_size)
-  uint64_t slots = 2;     // rotating buffers in the src area / partitions of the target area
-  uint64_t depth = 1;     // outstanding data ops per stream
-  bool notify = false;    // writes carry kOpNotify (write_imm; sparse_write when supported)
-  bool credits = false;   // the target returns credits (two-sided or notify-verified ops)
-  bool tags = false;      // latency write/sparse_write: arrival seen by a tag byte per row
+  uint64_t size = 0;        // bytes per operation (contiguous size, or rows * row_size)
+  uint64_t slots = 2;       // rotating buffers in the src area / partitions of the target area
+  uint64_t depth = 1;       // outstanding data ops per stream
+  bool notify = false;      // writes carry kOpNotify (write_imm; sparse_write when supported)
+  bool credits = false;     // the target returns credits (two-sided or notify-verified ops)
+  bool tags = false;        // latency write/sparse_write: arrival seen by a tag byte per row
   uint64_t part_bytes = 0;  // sparse: target-area bytes per partition
   uint64_t part_rows = 0;   // sparse: rows eligible per partition
 };
@@ -89,8 +98,9 @@ struct Stream {
   bool initiator = false;  // this side initiates the data on this stream
   uint8_t owner = 1;
   // Destruction order matters: the key and endpoint go before the region, the region before
-  // the memory (declared in construction order, destroyed in reverse).
-  std::unique_ptr<uint8_t, FreeDeleter> memory;
+  // the memory (declared in construction order, destroyed in reverse). Shareable (a memfd), so
+  // that same-host peers of backends that can (ucx over shm) copy into it directly.
+  ShareableMemory memory;
   uint64_t memory_bytes = 0;
   std::unique_ptr<MemoryRegion> mr;
   RemoteRegion peer;  // the peer's region for this stream
@@ -102,20 +112,20 @@ struct Stream {
   uint64_t src = kCreditAreaBytes, target = 0;
 
   // ---- per-phase state (reset by ResetPhase) ----
-  uint64_t outstanding = 0;   // ops posted and not yet reaped (all kinds), for draining
-  uint64_t posted = 0;        // data ops initiated
-  uint64_t completed = 0;     // data ops reaped
-  uint64_t arrivals = 0;      // receives / notifications from the peer's data ops
-  uint64_t verified = 0;      // target: arrivals checked (bandwidth)
-  uint64_t granted = 0;       // initiator: verified count the target last reported
-  uint64_t credit_sent = 0;   // target: verified count last reported
+  uint64_t outstanding = 0;     // ops posted and not yet reaped (all kinds), for draining
+  uint64_t posted = 0;          // data ops initiated
+  uint64_t completed = 0;       // data ops reaped
+  uint64_t arrivals = 0;        // receives / notifications from the peer's data ops
+  uint64_t verified = 0;        // target: arrivals checked (bandwidth)
+  uint64_t granted = 0;         // initiator: verified count the target last reported
+  uint64_t credit_sent = 0;     // target: verified count last reported
   uint32_t credit_tx_busy = 0;  // bitmask of credit send buffers in flight
-  uint64_t handled = 0;       // latency responder: requests answered
+  uint64_t handled = 0;         // latency responder: requests answered
   bool stop_posting = false;
   bool finished = false;
   uint64_t last_recv_bytes = 0;
   std::vector<uint8_t> slot_busy;
-  std::vector<std::vector<Segment>> segs;  // sparse: the row list of each slot in flight
+  std::vector<std::vector<Segment>> segs;      // sparse: the row list of each slot in flight
   std::atomic<uint64_t> expected{UINT64_MAX};  // the peer's data-op count (main thread sets)
   BandwidthMeter meter;
   std::vector<double> samples;  // latency, microseconds
@@ -221,9 +231,10 @@ struct Phase {
   std::vector<uint32_t> perm;  // sparse: a permutation of a partition's rows (row choice)
 };
 Phase MakePhase(const BenchConfig& c, uint32_t index, uint64_t size, const Capabilities& caps);
+// Index into Phase::perm of row 0 of op `seq`; row k uses perm[(start + k) % part_rows].
+uint64_t RowStart(const BenchConfig& c, const Phase& p, const Stream& s, uint64_t seq);
 // Offset inside the target area of row k of op `seq` (which uses partition seq % slots).
-uint64_t RowOffset(const BenchConfig& c, const Phase& p, const Stream& s, uint64_t seq,
-                   uint64_t k);
+uint64_t RowOffset(const BenchConfig& c, const Phase& p, const Stream& s, uint64_t seq, uint64_t k);
 
 // One side of a session. Members in construction order: everything the transport hands out is
 // declared after it and so destroyed before it.
