@@ -621,19 +621,27 @@ void UcxTransport::ServeRmaRequest(UcxEndpoint* ep, const RmaHeader& h, const ui
   r->ep_id = ep->id();
   r->header.req_id = h.req_id;
   r->header.bytes = total;
-  if (!h.write) r->data.resize(total);
   const uint8_t* src = bytes + table_bytes;
-  uint8_t* out = r->data.data();
   for (uint32_t i = 0; i < h.num_segments; ++i) {
     RmaSegment s;
     std::memcpy(&s, bytes + i * sizeof(RmaSegment), sizeof(s));
     if (h.write) {
       std::memcpy(mr->data() + s.remote_offset, src, s.length);
       src += s.length;
-    } else {
-      std::memcpy(out, mr->data() + s.remote_offset, s.length);
-      out += s.length;
+    } else if (s.length > 0) {
+      // A read replies straight from the region: an iov per run of adjacent segments.
+      uint8_t* p = mr->data() + s.remote_offset;
+      if (!r->iov.empty() &&
+          static_cast<uint8_t*>(r->iov.back().buffer) + r->iov.back().length == p) {
+        r->iov.back().length += s.length;
+      } else {
+        r->iov.push_back(ucp_dt_iov_t{p, s.length});
+      }
     }
+  }
+  if (!r->iov.empty()) {
+    r->region = mr;
+    ++mr->replies_in_flight_;
   }
   if (h.write && h.notify) {
     Completion c;
@@ -661,18 +669,61 @@ void UcxTransport::SendReplies() {
     p.flags = UCP_AM_SEND_FLAG_EAGER;
     PendingReply* raw = r.get();
     p.user_data = raw;
-    ucs_status_ptr_t req =
-        ucp_am_send_nbx(ep->ep_.get(), kAmRmaReply, &raw->header, sizeof(raw->header),
-                        raw->data.data(), raw->data.size(), &p);
+    const void* buffer = raw->data.data();
+    size_t count = raw->data.size();
+    if (!raw->iov.empty()) {
+      p.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+      p.datatype = ucp_dt_make_iov();
+      buffer = raw->iov.data();
+      count = raw->iov.size();
+    }
+    ucs_status_ptr_t req = ucp_am_send_nbx(ep->ep_.get(), kAmRmaReply, &raw->header,
+                                           sizeof(raw->header), buffer, count, &p);
     // Done at once or failed (the peer is gone: nothing to tell it): drop the reply. In flight:
     // OnReplySent frees it, with any status (an error never aborts anything).
-    if (req != nullptr && !UCS_PTR_IS_ERR(req)) (void)r.release();
+    if (req != nullptr && !UCS_PTR_IS_ERR(req)) replies_sending_.insert(r.release());
   }
+}
+
+void UcxTransport::DrainRepliesFrom(UcxMemoryRegion* mr) {
+  for (auto& r : replies_) {
+    if (r->region != mr) continue;
+    r->iov.clear();
+    r->region = nullptr;
+    --mr->replies_in_flight_;
+    const std::string m = "ucx: the region was deregistered while this read was being served";
+    r->header.code = static_cast<uint32_t>(Code::kStale);
+    r->header.bytes = 0;
+    r->data.assign(m.begin(), m.end());
+  }
+  auto deadline = Clock::now() + options_.peer_timeout;
+  while (mr->replies_in_flight_ > 0 && Clock::now() < deadline) ProgressLocked();
+  if (mr->replies_in_flight_ == 0) return;
+  std::vector<uint64_t> stuck;
+  for (PendingReply* r : replies_sending_) {
+    if (r->region == mr) stuck.push_back(r->ep_id);
+  }
+  for (uint64_t id : stuck) {
+    auto it = live_.find(id);
+    if (it == live_.end()) continue;
+    FailEndpoint(it->second,
+                 PeerFailure("ucx: the peer did not take a read reply within peer_timeout while "
+                             "the region it reads was being deregistered"),
+                 /*graceful=*/false);
+  }
+  deadline = Clock::now() + options_.peer_timeout;
+  while (mr->replies_in_flight_ > 0 && Clock::now() < deadline) ProgressLocked();
+}
+
+PendingReply::~PendingReply() {
+  if (region != nullptr) --region->replies_in_flight_;  // under mu_, like every reply's life
 }
 
 void UcxTransport::OnReplySent(void* request, ucs_status_t /*status*/, void* user_data) {
   ucp_request_free(request);
-  delete static_cast<PendingReply*>(user_data);
+  auto* r = static_cast<PendingReply*>(user_data);
+  r->t->replies_sending_.erase(r);
+  delete r;
 }
 
 ucs_status_t UcxTransport::OnAmRmaReply(void* arg, const void* header, size_t header_length,

@@ -34,6 +34,7 @@ UcxMemoryRegion::~UcxMemoryRegion() {
   }
   std::lock_guard<std::mutex> lock(t_->mu_);
   t_->regions_.erase(descriptor_.epoch);  // AM requests naming it are refused from now on
+  if (replies_in_flight_ > 0) t_->DrainRepliesFrom(this);
   // CMA peers refuse it from now on (before the memory handle goes and the caller may free).
   if (table_slot_ != PeerRegionTable::kNoSlot) t_->region_table_.Remove(table_slot_);
   memh_.reset();

@@ -58,17 +58,19 @@
 //                 and whole (UCP_AM_SEND_FLAG_EAGER). The target finds ITS registration by epoch
 //                 and address, checks the key digest and every segment with
 //                 ferry::CheckRemoteAccess (bounds and rights) before touching memory, copies
-//                 the write in / gathers the read, queues the kNotify completion of a kOpNotify
+//                 the write in, queues the kNotify completion of a kOpNotify
 //                 write, and answers with kAmRmaReply
-//                 (status code + error text, or the read data). Replies are sent after worker
+//                 (status code + error text, or the read data as a UCP iov straight from the
+//                 region, adjacent rows merged: no gather buffer). Replies are sent after worker
 //                 progress, never from inside a UCX callback; a reply that cannot be sent (dead
 //                 peer) is dropped through its completion callback, never an abort. The Op
 //                 completes when both its request's send and the reply are done, or with the
 //                 endpoint's status when the endpoint fails. Requests that arrive while our side
 //                 of the handshake is still running are copied and served once it is done.
-//                 Costs: the target copies out of UCX's receive buffer (no rendezvous), and a
-//                 read reply is gathered into one buffer (so a concurrent deregistration cannot
-//                 leave UCX reading freed memory).
+//                 Cost: the target copies a write out of UCX's receive buffer (no rendezvous).
+//                 A region counts the read replies sending from it; ~UcxMemoryRegion turns
+//                 queued ones into kStale errors and waits for those UCX holds (up to
+//                 peer_timeout, then fails their endpoints), so UCX never reads freed memory.
 //                 Nothing is ever packed on the initiator for a write.
 //   kOpNotify     paths (1)/(2): after the flush (data landed), an active message (kAmNotify)
 //                 carries imm and the byte count; the target queues a kNotify completion when it
@@ -124,6 +126,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "transport/backend.h"
@@ -178,11 +181,21 @@ struct RmaReplyHeader {
 };
 // A reply the target owes; sent after worker progress (never from inside a UCX callback), and
 // kept alive until UCX is done with it. A failed send (dead peer) just frees it.
+class UcxMemoryRegion;
+
+// A reply owed to a path-(3) request. A read's payload is NOT copied: `iov` points into the
+// target region (adjacent segments merged) and the reply is sent with a UCP iov datatype, so
+// `region` counts it in `replies_in_flight_` until UCX is done with the memory (OnReplySent or
+// a failed send); ~UcxMemoryRegion waits for that count (see there). `data` carries only an
+// error text.
 struct PendingReply {
   UcxTransport* t = nullptr;
   uint64_t ep_id = 0;
   RmaReplyHeader header{};
   std::vector<uint8_t> data;
+  std::vector<ucp_dt_iov_t> iov;
+  UcxMemoryRegion* region = nullptr;  // set while it holds a count on the region
+  ~PendingReply();
 };
 
 // The kAmNotify header on the wire (little-endian hosts only, like UCX itself here).
@@ -264,10 +277,12 @@ class UcxMemoryRegion final : public MemoryRegion {
 
  private:
   friend class UcxTransport;
+  friend struct PendingReply;
   UcxTransport* t_;
   MemHandle memh_;
   uint64_t key_ = 0;
   uint32_t table_slot_ = PeerRegionTable::kNoSlot;  // our entry in t_->region_table_
+  uint64_t replies_in_flight_ = 0;  // read replies sending straight from this memory (mu_)
 };
 
 class UcxEndpoint;
@@ -411,6 +426,10 @@ class UcxTransport final : public Transport {
   void ServeDeferred();
   void AmFinish(OpState* st);
   void SendReplies();
+  // ~UcxMemoryRegion (mu_ held): read replies still owed from `mr` become kStale errors; those
+  // UCX is sending are waited for (progress) up to peer_timeout, then their endpoints are failed
+  // (a force close completes the sends) so the memory is no longer referenced when it returns.
+  void DrainRepliesFrom(UcxMemoryRegion* mr);
   void FailAmOps(UcxEndpoint* ep);
   Status CheckOpOwnership(const Op& op, size_t index) const;
   void PostOne(const Op& op);
@@ -468,6 +487,7 @@ class UcxTransport final : public Transport {
   std::unordered_map<uint64_t, OpState*> am_ops_;
   uint64_t next_req_id_ = 1;
   std::vector<std::unique_ptr<PendingReply>> replies_;  // owed replies, sent after progress
+  std::unordered_set<PendingReply*> replies_sending_;   // handed to UCX, freed by OnReplySent
   // Requests that arrived while our side of their endpoint's handshake was still running.
   std::vector<DeferredRequest> deferred_;
   std::vector<std::unique_ptr<OpState>> op_storage_;
