@@ -7,7 +7,7 @@
 #         budget: verbs in the VM run without sanitizers). Any report aborts the test: fail.
 #   tsan  gcc, TSan: only the multi-threaded tests (progress threads, two threads posting on one
 #         transport, concurrent table readers, the pool), via gtest filters. Any report: fail.
-#   fuzz  clang, libFuzzer + ASan + UBSan: tests/fuzz/run.sh, FERRY_FUZZ_SECONDS (default 30)
+#   fuzz  clang, libFuzzer + ASan + UBSan: tests/fuzz/run.sh, FERRY_FUZZ_SECONDS (default 20)
 #         per target over its seed corpus. A crash: fail (inputs kept in build-fuzz/crash-*).
 #
 # Build directories: FERRY_TEST_BUILD_DIR (build-test), FERRY_ASAN_BUILD_DIR (build-asan),
@@ -68,10 +68,12 @@ ferry_main_stage() {
 ferry_asan_stage() {
   local build=${FERRY_ASAN_BUILD_DIR:-build-asan}
   # -O1: gcc compiles ASan+UBSan code about 4x slower than plain -O2 and -O1 cuts that by 40 %;
-  # the sanitizers still see everything (ASan's documented recommendation is -O1).
+  # the sanitizers still see everything (ASan's documented recommendation is -O1). No -g: debug
+  # info is a large share of a sanitized build's compile and link time on 2 cores, and reports
+  # still name the functions (symbol tables); rebuild with -Ddebug=true to get line numbers.
   if [ ! -f "$build/build.ninja" ]; then
     meson setup "$build" -Dwerror=true -Db_sanitize=address,undefined -Db_lundef=false \
-      -Doptimization=1 -Djemalloc=false -Dbenchmarks=false >/dev/null || return 1
+      -Doptimization=1 -Ddebug=false -Djemalloc=false -Dbenchmarks=false >/dev/null || return 1
   fi
   ferry_ninja "$build" || return 1
   (
@@ -95,7 +97,7 @@ ferry_tsan_stage() {
   local build=${FERRY_TSAN_BUILD_DIR:-build-tsan} run exe filter targets=() rc=0
   if [ ! -f "$build/build.ninja" ]; then
     meson setup "$build" -Dwerror=true -Db_sanitize=thread -Db_lundef=false -Djemalloc=false \
-      -Dbenchmarks=false >/dev/null || return 1
+      -Doptimization=1 -Ddebug=false -Dbenchmarks=false >/dev/null || return 1
   fi
   for run in "${FERRY_TSAN_RUNS[@]}"; do
     exe=${run%%|*}
@@ -125,5 +127,5 @@ ferry_tsan_stage() {
 }
 
 ferry_fuzz_stage() {
-  tests/fuzz/run.sh "${FERRY_FUZZ_SECONDS:-30}"
+  tests/fuzz/run.sh "${FERRY_FUZZ_SECONDS:-20}"
 }

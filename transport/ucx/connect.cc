@@ -454,8 +454,15 @@ void UcxTransport::FailEndpoint(UcxEndpoint* ep, Status why, bool graceful) {
   FailAmOps(ep);
   if (ep->ep_.get() != nullptr) {
     // A force close makes UCX complete every outstanding request of the ep with an error
-    // (callbacks map it to status_); after an error callback UCX requires force.
-    void* req = ep->ep_.Close(/*force=*/!graceful || ep->ucx_error_ != UCS_OK);
+    // (callbacks map it to status_); after an error callback UCX requires force. Exception: an
+    // ep with verbs lanes (rc + ud wireup) is closed in flush mode unless UCX reported an
+    // error: UCX 1.13 asserts and aborts the process when a force close purges a ud wireup REQ
+    // still pending ("ucp_request.c:684 ... got REQ message", seen in the VM when the peer
+    // closed right after connecting). Once a request on the ep has completed, wireup is over
+    // and a force close is safe again (and needed: it completes RMA requests in flight to a
+    // dead peer at once, where a flush-mode close waits for UCX's keepalive).
+    const bool force = ep->ucx_error_ != UCS_OK || (!graceful && (!ep->native_rma_ || ep->wired_));
+    void* req = ep->ep_.Close(force);
     if (req != nullptr) {
       closing_.push_back(req);
       control_pending_ = true;
