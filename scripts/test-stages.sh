@@ -3,8 +3,9 @@
 # ferry_stage_summary at the end and exits non-zero if any stage failed.
 #
 #   main  gcc, -Dwerror=true: every suite (with 'rdma' in the soft-RoCE VM and 'netns' as root).
-#   asan  gcc, ASan+UBSan, no jemalloc, no benchmarks: every suite but 'rdma' (the VM's time
-#         budget: verbs in the VM run without sanitizers). Any report aborts the test: fail.
+#   asan  gcc, ASan+UBSan, no jemalloc, no benchmarks, no verbs backend: every suite but 'rdma'
+#         (the VM's time budget: verbs in the VM run without sanitizers, and the host has no
+#         RDMA device for verbs code to run on). Any report aborts the test: fail.
 #   tsan  gcc, TSan: only the multi-threaded tests (progress threads, two threads posting on one
 #         transport, concurrent table readers, the pool), via gtest filters. Any report: fail.
 #   fuzz  clang, libFuzzer + ASan + UBSan: tests/fuzz/run.sh, FERRY_FUZZ_SECONDS (default 20)
@@ -73,7 +74,8 @@ ferry_asan_stage() {
   # still name the functions (symbol tables); rebuild with -Ddebug=true to get line numbers.
   if [ ! -f "$build/build.ninja" ]; then
     meson setup "$build" -Dwerror=true -Db_sanitize=address,undefined -Db_lundef=false \
-      -Doptimization=1 -Ddebug=false -Djemalloc=false -Dbenchmarks=false >/dev/null || return 1
+      -Doptimization=1 -Ddebug=false -Djemalloc=false -Dbenchmarks=false -Dverbs=disabled \
+      >/dev/null || return 1
   fi
   ferry_ninja "$build" || return 1
   (
@@ -97,7 +99,7 @@ ferry_tsan_stage() {
   local build=${FERRY_TSAN_BUILD_DIR:-build-tsan} run exe filter targets=() rc=0
   if [ ! -f "$build/build.ninja" ]; then
     meson setup "$build" -Dwerror=true -Db_sanitize=thread -Db_lundef=false -Djemalloc=false \
-      -Doptimization=1 -Ddebug=false -Dbenchmarks=false >/dev/null || return 1
+      -Doptimization=1 -Ddebug=false -Dbenchmarks=false -Dverbs=disabled >/dev/null || return 1
   fi
   for run in "${FERRY_TSAN_RUNS[@]}"; do
     exe=${run%%|*}
