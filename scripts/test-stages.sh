@@ -57,6 +57,12 @@ ferry_sanitizer_env() {
   export TSAN_OPTIONS=halt_on_error=1:abort_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp:print_suppressions=0
 }
 
+# UCX's memory hooks (libucm patching mmap/munmap/brk) crash TSan-instrumented processes at
+# start (measured: every TSan test binary died with SIGSEGV); TSan runs without them.
+ferry_tsan_ucx_env() {
+  export UCX_MEM_EVENTS=no UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none
+}
+
 ferry_main_stage() {
   local build=${FERRY_TEST_BUILD_DIR:-build-test}
   if [ ! -f "$build/build.ninja" ]; then
@@ -89,7 +95,11 @@ ferry_asan_stage() {
 FERRY_TSAN_RUNS=(
   "tests/conformance/conformance|*TwoThreadsPostAndPollOneTransport*:*IntegrityWithTargetProgressThread*:*PeerKilled*:*CloseCancels*"
   "tests/tcp/tcp_test|TcpStream.TwoThreads*:TcpStream.Deregister*:TcpStream.SilentPeer*:TcpStream.CloseCancels*:TcpHostile.*"
-  "tests/ps/ps_test|Threading.*:TcpGather.*"
+  # ps Threading.* is not run here: ArrayHashMap grows with a raw mremap syscall (UCX's mremap
+  # hook drops MREMAP_FIXED's fifth argument), which TSan cannot see, so an address another
+  # thread's table used before a move is reported as a race (a false positive). Those tests run
+  # under ASan and in the main stage.
+  "tests/ps/ps_test|TcpGather.*"
   "tests/fault/fault_test|*"
   "tests/topology/pool_test|*Concurrent*"
   "tests/ucx/ucx_test|*ProgressThread*"
@@ -110,6 +120,7 @@ ferry_tsan_stage() {
   ferry_ninja "$build" "${targets[@]}" || return 1
   (
     ferry_sanitizer_env
+    ferry_tsan_ucx_env
     for run in "${FERRY_TSAN_RUNS[@]}"; do
       exe=${run%%|*}
       filter=${run#*|}

@@ -373,7 +373,7 @@ bool TcpTransport::DriveUntil(Lock& lk, Clock::time_point deadline, Pred pred) {
   while (!pred()) {
     const auto now = Clock::now();
     if (now >= deadline) return false;
-    if (progress_thread_.joinable()) {
+    if (options_.progress_thread) {
       cv_.wait_until(lk, deadline);
       continue;
     }

@@ -204,7 +204,7 @@ void TcpTransport::Progress(Lock& lk, int timeout_ms) {
   last_progress_ = now;
   if (now >= next_timer_) RunTimers(now);
   Sweep();
-  if (n > 0 || progress_thread_.joinable()) cv_.notify_all();
+  if (n > 0 || options_.progress_thread) cv_.notify_all();
 }
 
 void TcpTransport::RunTimers(Clock::time_point now) {
@@ -242,7 +242,7 @@ size_t TcpTransport::Poll(std::span<Completion> out) {
   // Completions already queued (typically by a Wait() that just progressed) are returned
   // without another round; the next Poll on an empty queue progresses. Saves a system call
   // per Wait+Poll pair.
-  if (!progress_thread_.joinable() && completions_.empty()) Progress(lk, 0);
+  if (!options_.progress_thread && completions_.empty()) Progress(lk, 0);
   size_t n = 0;
   while (n < out.size() && !completions_.empty()) out[n++] = completions_.pop();
   return n;
@@ -251,7 +251,9 @@ size_t TcpTransport::Poll(std::span<Completion> out) {
 Status TcpTransport::Wait(Millis timeout) {
   Lock lk(mu_);
   const auto deadline = Clock::now() + timeout;
-  if (progress_thread_.joinable()) {
+  // options_.progress_thread, not progress_thread_.joinable(): the thread object is written by
+  // Init() while the thread already runs (a data race ThreadSanitizer reported).
+  if (options_.progress_thread) {
     if (cv_.wait_until(lk, deadline, [&] { return !completions_.empty(); })) return Status::Ok();
     return Timeout("no completion within " + std::to_string(timeout.count()) + " ms");
   }
