@@ -204,8 +204,8 @@ void UcxTransport::PostCma(OpState* st, const Op& op) {
   size_t k = 0;
   uint64_t total = 0;
   int err = 0;
-  auto add = [&](uint64_t lo, uint64_t ro, uint64_t len) {
-    if (len == 0 || err != 0) return;
+  ForEachMergedRun(op, [&](uint64_t lo, uint64_t ro, uint64_t len) {
+    if (len == 0) return true;
     liov[k] = {local + lo, len};
     riov[k] = {remote + ro, len};
     total += len;
@@ -213,24 +213,8 @@ void UcxTransport::PostCma(OpState* st, const Op& op) {
       err = CmaBatch(pid, write, liov, riov, k);
       k = 0;
     }
-  };
-  if (op.type == OpType::kWrite || op.type == OpType::kRead) {
-    add(op.local_offset, op.remote_offset, op.length);
-  } else {
-    // Merge runs that are adjacent on both sides.
-    const Segment* seg = op.segments;
-    const size_t n = op.num_segments;
-    for (size_t i = 0; i < n && err == 0;) {
-      uint64_t lo = seg[i].local_offset, ro = seg[i].remote_offset, len = seg[i].length;
-      size_t j = i + 1;
-      while (j < n && seg[j].local_offset == lo + len && seg[j].remote_offset == ro + len) {
-        len += seg[j].length;
-        ++j;
-      }
-      add(lo, ro, len);
-      i = j;
-    }
-  }
+    return err == 0;
+  });
   if (err == 0 && k != 0) err = CmaBatch(pid, write, liov, riov, k);
   st->bytes = total;
   if (err == 0) {

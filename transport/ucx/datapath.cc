@@ -410,31 +410,16 @@ void UcxTransport::PostAm(OpState* st, const Op& op) {
   uint8_t* local = op.local->data();
   st->local_base = local;
   uint64_t total = 0;
-  auto add = [&](uint64_t lo, uint64_t ro, uint64_t len) {
-    if (len == 0) return;
+  ForEachMergedRun(op, [&](uint64_t lo, uint64_t ro, uint64_t len) {
+    if (len == 0) return true;
     st->table.push_back(RmaSegment{ro, len});
     if (write)
       st->iov.push_back(ucp_dt_iov_t{local + lo, len});
     else
       st->local_segs.push_back(RmaSegment{lo, len});
     total += len;
-  };
-  if (op.type == OpType::kWrite || op.type == OpType::kRead) {
-    add(op.local_offset, op.remote_offset, op.length);
-  } else {
-    const Segment* seg = op.segments;
-    const size_t n = op.num_segments;
-    for (size_t i = 0; i < n;) {  // merge runs adjacent on both sides
-      uint64_t lo = seg[i].local_offset, ro = seg[i].remote_offset, len = seg[i].length;
-      size_t j = i + 1;
-      while (j < n && seg[j].local_offset == lo + len && seg[j].remote_offset == ro + len) {
-        len += seg[j].length;
-        ++j;
-      }
-      add(lo, ro, len);
-      i = j;
-    }
-  }
+    return true;
+  });
   st->bytes = total;
   if (st->table.empty()) {  // nothing to move (all segments empty)
     if (st->notify) {

@@ -181,6 +181,29 @@ struct RmaReplyHeader {
 };
 // A reply the target owes; sent after worker progress (never from inside a UCX callback), and
 // kept alive until UCX is done with it. A failed send (dead peer) just frees it.
+// Calls add(local_offset, remote_offset, length) once for a contiguous op, and for a sparse op
+// once per run of segments adjacent on BOTH sides (one copy / iov entry per run instead of per
+// row); stops when add returns false.
+template <typename F>
+void ForEachMergedRun(const Op& op, F&& add) {
+  if (op.type == OpType::kWrite || op.type == OpType::kRead) {
+    add(op.local_offset, op.remote_offset, op.length);
+    return;
+  }
+  const Segment* seg = op.segments;
+  const size_t n = op.num_segments;
+  for (size_t i = 0; i < n;) {
+    uint64_t lo = seg[i].local_offset, ro = seg[i].remote_offset, len = seg[i].length;
+    size_t j = i + 1;
+    while (j < n && seg[j].local_offset == lo + len && seg[j].remote_offset == ro + len) {
+      len += seg[j].length;
+      ++j;
+    }
+    if (!add(lo, ro, len)) return;
+    i = j;
+  }
+}
+
 class UcxMemoryRegion;
 
 // A reply owed to a path-(3) request. A read's payload is NOT copied: `iov` points into the
