@@ -324,13 +324,20 @@ Status ArrayHashMap::Compact() {
   high_water_ = static_cast<uint32_t>(size_);
   free_head_ = kNoSlot;
   free_count_ = 0;
+  // Deregistered before the discard: a registration pins the pages, and RDMA would keep
+  // reaching the discarded ones (ResizeRows registers again).
+  region_.reset();
   rows_.Discard(static_cast<size_t>(high_water_) * layout_.stride,
                 static_cast<size_t>(old_high - high_water_) * layout_.stride);
   // Shrinking never moves a kRemap buffer, but the rows did move: a new epoch either way.
   return ResizeRows(std::max<size_t>(size_, kMinSlots));
 }
 
-void ArrayHashMap::Clear() {
+Status ArrayHashMap::Clear() {
+  // A registration pins the rows' pages: after the discard, RDMA through the old registration
+  // would reach the discarded pages while the table writes fresh ones. So deregister first and
+  // register again afterwards (a new epoch: descriptors of the old contents are stale).
+  region_.reset();
   index_.Clear();
   std::memset(live_.data(), 0, live_.size());
   rows_.Discard(0, rows_.size());
@@ -338,6 +345,8 @@ void ArrayHashMap::Clear() {
   free_head_ = kNoSlot;
   free_count_ = 0;
   size_ = 0;
+  if (transport_ != nullptr) return Register();
+  return Status::Ok();
 }
 
 Result<size_t> ArrayHashMap::EraseWhere(bool (*pred)(const ArrayHashMap&, const uint8_t*, double),

@@ -227,9 +227,13 @@ void MappedBuffer::Discard(size_t offset, size_t length) {
   if (begin >= end) return;
   if (fd_ >= 0) {
     // MADV_DONTNEED would only drop our page-table entries of a shared mapping; the file's pages
-    // must go (they read as zero afterwards, as anonymous memory does).
+    // must go (they read as zero afterwards, as anonymous memory does). Withdrawn around the
+    // punch: the pages behind the published range change, and whoever cached something about
+    // them (the verbs registration cache pins pages) must drop it.
+    ferry::WithdrawShareableMapping(data_);
     (void)fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(begin),
                     static_cast<off_t>(end - begin));
+    ferry::PublishShareableMapping(data_, size_, fd_, 0);
     return;
   }
   madvise(data_ + begin, end - begin, MADV_DONTNEED);

@@ -331,9 +331,46 @@ void PublishShareableMapping(const void* addr, size_t length, int fd, uint64_t o
   Index()[reinterpret_cast<uintptr_t>(addr)] = Published{length, fd, offset};
 }
 
+// Listeners run under their own mutex, never under the index's: a listener may take its own
+// locks and call FindShareableBacking from elsewhere (lock order: listener mutex -> listener's
+// lock -> index mutex), and RemoveMappingWithdrawnListener returning means no call is running.
+namespace {
+
+std::mutex& ListenerMutex() {
+  static std::mutex mu;
+  return mu;
+}
+std::map<uint64_t, MappingWithdrawnListener>& Listeners() {
+  static std::map<uint64_t, MappingWithdrawnListener> listeners;
+  return listeners;
+}
+
+}  // namespace
+
+uint64_t AddMappingWithdrawnListener(MappingWithdrawnListener fn) {
+  static uint64_t next_id = 1;  // guarded by ListenerMutex()
+  std::lock_guard<std::mutex> lock(ListenerMutex());
+  const uint64_t id = next_id++;
+  Listeners().emplace(id, std::move(fn));
+  return id;
+}
+
+void RemoveMappingWithdrawnListener(uint64_t id) {
+  std::lock_guard<std::mutex> lock(ListenerMutex());
+  Listeners().erase(id);
+}
+
 void WithdrawShareableMapping(const void* addr) {
-  std::lock_guard<std::mutex> lock(IndexMutex());
-  Index().erase(reinterpret_cast<uintptr_t>(addr));
+  size_t length = 0;
+  {
+    std::lock_guard<std::mutex> lock(IndexMutex());
+    auto it = Index().find(reinterpret_cast<uintptr_t>(addr));
+    if (it == Index().end()) return;
+    length = it->second.length;
+    Index().erase(it);
+  }
+  std::lock_guard<std::mutex> lock(ListenerMutex());
+  for (auto& [id, fn] : Listeners()) fn(addr, length);
 }
 
 MemoryBacking FindShareableBacking(const void* addr, size_t length) {

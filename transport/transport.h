@@ -43,6 +43,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -293,8 +294,9 @@ class Transport {
 //
 // Owners publish each such mapping in a process-wide index while it exists; RegisterMemory of a
 // backend that can use it looks the registered range up there (nothing else to pass). Rules for
-// owners: publish after mapping, withdraw BEFORE unmapping or moving the mapping (mremap), keep
-// `fd` open while published. Thread-safe.
+// owners: publish after mapping, withdraw BEFORE unmapping, moving (mremap) or replacing pages of
+// the mapping (hole punching; publish again afterwards), keep `fd` open while published.
+// Thread-safe.
 struct MemoryBacking {
   int fd = -1;          // -1: not shareable
   uint64_t offset = 0;  // offset of the queried address inside the memfd
@@ -305,6 +307,16 @@ void PublishShareableMapping(const void* addr, size_t length, int fd, uint64_t o
 void WithdrawShareableMapping(const void* addr);
 // The backing of [addr, addr+length) when one published mapping covers all of it.
 MemoryBacking FindShareableBacking(const void* addr, size_t length);
+
+// Listeners told when a published mapping is withdrawn, i.e. before its pages are unmapped or
+// moved (a backend that keeps registrations of published memory alive drops them there).
+// `fn(addr, length)` runs synchronously inside WithdrawShareableMapping, on the withdrawing thread,
+// after the index's lock is released; calls are serialised. A listener must not publish, withdraw
+// or add/remove listeners. After RemoveMappingWithdrawnListener returns, its listener is not
+// running and is never called again. Thread-safe.
+using MappingWithdrawnListener = std::function<void(const void* addr, size_t length)>;
+uint64_t AddMappingWithdrawnListener(MappingWithdrawnListener fn);  // returns an id > 0
+void RemoveMappingWithdrawnListener(uint64_t id);
 
 // ---- Backends -------------------------------------------------------------------------------
 

@@ -59,7 +59,7 @@ TEST(ArrayHashMap, InsertFindEraseAndSlotReuse) {
   EXPECT_EQ(b->slot, a->slot) << "the freed slot is reused first";
   EXPECT_EQ(m->Embedding(b->row)[0], 0.0f) << "a reused row starts zeroed";
   EXPECT_EQ(m->high_water(), 3u);
-  m->Clear();
+  ASSERT_TRUE(m->Clear().ok());
   EXPECT_EQ(m->size(), 0u);
   EXPECT_EQ(m->Find(7), nullptr);
   EXPECT_EQ(m->Find(0), nullptr);
@@ -194,6 +194,13 @@ TEST(ArrayHashMap, GrowthReregistersAndBumpsTheEpoch) {
   const uint64_t e = m->epoch();
   ASSERT_TRUE(m->Compact().ok());
   EXPECT_EQ(m->epoch(), e + 1) << "compaction moves rows: new epoch";
+  // Clear discards the pages a registration pinned: it must register the rows again.
+  ASSERT_TRUE(m->Clear().ok());
+  EXPECT_EQ(m->epoch(), e + 2) << "clear re-registers";
+  EXPECT_EQ(m->CheckEpoch(e + 1).code(), Code::kStale);
+  EXPECT_TRUE(m->CheckEpoch(m->epoch()).ok());
+  EXPECT_EQ(t.live(), 1);
+  EXPECT_EQ(t.overlapping_registrations(), 0) << "old region must be gone before the discard";
   m->DetachTransport();
   EXPECT_EQ(t.live(), 0);
   EXPECT_EQ(m->CheckEpoch(m->epoch()).code(), Code::kNotFound);

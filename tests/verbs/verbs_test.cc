@@ -20,6 +20,7 @@
 
 #include "transport/transport.h"
 #include "transport/verbs/verbs_transport.h"
+#include "tests/verbs/verbs_test_util.h"
 
 namespace ferry {
 namespace {
@@ -49,10 +50,7 @@ TransportOptions Opts(Params p, Millis peer_timeout = Millis(5000)) {
   return o;
 }
 
-struct Pair {
-  std::unique_ptr<Transport> server, client;
-  std::shared_ptr<Endpoint> s_ep, c_ep;
-};
+using Pair = verbs_test::TransportPair;
 
 // Server + client transports in this process, connected (Accept on a helper thread).
 // own_ip: listen on the server device's own IPv4 address instead of 127.0.0.1 (needed when the
@@ -72,16 +70,7 @@ Pair Connect(TransportOptions so, TransportOptions co, bool own_ip = false) {
     const std::string gid = verbs::VerbsStats(*p.server)->gid;  // "::ffff:a.b.c.d"
     host = gid.substr(gid.rfind(':') + 1);
   }
-  auto addr = p.server->Listen(host + ":0");
-  EXPECT_TRUE(addr.ok()) << addr.status().ToString();
-  if (!addr.ok()) return p;
-  auto accepted = std::async(std::launch::async, [&] { return p.server->Accept(Millis(20000)); });
-  auto ep = p.client->Connect(*addr, Millis(20000));
-  auto sep = accepted.get();
-  EXPECT_TRUE(ep.ok()) << ep.status().ToString();
-  EXPECT_TRUE(sep.ok()) << sep.status().ToString();
-  if (ep.ok()) p.c_ep = *ep;
-  if (sep.ok()) p.s_ep = *sep;
+  verbs_test::ConnectTransports(&p, host);
   return p;
 }
 

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -52,22 +53,35 @@ VerbsMemoryRegion::VerbsMemoryRegion(uint8_t* data, size_t size, uint32_t access
                                      MemoryRegistration mr, MemlockBudget* budget,
                                      uint64_t charged)
     : MemoryRegion(data, size, access), mr_(std::move(mr)), budget_(budget), charged_(charged) {
-  descriptor_.addr = reinterpret_cast<uintptr_t>(data);
-  descriptor_.length = size;
-  descriptor_.access = access;
+  FillDescriptor();
+}
+
+VerbsMemoryRegion::VerbsMemoryRegion(uint8_t* data, size_t size, RegCacheLease lease)
+    : MemoryRegion(data, size, kAccessLocal), lease_(std::move(lease)) {
+  FillDescriptor();
+}
+
+void VerbsMemoryRegion::FillDescriptor() {
+  descriptor_.addr = reinterpret_cast<uintptr_t>(data_);
+  descriptor_.length = size_;
+  descriptor_.access = access_;
   descriptor_.epoch = 0;
-  const uint32_t rkey = mr_->rkey;
+  const uint32_t rkey = mr()->rkey;
   descriptor_.rkey = {static_cast<uint8_t>(rkey), static_cast<uint8_t>(rkey >> 8),
                       static_cast<uint8_t>(rkey >> 16), static_cast<uint8_t>(rkey >> 24)};
 }
 
 VerbsMemoryRegion::~VerbsMemoryRegion() {
-  mr_.reset();
-  budget_->Release(charged_);
+  if (mr_) {
+    mr_.reset();
+    budget_->Release(charged_);
+  }
+  // lease_ releases its entry on destruction; the cache decides whether the MR stays.
 }
 
 Result<std::unique_ptr<MemoryRegion>> RegisterRegion(ibv_pd* pd, MemlockBudget* budget,
-                                                     void* addr, size_t length, uint32_t access) {
+                                                     RegCache* cache, void* addr, size_t length,
+                                                     uint32_t access) {
   if (addr == nullptr || length == 0) {
     return InvalidArgument("RegisterMemory: empty range (address " +
                            std::to_string(reinterpret_cast<uintptr_t>(addr)) + ", length " +
@@ -76,8 +90,19 @@ Result<std::unique_ptr<MemoryRegion>> RegisterRegion(ibv_pd* pd, MemlockBudget* 
   if ((access & ~static_cast<uint32_t>(kAccessRemote)) != 0) {
     return InvalidArgument("RegisterMemory: unknown access bits " + std::to_string(access));
   }
-  // Pages touched: from the page containing addr to the one containing addr+length-1.
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uint64_t a = reinterpret_cast<uintptr_t>(addr);
+  if (length > UINT64_MAX - page || a > UINT64_MAX - page - length) {
+    return InvalidArgument("RegisterMemory: range at " +
+                           std::to_string(reinterpret_cast<uintptr_t>(addr)) + " of " +
+                           std::to_string(length) + " bytes wraps around the address space");
+  }
+  if (cache != nullptr && access == kAccessLocal) {
+    FERRY_ASSIGN_OR_RETURN(RegCacheLease lease, cache->Acquire(addr, length));
+    return std::unique_ptr<MemoryRegion>(
+        new VerbsMemoryRegion(static_cast<uint8_t*>(addr), length, std::move(lease)));
+  }
+  // Pages touched: from the page containing addr to the one containing addr+length-1.
   const uint64_t start = reinterpret_cast<uintptr_t>(addr) / page * page;
   const uint64_t charged = PageRound(reinterpret_cast<uintptr_t>(addr) + length - start);
   FERRY_RETURN_IF_ERROR(budget->Reserve(charged, "registering " + std::to_string(length) +

@@ -1,14 +1,18 @@
 // Memory registration: user regions, the RLIMIT_MEMLOCK check, and the registered receive pool.
 //
-// Registration cache: deliberately none for user regions. The interface hands every caller its
-// own MemoryRegion and promises that destroying it revokes the key ("later remote accesses with
-// its key fail"); a cache that kept an MR alive past its MemoryRegion would break that promise.
-// Ferry's own buffers (receive pool, heartbeat word) are registered once per transport instead.
+// Registration cache (reg_cache.h): local-access user regions lease a cached MR (refcounted,
+// kept idle only inside published mappings, dropped when the mapping is withdrawn). Remote-access
+// regions always get their own MR, deregistered when the region dies: the interface promises
+// that destroying a MemoryRegion revokes its key ("later remote accesses with its key fail"),
+// and the HCA enforces that only if the MR is gone. A local-only MR grants peers nothing, so
+// keeping one alive past its region breaks no promise. Ferry's own buffers (receive pool,
+// heartbeat word) are registered once per transport.
 //
 // Memlock: the kernel pins registered pages against RLIMIT_MEMLOCK (unless CAP_IPC_LOCK). Ferry
 // checks the limit itself before every registration, counting everything this transport has
-// pinned, so a low limit is a clear error naming `ulimit -l` / LimitMEMLOCK instead of an ENOMEM
-// from deep inside ibv_reg_mr. (The check does not consult capabilities: it is conservative.)
+// pinned (idle cache entries included), so a low limit is a clear error naming `ulimit -l` /
+// LimitMEMLOCK instead of an ENOMEM from deep inside ibv_reg_mr. (The check does not consult
+// capabilities: it is conservative.)
 //
 // Thread-safety: MemlockBudget is atomic; regions are immutable after creation.
 #pragma once
@@ -23,6 +27,7 @@
 
 #include "transport/transport.h"
 #include "transport/verbs/objects.h"
+#include "transport/verbs/reg_cache.h"
 
 namespace ferry::verbs {
 
@@ -41,22 +46,32 @@ uint64_t PageRound(uint64_t bytes);
 
 int IbvAccess(uint32_t access);
 
+// A user region: either its own MR (remote access, or the cache off) or a lease on a cached
+// local-access MR. Exactly one of mr_ / lease_ is set.
 class VerbsMemoryRegion final : public MemoryRegion {
  public:
   VerbsMemoryRegion(uint8_t* data, size_t size, uint32_t access, MemoryRegistration mr,
                     MemlockBudget* budget, uint64_t charged);
+  VerbsMemoryRegion(uint8_t* data, size_t size, RegCacheLease lease);
   ~VerbsMemoryRegion() override;
-  uint32_t lkey() const { return mr_->lkey; }
-  ibv_pd* pd() const { return mr_->pd; }
+  uint32_t lkey() const { return mr()->lkey; }
+  ibv_pd* pd() const { return mr()->pd; }
+  bool cached() const { return static_cast<bool>(lease_); }
 
  private:
+  ibv_mr* mr() const { return mr_ ? mr_.get() : lease_.mr(); }
+  void FillDescriptor();
+
   MemoryRegistration mr_;
-  MemlockBudget* budget_;
-  uint64_t charged_;
+  MemlockBudget* budget_ = nullptr;
+  uint64_t charged_ = 0;
+  RegCacheLease lease_;
 };
 
+// `cache` may be null (params reg_cache=off); only kAccessLocal registrations use it.
 Result<std::unique_ptr<MemoryRegion>> RegisterRegion(ibv_pd* pd, MemlockBudget* budget,
-                                                     void* addr, size_t length, uint32_t access);
+                                                     RegCache* cache, void* addr, size_t length,
+                                                     uint32_t access);
 
 // Registered message buffers: `count` buffers of `size` bytes in one allocation and one MR.
 // Layout: [buffer 0][buffer 1]...[buffer count-1], each `size` bytes, page-aligned base.

@@ -28,14 +28,16 @@ Result<uint32_t> ParamU32(const TransportOptions& o, const std::string& key, uin
 }  // namespace
 
 Result<Config> ParseConfig(const TransportOptions& o) {
-  static const char* kKnown[] = {"connect",    "device",   "port",         "gid_index",
-                                 "sq_depth",   "cq_depth", "recv_buffers", "recv_buffer_size"};
+  static const char* kKnown[] = {"connect",      "device",           "port",
+                                 "gid_index",    "sq_depth",         "cq_depth",
+                                 "recv_buffers", "recv_buffer_size", "reg_cache",
+                                 "reg_cache_max_bytes"};
   for (const auto& [key, value] : o.params) {
     if (std::find_if(std::begin(kKnown), std::end(kKnown),
                      [&](const char* k) { return key == k; }) == std::end(kKnown)) {
       return InvalidArgument("unknown verbs parameter '" + key +
                              "' (known: connect, device, port, gid_index, sq_depth, cq_depth, "
-                             "recv_buffers, recv_buffer_size)");
+                             "recv_buffers, recv_buffer_size, reg_cache, reg_cache_max_bytes)");
     }
   }
   Config c;
@@ -59,6 +61,17 @@ Result<Config> ParseConfig(const TransportOptions& o) {
   FERRY_ASSIGN_OR_RETURN(c.recv_buffers, ParamU32(o, "recv_buffers", c.recv_buffers, 4, 1u << 16));
   FERRY_ASSIGN_OR_RETURN(c.recv_buffer_size, ParamU32(o, "recv_buffer_size", c.recv_buffer_size,
                                                       kHandshakeFragment, 1u << 20));
+  if (auto it = o.params.find("reg_cache"); it != o.params.end()) {
+    if (it->second == "on") {
+      c.reg_cache = true;
+    } else if (it->second == "off") {
+      c.reg_cache = false;
+    } else {
+      return InvalidArgument("parameter reg_cache='" + it->second + "': use \"on\" or \"off\"");
+    }
+  }
+  FERRY_ASSIGN_OR_RETURN(c.reg_cache_max_bytes,
+                         ParamUint(o, "reg_cache_max_bytes", c.reg_cache_max_bytes));
   return c;
 }
 
@@ -152,6 +165,9 @@ Status VerbsTransport::Init() {
   hb_mr_ = MemoryRegistration(ibv_reg_mr(pd_.get(), hb_word_.get(), sizeof(uint64_t),
                                          IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE));
   if (!hb_mr_) return VerbsError("ibv_reg_mr(heartbeat word)", errno);
+  if (config_.reg_cache) {
+    reg_cache_ = RegCache::Create(pd_.get(), &memlock_, config_.reg_cache_max_bytes);
+  }
 
   channel_ = CompletionChannel(ibv_create_comp_channel(ctx_));
   if (!channel_) return VerbsError("ibv_create_comp_channel", errno);
@@ -225,6 +241,8 @@ VerbsTransport::~VerbsTransport() {
   records_.clear();
   if (cq_ && cq_events_unacked_ > 0) ibv_ack_cq_events(cq_.get(), cq_events_unacked_);
   if (inbox_) AsyncHub::Get().Unsubscribe(ctx_, inbox_);
+  // Idle cached MRs go now, before the PD (a member) is freed.
+  if (reg_cache_) reg_cache_->Close();
 }
 
 Result<QueuePair> VerbsTransport::CreateQp(rdma_cm_id* cm_id) {
@@ -304,7 +322,7 @@ std::vector<DeviceInfo> VerbsTransport::devices() const { return ListRdmaDevices
 
 Result<std::unique_ptr<MemoryRegion>> VerbsTransport::RegisterMemory(void* addr, size_t length,
                                                                       uint32_t access) {
-  return RegisterRegion(pd_.get(), &memlock_, addr, length, access);
+  return RegisterRegion(pd_.get(), &memlock_, reg_cache_.get(), addr, length, access);
 }
 
 void VerbsTransport::Advertise(std::vector<RemoteRegion> regions) {
@@ -315,6 +333,19 @@ void VerbsTransport::Advertise(std::vector<RemoteRegion> regions) {
 Stats VerbsTransport::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_;
+}
+
+RegCacheStats VerbsTransport::reg_cache_stats() const {
+  if (reg_cache_) return reg_cache_->stats();
+  RegCacheStats off;
+  off.memlock_bytes = memlock_.used();
+  return off;
+}
+
+std::optional<RegCacheStats> VerbsRegCacheStats(const Transport& transport) {
+  const auto* t = dynamic_cast<const VerbsTransport*>(&transport);
+  if (t == nullptr) return std::nullopt;
+  return t->reg_cache_stats();
 }
 
 std::optional<Stats> VerbsStats(const Transport& transport) {

@@ -25,6 +25,8 @@
 //  - One-sided: WRITE / READ / WRITE_WITH_IMM (kOpNotify), sparse lists planned by wr_plan.h,
 //    one signaled completion per Op, post-lists bounded by SQ depth and CQ budget; the rest waits
 //    in a per-endpoint backlog that Poll() drains.
+//  - Registration (memory.h, reg_cache.h): remote-access regions get their own MR; local-access
+//    ones lease a refcounted cached MR (params reg_cache=on|off, reg_cache_max_bytes).
 //  - Failures: error completions, async events (events.cc), rdma_cm DISCONNECTED, control-socket
 //    EOF and an unanswered heartbeat (an 8-byte RDMA WRITE to the peer's heartbeat word when the
 //    endpoint is idle) fail the endpoint; QP ack timeout/retry_cnt are set from peer_timeout.
@@ -75,6 +77,8 @@ struct Config {
   uint32_t cq_depth = 8192;
   uint32_t recv_buffers = 256;
   uint32_t recv_buffer_size = 8192;
+  bool reg_cache = true;                        // params reg_cache=on|off (reg_cache.h)
+  uint64_t reg_cache_max_bytes = 256ull << 20;  // idle cached bytes kept (LRU beyond)
 };
 Result<Config> ParseConfig(const TransportOptions& options);
 
@@ -98,6 +102,8 @@ struct Stats {
 };
 // Stats of a transport created by the verbs backend; nullopt for any other transport.
 std::optional<Stats> VerbsStats(const Transport& transport);
+// Registration-cache counters (reg_cache.h) of a verbs transport; nullopt for any other.
+std::optional<RegCacheStats> VerbsRegCacheStats(const Transport& transport);
 
 // What each side tells the other about its QP (handshake transport_data), little-endian:
 //   struct { u8 version=1; u8 mtu; u16 lid; u32 qpn; u32 psn; u8 gid[16];
@@ -241,6 +247,7 @@ class VerbsTransport final : public Transport {
   Status Wait(Millis timeout) override;
 
   Stats stats() const;
+  RegCacheStats reg_cache_stats() const;
 
  private:
   friend class VerbsEndpoint;
@@ -326,6 +333,9 @@ class VerbsTransport final : public Transport {
   RecvPool pool_;
   std::unique_ptr<uint64_t> hb_word_;  // target of peers' heartbeat writes
   MemoryRegistration hb_mr_;
+  // Shared with the regions leasing its entries; Close()d in the destructor body, so its idle
+  // MRs are deregistered before the PD.
+  std::shared_ptr<RegCache> reg_cache_;
   CompletionChannel channel_;
   CompletionQueue cq_;
   SharedReceiveQueue srq_;
