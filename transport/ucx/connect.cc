@@ -48,6 +48,9 @@ namespace {
 constexpr uint64_t kListenerKey = 0;  // epoll data of the listening socket (ids start at 1)
 constexpr uint8_t kPing = 'P';
 constexpr uint8_t kPong = 'O';
+// Least time an accepted connection gets for its handshake, and again for UCX's wireup, when
+// the context has verbs lanes (AcceptBudget).
+constexpr std::chrono::seconds kMinVerbsSetupTime{10};
 
 Status Resolve(const std::string& address, sockaddr_storage* out, socklen_t* len,
                std::string* host_out, uint16_t* port_out) {
@@ -243,7 +246,7 @@ void UcxTransport::AcceptSockets() {
       continue;
     }
     ep->handshake_ = std::make_unique<Handshake>(Handshake::Role::kServer, MakeHello(ep->id()));
-    ep->handshake_deadline_ = Clock::now() + options_.peer_timeout;
+    ep->handshake_deadline_ = Clock::now() + AcceptBudget();
   }
 }
 
@@ -331,7 +334,7 @@ void UcxTransport::ReadSocket(UcxEndpoint* ep) {
 
 void UcxTransport::OnFrame(UcxEndpoint* ep, std::span<const uint8_t> frame) {
   ep->last_heard_ = Clock::now();
-  if (ep->state_ == UcxEndpoint::State::kReady) {
+  if (ep->state_ == UcxEndpoint::State::kReady || ep->wiring_) {  // handshake frames are done
     if (frame.size() == 1 && frame[0] == kPing) {
       const uint8_t pong = kPong;
       QueueFrame(ep, {&pong, 1});
@@ -409,20 +412,79 @@ void UcxTransport::FinishHandshake(UcxEndpoint* ep) {
   ep->peer_regions_ = peer.regions;
   ep->peer_info_ = peer.info;
   ep->handshake_.reset();
+  if (ep->native_rma_) {
+    // Verbs lanes (rc + ud wireup): the endpoint is handed out only once UCX's wireup is done,
+    // probed with an ep flush (it completes when every lane is connected). Ops posted before
+    // that would wait in UCX's wireup queue, where a dead peer leaves them until UCX's ud
+    // timeout (30 s, far past peer_timeout), and where UCX 1.13 aborts the process if a force
+    // close purges the wireup REQ. So no Op of the user ever sits there.
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.cb.send = &UcxTransport::OnWireupDone;
+    p.user_data = ep;
+    ucs_status_ptr_t req = ucp_ep_flush_nbx(handle, &p);
+    if (UCS_PTR_IS_ERR(req)) {
+      Status s = UcsError("ucx wireup with " + ep->peer_address_, UCS_PTR_STATUS(req));
+      if (ep->server_) last_accept_error_ = s;
+      FailEndpoint(ep, Status(Code::kPeerFailure, s.message()), /*graceful=*/false);
+      return;
+    }
+    if (req != nullptr) {  // OnWireupDone finishes the endpoint
+      ep->wiring_ = true;
+      if (ep->server_) {
+        ep->handshake_deadline_ = std::max(ep->handshake_deadline_, Clock::now() + AcceptBudget());
+      }
+      return;
+    }
+    ep->wired_ = true;
+  }
+  EnterReady(ep);
+}
+
+Clock::duration UcxTransport::AcceptBudget() const {
+  // With verbs lanes, setting up a connection creates and connects QPs on both sides: seconds
+  // under emulation (seen in the soft-RoCE VM: 2.5 s for one ucp_ep_create), more than a short
+  // peer_timeout. A generous budget costs little: a dead peer is still noticed at once (EOF on
+  // the control connection), and the endpoint is not the caller's before it is ready.
+  if (!verbs_lanes_) return options_.peer_timeout;
+  return std::max<Clock::duration>(options_.peer_timeout, kMinVerbsSetupTime);
+}
+
+void UcxTransport::EnterReady(UcxEndpoint* ep) {
   ep->state_ = UcxEndpoint::State::kReady;
   --handshakes_;
   ep->last_heard_ = Clock::now();
   if (ep->server_) accepted_.push_back(by_id_.at(ep->id()));
 }
 
+void UcxTransport::OnWireupDone(void* request, ucs_status_t status, void* user_data) {
+  ucp_request_free(request);
+  auto* ep = static_cast<UcxEndpoint*>(user_data);
+  // Not wiring any more: the endpoint failed (or the transport is going) before UCX finished;
+  // the endpoint object itself lives until the transport dies, after the worker.
+  if (!ep->wiring_) return;
+  ep->wiring_ = false;
+  if (status == UCS_OK) {
+    ep->wired_ = true;
+    ep->t_->EnterReady(ep);
+    return;
+  }
+  // Failing the endpoint closes its ucp_ep: not from inside a UCX callback (HandleControlLocked).
+  ep->wireup_error_ = status;
+  ep->t_->control_pending_ = true;
+}
+
 void UcxTransport::HandleControlLocked() {
   control_pending_ = false;
   std::vector<UcxEndpoint*> failed;
   for (auto& [id, ep] : live_) {
-    if (ep->ucx_error_ != UCS_OK) failed.push_back(ep);
+    if (ep->ucx_error_ != UCS_OK || ep->wireup_error_ != UCS_OK) failed.push_back(ep);
   }
   for (UcxEndpoint* ep : failed) {
-    Status why = UcsError("endpoint to " + ep->peer_address_ + " failed", ep->ucx_error_);
+    Status why = ep->ucx_error_ != UCS_OK
+                     ? UcsError("endpoint to " + ep->peer_address_ + " failed", ep->ucx_error_)
+                     : UcsError("ucx wireup with " + ep->peer_address_, ep->wireup_error_);
+    if (ep->server_ && ep->state_ == UcxEndpoint::State::kHandshaking) last_accept_error_ = why;
     FailEndpoint(ep, Status(Code::kPeerFailure, why.message()), /*graceful=*/false);
   }
   for (size_t i = 0; i < closing_.size();) {
@@ -445,11 +507,14 @@ void UcxTransport::FailEndpoint(UcxEndpoint* ep, Status why, bool graceful) {
   ep->state_ = UcxEndpoint::State::kFailed;
   ep->status_ = std::move(why);
   ep->handshake_.reset();
+  ep->wiring_ = false;  // a wireup probe still in UCX completes into nothing (OnWireupDone)
   live_.erase(ep->id());
   // Recvs on this endpoint are worker-level tag receives: cancel them ourselves. Their
   // callbacks complete the Ops with the endpoint's status.
   std::vector<void*> recvs;
-  for (OpState* r = ep->recvs_; r != nullptr; r = r->next) recvs.push_back(r->request);
+  for (OpState* r = ep->ops_; r != nullptr; r = r->next) {
+    if (r->type == OpType::kRecv && r->request != nullptr) recvs.push_back(r->request);
+  }
   for (void* req : recvs) ucp_request_cancel(worker_.get(), req);
   FailAmOps(ep);
   if (ep->ep_.get() != nullptr) {
@@ -458,15 +523,19 @@ void UcxTransport::FailEndpoint(UcxEndpoint* ep, Status why, bool graceful) {
     // ep with verbs lanes (rc + ud wireup) is closed in flush mode unless UCX reported an
     // error: UCX 1.13 asserts and aborts the process when a force close purges a ud wireup REQ
     // still pending ("ucp_request.c:684 ... got REQ message", seen in the VM when the peer
-    // closed right after connecting). Once a request on the ep has completed, wireup is over
-    // and a force close is safe again (and needed: it completes RMA requests in flight to a
-    // dead peer at once, where a flush-mode close waits for UCX's keepalive).
+    // closed right after connecting). Such an ep is still handshaking (FinishHandshake waits for
+    // the wireup), so it carries no Op. Once wireup is done (wired_), a force close is safe
+    // again and needed: it completes RMA requests in flight to a dead peer at once, where a
+    // flush-mode close waits for UCX's keepalive.
     const bool force = ep->ucx_error_ != UCS_OK || (!graceful && (!ep->native_rma_ || ep->wired_));
     void* req = ep->ep_.Close(force);
     if (req != nullptr) {
       closing_.push_back(req);
       control_pending_ = true;
     }
+    // A force close stops UCX from moving data for the ep, but UCX 1.13 does not complete every
+    // request of it (some never), so what is still in flight completes here, at once.
+    if (force) OrphanOps(ep);
   }
   if (ep->fd_) {
     if (graceful && !ep->wbuf_.empty()) {
@@ -500,17 +569,24 @@ void UcxTransport::CheckLiveness(Clock::time_point now) {
   }
   for (UcxEndpoint* ep : eps) {
     if (ep->state_ == UcxEndpoint::State::kHandshaking) {
-      Status s = Timeout("handshake with " + ep->peer_address_ + " did not finish in time");
+      Status s = Timeout((ep->wiring_ ? "ucx wireup with " : "handshake with ") +
+                         ep->peer_address_ + " did not finish in time");
       if (ep->server_) last_accept_error_ = s;
       FailEndpoint(ep, s, /*graceful=*/false);
       continue;
     }
-    if (now - ep->last_heard_ > timeout) {
+    // One ping at a time. Silent = nothing heard for peer_timeout AND a ping unanswered for 3/4
+    // of it: when this process itself stalled (a long Post, a starved VM) and sent no ping, the
+    // peer had nothing to answer. A ping goes out timeout/4 after the last answer, so a hung
+    // peer still fails within peer_timeout of its last answer. (PollSockets above has already
+    // read any answer that arrived while we stalled.)
+    const bool unanswered = ep->last_ping_ > ep->last_heard_;
+    if (unanswered && now - ep->last_ping_ > timeout * 3 / 4 && now - ep->last_heard_ > timeout) {
       FailEndpoint(ep,
                    PeerFailure("peer " + ep->peer_address_ + " did not respond within " +
                                std::to_string(timeout.count()) + " ms (peer_timeout)"),
                    /*graceful=*/false);
-    } else if (now - ep->last_ping_ >= timeout / 4) {
+    } else if (!unanswered && now - ep->last_ping_ >= timeout / 4) {
       ep->last_ping_ = now;
       const uint8_t ping = kPing;
       QueueFrame(ep, {&ping, 1});

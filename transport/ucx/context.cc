@@ -1,6 +1,7 @@
 // Context and worker setup, parameters, the registry entry, devices(), and the progress engine.
 #include <poll.h>
 #include <sys/epoll.h>
+#include <time.h>
 #include <ucs/config/parser.h>
 #include <uct/api/uct.h>
 
@@ -17,6 +18,14 @@
 
 namespace ferry::ucx {
 namespace {
+
+// CLOCK_MONOTONIC_COARSE on the steady_clock (CLOCK_MONOTONIC) time line.
+Clock::time_point CoarseNow() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return Clock::time_point(std::chrono::duration_cast<Clock::duration>(
+      std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec)));
+}
 
 constexpr const char* kParamPrefix = "UCX_";
 // Capacity of the region table published to CMA peers (region_table.h).
@@ -64,7 +73,9 @@ Status ApplyParams(const TransportOptions& options, ucp_config_t* config) {
       // No eager zero-copy sends: when a tcp peer dies with a zcopy send in flight, UCX 1.13
       // completes the request from the ep-failure purge and then again from the tcp ep's error
       // path (uct_iface.h:884 "Assertion comp->count > 0", aborting the process). Seen with the
-      // one-sided active messages (iov payloads) in the PeerKilled conformance test.
+      // one-sided active messages (iov payloads) in the PeerKilled conformance test. Only where
+      // tcp may be used: on rc lanes zero-copy is what moves large puts/gets at speed (with
+      // bcopy a 4 MiB get is 512 8 KiB reads through bounce buffers).
       {"ZCOPY_THRESH", "inf"},
   };
   // MM_* only matters when a shared-memory transport may be opened (otherwise UCX warns that
@@ -75,9 +86,12 @@ Status ApplyParams(const TransportOptions& options, ucp_config_t* config) {
       tls.find("shm") != std::string::npos || tls.find("sm") != std::string::npos ||
       tls.find("posix") != std::string::npos || tls.find("sysv") != std::string::npos ||
       tls.find("all") != std::string::npos || tls.find('^') != std::string::npos;
+  const bool maybe_tcp = tls.find("tcp") != std::string::npos ||
+                         tls.find("all") != std::string::npos || tls.find('^') != std::string::npos;
   for (const Default& d : defaults) {
     if (UserSet(options, d.name)) continue;
     if (!maybe_shm && std::strncmp(d.name, "MM_", 3) == 0) continue;
+    if (!maybe_tcp && std::strcmp(d.name, "ZCOPY_THRESH") == 0) continue;
     ucs_status_t st = ucp_config_modify(config, d.name, d.value.c_str());
     if (st != UCS_OK) {
       return UcsError(std::string("ucp_config_modify(") + d.name + "=" + d.value + ")", st);
@@ -241,7 +255,8 @@ Status UcxTransport::Init() {
   if (st != UCS_OK) return UcsError("ucp_init", st);
   context_ = ContextHandle(ctx);
   FERRY_RETURN_IF_ERROR(CheckParamNames(ucx_options));
-  if (HasVerbsRmaLane(context_.get())) caps_.target_checks = false;
+  verbs_lanes_ = HasVerbsRmaLane(context_.get());
+  if (verbs_lanes_) caps_.target_checks = false;
 
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
@@ -322,8 +337,13 @@ UcxTransport::~UcxTransport() {
   while (!closing_.empty() && Clock::now() < deadline) ProgressLocked();
   for (void* req : closing_) ucp_request_free(req);
   closing_.clear();
-  // by_id_ endpoints hold only closed handles now; the sockets, the worker and the context go
-  // with the members in reverse declaration order.
+  // The worker goes here, not with the members: destroying it purges the requests UCX still
+  // holds (a send to a peer that never answered, a wireup probe) and runs their callbacks, which
+  // use Op states, endpoints and reply sets declared after the worker (as members they would
+  // already be gone). by_id_ endpoints hold only closed handles now; the sockets and the context
+  // go with the members.
+  worker_.reset();
+  efd_ = -1;
 }
 
 unsigned UcxTransport::ProgressLocked() {
@@ -333,8 +353,10 @@ unsigned UcxTransport::ProgressLocked() {
   if (!deferred_.empty()) ServeDeferred();
   if (!replies_.empty()) SendReplies();
   if ((++tick_ & 63) == 0 || n == 0) {
-    const auto now = Clock::now();
-    if (now >= next_liveness_) CheckLiveness(now);
+    // The coarse clock (vDSO, no TSC read; lags by at most a jiffy) only gates the check: reading
+    // steady_clock on every idle turn of a busy-polling caller was ~16 % of a ping-pong process's
+    // samples (perf, ucx shm; docs/perf/transport-analysis.md). The check uses the real time.
+    if (CoarseNow() >= next_liveness_) CheckLiveness(Clock::now());
   }
   return n;
 }

@@ -47,20 +47,20 @@ void UcxTransport::FreeOp(OpState* st) {
   op_free_.push_back(st);
 }
 
-void UcxTransport::LinkRecv(UcxEndpoint* ep, OpState* st) {
+void UcxTransport::LinkOp(UcxEndpoint* ep, OpState* st) {
   st->prev = nullptr;
-  st->next = ep->recvs_;
-  if (ep->recvs_ != nullptr) ep->recvs_->prev = st;
-  ep->recvs_ = st;
+  st->next = ep->ops_;
+  if (ep->ops_ != nullptr) ep->ops_->prev = st;
+  ep->ops_ = st;
   st->linked = true;
 }
 
-void UcxTransport::UnlinkRecv(OpState* st) {
+void UcxTransport::UnlinkOp(OpState* st) {
   if (!st->linked) return;
   if (st->prev != nullptr)
     st->prev->next = st->next;
   else
-    st->ep->recvs_ = st->next;
+    st->ep->ops_ = st->next;
   if (st->next != nullptr) st->next->prev = st->prev;
   st->linked = false;
 }
@@ -78,6 +78,11 @@ void UcxTransport::CompleteNow(const Op& op, Status status) {
 }
 
 void UcxTransport::Finish(OpState* st, ucs_status_t status) {
+  Report(st, status);
+  FreeOp(st);
+}
+
+void UcxTransport::Report(OpState* st, ucs_status_t status) {
   Completion c;
   c.context = st->context;
   c.type = st->type;
@@ -103,9 +108,16 @@ void UcxTransport::Finish(OpState* st, ucs_status_t status) {
     if (status != UCS_ERR_MESSAGE_TRUNCATED) c.bytes = 0;
   }
   if (ep != nullptr) --ep->outstanding_;
-  UnlinkRecv(st);
+  UnlinkOp(st);
   done_.push_back(std::move(c));
-  FreeOp(st);
+}
+
+void UcxTransport::OrphanOps(UcxEndpoint* ep) {
+  while (ep->ops_ != nullptr) {
+    OpState* st = ep->ops_;
+    Report(st, UCS_ERR_CANCELED);  // the endpoint has failed: reports ep->status_
+    st->orphaned = true;
+  }
 }
 
 void UcxTransport::StepDone(OpState* st, ucs_status_t status) {
@@ -125,6 +137,7 @@ void UcxTransport::StepDone(OpState* st, ucs_status_t status) {
 void UcxTransport::OnSendDone(void* request, ucs_status_t status, void* user_data) {
   auto* st = static_cast<OpState*>(user_data);
   ucp_request_free(request);
+  if (st->orphaned) return st->t->FreeOp(st);
   st->t->StepDone(st, status);
 }
 
@@ -133,6 +146,10 @@ void UcxTransport::OnRecvDone(void* request, ucs_status_t status, const ucp_tag_
   auto* st = static_cast<OpState*>(user_data);
   UcxTransport* t = st->t;
   st->request = nullptr;
+  if (st->orphaned) {
+    ucp_request_free(request);
+    return t->FreeOp(st);
+  }
   if ((status == UCS_OK || status == UCS_ERR_MESSAGE_TRUNCATED) && info != nullptr) {
     if (status == UCS_OK) st->bytes = info->length;
     auto it = t->by_id_.find(info->sender_tag);
@@ -152,7 +169,11 @@ ucs_status_t UcxTransport::OnAmNotify(void* arg, const void* header, size_t head
   NotifyHeader h;
   std::memcpy(&h, header, sizeof(h));
   auto it = t->live_.find(h.target_ep);
-  if (it == t->live_.end() || it->second->state_ != UcxEndpoint::State::kReady) return UCS_OK;
+  // While our side still waits for UCX's wireup, the peer may be done and already notify.
+  if (it == t->live_.end() ||
+      (it->second->state_ != UcxEndpoint::State::kReady && !it->second->wiring_)) {
+    return UCS_OK;
+  }
   UcxEndpoint* ep = it->second;
   ep->last_heard_ = Clock::now();
   Completion c;
@@ -227,9 +248,12 @@ void UcxTransport::PostOne(const Op& op) {
   st->ep = ep;
   st->notify = (op.flags & kOpNotify) != 0;
   st->imm = op.imm;
-  if (ep != nullptr && ep->outstanding_++ == 0) {
-    // Liveness is measured from the moment there is something to wait for.
-    ep->last_heard_ = ep->last_ping_ = Clock::now();
+  if (ep != nullptr) {
+    LinkOp(ep, st);
+    if (ep->outstanding_++ == 0) {
+      // Liveness is measured from the moment there is something to wait for.
+      ep->last_heard_ = ep->last_ping_ = Clock::now();
+    }
   }
   switch (op.type) {
     case OpType::kSend: {
@@ -283,7 +307,6 @@ void UcxTransport::PostRecv(OpState* st, const Op& op) {
     StepDone(st, UCS_PTR_STATUS(req));
   } else {
     st->request = req;
-    if (st->ep != nullptr) LinkRecv(st->ep, st);
   }
 }
 
@@ -465,6 +488,7 @@ void UcxTransport::OnAmRmaSent(void* request, ucs_status_t status, void* user_da
   auto* st = static_cast<OpState*>(user_data);
   UcxTransport* t = st->t;
   if (request != nullptr) ucp_request_free(request);
+  if (st->orphaned) return t->FreeOp(st);
   st->send_pending = false;
   if (status != UCS_OK) {
     if (st->error == UCS_OK) st->error = status;
@@ -699,6 +723,13 @@ void UcxTransport::DrainRepliesFrom(UcxMemoryRegion* mr) {
   }
   deadline = Clock::now() + options_.peer_timeout;
   while (mr->replies_in_flight_ > 0 && Clock::now() < deadline) ProgressLocked();
+  // Sends UCX still has not completed even then: detach them, so that their late completion
+  // (at the latest when the worker is destroyed) does not count into a region that is gone.
+  for (PendingReply* r : replies_sending_) {
+    if (r->region != mr) continue;
+    r->region = nullptr;
+    --mr->replies_in_flight_;
+  }
 }
 
 PendingReply::~PendingReply() {

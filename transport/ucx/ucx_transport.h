@@ -14,6 +14,11 @@
 //                 connects. That works for every UCX_TLS (shm, tcp, rc/ud verbs). The control
 //                 connection stays open: its EOF is an immediate "peer gone" signal, and it
 //                 carries the liveness pings.
+//                 An endpoint with verbs lanes (path 2 below) is returned by Connect/Accept
+//                 only once UCX's wireup is done (an ep flush as probe, within the same
+//                 deadline as the handshake): Ops on a lane whose wireup has not finished wait
+//                 in UCX's wireup queue, where a dead peer leaves them until UCX's ud timeout
+//                 (~30 s) and a force close that purges the wireup REQ aborts UCX 1.13.
 //   Identity      transport_data also carries the id each side gave the endpoint. Every message
 //                 and notification names the receiver's endpoint id: tag = receiver's id of the
 //                 sending endpoint; kAmNotify's header carries it too.
@@ -80,7 +85,12 @@
 //   Peer failure  every ep uses UCP_ERR_HANDLING_MODE_PEER + an error callback; UCX keepalive is
 //                 configured from peer_timeout; the control connection's EOF fails the endpoint
 //                 at once; and pings on it fail an endpoint with work outstanding whose peer
-//                 stays silent for peer_timeout (a stopped or hung process).
+//                 stays silent for peer_timeout (a stopped or hung process). When a failure
+//                 force-closes the ucp_ep (all but Close()), every Op in flight on it completes at
+//                 once with the endpoint's status, without waiting for UCX (1.13 never completes
+//                 some requests of a force-closed rc ep); the Op's state stays allocated until
+//                 UCX's callback for it runs, at the latest when ~UcxTransport destroys the
+//                 worker (before the states and endpoints it may call back into).
 //
 // Keys: a descriptor's "key" is its packed UCX rkey. Paths (1) and (3) never unpack it (UCX's
 // parser takes no length); the target compares KeyDigest(rkey) with its registration's, so an
@@ -102,7 +112,8 @@
 //
 // Config defaults (context.cc ApplyParams, explicit UCX_* params win): UCX_ZCOPY_THRESH=inf,
 // because UCX 1.13 aborts (uct_iface.h:884 "Assertion comp->count > 0") when a tcp peer dies
-// with an eager zero-copy send in flight.
+// with an eager zero-copy send in flight; only where UCX_TLS may use tcp (rc lanes keep zero-copy
+// puts/gets).
 //
 // Known limits: the tag of a message is chosen by its sender, so a malicious but authenticated
 // peer can make its messages look as if they came from another endpoint of this transport; and
@@ -369,12 +380,16 @@ class UcxEndpoint final : public Endpoint {
   PeerRegionTable peer_table_;       // the peer's region table (valid when cma_pid_ > 0)
   bool native_rma_ = false;          // an rc/dc verbs lane carries RMA (ucp_put/get_nbx)
   bool wired_ = false;               // a UCX request on this ep completed: wireup is done
+  // Handshake done, waiting for UCX's wireup (verbs lanes, see FinishHandshake); state_ stays
+  // kHandshaking until then.
+  bool wiring_ = false;
+  ucs_status_t wireup_error_ = UCS_OK;  // the wireup probe failed; handled after progress
   uint64_t peer_max_message_ = 0;
   // Liveness (see UcxTransport::CheckLiveness).
   size_t outstanding_ = 0;
   Clock::time_point last_heard_;
   Clock::time_point last_ping_;
-  OpState* recvs_ = nullptr;  // intrusive list of Recvs posted on this endpoint
+  OpState* ops_ = nullptr;  // intrusive list of the Ops in flight on this endpoint
 };
 
 class UcxTransport final : public Transport {
@@ -426,6 +441,12 @@ class UcxTransport final : public Transport {
   bool FlushSocket(UcxEndpoint* ep);
   void OnFrame(UcxEndpoint* ep, std::span<const uint8_t> frame);
   void FinishHandshake(UcxEndpoint* ep);
+  // The handshake (and, with verbs lanes, UCX's wireup) is done: Connect/Accept may return it.
+  void EnterReady(UcxEndpoint* ep);
+  // How long an accepted connection may take for its handshake (and again for the wireup).
+  Clock::duration AcceptBudget() const;
+  // Completion of the wireup probe (an ep flush; user_data: the UcxEndpoint).
+  static void OnWireupDone(void* request, ucs_status_t status, void* user_data);
   void HandleControlLocked();
   // Fails the endpoint for good: cancels its Recvs, closes the ucp_ep (force unless graceful)
   // and the control connection, and makes later Ops on it complete with `why`.
@@ -469,8 +490,17 @@ class UcxTransport final : public Transport {
   void CompleteNow(const Op& op, Status status);
   OpState* AllocOp();
   void FreeOp(OpState* st);
-  void LinkRecv(UcxEndpoint* ep, OpState* st);
-  void UnlinkRecv(OpState* st);
+  void LinkOp(UcxEndpoint* ep, OpState* st);
+  void UnlinkOp(OpState* st);
+  // Queues the Op's completion (as Finish) but keeps its state: UCX still holds a request
+  // naming it. Used for what a force close of the ep left in flight.
+  void Report(OpState* st, ucs_status_t status);
+  // After a force close of ep's ucp_ep (FailEndpoint): completes every Op still in flight on it
+  // with the endpoint's status at once, instead of waiting for UCX. Their states become
+  // orphans, freed when (if ever) UCX's callback runs, at the latest when the worker is
+  // destroyed. Why: UCX 1.13 drops some requests of a force-closed rc ep without completing
+  // them ("destroying txqp with uncompleted operation ... uct_rc_ep_get_bcopy_handler").
+  void OrphanOps(UcxEndpoint* ep);
 
   // Members in construction order. Destruction runs bottom-up, which is the order UCX needs:
   // the progress thread stops first; endpoints (closed explicitly in ~UcxTransport) and queued
@@ -484,6 +514,7 @@ class UcxTransport final : public Transport {
   std::vector<uint8_t> worker_address_;  // ucp_worker_query, sent in the handshake
   HostIdentity identity_;
   bool cma_allowed_ = false;  // UCX_TLS permits cma (see cma.cc)
+  bool verbs_lanes_ = false;  // the context has an rc/dc verbs transport (context.cc)
   RegionTable region_table_;  // our live registrations, for CMA peers (when cma_allowed_)
   UniqueFd epoll_;            // control connections + the listening socket
   UniqueFd listen_fd_;
@@ -550,9 +581,11 @@ struct OpState {
   uint8_t* local_base = nullptr;
   bool send_pending = false;
   bool reply_pending = false;
-  OpState* prev = nullptr;  // UcxEndpoint::recvs_ links
+  OpState* prev = nullptr;  // UcxEndpoint::ops_ links
   OpState* next = nullptr;
   bool linked = false;
+  // Completed already (OrphanOps); UCX's late callback only frees the request and the state.
+  bool orphaned = false;
 };
 
 }  // namespace ferry::ucx
