@@ -136,6 +136,9 @@ std::vector<Case> AllCases() {
 #if FERRY_HAVE_UCX
   transports.push_back("ucx");
 #endif
+#if FERRY_HAVE_VERBS
+  transports.push_back("verbs");  // skipped without an RDMA device; runs in the soft-RoCE VM
+#endif
   std::vector<Case> cases;
   for (const std::string& t : transports) {
     for (Mode m : {Mode::kLatency, Mode::kBandwidth}) {
@@ -213,6 +216,9 @@ std::vector<std::string> Transports() {
   std::vector<std::string> t = {"tcp"};
 #if FERRY_HAVE_UCX
   t.push_back("ucx");
+#endif
+#if FERRY_HAVE_VERBS
+  t.push_back("verbs");
 #endif
   return t;
 }

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -142,6 +143,8 @@ class Router {
   void Unmap(Endpoint* ep);
   // Polls once and hands `owner`'s completions (plus any queued for it) to `handle`;
   // completions for other owners are queued for them. Returns how many were handled.
+  // Not reentrant per owner: `handle` must not Poll for the same owner (it uses the owner's
+  // buffer).
   template <typename F>
   size_t Poll(uint8_t owner, F&& handle);
   // Drain mode (main thread, no worker running): hands every completion to `handle`.
@@ -149,14 +152,21 @@ class Router {
   size_t PollAll(F&& handle);
 
  private:
+  static constexpr size_t kBatch = 32;
   struct Mailbox {
     std::mutex mu;
     std::vector<Completion> items;
     std::atomic<bool> nonempty{false};
+    // The owner's own completions of one Poll; touched only by the owning thread.
+    Completion direct[kBatch];
   };
   uint8_t Route(Completion& c);
   Transport* transport_ = nullptr;
   std::mutex poll_mu_;
+  // The buffers live as long as the router: Completion holds a std::string, and constructing and
+  // destroying 2 x 32 of them on the stack in every Poll was 20-26 % of each ping-pong process's
+  // samples (perf, ucx shm; docs/perf/transport-analysis.md).
+  Completion polled_[kBatch];  // guarded by poll_mu_
   std::vector<std::unique_ptr<Mailbox>> boxes_;
   std::unordered_map<Endpoint*, std::pair<uint8_t, uint32_t>> eps_;
 };
@@ -167,13 +177,13 @@ class Router {
 // older is queued for it); otherwise everything goes through the mailbox, in order.
 template <typename F>
 size_t Router::Poll(uint8_t owner, F&& handle) {
-  Completion buf[32];
-  Completion direct[32];
-  size_t ndirect = 0;
   Mailbox& mine = *boxes_[owner];
+  Completion* const direct = mine.direct;
+  size_t ndirect = 0;
   {
     std::lock_guard<std::mutex> poll_lock(poll_mu_);
-    const size_t n = transport_->Poll(buf);
+    Completion* const buf = polled_;
+    const size_t n = transport_->Poll(std::span<Completion>(buf, kBatch));
     for (size_t i = 0; i < n; ++i) {
       const uint8_t to = Route(buf[i]);
       if (to == owner && !mine.nonempty.load(std::memory_order_acquire)) {
@@ -214,12 +224,11 @@ size_t Router::PollAll(F&& handle) {
     for (Completion& c : items) handle(c);
     handled += items.size();
   }
-  Completion buf[32];
   std::lock_guard<std::mutex> poll_lock(poll_mu_);
-  const size_t n = transport_->Poll(buf);
+  const size_t n = transport_->Poll(std::span<Completion>(polled_, kBatch));
   for (size_t i = 0; i < n; ++i) {
-    Route(buf[i]);
-    handle(buf[i]);
+    Route(polled_[i]);
+    handle(polled_[i]);
   }
   return handled + n;
 }
