@@ -10,6 +10,10 @@
 # pack-then-send), verbs (perftest inside the soft-RoCE VM; only with --with-vm).
 #
 # Usage: perf/compare/run.sh [--pairs N] [--with-vm] [--sections a,b,...] [--build DIR] [--no-doc]
+#                            [--append]
+#   --append keeps the samples of an earlier run in the same --out folder (e.g. the host sections
+#   on an idle machine, then `--sections verbs --append` later) and regenerates the report over
+#   all of them.
 set -u -o pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd -P)
@@ -20,6 +24,7 @@ WITH_VM=0
 SECTIONS="ucx-shm,ucx-tcp,tcp,sparse"
 WRITE_DOC=1
 INNER_VM=0
+APPEND=0
 OUT="${PERFCMP_OUT:-/tmp/ferry-perfcmp}"
 
 while [ $# -gt 0 ]; do
@@ -30,6 +35,7 @@ while [ $# -gt 0 ]; do
     --build) BUILD=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
     --no-doc) WRITE_DOC=0; shift ;;
+    --append) APPEND=1; shift ;;
     --vm-inner) INNER_VM=1; shift ;;   # internal: runs the verbs section inside the VM
     -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
@@ -240,8 +246,8 @@ section_verbs_inner() {
 
 section_verbs() {
   log "verbs: booting the soft-RoCE VM (one boot for the whole section)"
-  note_cmd "tools/softroce/ferry-vm run --timeout 400 -- perf/compare/run.sh --vm-inner --pairs $PAIRS --build $BUILD"
-  "$ROOT/tools/softroce/ferry-vm" run --wait --timeout 400 --cwd "$ROOT" -- \
+  note_cmd "tools/softroce/ferry-vm run --timeout 2400 -- perf/compare/run.sh --vm-inner --pairs $PAIRS --build $BUILD"
+  "$ROOT/tools/softroce/ferry-vm" run --wait --timeout 2400 --cwd "$ROOT" -- \
       "$HERE/run.sh" --vm-inner --pairs "$PAIRS" --build "$BUILD" --out "$OUT" 2>"$OUT/vm.err" |
     grep -E '^verbs,' >>"$SAMPLES" || log "verbs section failed or timed out; partial samples kept (see $OUT/vm.err)"
 }
@@ -255,9 +261,14 @@ fi
 
 mkdir -p "$OUT"
 setup
-echo "section,test,metric,size,rows,row_size,pair,side,value,unit,status" >"$SAMPLES"
-: >"$CMDS"; : >"$OUT/failures.csv"
-START=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+if [ "$APPEND" = 0 ] || [ ! -s "$SAMPLES" ]; then
+  echo "section,test,metric,size,rows,row_size,pair,side,value,unit,status" >"$SAMPLES"
+  : >"$CMDS"; : >"$OUT/failures.csv"; : >"$OUT/load.txt"
+  date -u +%Y-%m-%dT%H:%M:%SZ >"$OUT/start.txt"
+fi
+START=$(cat "$OUT/start.txt" 2>/dev/null || date -u +%Y-%m-%dT%H:%M:%SZ)
+load_mark() { echo "$(date -u +%H:%M) ($1): $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/load.txt"; }
+load_mark "start of ${SECTIONS}"
 IFS=, read -r -a secs <<<"$SECTIONS"
 for sec in "${secs[@]}"; do
   case "$sec" in
@@ -271,6 +282,7 @@ for sec in "${secs[@]}"; do
   esac
 done
 END=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+load_mark "end of ${SECTIONS}"
 log "samples in $SAMPLES"
 if [ "$WRITE_DOC" = 1 ]; then
   python3 "$HERE/report.py" --out "$OUT" --root "$ROOT" --start "$START" --end "$END" --pairs "$PAIRS" --sections "$SECTIONS"
