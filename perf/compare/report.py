@@ -248,6 +248,11 @@ for sec in ("ucx-shm", "ucx-tcp"):
 r = res_all.get("tcp", {})
 goal("tcp: ping-pong ≤ 1.2× sockperf (14 B, 4 KiB)", [r.get(("pingpong", s)) for s in (14, 4096)], 1.2, False)
 goal("tcp: bandwidth ≥ 0.9× iperf3 (64 KiB, 1 MiB)", [r.get(("stream", s)) for s in (65536, 1048576)], 0.9, True)
+r = res_all.get("verbs", {})
+goal("verbs (rxe in the VM): latency at 8 B and 4 KiB ≤ 1.2× perftest (write, send, read)",
+     [r.get((t, s)) for t in ("ib_write_lat", "ib_send_lat", "ib_read_lat") for s in (8, 4096)], 1.2, False)
+goal("verbs (rxe in the VM): bandwidth ≥ 64 KiB ≥ 0.95× perftest (ib_write_bw, ib_read_bw)",
+     [r.get((t, s)) for t in ("ib_write_bw", "ib_read_bw") for s in (65536, 1048576)], 0.95, True)
 goal("sparse 64 B rows over ucx-shm ≥ 0.5× memcpy gather",
      [sparse_res.get(("ucx-shm", 64, n), (None,))[0] for n in (1000, 10000, 100000)], 0.5, True)
 for be in ("tcp", "ucx-shm"):
