@@ -304,8 +304,11 @@ PoolStats RegisteredPool::stats() const {
 
 // ---- shareable memory ----
 //
-// The index of published mappings: begin address -> (length, fd, offset). Lookups happen once
-// per registration, so one mutex is plenty.
+// The index of published mappings (begin address -> (length, fd, offset)) and the withdrawal
+// listeners, process-wide. Lookups happen once per registration, so one mutex each is plenty.
+// Listeners run under their own mutex, never under the index's: a listener may take its own
+// locks and call FindShareableBacking from elsewhere (lock order: listener mutex -> listener's
+// lock -> index mutex), and RemoveMappingWithdrawnListener returning means no call is running.
 namespace {
 
 struct Published {
@@ -314,71 +317,62 @@ struct Published {
   uint64_t offset;
 };
 
-std::mutex& IndexMutex() {
-  static std::mutex mu;
-  return mu;
-}
-std::map<uintptr_t, Published>& Index() {
-  static std::map<uintptr_t, Published> index;
-  return index;
+struct Mappings {
+  std::mutex index_mu;
+  std::map<uintptr_t, Published> index;  // guarded by index_mu
+  std::mutex listener_mu;
+  std::map<uint64_t, MappingWithdrawnListener> listeners;  // guarded by listener_mu
+  uint64_t next_listener_id = 1;                           // guarded by listener_mu
+};
+
+Mappings& Global() {
+  static Mappings m;
+  return m;
 }
 
 }  // namespace
 
 void PublishShareableMapping(const void* addr, size_t length, int fd, uint64_t offset) {
   if (addr == nullptr || length == 0 || fd < 0) return;
-  std::lock_guard<std::mutex> lock(IndexMutex());
-  Index()[reinterpret_cast<uintptr_t>(addr)] = Published{length, fd, offset};
+  Mappings& m = Global();
+  std::lock_guard<std::mutex> lock(m.index_mu);
+  m.index[reinterpret_cast<uintptr_t>(addr)] = Published{length, fd, offset};
 }
-
-// Listeners run under their own mutex, never under the index's: a listener may take its own
-// locks and call FindShareableBacking from elsewhere (lock order: listener mutex -> listener's
-// lock -> index mutex), and RemoveMappingWithdrawnListener returning means no call is running.
-namespace {
-
-std::mutex& ListenerMutex() {
-  static std::mutex mu;
-  return mu;
-}
-std::map<uint64_t, MappingWithdrawnListener>& Listeners() {
-  static std::map<uint64_t, MappingWithdrawnListener> listeners;
-  return listeners;
-}
-
-}  // namespace
 
 uint64_t AddMappingWithdrawnListener(MappingWithdrawnListener fn) {
-  static uint64_t next_id = 1;  // guarded by ListenerMutex()
-  std::lock_guard<std::mutex> lock(ListenerMutex());
-  const uint64_t id = next_id++;
-  Listeners().emplace(id, std::move(fn));
+  Mappings& m = Global();
+  std::lock_guard<std::mutex> lock(m.listener_mu);
+  const uint64_t id = m.next_listener_id++;
+  m.listeners.emplace(id, std::move(fn));
   return id;
 }
 
 void RemoveMappingWithdrawnListener(uint64_t id) {
-  std::lock_guard<std::mutex> lock(ListenerMutex());
-  Listeners().erase(id);
+  Mappings& m = Global();
+  std::lock_guard<std::mutex> lock(m.listener_mu);
+  m.listeners.erase(id);
 }
 
 void WithdrawShareableMapping(const void* addr) {
+  Mappings& m = Global();
   size_t length = 0;
   {
-    std::lock_guard<std::mutex> lock(IndexMutex());
-    auto it = Index().find(reinterpret_cast<uintptr_t>(addr));
-    if (it == Index().end()) return;
+    std::lock_guard<std::mutex> lock(m.index_mu);
+    auto it = m.index.find(reinterpret_cast<uintptr_t>(addr));
+    if (it == m.index.end()) return;
     length = it->second.length;
-    Index().erase(it);
+    m.index.erase(it);
   }
-  std::lock_guard<std::mutex> lock(ListenerMutex());
-  for (auto& [id, fn] : Listeners()) fn(addr, length);
+  std::lock_guard<std::mutex> lock(m.listener_mu);
+  for (auto& [id, fn] : m.listeners) fn(addr, length);
 }
 
 MemoryBacking FindShareableBacking(const void* addr, size_t length) {
   const auto a = reinterpret_cast<uintptr_t>(addr);
-  std::lock_guard<std::mutex> lock(IndexMutex());
-  auto& index = Index();
-  auto it = index.upper_bound(a);
-  if (it == index.begin()) return {};
+  Mappings& m = Global();
+  std::lock_guard<std::mutex> lock(m.index_mu);
+  auto it = m.index.upper_bound(a);
+  if (it == m.index.begin()) return {};
   --it;
   const uintptr_t begin = it->first;
   const Published& p = it->second;

@@ -122,7 +122,6 @@ void UcxTransport::OrphanOps(UcxEndpoint* ep) {
 
 void UcxTransport::StepDone(OpState* st, ucs_status_t status) {
   if (status != UCS_OK && st->error == UCS_OK) st->error = status;
-  if (status == UCS_OK && st->ep != nullptr) st->ep->wired_ = true;  // see FailEndpoint
   if (st->stage == OpState::Stage::kMain && st->notify && st->error == UCS_OK) {
     if (st->ep->state_ != UcxEndpoint::State::kReady) {
       Finish(st, UCS_ERR_CANCELED);

@@ -379,7 +379,7 @@ class UcxEndpoint final : public Endpoint {
   pid_t cma_pid_ = 0;                // > 0: one-sided ops use CMA (cma.cc)
   PeerRegionTable peer_table_;       // the peer's region table (valid when cma_pid_ > 0)
   bool native_rma_ = false;          // an rc/dc verbs lane carries RMA (ucp_put/get_nbx)
-  bool wired_ = false;               // a UCX request on this ep completed: wireup is done
+  bool wired_ = false;               // UCX wireup is done (FinishHandshake / OnWireupDone)
   // Handshake done, waiting for UCX's wireup (verbs lanes, see FinishHandshake); state_ stays
   // kHandshaking until then.
   bool wiring_ = false;

@@ -13,7 +13,9 @@
 namespace ferry::verbs {
 namespace {
 
-std::string KiB(uint64_t bytes) { return std::to_string(bytes / 1024) + " KiB"; }
+std::string KiB(uint64_t bytes) {
+  return std::to_string(bytes / 1024) + " KiB";
+}
 
 }  // namespace
 
@@ -38,7 +40,9 @@ Status MemlockBudget::Reserve(uint64_t bytes, std::string_view what) {
   return Status::Ok();
 }
 
-void MemlockBudget::Release(uint64_t bytes) { used_.fetch_sub(PageRound(bytes)); }
+void MemlockBudget::Release(uint64_t bytes) {
+  used_.fetch_sub(PageRound(bytes));
+}
 
 int IbvAccess(uint32_t access) {
   // LOCAL_WRITE always: receive targets and READ destinations need it, and the HCA requires it
@@ -50,8 +54,7 @@ int IbvAccess(uint32_t access) {
 }
 
 VerbsMemoryRegion::VerbsMemoryRegion(uint8_t* data, size_t size, uint32_t access,
-                                     MemoryRegistration mr, MemlockBudget* budget,
-                                     uint64_t charged)
+                                     MemoryRegistration mr, MemlockBudget* budget, uint64_t charged)
     : MemoryRegion(data, size, access), mr_(std::move(mr)), budget_(budget), charged_(charged) {
   FillDescriptor();
 }
@@ -77,6 +80,20 @@ VerbsMemoryRegion::~VerbsMemoryRegion() {
     budget_->Release(charged_);
   }
   // lease_ releases its entry on destruction; the cache decides whether the MR stays.
+}
+
+Result<MemoryRegistration> PinAndRegister(ibv_pd* pd, MemlockBudget* budget, void* addr,
+                                          size_t length, uint64_t charged, int flags,
+                                          size_t requested) {
+  FERRY_RETURN_IF_ERROR(
+      budget->Reserve(charged, "registering " + std::to_string(requested) + " bytes"));
+  MemoryRegistration mr(ibv_reg_mr(pd, addr, length, flags));
+  if (!mr) {
+    const int err = errno;
+    budget->Release(charged);
+    return VerbsError("ibv_reg_mr(" + std::to_string(requested) + " bytes)", err);
+  }
+  return mr;
 }
 
 Result<std::unique_ptr<MemoryRegion>> RegisterRegion(ibv_pd* pd, MemlockBudget* budget,
@@ -105,19 +122,15 @@ Result<std::unique_ptr<MemoryRegion>> RegisterRegion(ibv_pd* pd, MemlockBudget* 
   // Pages touched: from the page containing addr to the one containing addr+length-1.
   const uint64_t start = reinterpret_cast<uintptr_t>(addr) / page * page;
   const uint64_t charged = PageRound(reinterpret_cast<uintptr_t>(addr) + length - start);
-  FERRY_RETURN_IF_ERROR(budget->Reserve(charged, "registering " + std::to_string(length) +
-                                                     " bytes"));
-  MemoryRegistration mr(ibv_reg_mr(pd, addr, length, IbvAccess(access)));
-  if (!mr) {
-    int err = errno;
-    budget->Release(charged);
-    return VerbsError("ibv_reg_mr(" + std::to_string(length) + " bytes)", err);
-  }
+  FERRY_ASSIGN_OR_RETURN(MemoryRegistration mr, PinAndRegister(pd, budget, addr, length, charged,
+                                                               IbvAccess(access), length));
   return std::unique_ptr<MemoryRegion>(new VerbsMemoryRegion(
       static_cast<uint8_t*>(addr), length, access, std::move(mr), budget, charged));
 }
 
-void RecvPool::FreeDeleter::operator()(uint8_t* p) const { std::free(p); }
+void RecvPool::FreeDeleter::operator()(uint8_t* p) const {
+  std::free(p);
+}
 
 Result<RecvPool> RecvPool::Create(ibv_pd* pd, MemlockBudget* budget, uint32_t count,
                                   uint32_t size) {

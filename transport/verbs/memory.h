@@ -68,6 +68,12 @@ class VerbsMemoryRegion final : public MemoryRegion {
   RegCacheLease lease_;
 };
 
+// Charges `charged` bytes to `budget` and registers [addr, addr+length) with ibv `flags`; the
+// charge is returned if the registration fails. Errors name `requested` (the caller's length).
+Result<MemoryRegistration> PinAndRegister(ibv_pd* pd, MemlockBudget* budget, void* addr,
+                                          size_t length, uint64_t charged, int flags,
+                                          size_t requested);
+
 // `cache` may be null (params reg_cache=off); only kAccessLocal registrations use it.
 Result<std::unique_ptr<MemoryRegion>> RegisterRegion(ibv_pd* pd, MemlockBudget* budget,
                                                      RegCache* cache, void* addr, size_t length,
@@ -78,8 +84,7 @@ Result<std::unique_ptr<MemoryRegion>> RegisterRegion(ibv_pd* pd, MemlockBudget* 
 class RecvPool {
  public:
   RecvPool() = default;
-  static Result<RecvPool> Create(ibv_pd* pd, MemlockBudget* budget, uint32_t count,
-                                 uint32_t size);
+  static Result<RecvPool> Create(ibv_pd* pd, MemlockBudget* budget, uint32_t count, uint32_t size);
   RecvPool(RecvPool&& o) noexcept { *this = std::move(o); }
   RecvPool& operator=(RecvPool&& o) noexcept;
   RecvPool(const RecvPool&) = delete;

@@ -4,15 +4,12 @@
 
 #include <unistd.h>
 
-#include <cerrno>
 #include <list>
 #include <map>
 #include <mutex>
-#include <string>
 #include <unordered_map>
 
 #include "transport/transport.h"
-#include "transport/verbs/errors.h"
 #include "transport/verbs/memory.h"
 #include "transport/verbs/objects.h"
 
@@ -165,28 +162,22 @@ Result<RegCacheLease> RegCache::Acquire(void* addr, size_t length) {
     return RegCacheLease(shared_from_this(), e);
   }
   const uint64_t bytes = end - start;
-  const std::string what = "registering " + std::to_string(length) + " bytes";
-  Status reserved = s.budget->Reserve(bytes, what);
-  if (!reserved.ok() && !s.lru.empty()) {
-    // Idle entries pin memory nobody uses: give it back before failing.
+  void* base = reinterpret_cast<void*>(start);
+  auto pin = [&] {
+    return PinAndRegister(s.pd, s.budget, base, bytes, bytes, IBV_ACCESS_LOCAL_WRITE, length);
+  };
+  Result<MemoryRegistration> mr = pin();
+  if (!mr.ok() && !s.lru.empty()) {
+    // Idle entries pin memory (memlock budget) and fill the HCA's MR/page tables while nobody
+    // uses them: give them back before failing.
     s.EvictTo(0);
-    reserved = s.budget->Reserve(bytes, what);
+    mr = pin();
   }
-  FERRY_RETURN_IF_ERROR(reserved);
+  if (!mr.ok()) return mr.status();
   auto entry = std::make_unique<RegCacheEntry>();
   entry->start = start;
   entry->end = end;
-  void* base = reinterpret_cast<void*>(start);
-  entry->mr = MemoryRegistration(ibv_reg_mr(s.pd, base, bytes, IBV_ACCESS_LOCAL_WRITE));
-  if (!entry->mr && (errno == ENOMEM || errno == EAGAIN) && !s.lru.empty()) {
-    s.EvictTo(0);  // the HCA's MR/page tables may be full of idle entries
-    entry->mr = MemoryRegistration(ibv_reg_mr(s.pd, base, bytes, IBV_ACCESS_LOCAL_WRITE));
-  }
-  if (!entry->mr) {
-    const int err = errno;
-    s.budget->Release(bytes);
-    return VerbsError("ibv_reg_mr(" + std::to_string(length) + " bytes)", err);
-  }
+  entry->mr = std::move(mr).value();
   // The page-rounded range, not the request: a later sub-range of the same mapping should hit.
   entry->retainable = FindShareableBacking(base, bytes).fd >= 0;
   entry->refs = 1;

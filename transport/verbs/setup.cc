@@ -28,16 +28,15 @@ Result<uint32_t> ParamU32(const TransportOptions& o, const std::string& key, uin
 }  // namespace
 
 Result<Config> ParseConfig(const TransportOptions& o) {
-  static const char* kKnown[] = {"connect",      "device",           "port",
-                                 "gid_index",    "sq_depth",         "cq_depth",
-                                 "recv_buffers", "recv_buffer_size", "reg_cache",
-                                 "reg_cache_max_bytes"};
+  static const char* kKnown[] = {
+      "connect",      "device",           "port",      "gid_index",          "sq_depth", "cq_depth",
+      "recv_buffers", "recv_buffer_size", "reg_cache", "reg_cache_max_bytes"};
   for (const auto& [key, value] : o.params) {
     if (std::find_if(std::begin(kKnown), std::end(kKnown),
                      [&](const char* k) { return key == k; }) == std::end(kKnown)) {
-      return InvalidArgument("unknown verbs parameter '" + key +
-                             "' (known: connect, device, port, gid_index, sq_depth, cq_depth, "
-                             "recv_buffers, recv_buffer_size, reg_cache, reg_cache_max_bytes)");
+      std::string known;
+      for (const char* k : kKnown) known += (known.empty() ? "" : ", ") + std::string(k);
+      return InvalidArgument("unknown verbs parameter '" + key + "' (known: " + known + ")");
     }
   }
   Config c;
@@ -158,8 +157,8 @@ Status VerbsTransport::Init() {
   pd_ = ProtectionDomain(ibv_alloc_pd(ctx_));
   if (!pd_) return VerbsError("ibv_alloc_pd(" + port_.device + ")", errno);
   const uint32_t buffers = std::min(config_.recv_buffers, limits_.max_srq_wr);
-  FERRY_ASSIGN_OR_RETURN(pool_, RecvPool::Create(pd_.get(), &memlock_, buffers,
-                                                 config_.recv_buffer_size));
+  FERRY_ASSIGN_OR_RETURN(pool_,
+                         RecvPool::Create(pd_.get(), &memlock_, buffers, config_.recv_buffer_size));
   FERRY_RETURN_IF_ERROR(memlock_.Reserve(8, "the heartbeat word"));
   hb_word_ = std::make_unique<uint64_t>(0);
   hb_mr_ = MemoryRegistration(ibv_reg_mr(pd_.get(), hb_word_.get(), sizeof(uint64_t),
@@ -318,10 +317,12 @@ VerbsEndpoint* VerbsTransport::EndpointByQpnLocked(uint32_t qpn) {
   return it == by_qpn_.end() ? nullptr : it->second;
 }
 
-std::vector<DeviceInfo> VerbsTransport::devices() const { return ListRdmaDevices(); }
+std::vector<DeviceInfo> VerbsTransport::devices() const {
+  return ListRdmaDevices();
+}
 
 Result<std::unique_ptr<MemoryRegion>> VerbsTransport::RegisterMemory(void* addr, size_t length,
-                                                                      uint32_t access) {
+                                                                     uint32_t access) {
   return RegisterRegion(pd_.get(), &memlock_, reg_cache_.get(), addr, length, access);
 }
 
@@ -412,10 +413,9 @@ Result<std::unique_ptr<RemoteKey>> VerbsEndpoint::Import(const RemoteRegion& reg
   if (region.addr + region.length < region.addr) {
     return InvalidArgument("remote region wraps around the address space");
   }
-  const uint32_t rkey = static_cast<uint32_t>(region.rkey[0]) |
-                        static_cast<uint32_t>(region.rkey[1]) << 8 |
-                        static_cast<uint32_t>(region.rkey[2]) << 16 |
-                        static_cast<uint32_t>(region.rkey[3]) << 24;
+  const uint32_t rkey =
+      static_cast<uint32_t>(region.rkey[0]) | static_cast<uint32_t>(region.rkey[1]) << 8 |
+      static_cast<uint32_t>(region.rkey[2]) << 16 | static_cast<uint32_t>(region.rkey[3]) << 24;
   return std::unique_ptr<RemoteKey>(new VerbsRemoteKey(region, rkey, id_));
 }
 
