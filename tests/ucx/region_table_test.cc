@@ -399,6 +399,66 @@ TEST(UcxShmShareable, SparseWriteAndReadCopyThroughTheTargetsMemfd) {
   EXPECT_EQ(0, std::memcmp(image.data(), mem->data(), image.size()));
 }
 
+// Rows of every length from 1 to 200 B at unaligned offsets: the mapping path copies short rows
+// with fixed-size overlapping moves (cma.cc CopyRow), so each size class and its boundaries
+// (4, 8, 16, 32, 64) must move exactly its bytes, no byte more on either side.
+TEST(UcxShmShareable, SparseRowsOfEveryLengthMoveExactlyTheirBytes) {
+  auto pair = Connect(Options(kShm), Options(kShm));
+  ASSERT_TRUE(pair.ok()) << pair.status().ToString();
+  const size_t before = MemfdMappings("ferry-shareable");
+  constexpr uint64_t kMaxLen = 200;
+  std::vector<Segment> segs;
+  uint64_t local_at = 1;
+  uint64_t remote_at = 3;
+  for (uint64_t len = 1; len <= kMaxLen; ++len) {
+    segs.push_back({local_at, remote_at, len});
+    local_at += len + 5;
+    remote_at += len + 3;
+  }
+  auto mem = ShareableMemory::Allocate(1 << 16);
+  ASSERT_TRUE(mem.ok()) << mem.status().ToString();
+  ASSERT_LT(remote_at, mem->size());
+  for (size_t i = 0; i < mem->size(); ++i) mem->data()[i] = static_cast<uint8_t>(i * 13 + 5);
+  auto mr = pair->server->RegisterMemory(mem->data(), mem->size(), kAccessRemote);
+  ASSERT_TRUE(mr.ok());
+  std::vector<uint8_t> local(2 * local_at);
+  for (size_t i = 0; i < local.size(); ++i) local[i] = static_cast<uint8_t>(i * 7 + 1);
+  auto lmr = pair->client->RegisterMemory(local.data(), local.size(), kAccessLocal);
+  ASSERT_TRUE(lmr.ok());
+  auto key = pair->client_ep->Import((*mr)->descriptor());
+  ASSERT_TRUE(key.ok());
+
+  std::vector<uint8_t> want(mem->data(), mem->data() + mem->size());
+  for (const Segment& s : segs) {
+    std::memcpy(want.data() + s.remote_offset, local.data() + s.local_offset, s.length);
+  }
+  const Op w = SparseWrite(pair->client_ep.get(), lmr->get(), key->get(), segs);
+  ASSERT_TRUE(pair->client->Post({&w, 1}).ok());
+  auto got = Reap(*pair->client, 1, {}, Millis(5000));
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_TRUE(got[0].ok()) << got[0].error;
+  EXPECT_EQ(MemfdMappings("ferry-shareable"), before + 2) << "the write went through the mapping";
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_EQ(mem->data()[i], want[i]) << "target byte " << i;
+  }
+
+  // Read the same rows back into the second half of the local buffer.
+  std::vector<uint8_t> local_want(local);
+  for (Segment& s : segs) {
+    s.local_offset += local_at;
+    std::memcpy(local_want.data() + s.local_offset, want.data() + s.remote_offset, s.length);
+  }
+  Op r = SparseWrite(pair->client_ep.get(), lmr->get(), key->get(), segs);
+  r.type = OpType::kSparseRead;
+  ASSERT_TRUE(pair->client->Post({&r, 1}).ok());
+  got = Reap(*pair->client, 1, {}, Millis(5000));
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_TRUE(got[0].ok()) << got[0].error;
+  for (size_t i = 0; i < local.size(); ++i) {
+    ASSERT_EQ(local[i], local_want[i]) << "initiator byte " << i;
+  }
+}
+
 // ps::MappedBuffer created shareable: rows written by a peer land through the mapping, survive
 // growth (deregister, mremap, register again), and shrinking/Discard free pages as zeros.
 TEST(UcxShmShareable, MappedBufferRowsGrowAndStayShareable) {

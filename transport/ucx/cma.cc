@@ -33,6 +33,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "transport/copy_row.h"
 #include "transport/ucx/ucx_status.h"
 #include "transport/ucx/ucx_transport.h"
 
@@ -179,19 +180,25 @@ void UcxTransport::PostCma(OpState* st, const Op& op) {
   // Shareable target memory: plain copies through our mapping of it, no system call at all.
   if (uint8_t* mapped = entry.shm_fd >= 0 ? SharedMapping(rk, entry) : nullptr) {
     uint64_t moved = 0;
-    auto copy = [&](uint64_t lo, uint64_t ro, uint64_t len) {
-      if (write)
-        std::memcpy(mapped + ro, local + lo, len);
-      else
-        std::memcpy(local + lo, mapped + ro, len);
-      moved += len;
-    };
     if (op.type == OpType::kWrite || op.type == OpType::kRead) {
-      copy(op.local_offset, op.remote_offset, op.length);
+      if (write)
+        std::memcpy(mapped + op.remote_offset, local + op.local_offset, op.length);
+      else
+        std::memcpy(local + op.local_offset, mapped + op.remote_offset, op.length);
+      moved = op.length;
     } else {
-      for (size_t i = 0; i < op.num_segments; ++i) {
-        const Segment& s = op.segments[i];
-        copy(s.local_offset, s.remote_offset, s.length);
+      const Segment* seg = op.segments;
+      const Segment* end = seg + op.num_segments;
+      if (write) {
+        for (; seg != end; ++seg) {
+          internal::CopyRow(mapped + seg->remote_offset, local + seg->local_offset, seg->length);
+          moved += seg->length;
+        }
+      } else {
+        for (; seg != end; ++seg) {
+          internal::CopyRow(local + seg->local_offset, mapped + seg->remote_offset, seg->length);
+          moved += seg->length;
+        }
       }
     }
     st->bytes = moved;
