@@ -151,6 +151,15 @@ class Router {
   template <typename F>
   size_t PollAll(F&& handle);
 
+  // Sole-poller mode (a phase with one worker): only `owner` polls the transport, without
+  // poll_mu_; every other owner's Poll() only drains its mailbox, so the main thread's control
+  // polling never takes the transport's lock while the worker measures. Set by the main thread
+  // before the worker starts; cleared by the worker after its last Poll() (and again by the main
+  // thread after joining it), after which the others poll the transport themselves again.
+  void SetSolePoller(uint8_t owner) { sole_.store(owner, std::memory_order_release); }
+  void ClearSolePoller() { sole_.store(kNoSole, std::memory_order_release); }
+  bool HasSolePoller() const { return sole_.load(std::memory_order_acquire) != kNoSole; }
+
  private:
   static constexpr size_t kBatch = 32;
   struct Mailbox {
@@ -161,7 +170,9 @@ class Router {
     Completion direct[kBatch];
   };
   uint8_t Route(Completion& c);
+  static constexpr int kNoSole = -1;
   Transport* transport_ = nullptr;
+  std::atomic<int> sole_{kNoSole};
   std::mutex poll_mu_;
   // The buffers live as long as the router: Completion holds a std::string, and constructing and
   // destroying 2 x 32 of them on the stack in every Poll was 20-26 % of each ping-pong process's
@@ -172,16 +183,21 @@ class Router {
 };
 
 // Ordering: a stream's completions must be handled in the transport's order (receives match
-// posts in order; credits only grow). Polling and routing therefore happen under poll_mu_, and an
-// owner handles what it polled itself only when its mailbox was empty at that moment (nothing
-// older is queued for it); otherwise everything goes through the mailbox, in order.
+// posts in order; credits only grow). Polling and routing therefore happen under poll_mu_ (or by
+// the sole poller alone), and an owner handles what it polled itself only when its mailbox was
+// empty at that moment (nothing older is queued for it); otherwise everything goes through the
+// mailbox, in order.
 template <typename F>
 size_t Router::Poll(uint8_t owner, F&& handle) {
   Mailbox& mine = *boxes_[owner];
   Completion* const direct = mine.direct;
   size_t ndirect = 0;
-  {
-    std::lock_guard<std::mutex> poll_lock(poll_mu_);
+  const int sole = sole_.load(std::memory_order_acquire);
+  if (sole == kNoSole || sole == owner) {
+    // The sole poller skips poll_mu_: nobody else polls until it clears the mode after its last
+    // Poll(), and that release store orders this buffer's use before theirs.
+    std::unique_lock<std::mutex> poll_lock(poll_mu_, std::defer_lock);
+    if (sole == kNoSole) poll_lock.lock();
     Completion* const buf = polled_;
     const size_t n = transport_->Poll(std::span<Completion>(buf, kBatch));
     for (size_t i = 0; i < n; ++i) {

@@ -624,6 +624,12 @@ Status BandwidthWorker(Ctx& x, Worker& w) {
   // end) sees no completions for the whole phase: it watches endpoint health instead.
   bool passive = true;
   for (Stream* s : w.streams) passive = passive && !s->initiator && !x.g().credits;
+  // A passive verbs target has nothing to do until the final count arrives: the HCA (rxe: the
+  // kernel) serves the peer's writes and reads without it. It sleeps in Wait() instead of
+  // spinning, like perftest's server; spinning took a whole vCPU of the two-vCPU soft-RoCE VM
+  // from the initiator and rxe (docs/perf/transport-analysis.md). Other backends may need the
+  // target to drive progress at full speed (tcp, ucx over tcp), so they keep polling.
+  const bool passive_sleeps = passive && x.side.transport->name() == "verbs";
   uint64_t last_progress = now;
   uint64_t turns = 0;
   Status error;
@@ -645,6 +651,10 @@ Status BandwidthWorker(Ctx& x, Worker& w) {
     if (!error.ok()) return error;
     if (x.side.abort.load(std::memory_order_relaxed)) return Cancelled("aborted");
     if (passive) {
+      if (passive_sleeps) {
+        FERRY_RETURN_IF_ERROR(x.side.transport->Wait(Millis(1)));
+        turns += 255;  // health checks about every 4 ms of sleeping
+      }
       if (++turns % 1024 == 0) FERRY_RETURN_IF_ERROR(EndpointsHealthy(x.side));
       continue;
     }
@@ -722,6 +732,8 @@ Status RunWorker(Side& side, Worker& w, const Phase& p) {
   } else {
     st = BandwidthWorker(x, w);
   }
+  // After this worker's last Poll(): the main thread polls the transport itself again.
+  side.router.ClearSolePoller();
   if (!st.ok() && st.code() != Code::kCancelled) side.Fail(st);
   w.status = st;
   return st;

@@ -122,6 +122,15 @@ Result<std::unique_ptr<uint8_t, internal::FreeDeleter>> Allocate(uint64_t bytes)
 // 9.6-10.0 -> 8.9-9.2 us at 14 B, and p99 up to 111 us -> at most 42 us. Control messages come
 // once per phase; 500 us costs a few milliseconds per size.
 constexpr auto kMainIdle = std::chrono::microseconds(500);
+// While a sole worker polls for it (Router::SetSolePoller) the main thread only checks its
+// mailbox, and every wake-up still preempts a busy-polling worker: in the two-vCPU soft-RoCE VM
+// the 2 x 2000 wake-ups per second of both sides' main threads were the largest remaining
+// context-switch source (perf: finish_task_switch ~10 % of samples). A control message during a
+// measurement is at most this much later.
+constexpr auto kMainIdleMeasuring = std::chrono::milliseconds(4);
+std::chrono::microseconds MainIdle(const internal::Side& side) {
+  return side.router.HasSolePoller() ? kMainIdleMeasuring : kMainIdle;
+}
 
 // The main thread's view of the control endpoint.
 class Control {
@@ -166,7 +175,7 @@ class Control {
     while (!received_) {
       // Control messages are not latency-critical: back off so the main thread does not
       // compete with the measuring workers for the CPU (and the transport's lock).
-      if (PollMain(&turns) == 0) std::this_thread::sleep_for(kMainIdle);
+      if (PollMain(&turns) == 0) std::this_thread::sleep_for(MainIdle(side_));
       if (!poll_error_.ok()) return poll_error_;
       if (side_.abort.load()) {
         Status s = side_.FirstError();
@@ -381,6 +390,10 @@ class Workers {
     for (uint32_t i = 0; i < n; ++i) workers_[i].owner = static_cast<uint8_t>(i + 1);
     for (auto& s : side.streams) workers_[s->owner - 1].streams.push_back(s.get());
     side.initiators_done.store(0);
+    // One worker: it alone polls the transport and routes the control completions to the main
+    // thread's mailbox, so the main thread never contends for the transport's lock during a
+    // measurement (futex waits and context switches in the soft-RoCE VM profile).
+    if (n == 1) side.router.SetSolePoller(workers_[0].owner);
     for (auto& w : workers_) {
       threads_.emplace_back([this, &w, &phase] { (void)internal::RunWorker(side_, w, phase); });
     }
@@ -396,6 +409,7 @@ class Workers {
     for (auto& t : threads_) {
       if (t.joinable()) t.join();
     }
+    side_.router.ClearSolePoller();
   }
 
  private:
@@ -419,7 +433,7 @@ Status WaitInitiators(Side& side, Control& control) {
       return s.ok() ? Cancelled("aborted") : s;
     }
     FERRY_RETURN_IF_ERROR(control.PollMain());
-    std::this_thread::sleep_for(kMainIdle);
+    std::this_thread::sleep_for(MainIdle(side));
   }
   return Status::Ok();
 }

@@ -41,7 +41,9 @@ void AsyncHub::Drain(ibv_context* ctx) {
       case IBV_EVENT_COMM_EST:
       case IBV_EVENT_SQ_DRAINED:
       case IBV_EVENT_QP_LAST_WQE_REACHED:
-      case IBV_EVENT_PATH_MIG: note.qpn = ev.element.qp->qp_num; break;
+      case IBV_EVENT_PATH_MIG:
+        note.qpn = ev.element.qp->qp_num;
+        break;
       case IBV_EVENT_PORT_ACTIVE:
       case IBV_EVENT_PORT_ERR:
       case IBV_EVENT_LID_CHANGE:
@@ -51,7 +53,8 @@ void AsyncHub::Drain(ibv_context* ctx) {
       case IBV_EVENT_CLIENT_REREGISTER:
         note.port = static_cast<uint8_t>(ev.element.port_num);
         break;
-      default: break;
+      default:
+        break;
     }
     ibv_ack_async_event(&ev);
     for (auto& inbox : subscribers_[ctx]) {
@@ -84,8 +87,8 @@ void VerbsTransport::ProcessAsyncEventsLocked() {
       case IBV_EVENT_PORT_ERR:
         if (n.port == port_.port) {
           for (auto& [id, ep] : endpoints_) {
-            FailEndpointLocked(ep.get(), PeerFailure("port " + where + " went down (" + name +
-                                                     ")"));
+            FailEndpointLocked(ep.get(),
+                               PeerFailure("port " + where + " went down (" + name + ")"));
           }
         }
         break;
@@ -94,7 +97,8 @@ void VerbsTransport::ProcessAsyncEventsLocked() {
       case IBV_EVENT_SRQ_ERR:
         FailAllLocked(IoError("async event '" + name + "' on " + where, EIO));
         break;
-      default: break;
+      default:
+        break;
     }
   }
 }
@@ -182,8 +186,8 @@ void VerbsTransport::FailAllLocked(const Status& why) {
 void VerbsTransport::ReapLocked() {
   for (auto it = endpoints_.begin(); it != endpoints_.end();) {
     VerbsEndpoint* ep = it->second.get();
-    const bool dead = ep->state_ == VerbsEndpoint::State::kFailed ||
-                      ep->state_ == VerbsEndpoint::State::kClosed;
+    const bool dead =
+        ep->state_ == VerbsEndpoint::State::kFailed || ep->state_ == VerbsEndpoint::State::kClosed;
     if (dead && !ep->lingering_ && it->second.use_count() == 1) {
       if (ep->qp_) by_qpn_.erase(ep->qpn());
       ep->ReleaseResources();
@@ -208,10 +212,12 @@ void VerbsTransport::HeartbeatLocked() {
     // than any real or emulated link).
     const auto allowance = timeout + Millis(ep->inflight_bytes_ / 1000);
     if (ep->sq_used_ > 0 && now - ep->last_ack_ > allowance) {
-      FailEndpointLocked(ep, PeerFailure("peer " + ep->peer_address() + " acknowledged nothing "
-                                         "within peer_timeout (" + std::to_string(timeout.count()) +
-                                         " ms) on " + QpName(ep->qpn()) +
-                                         ": it is gone, unreachable, or posts no receives"));
+      FailEndpointLocked(
+          ep, PeerFailure("peer " + ep->peer_address() +
+                          " acknowledged nothing "
+                          "within peer_timeout (" +
+                          std::to_string(timeout.count()) + " ms) on " + QpName(ep->qpn()) +
+                          ": it is gone, unreachable, or posts no receives"));
       continue;
     }
     if (ep->hb_outstanding_) {
@@ -243,11 +249,21 @@ void VerbsTransport::HeartbeatLocked() {
   }
 }
 
-void VerbsTransport::ProgressLocked() {
+void VerbsTransport::ProgressLocked(EventCheck events) {
   PollCqLocked();
-  if (config_.mode == ConnectMode::kCm) ProcessCmEventsLocked();
-  ProcessAsyncEventsLocked();
   const auto now = Clock::now();
+  // rdma_get_cm_event and ibv_get_async_event are one failed write()/read() syscall each when
+  // nothing is pending, which is almost always. On the Poll() path they were two of the three
+  // syscalls of every turn (ibv_post_send is the third on rxe) and, with the contention they
+  // caused, the largest cost of a verbs ping-pong in the soft-RoCE VM (perf + strace -c,
+  // docs/perf/transport-analysis.md). Connection and async events are not latency-critical: a
+  // busy-polling caller sees them at most kEventInterval late; callers that slept on the fds
+  // (Wait, Accept, Connect, the progress thread) always check.
+  if (events == EventCheck::kAlways || now >= next_events_) {
+    next_events_ = now + kEventInterval;
+    if (config_.mode == ConnectMode::kCm) ProcessCmEventsLocked();
+    ProcessAsyncEventsLocked();
+  }
   if (now >= next_housekeeping_) {
     next_housekeeping_ = now + Millis(10);
     if (config_.mode == ConnectMode::kOob) {
@@ -270,7 +286,8 @@ std::vector<pollfd> VerbsTransport::WaitFdsLocked() {
     if (ep->control_fd_) fds.push_back(pollfd{ep->control_fd_.get(), POLLIN, 0});
   }
   for (auto& s : oob_sessions_) {
-    fds.push_back(pollfd{s->fd.get(), static_cast<short>(POLLIN | (s->out.empty() ? 0 : POLLOUT)), 0});
+    fds.push_back(
+        pollfd{s->fd.get(), static_cast<short>(POLLIN | (s->out.empty() ? 0 : POLLOUT)), 0});
   }
   if (listen_fd_) fds.push_back(pollfd{listen_fd_.get(), POLLIN, 0});
   return fds;
@@ -295,7 +312,7 @@ void VerbsTransport::ProgressThreadMain() {
 
 size_t VerbsTransport::Poll(std::span<Completion> out) {
   std::lock_guard<std::mutex> lock(mu_);
-  ProgressLocked();
+  ProgressLocked(EventCheck::kWhenDue);
   size_t n = 0;
   while (n < out.size() && !ready_.empty()) {
     out[n++] = std::move(ready_.front());

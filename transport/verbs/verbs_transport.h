@@ -300,7 +300,11 @@ class VerbsTransport final : public Transport {
   void CompleteLocked(Completion c);
 
   // ---- events.cc ----
-  void ProgressLocked();
+  // kAlways: also drain rdma_cm and async events (a syscall each); kWhenDue: only if
+  // kEventInterval has passed since they were last drained (the busy Poll() path).
+  enum class EventCheck { kAlways, kWhenDue };
+  static constexpr std::chrono::milliseconds kEventInterval{1};
+  void ProgressLocked(EventCheck events = EventCheck::kAlways);
   void ProcessAsyncEventsLocked();
   void HeartbeatLocked();
   void FailEndpointLocked(VerbsEndpoint* ep, Status why, bool linger = false);
@@ -355,6 +359,7 @@ class VerbsTransport final : public Transport {
   std::vector<std::unique_ptr<OobSession>> oob_sessions_;  // passive handshakes that failed (reported by Accept)
   std::shared_ptr<struct AsyncInbox> inbox_;
   Clock::time_point next_housekeeping_{};
+  Clock::time_point next_events_{};  // Poll() drains cm/async events from then on
   std::vector<RemoteRegion> advertise_;
   std::vector<uint32_t> reposts_;
   std::string listen_address_;
