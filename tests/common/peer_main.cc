@@ -125,7 +125,8 @@ int main(int argc, char** argv) {
   }
   const uint64_t chunk =
       key ? std::min<uint64_t>({uint64_t{4} << 20, key->region().length, buf.size()}) : 0;
-  const auto deadline = Clock::now() + Millis(a.lifetime_ms);
+  const auto connected_at = Clock::now();
+  const auto deadline = connected_at + Millis(a.lifetime_ms);
   int in_flight = 0;
   bool writing = key != nullptr && t.capabilities().write && chunk > 0;
   std::vector<ferry::Completion> done(16);
@@ -137,7 +138,8 @@ int main(int argc, char** argv) {
       op.local = region->get();
       op.length = chunk;
       op.remote = key.get();
-      if (!t.Post({&op, 1}).ok()) {
+      if (ferry::Status s = t.Post({&op, 1}); !s.ok()) {
+        std::fprintf(stderr, "ferry_test_peer: post failed: %s\n", s.ToString().c_str());
         writing = false;
         break;
       }
@@ -147,7 +149,14 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < n; ++i) {
       if (done[i].type != ferry::OpType::kWrite) continue;
       --in_flight;
-      if (!done[i].ok()) writing = false;
+      if (!done[i].ok() && writing) {
+        // The test only sees the connection drop; say here, on its stderr, why it dropped.
+        writing = false;
+        std::fprintf(stderr, "ferry_test_peer: write failed %lld ms after connect: %s %s\n",
+                     static_cast<long long>(
+                         std::chrono::duration_cast<Millis>(Clock::now() - connected_at).count()),
+                     std::string(ferry::CodeName(done[i].code)).c_str(), done[i].error.c_str());
+      }
     }
     if (n == 0 && !writing) (void)t.Wait(Millis(100));
   }
