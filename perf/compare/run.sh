@@ -209,6 +209,8 @@ section_sparse() {
           # reference (b): contiguous write of rows*row_size bytes (pack time added in report.py)
           ferry "sparse-$be" "packsend:$rows:$rs" bw_avg_mb_s "$p" "$BW" "${prm[@]}" --local --op write \
             -s "$((rows * rs))" -n "$iters" -t 4
+          ferry "sparse-$be" "packsend_nv:$rows:$rs" bw_avg_mb_s "$p" "$BW" "${prm[@]}" --local --op write \
+            -s "$((rows * rs))" -n "$iters" -t 4 --no-verify
         done
       done
     done
