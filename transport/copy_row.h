@@ -10,6 +10,13 @@
 
 namespace ferry::internal {
 
+// The first and the last N bytes of a row of N <= len <= 2N bytes: together they cover it.
+template <uint64_t N>
+inline void CopyEnds(uint8_t* dst, const uint8_t* src, uint64_t len) {
+  std::memcpy(dst, src, N);
+  std::memcpy(dst + len - N, src + len - N, N);
+}
+
 // Parameter-server rows are small (tens to a few hundred bytes) and a sparse call carries
 // thousands of them. Why not plain memcpy: with a run-time length every row is a libc call (PLT,
 // size dispatch), which for 64 B rows scattered over a partition larger than L2 took 70 ns a
@@ -21,17 +28,13 @@ inline void CopyRow(uint8_t* dst, const uint8_t* src, uint64_t len) {
   if (len > 64) {
     std::memcpy(dst, src, len);
   } else if (len >= 32) {
-    std::memcpy(dst, src, 32);
-    std::memcpy(dst + len - 32, src + len - 32, 32);
+    CopyEnds<32>(dst, src, len);
   } else if (len >= 16) {
-    std::memcpy(dst, src, 16);
-    std::memcpy(dst + len - 16, src + len - 16, 16);
+    CopyEnds<16>(dst, src, len);
   } else if (len >= 8) {
-    std::memcpy(dst, src, 8);
-    std::memcpy(dst + len - 8, src + len - 8, 8);
+    CopyEnds<8>(dst, src, len);
   } else if (len >= 4) {
-    std::memcpy(dst, src, 4);
-    std::memcpy(dst + len - 4, src + len - 4, 4);
+    CopyEnds<4>(dst, src, len);
   } else {
     for (uint64_t i = 0; i < len; ++i) dst[i] = src[i];
   }
