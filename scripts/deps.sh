@@ -14,6 +14,10 @@ FERRY_PACKAGES=(
   libabsl-dev robin-map-dev libxxhash-dev
   # network fault tests
   nftables iproute2
+  # parameter server launchers (mpirun, single-node Slurm in the tests) and PMIx rendezvous
+  openmpi-bin libpmix-dev slurm-wlm munge
+  # training layer: gzip input, dense layers, the quality reference
+  zlib1g-dev libeigen3-dev liblinear-tools
 )
 
 ferry_missing_packages() {
