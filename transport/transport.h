@@ -277,8 +277,14 @@ class Transport {
   virtual Status Post(std::span<const Op> ops) = 0;
   // Drives progress once and returns up to out.size() completions. Non-blocking.
   virtual size_t Poll(std::span<Completion> out) = 0;
-  // Blocks until Poll may return something or `timeout` passes (driving progress meanwhile).
+  // Blocks until Poll may return something, `timeout` passes, or Wake() is called (driving
+  // progress meanwhile).
   virtual Status Wait(Millis timeout) = 0;
+  // Makes a Wait() blocked now in another thread, or else the next Wait() to start, return Ok
+  // promptly, possibly with nothing to poll. For a thread that sleeps in Wait() and must also
+  // react to events from outside this transport (another transport's messages, a queue).
+  // Thread-safe, non-blocking, one eventfd write; wake-ups do not accumulate.
+  virtual void Wake() = 0;
 
  protected:
   Transport() = default;

@@ -44,6 +44,7 @@ class FakeTransport final : public Transport {
   Status Post(std::span<const Op>) override { return Unsupported("fake"); }
   size_t Poll(std::span<Completion>) override { return 0; }
   Status Wait(Millis) override { return Unsupported("fake"); }
+  void Wake() override {}
 
   int live() const { return live_; }
   int overlapping_registrations() const { return overlapping_registrations_; }

@@ -47,6 +47,7 @@ class FakeTransport : public Transport {
   Status Post(std::span<const Op>) override { return Unsupported("fake"); }
   size_t Poll(std::span<Completion>) override { return 0; }
   Status Wait(Millis) override { return Unsupported("fake"); }
+  void Wake() override {}
 
   std::atomic<int> registrations{0};
   std::atomic<int> live_regions{0};

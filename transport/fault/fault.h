@@ -76,6 +76,7 @@ class FaultTransport final : public Transport {
   Status Post(std::span<const Op> ops) override;
   size_t Poll(std::span<Completion> out) override;
   Status Wait(Millis timeout) override;
+  void Wake() override { inner_->Wake(); }
 
  private:
   struct Held {

@@ -21,6 +21,7 @@
 #include <sys/uio.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -279,6 +280,7 @@ class TcpTransport final : public Transport {
   Status Post(std::span<const Op> ops) override;
   size_t Poll(std::span<Completion> out) override;
   Status Wait(Millis timeout) override;
+  void Wake() override;
 
  private:
   friend class TcpEndpoint;
@@ -342,7 +344,8 @@ class TcpTransport final : public Transport {
   mutable std::mutex mu_;
   std::condition_variable cv_;  // progress happened (completions, accepts, handshakes, drains)
   int epfd_ = -1;
-  int wake_fd_ = -1;                                 // eventfd: stops the progress thread
+  int wake_fd_ = -1;  // eventfd: stops the progress thread, interrupts a Wait (Wake)
+  std::atomic<bool> wake_requested_{false};  // Wake() called, not yet seen by a Wait
   std::vector<std::pair<uint64_t, int>> listeners_;  // (event id, fd)
   std::unordered_map<uint64_t, std::unique_ptr<Conn>> conns_;
   uint64_t next_id_ = 1;  // event ids: wake = 0, listeners and conns from 1

@@ -254,12 +254,34 @@ Status TcpTransport::Wait(Millis timeout) {
   // options_.progress_thread, not progress_thread_.joinable(): the thread object is written by
   // Init() while the thread already runs (a data race ThreadSanitizer reported).
   if (options_.progress_thread) {
-    if (cv_.wait_until(lk, deadline, [&] { return !completions_.empty(); })) return Status::Ok();
+    if (cv_.wait_until(lk, deadline, [&] {
+          return !completions_.empty() ||
+                 wake_requested_.exchange(false, std::memory_order_acq_rel);
+        })) {
+      return Status::Ok();
+    }
     return Timeout("no completion within " + std::to_string(timeout.count()) + " ms");
   }
   // No non-blocking round first: a blocking epoll_wait returns at once when a socket is ready.
-  if (DriveUntil(lk, deadline, [&] { return !completions_.empty(); })) return Status::Ok();
+  if (DriveUntil(lk, deadline, [&] {
+        return !completions_.empty() || wake_requested_.exchange(false, std::memory_order_acq_rel);
+      })) {
+    return Status::Ok();
+  }
   return Timeout("no completion within " + std::to_string(timeout.count()) + " ms");
+}
+
+void TcpTransport::Wake() {
+  wake_requested_.store(true, std::memory_order_release);
+  if (options_.progress_thread) {
+    // Waiters sleep on cv_; taking the lock orders the flag before their predicate check.
+    Lock lk(mu_);
+    cv_.notify_all();
+    return;
+  }
+  const uint64_t one = 1;
+  ssize_t ignored = write(wake_fd_, &one, sizeof(one));  // interrupts epoll_wait
+  (void)ignored;
 }
 
 }  // namespace ferry::tcp

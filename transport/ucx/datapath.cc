@@ -796,15 +796,18 @@ size_t UcxTransport::Poll(std::span<Completion> out) {
 Status UcxTransport::Wait(Millis timeout) {
   const auto deadline = Clock::now() + timeout;
   std::unique_lock<std::mutex> lock(mu_);
+  auto woken = [this] { return wake_requested_.exchange(false, std::memory_order_acq_rel); };
   if (progress_thread_.joinable()) {
-    if (cv_.wait_until(lock, deadline, [&] { return !done_.empty(); })) return Status::Ok();
+    if (cv_.wait_until(lock, deadline, [&] { return !done_.empty() || woken(); })) {
+      return Status::Ok();
+    }
     return Timeout("ucx: no completion within " + std::to_string(timeout.count()) + " ms");
   }
   // Spin briefly (cheap for short waits), then sleep on the worker's event fd.
   const auto spin_until = Clock::now() + std::chrono::microseconds(50);
   while (true) {
     ProgressLocked();
-    if (!done_.empty()) return Status::Ok();
+    if (!done_.empty() || woken()) return Status::Ok();
     const auto now = Clock::now();
     if (now >= deadline) {
       return Timeout("ucx: no completion within " + std::to_string(timeout.count()) + " ms");
@@ -812,6 +815,18 @@ Status UcxTransport::Wait(Millis timeout) {
     if (now < spin_until) continue;
     SleepOnWorker(lock, deadline);
   }
+}
+
+void UcxTransport::Wake() {
+  wake_requested_.store(true, std::memory_order_release);
+  if (progress_thread_.joinable()) {
+    std::lock_guard<std::mutex> lock(mu_);  // orders the flag before a waiter's predicate check
+    cv_.notify_all();
+    return;
+  }
+  // Unblocks a poll() on the worker's event fd (SleepOnWorker); a waiter without an armed fd
+  // sleeps at most 2 ms and sees the flag on its next turn.
+  if (efd_ >= 0) ucp_worker_signal(worker_.get());
 }
 
 }  // namespace ferry::ucx

@@ -409,6 +409,7 @@ class UcxTransport final : public Transport {
   Status Post(std::span<const Op> ops) override;
   size_t Poll(std::span<Completion> out) override;
   Status Wait(Millis timeout) override;
+  void Wake() override;
 
  private:
   friend class UcxEndpoint;
@@ -553,6 +554,7 @@ class UcxTransport final : public Transport {
 
   std::atomic<bool> stop_{false};
   std::atomic<bool> thread_sleeping_{false};
+  std::atomic<bool> wake_requested_{false};  // Wake() called, not yet seen by a Wait
   std::thread progress_thread_;
 };
 

@@ -290,6 +290,7 @@ std::vector<pollfd> VerbsTransport::WaitFdsLocked() {
         pollfd{s->fd.get(), static_cast<short>(POLLIN | (s->out.empty() ? 0 : POLLOUT)), 0});
   }
   if (listen_fd_) fds.push_back(pollfd{listen_fd_.get(), POLLIN, 0});
+  if (wake_fd_) fds.push_back(pollfd{wake_fd_.get(), POLLIN, 0});
   return fds;
 }
 
@@ -324,6 +325,12 @@ size_t VerbsTransport::Poll(std::span<Completion> out) {
 Status VerbsTransport::Wait(Millis timeout) {
   const auto deadline = Clock::now() + timeout;
   while (true) {
+    if (wake_requested_.exchange(false, std::memory_order_acq_rel)) {
+      uint64_t value;
+      ssize_t ignored = read(wake_fd_.get(), &value, sizeof(value));  // re-arm the eventfd
+      (void)ignored;
+      return Status::Ok();
+    }
     std::vector<pollfd> fds;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -338,6 +345,13 @@ Status VerbsTransport::Wait(Millis timeout) {
     auto left = std::chrono::duration_cast<Millis>(deadline - now) + Millis(1);
     SleepOnFds(std::move(fds), std::min<Millis>(left, Millis(20)));
   }
+}
+
+void VerbsTransport::Wake() {
+  wake_requested_.store(true, std::memory_order_release);
+  const uint64_t one = 1;
+  ssize_t ignored = write(wake_fd_.get(), &one, sizeof(one));
+  (void)ignored;
 }
 
 }  // namespace ferry::verbs

@@ -2,6 +2,7 @@
 // handshake payloads; plus the small public methods and the registry entry.
 #include <arpa/inet.h>
 #include <openssl/rand.h>
+#include <sys/eventfd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -200,6 +201,8 @@ Status VerbsTransport::Init() {
     if (!SetNonBlocking(cm_channel_->fd)) return IoError("fcntl(rdma_cm channel)", errno);
   }
   inbox_ = AsyncHub::Get().Subscribe(ctx_);
+  wake_fd_ = UniqueFd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!wake_fd_) return IoError("verbs: eventfd", errno);
 
   caps_.send_recv = caps_.write = caps_.read = true;
   caps_.sparse_write = caps_.sparse_read = true;

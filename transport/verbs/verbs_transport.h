@@ -245,6 +245,7 @@ class VerbsTransport final : public Transport {
   Status Post(std::span<const Op> ops) override;
   size_t Poll(std::span<Completion> out) override;
   Status Wait(Millis timeout) override;
+  void Wake() override;
 
   Stats stats() const;
   RegCacheStats reg_cache_stats() const;
@@ -346,6 +347,7 @@ class VerbsTransport final : public Transport {
   CmEventChannel cm_channel_;
   CmId listen_id_;
   UniqueFd listen_fd_;
+  UniqueFd wake_fd_;  // eventfd in every Wait's poll set: Wake() writes it
   std::unordered_map<uint64_t, std::shared_ptr<VerbsEndpoint>> endpoints_;
   std::thread progress_thread_;  // declared last: joined first (in the destructor body)
 
@@ -375,6 +377,7 @@ class VerbsTransport final : public Transport {
   Status fatal_;                // device-level failure: every endpoint and new connect fails
   Stats stats_;
   std::atomic<bool> stop_{false};
+  std::atomic<bool> wake_requested_{false};  // Wake() called, not yet seen by a Wait
 };
 
 }  // namespace ferry::verbs
