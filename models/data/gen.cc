@@ -1,0 +1,248 @@
+// Generator: options, the sample streams (Zipf values, count-valued numerics, labels), line
+// formatting, and Generate(), which writes the files and scores the truth model.
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+
+#include "models/data/gen_internal.h"
+
+namespace ferry::models {
+
+using internal::Mix64;
+
+Result<Truth> ParseTruth(std::string_view name) {
+  if (name == "lr") return Truth::kLr;
+  if (name == "fm") return Truth::kFm;
+  if (name == "mlp") return Truth::kMlp;
+  return InvalidArgument("unknown truth model '" + std::string(name) + "'; expected lr, fm or mlp");
+}
+
+std::string_view TruthName(Truth truth) {
+  switch (truth) {
+    case Truth::kLr:
+      return "lr";
+    case Truth::kFm:
+      return "fm";
+    case Truth::kMlp:
+      return "mlp";
+  }
+  return "unknown";
+}
+
+std::string CriteoToken(uint32_t field, uint32_t value) {
+  // Each step is a bijection on 32-bit integers (xor, odd multiply, xorshift).
+  uint32_t x = value ^ (0x5bd1e995u * (field + 1));
+  x *= 0x9E3779B1u;
+  x ^= x >> 16;
+  x *= 0x85EBCA6Bu;
+  x ^= x >> 13;
+  static const char kHex[] = "0123456789abcdef";
+  std::string t(8, '0');
+  for (int i = 7; i >= 0; --i, x >>= 4) t[i] = kHex[x & 15];
+  return t;
+}
+
+namespace internal {
+
+// helper1(x) = log1p(x) / x and helper2(x) = expm1(x) / x, with series near 0 (Commons RNG).
+static double Helper1(double x) {
+  return std::abs(x) > 1e-8 ? std::log1p(x) / x : 1 - x * (0.5 - x * (1.0 / 3 - 0.25 * x));
+}
+static double Helper2(double x) {
+  return std::abs(x) > 1e-8 ? std::expm1(x) / x
+                            : 1 + x * 0.5 * (1 + x * (1.0 / 3) * (1 + 0.25 * x));
+}
+
+ZipfSampler::ZipfSampler(uint64_t n, double s) : n_(n), s_(s) {
+  h_x1_ = HIntegral(1.5) - 1.0;
+  h_n_ = HIntegral(static_cast<double>(n) + 0.5);
+  threshold_ = 2.0 - HIntegralInverse(HIntegral(2.5) - H(2.0));
+}
+
+double ZipfSampler::HIntegral(double x) const {
+  const double lx = std::log(x);
+  return Helper2((1.0 - s_) * lx) * lx;
+}
+
+double ZipfSampler::HIntegralInverse(double x) const {
+  double t = x * (1.0 - s_);
+  if (t < -1.0) t = -1.0;  // numerical guard at the end of the range
+  return std::exp(Helper1(t) * x);
+}
+
+uint64_t ZipfSampler::Sample(Rng* rng) const {
+  if (s_ == 0.0) return 1 + static_cast<uint64_t>(rng->Uniform() * static_cast<double>(n_));
+  while (true) {
+    const double u = h_n_ + rng->Uniform() * (h_x1_ - h_n_);
+    const double x = HIntegralInverse(u);
+    double k = std::floor(x + 0.5);
+    if (k < 1) k = 1;
+    if (k > static_cast<double>(n_)) k = static_cast<double>(n_);
+    if (k - x <= threshold_ || u >= HIntegral(k + 0.5) - H(k)) return static_cast<uint64_t>(k);
+  }
+}
+
+}  // namespace internal
+
+struct Generator::Stream {
+  internal::Rng rng;
+  std::vector<internal::ZipfSampler> zipf;
+};
+
+namespace {
+
+Status CheckOptions(const GenOptions& o) {
+  if (o.samples == 0) return InvalidArgument("--samples must be at least 1");
+  if (o.fields == 0 || o.fields > 1000) return InvalidArgument("--fields must be in 1..1000");
+  if (o.features == 0 && (o.vocab == 0 || o.vocab > (uint64_t{1} << 32))) {
+    return InvalidArgument("--vocab must be in 1..2^32");
+  }
+  if (o.features != 0 && (o.features < o.fields || o.features / o.fields >= (uint64_t{1} << 32))) {
+    return InvalidArgument("--features must be at least --fields and at most 2^32 per field");
+  }
+  if (!(o.zipf >= 0 && o.zipf <= 10)) return InvalidArgument("--zipf must be in 0..10");
+  if (o.numeric > 1000) return InvalidArgument("--numeric must be in 0..1000");
+  if (o.factors == 0 || o.factors > 64) return InvalidArgument("--factors must be in 1..64");
+  if (o.hidden == 0 || o.hidden > 256) return InvalidArgument("--hidden must be in 1..256");
+  if (o.format == Format::kCriteo &&
+      (o.fields != kCriteoCatColumns || o.numeric != kCriteoIntColumns)) {
+    return InvalidArgument(
+        "criteo output has 26 categorical and 13 numeric fields: use "
+        "--fields 26 --numeric 13 (the defaults with --format criteo)");
+  }
+  if (o.out.empty()) return InvalidArgument("--out is required");
+  if ((o.test_samples > 0) != !o.test_out.empty()) {
+    return InvalidArgument("--test-samples and --test-out go together");
+  }
+  return Status::Ok();
+}
+
+// Count-valued numeric feature: log-normal, floored (about a quarter are 0), capped.
+uint32_t DrawCount(internal::Rng* rng) {
+  const double x = std::floor(std::exp(1.0 + 1.5 * rng->Normal()));
+  return static_cast<uint32_t>(std::min(x, 1e7));
+}
+
+void PutU64(std::string* out, uint64_t v) {
+  char buf[24];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  out->append(buf, static_cast<size_t>(r.ptr - buf));
+}
+
+void PutFloat(std::string* out, float v) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);  // shortest: parses back exactly
+  out->append(buf, static_cast<size_t>(r.ptr - buf));
+}
+
+}  // namespace
+
+Generator::Generator(const GenOptions& options) : options_(options) {}
+Generator::~Generator() = default;
+
+Result<std::unique_ptr<Generator>> Generator::Create(const GenOptions& options) {
+  FERRY_RETURN_IF_ERROR(CheckOptions(options));
+  std::unique_ptr<Generator> g(new Generator(options));
+  const uint32_t fields = options.fields;
+  g->offsets_.assign(1, 0);
+  for (uint32_t f = 0; f < fields; ++f) {
+    const uint64_t v = options.features == 0
+                           ? options.vocab
+                           : options.features / fields + (f < options.features % fields ? 1 : 0);
+    g->vocab_.push_back(v);
+    g->offsets_.push_back(g->offsets_.back() + v);
+  }
+  g->model_ = std::make_unique<Model>(options);
+  const auto make_stream = [&](uint64_t salt) {
+    auto s = std::make_unique<Stream>();
+    s->rng.state = Mix64(options.seed ^ salt);
+    for (uint32_t f = 0; f < fields; ++f) s->zipf.emplace_back(g->vocab_[f], options.zipf);
+    return s;
+  };
+  // Calibrate on a sample of the data distribution drawn from a stream of its own.
+  auto calibration = make_stream(0x63616c);
+  std::vector<double> raws(20000);
+  GenSample s;
+  for (double& r : raws) {
+    g->Draw(calibration.get(), &s, /*label=*/false);
+    r = g->model_->Raw(s);
+  }
+  g->model_->Calibrate(raws);
+  g->train_ = make_stream(0x747261696e);
+  g->test_ = make_stream(0x74657374);
+  return g;
+}
+
+void Generator::Draw(Stream* stream, GenSample* s, bool label) const {
+  s->values.resize(options_.fields);
+  for (uint32_t f = 0; f < options_.fields; ++f) {
+    s->values[f] = static_cast<uint32_t>(stream->zipf[f].Sample(&stream->rng) - 1);
+  }
+  s->counts.resize(options_.numeric);
+  for (uint32_t k = 0; k < options_.numeric; ++k) s->counts[k] = DrawCount(&stream->rng);
+  if (!label) return;
+  s->logit = model_->Logit(*s);
+  const double p = 1.0 / (1.0 + std::exp(-s->logit));
+  s->label = stream->rng.Uniform() < p ? 1.0f : 0.0f;
+}
+
+void Generator::NextTrain(GenSample* s) {
+  Draw(train_.get(), s, true);
+}
+void Generator::NextTest(GenSample* s) {
+  Draw(test_.get(), s, true);
+}
+double Generator::Logit(const GenSample& s) const {
+  return model_->Logit(s);
+}
+double Generator::bias() const {
+  return model_->bias();
+}
+double Generator::scale() const {
+  return model_->scale();
+}
+
+Status Generator::WriteTruth(const std::string& path) const {
+  return model_->Write(path, vocab_);
+}
+
+void Generator::AppendLine(Format format, const GenSample& s, std::string* out) const {
+  out->push_back(s.label > 0.5f ? '1' : '0');
+  const uint32_t fields = options_.fields;
+  if (format == Format::kCriteo) {
+    for (uint32_t k = 0; k < options_.numeric; ++k) {
+      out->push_back('\t');
+      PutU64(out, s.counts[k]);
+    }
+    for (uint32_t f = 0; f < fields; ++f) {
+      out->push_back('\t');
+      out->append(CriteoToken(f, s.values[f]));
+    }
+    out->push_back('\n');
+    return;
+  }
+  const bool ffm = format == Format::kLibffm;
+  for (uint32_t f = 0; f < fields; ++f) {
+    out->push_back(' ');
+    if (ffm) {
+      PutU64(out, f);
+      out->push_back(':');
+    }
+    PutU64(out, FeatureIndex(f, s.values[f]));
+    out->append(":1");
+  }
+  for (uint32_t k = 0; k < options_.numeric; ++k) {
+    if (s.counts[k] == 0) continue;  // value ln(1 + 0) = 0: sparse formats leave it out
+    out->push_back(' ');
+    if (ffm) {
+      PutU64(out, fields + k);
+      out->push_back(':');
+    }
+    PutU64(out, NumericIndex(k));
+    out->push_back(':');
+    PutFloat(out, static_cast<float>(std::log1p(s.counts[k])));
+  }
+  out->push_back('\n');
+}
+
+}  // namespace ferry::models

@@ -1,0 +1,187 @@
+#include "models/data/input.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+namespace ferry::models {
+namespace {
+
+constexpr size_t kGzipInputBytes = 64 << 10;  // compressed bytes read per refill
+
+Result<Fd> OpenFile(const std::string& path) {
+  int fd;
+  do {
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) return IoError("open " + path, errno);
+  return Fd(fd);
+}
+
+Result<size_t> PRead(int fd, const std::string& path, char* dst, size_t cap, uint64_t offset) {
+  while (true) {
+    const ssize_t n = ::pread(fd, dst, cap, static_cast<off_t>(offset));
+    if (n >= 0) return static_cast<size_t>(n);
+    if (errno != EINTR) return IoError("read " + path, errno);
+  }
+}
+
+class PlainStream final : public ByteStream {
+ public:
+  PlainStream(Fd fd, std::string path, uint64_t offset)
+      : fd_(std::move(fd)), path_(std::move(path)), offset_(offset) {}
+
+  Result<size_t> Read(char* dst, size_t cap) override {
+    FERRY_ASSIGN_OR_RETURN(const size_t n, PRead(fd_.get(), path_, dst, cap, offset_));
+    offset_ += n;
+    return n;
+  }
+
+ private:
+  Fd fd_;
+  std::string path_;
+  uint64_t offset_;
+};
+
+// zlib inflate over a file. z_stream points into in_, so the object is never moved once
+// initialised (it lives behind a unique_ptr).
+class GzipStream final : public ByteStream {
+ public:
+  GzipStream(Fd fd, std::string path) : fd_(std::move(fd)), path_(std::move(path)) {}
+  ~GzipStream() override {
+    if (initialised_) inflateEnd(&zs_);
+  }
+  GzipStream(const GzipStream&) = delete;
+  GzipStream& operator=(const GzipStream&) = delete;
+
+  Status Init() {
+    in_.resize(kGzipInputBytes);
+    std::memset(&zs_, 0, sizeof zs_);
+    // 15 + 16: a gzip wrapper (not zlib, not raw deflate) with the largest window.
+    const int rc = inflateInit2(&zs_, 15 + 16);
+    if (rc != Z_OK) return ResourceExhausted("inflateInit2 for " + path_ + " failed");
+    initialised_ = true;
+    return Status::Ok();
+  }
+
+  Result<size_t> Read(char* dst, size_t cap) override {
+    if (done_) return size_t{0};
+    zs_.next_out = reinterpret_cast<Bytef*>(dst);
+    zs_.avail_out = static_cast<uInt>(std::min<size_t>(cap, UINT32_MAX));
+    const uInt want = zs_.avail_out;
+    while (zs_.avail_out == want) {
+      if (zs_.avail_in == 0 && !in_eof_) FERRY_RETURN_IF_ERROR(Refill());
+      if (member_done_) {
+        // Another gzip member may follow (gzip -c a >f; gzip -c b >>f): inflate it too.
+        if (zs_.avail_in == 0) {
+          done_ = true;
+          break;
+        }
+        if (inflateReset(&zs_) != Z_OK) return Internal("inflateReset failed for " + path_);
+        member_done_ = false;
+      }
+      if (zs_.avail_in == 0) {
+        return InvalidArgument(path_ + ": gzip data ends early (truncated file?) after " +
+                               std::to_string(zs_.total_out) + " bytes of the current member");
+      }
+      const int rc = inflate(&zs_, Z_NO_FLUSH);
+      if (rc == Z_STREAM_END) {
+        member_done_ = true;
+      } else if (rc == Z_MEM_ERROR) {
+        return ResourceExhausted(path_ + ": out of memory while inflating gzip data");
+      } else if (rc != Z_OK) {
+        return InvalidArgument(path_ + ": corrupt gzip data (" +
+                               std::string(zs_.msg ? zs_.msg : "no progress") + ")");
+      }
+    }
+    return static_cast<size_t>(want - zs_.avail_out);
+  }
+
+ private:
+  Status Refill() {
+    FERRY_ASSIGN_OR_RETURN(const size_t n, PRead(fd_.get(), path_, in_.data(), in_.size(), pos_));
+    pos_ += n;
+    if (n == 0) in_eof_ = true;
+    zs_.next_in = reinterpret_cast<Bytef*>(in_.data());
+    zs_.avail_in = static_cast<uInt>(n);
+    return Status::Ok();
+  }
+
+  Fd fd_;
+  std::string path_;
+  std::vector<char> in_;
+  z_stream zs_;
+  uint64_t pos_ = 0;
+  bool initialised_ = false;
+  bool in_eof_ = false;
+  bool member_done_ = false;
+  bool done_ = false;
+};
+
+}  // namespace
+
+Fd& Fd::operator=(Fd&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = other.release();
+  }
+  return *this;
+}
+
+Fd::~Fd() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Result<InputFile> ProbeInput(const std::string& path) {
+  FERRY_ASSIGN_OR_RETURN(Fd fd, OpenFile(path));
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return IoError("stat " + path, errno);
+  if (!S_ISREG(st.st_mode)) {
+    return InvalidArgument(path +
+                           " is not a regular file (inputs must be files: sharding needs "
+                           "their size)");
+  }
+  InputFile input;
+  input.path = path;
+  input.size = static_cast<uint64_t>(st.st_size);
+  unsigned char magic[2] = {0, 0};
+  FERRY_ASSIGN_OR_RETURN(const size_t n,
+                         PRead(fd.get(), path, reinterpret_cast<char*>(magic), 2, 0));
+  input.gzip = n == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
+  return input;
+}
+
+Result<std::unique_ptr<ByteStream>> OpenStream(const InputFile& input, uint64_t offset) {
+  FERRY_ASSIGN_OR_RETURN(Fd fd, OpenFile(input.path));
+  if (!input.gzip) {
+    return std::unique_ptr<ByteStream>(new PlainStream(std::move(fd), input.path, offset));
+  }
+  if (offset != 0) return Internal("a gzip stream cannot start at an offset: " + input.path);
+  auto gz = std::make_unique<GzipStream>(std::move(fd), input.path);
+  FERRY_RETURN_IF_ERROR(gz->Init());
+  return std::unique_ptr<ByteStream>(std::move(gz));
+}
+
+Result<uint64_t> FirstLineNumber(const std::string& path, uint64_t begin) {
+  if (begin == 0) return uint64_t{1};
+  FERRY_ASSIGN_OR_RETURN(Fd fd, OpenFile(path));
+  std::vector<char> buf(256 << 10);
+  uint64_t newlines = 0;
+  uint64_t pos = 0;
+  while (pos < begin - 1) {
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(buf.size(), begin - 1 - pos));
+    FERRY_ASSIGN_OR_RETURN(const size_t n, PRead(fd.get(), path, buf.data(), want, pos));
+    if (n == 0) break;
+    newlines += static_cast<uint64_t>(std::count(buf.data(), buf.data() + n, '\n'));
+    pos += n;
+  }
+  return newlines + 2;
+}
+
+}  // namespace ferry::models
