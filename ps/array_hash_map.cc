@@ -27,6 +27,8 @@ uint32_t OptimizerStateFloats(Optimizer optimizer, uint32_t dim) {
       return dim;  // per-coordinate sum of squared gradients
     case Optimizer::kFtrl:
       return 2 * dim;  // z and n per coordinate
+    case Optimizer::kAdam:
+      return 2 * dim;  // first and second moments (the step count is the row's update_count)
   }
   return 0;
 }

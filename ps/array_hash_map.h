@@ -58,7 +58,7 @@
 
 namespace ferry::ps {
 
-enum class Optimizer : uint8_t { kNone, kSgd, kAdagrad, kFtrl };
+enum class Optimizer : uint8_t { kNone, kSgd, kAdagrad, kFtrl, kAdam };
 // Optimizer state floats per row for an embedding of `dim` floats.
 uint32_t OptimizerStateFloats(Optimizer optimizer, uint32_t dim);
 

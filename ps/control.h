@@ -1,0 +1,167 @@
+// The parameter server's control plane: small messages between every role (server, worker) and
+// the coordinator, carried by Ferry's own tcp transport (always available, authenticated by the
+// job secret, failures detected within peer_timeout). Data never travels here; this plane
+// carries membership, the start barrier, worker barriers, clocks, gathers and failure notices.
+//
+//   member -> coordinator   kRegister {rank, role, index, value = job fingerprint,
+//                           members = {itself: data address, host, pid}}
+//   coordinator -> all      kMembership {members}  once every expected member registered
+//                           kReject {text}         the member's job spec or identity is wrong
+//   member -> coordinator   kReady                 connections made; coordinator -> all kStart
+//   worker -> coordinator   kBarrier {value = id}; coordinator -> workers kBarrierRelease {id}
+//   worker -> coordinator   kClock {value = completed clocks}
+//   coordinator -> servers  kApplyClock {value}    BSP: apply pushes staged for clocks < value
+//   server -> coordinator   kClockApplied {value}
+//   coordinator -> workers  kClockUpdate {value = min clock over workers (applied, under BSP)}
+//   worker -> coordinator   kGather {value = id, value2 = total bytes, index = chunk offset,
+//                           data}; relayed to worker 0 as kGatherPart {rank = sender's worker
+//                           index, same fields}
+//   worker -> coordinator   kFinish; when every worker finished: coordinator -> all kShutdown
+//   coordinator -> all      kFailure {rank, role, index, text = reason, value = ms since start}
+//
+// ControlClient: one connection to the coordinator, driven by its own pump thread (which also
+// answers heartbeats while the owner computes). Messages queue up for the owner; `on_message`
+// is called from the pump thread after each one (the owner's data transport Wake(), typically).
+// Thread-safety: Send/TryReceive/Receive/status may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ps/job.h"
+#include "transport/transport.h"
+
+namespace ferry::ps {
+
+enum class Role : uint8_t { kServer = 0, kWorker = 1 };
+std::string_view RoleName(Role role);
+
+enum class ControlKind : uint8_t {
+  kRegister = 1,
+  kMembership,
+  kReject,
+  kReady,
+  kStart,
+  kBarrier,
+  kBarrierRelease,
+  kClock,
+  kApplyClock,
+  kClockApplied,
+  kClockUpdate,
+  kGather,
+  kGatherPart,
+  kFinish,
+  kShutdown,
+  kFailure,
+};
+std::string_view ControlKindName(ControlKind kind);
+
+struct MemberInfo {
+  uint32_t rank = 0;
+  Role role = Role::kServer;
+  uint32_t index = 0;
+  std::string data_address;
+  std::string host;
+  uint32_t pid = 0;
+  bool operator==(const MemberInfo&) const = default;
+};
+
+struct ControlMessage {
+  ControlKind kind = ControlKind::kReady;
+  uint32_t rank = 0;
+  Role role = Role::kServer;
+  uint32_t index = 0;
+  uint64_t value = 0;
+  uint64_t value2 = 0;
+  std::string text;
+  std::vector<MemberInfo> members;
+  std::vector<uint8_t> data;
+};
+
+// Largest encoded control message; gathers are chunked below it.
+inline constexpr size_t kMaxControlMessage = 256u << 10;
+inline constexpr size_t kGatherChunk = 192u << 10;
+
+std::vector<uint8_t> EncodeControl(const ControlMessage& m);
+// Verifies the buffer; kProtocol on malformed, truncated or unknown-kind input. Never crashes.
+Result<ControlMessage> DecodeControl(std::span<const uint8_t> bytes);
+
+// Options of the control transports (client and coordinator).
+TransportOptions ControlTransportOptions(const JobSpec& job);
+
+// A registered pool of send slots and posted receives over one Transport; shared by the client
+// and the coordinator. Not thread-safe: its owner serialises calls.
+class ControlMailbox {
+ public:
+  static constexpr size_t kSlots = 16;
+  static Result<std::unique_ptr<ControlMailbox>> Create(Transport* t, size_t receives);
+  ~ControlMailbox();
+  // Posts the receives (ep == nullptr: the transport's shared queue).
+  Status PostReceives();
+  // Copies `m` into a free send slot and posts it. kResourceExhausted when every slot is in
+  // flight (drive completions and retry).
+  Status Send(Endpoint* ep, const ControlMessage& m);
+  // Handles one completion of this mailbox. Returns the decoded message for a receive (and
+  // reposts its buffer), nullopt for a send completion; an error for a failed op or a
+  // malformed message (with c.ep naming the peer).
+  Result<std::optional<ControlMessage>> Handle(const Completion& c);
+  bool Owns(const Completion& c) const { return (c.context >> 56) == kTag; }
+  size_t free_slots() const { return free_.size(); }
+
+ private:
+  static constexpr uint64_t kTag = 0xc7;
+  ControlMailbox(Transport* t, size_t receives);
+  Transport* t_;
+  size_t receives_;
+  std::vector<uint8_t> memory_;
+  std::unique_ptr<MemoryRegion> region_;
+  std::vector<size_t> free_;
+};
+
+class ControlClient {
+ public:
+  // Connects to the coordinator at `address`, retrying until `timeout` (it may start later).
+  static Result<std::unique_ptr<ControlClient>> Connect(const std::string& address,
+                                                        const JobSpec& job,
+                                                        std::function<void()> on_message,
+                                                        Millis timeout);
+  ~ControlClient();
+  ControlClient(const ControlClient&) = delete;
+  ControlClient& operator=(const ControlClient&) = delete;
+
+  Status Send(const ControlMessage& m);
+  std::optional<ControlMessage> TryReceive();
+  // Blocks up to `timeout` for the next message; kTimeout, or the connection's failure.
+  Result<ControlMessage> Receive(Millis timeout);
+  // Ok while the coordinator connection is healthy; its failure otherwise.
+  Status status() const;
+
+ private:
+  ControlClient() = default;
+  void PumpMain();
+  void Fail(const Status& s);
+
+  std::unique_ptr<Transport> transport_;
+  std::shared_ptr<Endpoint> ep_;
+  std::unique_ptr<ControlMailbox> mailbox_;
+  std::function<void()> on_message_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<ControlMessage> inbox_;
+  std::deque<ControlMessage> outbox_;  // waiting for a free send slot
+  Status failed_;
+  std::atomic<bool> stop_{false};
+  std::thread pump_;
+};
+
+}  // namespace ferry::ps

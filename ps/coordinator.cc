@@ -1,0 +1,388 @@
+// The coordinator's state machine (see coordinator.h).
+#include "ps/coordinator.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "ps/control.h"
+
+namespace ferry::ps {
+
+using Clock = std::chrono::steady_clock;
+
+struct Coordinator::Impl {
+  struct Member {
+    std::shared_ptr<Endpoint> ep;
+    bool registered = false;
+    MemberInfo info;
+    bool ready = false;
+    bool finished = false;  // worker sent kFinish
+    bool gone = false;      // connection closed or failed
+    uint64_t clock = 0;     // workers: completed clocks
+  };
+
+  JobSpec job;
+  uint64_t fingerprint = 0;
+  std::unique_ptr<Transport> t;
+  std::unique_ptr<ControlMailbox> mailbox;
+  std::string address;
+  Clock::time_point start = Clock::now();
+
+  std::vector<Member> conns;                      // every accepted connection
+  std::unordered_map<uint64_t, size_t> by_ep;     // endpoint id -> conns index
+  std::vector<int> servers, workers;              // role index -> conns index (-1: none yet)
+  size_t registered = 0, ready = 0, finished = 0;
+  enum class Phase { kRegistering, kConnecting, kRunning, kFinishing, kDone, kFailed } phase =
+      Phase::kRegistering;
+  std::map<uint64_t, size_t> barriers;  // id -> workers entered
+  uint64_t min_clock = 0;
+  uint64_t applying = 0;       // BSP: clock being applied (0: none)
+  size_t applied_count = 0;
+  Clock::time_point finish_deadline;
+  std::deque<std::pair<std::shared_ptr<Endpoint>, ControlMessage>> outbox;
+
+  std::mutex mu;
+  Status result;
+  bool ended = false;
+  std::atomic<bool> stop{false};
+  std::thread thread;
+
+  void Run();
+  void Send(const std::shared_ptr<Endpoint>& ep, ControlMessage m) {
+    outbox.emplace_back(ep, std::move(m));
+  }
+  void SendToRole(Role role, const ControlMessage& m) {
+    for (int i : role == Role::kServer ? servers : workers) {
+      if (i >= 0 && !conns[i].gone) Send(conns[i].ep, m);
+    }
+  }
+  void SendToAll(const ControlMessage& m) {
+    SendToRole(Role::kServer, m);
+    SendToRole(Role::kWorker, m);
+  }
+  void Flush() {
+    while (!outbox.empty() && mailbox->free_slots() > 0) {
+      auto& [ep, m] = outbox.front();
+      Status s = ep->status().ok() ? mailbox->Send(ep.get(), m) : ep->status();
+      (void)s;  // a failed member is handled through its endpoint's failure
+      outbox.pop_front();
+    }
+  }
+  std::string Describe(const Member& m) const {
+    if (!m.registered) return "an unregistered connection from " + m.ep->peer_address();
+    return std::string(RoleName(m.info.role)) + " " + std::to_string(m.info.index) + " (rank " +
+           std::to_string(m.info.rank) + ", pid " + std::to_string(m.info.pid) + " on " +
+           m.info.host + ")";
+  }
+  uint64_t ElapsedMs() const {
+    return static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count());
+  }
+  // Drives the transport until every queued and posted message has left, or `deadline`.
+  void DrainSends(Clock::time_point deadline) {
+    Completion comps[32];
+    while (Clock::now() < deadline &&
+           (!outbox.empty() || mailbox->free_slots() < ControlMailbox::kSlots)) {
+      const size_t k = t->Poll(comps);
+      for (size_t i = 0; i < k; ++i) {
+        if (mailbox->Owns(comps[i])) (void)mailbox->Handle(comps[i]);
+      }
+      Flush();
+      if (k == 0) (void)t->Wait(Millis(1));
+    }
+  }
+  void FailJob(const Member* who, const Status& why);
+  void OnMessage(size_t ci, ControlMessage m);
+  void OnGone(size_t ci, const Status& why);
+  void AdvanceClocks();
+};
+
+void Coordinator::Impl::FailJob(const Member* who, const Status& why) {
+  if (phase == Phase::kFailed || phase == Phase::kDone) return;
+  phase = Phase::kFailed;
+  ControlMessage f;
+  f.kind = ControlKind::kFailure;
+  if (who != nullptr && who->registered) {
+    f.rank = who->info.rank;
+    f.role = who->info.role;
+    f.index = who->info.index;
+  } else {
+    f.rank = UINT32_MAX;
+  }
+  f.value = ElapsedMs();
+  f.text = (who != nullptr ? Describe(*who) + ": " : std::string()) + why.ToString();
+  std::fprintf(stderr, "ferry coordinator: job failed after %.1f s: %s\n", f.value / 1000.0,
+               f.text.c_str());
+  SendToAll(f);
+  std::lock_guard<std::mutex> lock(mu);
+  result = Status(why.code() == Code::kOk ? Code::kPeerFailure : why.code(), f.text);
+}
+
+void Coordinator::Impl::OnGone(size_t ci, const Status& why) {
+  Member& m = conns[ci];
+  if (m.gone) return;
+  m.gone = true;
+  const bool expected = phase == Phase::kFinishing || phase == Phase::kDone ||
+                        (m.registered && m.info.role == Role::kWorker && m.finished);
+  if (!expected && m.registered) FailJob(&m, why);
+  // An unregistered connection that goes away (a probe, a rejected member) is not a failure.
+}
+
+void Coordinator::Impl::AdvanceClocks() {
+  uint64_t lo = UINT64_MAX;
+  for (int i : workers) lo = std::min(lo, conns[i].clock);
+  if (lo == UINT64_MAX || lo <= min_clock) return;
+  if (job.consistency.kind == Consistency::kBsp) {
+    if (applying != 0) return;  // one clock at a time; the next is checked once this is applied
+    applying = min_clock + 1;   // workers wait for each update, so lo == min_clock + 1
+    applied_count = 0;
+    ControlMessage a;
+    a.kind = ControlKind::kApplyClock;
+    a.value = applying;
+    SendToRole(Role::kServer, a);
+    return;
+  }
+  min_clock = lo;
+  ControlMessage u;
+  u.kind = ControlKind::kClockUpdate;
+  u.value = min_clock;
+  SendToRole(Role::kWorker, u);
+}
+
+void Coordinator::Impl::OnMessage(size_t ci, ControlMessage msg) {
+  Member& m = conns[ci];
+  if (msg.kind == ControlKind::kRegister) {
+    auto reject = [&](const std::string& why) {
+      ControlMessage r;
+      r.kind = ControlKind::kReject;
+      r.text = why;
+      Send(m.ep, r);
+      std::fprintf(stderr, "ferry coordinator: rejected rank %u: %s\n", msg.rank, why.c_str());
+    };
+    if (m.registered) return reject("registered twice");
+    if (phase != Phase::kRegistering) return reject("the job has already started");
+    if (msg.members.size() != 1) return reject("registration without the member's identity");
+    if (msg.value != fingerprint) {
+      return reject("rank " + std::to_string(msg.rank) +
+                    " runs with a different job specification (tables, consistency, cluster "
+                    "shape, transport or sizes differ from rank 0's): start every rank with the "
+                    "same program and flags");
+    }
+    auto& slots = msg.role == Role::kServer ? servers : workers;
+    if (msg.index >= slots.size()) {
+      return reject(std::string(RoleName(msg.role)) + " index " + std::to_string(msg.index) +
+                    " is out of range");
+    }
+    if (slots[msg.index] >= 0) {
+      return reject(std::string(RoleName(msg.role)) + " " + std::to_string(msg.index) +
+                    " registered twice (two ranks with the same rank number?)");
+    }
+    slots[msg.index] = static_cast<int>(ci);
+    m.registered = true;
+    m.info = msg.members.empty() ? MemberInfo{} : msg.members[0];
+    m.info.rank = msg.rank;
+    m.info.role = msg.role;
+    m.info.index = msg.index;
+    if (++registered == servers.size() + workers.size()) {
+      ControlMessage mem;
+      mem.kind = ControlKind::kMembership;
+      for (int i : servers) mem.members.push_back(conns[i].info);
+      for (int i : workers) mem.members.push_back(conns[i].info);
+      SendToAll(mem);
+      phase = Phase::kConnecting;
+    }
+    return;
+  }
+  if (!m.registered) return;  // ignore anything before registration
+  switch (msg.kind) {
+    case ControlKind::kReady:
+      if (!m.ready && phase == Phase::kConnecting) {
+        m.ready = true;
+        if (++ready == servers.size() + workers.size()) {
+          ControlMessage s;
+          s.kind = ControlKind::kStart;
+          SendToAll(s);
+          phase = Phase::kRunning;
+        }
+      }
+      return;
+    case ControlKind::kBarrier: {
+      if (m.info.role != Role::kWorker) return;
+      if (++barriers[msg.value] == workers.size()) {
+        barriers.erase(msg.value);
+        ControlMessage r;
+        r.kind = ControlKind::kBarrierRelease;
+        r.value = msg.value;
+        SendToRole(Role::kWorker, r);
+      }
+      return;
+    }
+    case ControlKind::kClock:
+      if (m.info.role != Role::kWorker) return;
+      m.clock = std::max(m.clock, msg.value);
+      AdvanceClocks();
+      return;
+    case ControlKind::kClockApplied:
+      if (m.info.role != Role::kServer || msg.value != applying) return;
+      if (++applied_count == servers.size()) {
+        min_clock = applying;
+        applying = 0;
+        ControlMessage u;
+        u.kind = ControlKind::kClockUpdate;
+        u.value = min_clock;
+        SendToRole(Role::kWorker, u);
+        AdvanceClocks();
+      }
+      return;
+    case ControlKind::kGather: {
+      if (m.info.role != Role::kWorker || workers.empty()) return;
+      msg.kind = ControlKind::kGatherPart;
+      msg.rank = m.info.index;
+      Send(conns[workers[0]].ep, std::move(msg));
+      return;
+    }
+    case ControlKind::kFinish:
+      if (m.info.role != Role::kWorker || m.finished) return;
+      m.finished = true;
+      if (++finished == workers.size() && phase == Phase::kRunning) {
+        ControlMessage s;
+        s.kind = ControlKind::kShutdown;
+        s.text = "every worker finished";
+        SendToAll(s);
+        phase = Phase::kFinishing;
+        finish_deadline = Clock::now() + std::max(job.peer_timeout * 2, Millis(5000));
+      }
+      return;
+    default:
+      return;  // messages only the coordinator sends
+  }
+}
+
+void Coordinator::Impl::Run() {
+  const auto startup_deadline = Clock::now() + job.startup_timeout;
+  Completion comps[32];
+  while (!stop) {
+    // New connections (Accept drives the handshakes).
+    while (true) {
+      auto ep = t->Accept(Millis(0));
+      if (!ep.ok()) break;
+      by_ep[(*ep)->id()] = conns.size();
+      Member nm;
+      nm.ep = std::move(ep).value();
+      conns.push_back(std::move(nm));
+    }
+    const size_t n = t->Poll(comps);
+    for (size_t i = 0; i < n; ++i) {
+      const Completion& c = comps[i];
+      if (!mailbox->Owns(c)) continue;
+      auto r = mailbox->Handle(c);
+      auto it = c.ep != nullptr ? by_ep.find(c.ep->id()) : by_ep.end();
+      if (!r.ok()) {
+        if (it != by_ep.end()) {
+          // A malformed message closes that member only (and fails the job if it mattered).
+          conns[it->second].ep->Close();
+          OnGone(it->second, r.status());
+        }
+        continue;
+      }
+      if (r->has_value() && it != by_ep.end()) OnMessage(it->second, std::move(**r));
+    }
+    for (size_t ci = 0; ci < conns.size(); ++ci) {
+      if (!conns[ci].gone && !conns[ci].ep->status().ok()) OnGone(ci, conns[ci].ep->status());
+    }
+    Flush();
+    const auto now = Clock::now();
+    if (phase == Phase::kRegistering || phase == Phase::kConnecting) {
+      if (now > startup_deadline) {
+        std::string missing;
+        for (size_t s = 0; s < servers.size(); ++s) {
+          const int i = servers[s];
+          if (i < 0 || (phase == Phase::kConnecting && !conns[i].ready)) {
+            missing += (missing.empty() ? "" : ", ") + std::string("server ") + std::to_string(s);
+          }
+        }
+        for (size_t w = 0; w < workers.size(); ++w) {
+          const int i = workers[w];
+          if (i < 0 || (phase == Phase::kConnecting && !conns[i].ready)) {
+            missing += (missing.empty() ? "" : ", ") + std::string("worker ") + std::to_string(w);
+          }
+        }
+        FailJob(nullptr, Timeout(std::string(phase == Phase::kRegistering
+                                                  ? "never registered"
+                                                  : "never became ready") +
+                                 " within the startup timeout (" +
+                                 std::to_string(job.startup_timeout.count()) + " ms): " + missing));
+      }
+    }
+    if (phase == Phase::kFinishing) {
+      const bool all_gone = std::all_of(conns.begin(), conns.end(), [](const Member& m) {
+        return m.gone || !m.registered;
+      });
+      if ((all_gone && outbox.empty()) || now > finish_deadline) phase = Phase::kDone;
+    }
+    if (phase == Phase::kFailed) {
+      // Give the notices a moment to leave, then end.
+      DrainSends(now + Millis(1000));
+      break;
+    }
+    if (phase == Phase::kDone) {
+      DrainSends(now + Millis(1000));
+      break;
+    }
+    if (n == 0) (void)t->Wait(Millis(phase == Phase::kRunning ? 50 : 5));
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  ended = true;
+}
+
+Coordinator::Coordinator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Coordinator::~Coordinator() {
+  impl_->stop = true;
+  if (impl_->t) impl_->t->Wake();
+  if (impl_->thread.joinable()) impl_->thread.join();
+  for (auto& m : impl_->conns) m.ep->Close();
+  impl_->conns.clear();
+  impl_->mailbox.reset();
+  impl_->t.reset();
+}
+
+Result<std::unique_ptr<Coordinator>> Coordinator::Start(const JobSpec& job,
+                                                        const std::string& bind_address) {
+  FERRY_RETURN_IF_ERROR(ValidateJob(job));
+  auto impl = std::make_unique<Impl>();
+  impl->job = job;
+  impl->fingerprint = job.Fingerprint();
+  impl->servers.assign(job.servers, -1);
+  impl->workers.assign(job.workers, -1);
+  TransportOptions o = ControlTransportOptions(job);
+  o.max_endpoints = job.servers + job.workers + 64;
+  FERRY_ASSIGN_OR_RETURN(impl->t, CreateTransport("tcp", o));
+  FERRY_ASSIGN_OR_RETURN(impl->mailbox,
+                         ControlMailbox::Create(impl->t.get(), 16 + job.servers + job.workers));
+  FERRY_RETURN_IF_ERROR(impl->mailbox->PostReceives());
+  auto addr = impl->t->Listen(bind_address);
+  if (!addr.ok()) return addr.status().Annotate("coordinator: listen on " + bind_address);
+  impl->address = *addr;
+  Impl* raw = impl.get();
+  std::unique_ptr<Coordinator> c(new Coordinator(std::move(impl)));
+  raw->thread = std::thread([raw] { raw->Run(); });
+  return c;
+}
+
+const std::string& Coordinator::address() const { return impl_->address; }
+
+Status Coordinator::Join() {
+  if (impl_->thread.joinable()) impl_->thread.join();
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->result;
+}
+
+}  // namespace ferry::ps

@@ -1,0 +1,96 @@
+// What every rank of a parameter-server job agrees on: the tables, the consistency model, the
+// cluster shape, the transport and the data-path sizes. Every rank builds the same JobSpec (the
+// same program with the same flags); the coordinator compares fingerprints at registration and
+// refuses a rank whose spec differs, naming the rank.
+//
+// Roles: rank 0 always hosts the coordinator (a thread). Servers and workers by RoleRule:
+//   kServersFirst  size == servers + workers; ranks [0, S) are servers, [S, S+W) workers.
+//   kColocated     size == max(servers, workers); rank r is server r (r < S) and worker r (r < W).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ps/admission.h"
+#include "ps/optimizer.h"
+#include "transport/status.h"
+
+namespace ferry::ps {
+
+using Millis = std::chrono::milliseconds;
+
+enum class Consistency : uint8_t { kBsp, kSsp, kAsp };
+struct ConsistencySpec {
+  Consistency kind = Consistency::kAsp;
+  uint32_t staleness = 0;  // SSP's bound s; 0 for BSP and ASP
+  bool operator==(const ConsistencySpec&) const = default;
+};
+// "bsp", "asp", "ssp:S" (S >= 1; "ssp:0" is BSP without deferred apply, refused: say "bsp").
+Result<ConsistencySpec> ParseConsistency(std::string_view text);
+std::string ConsistencyName(const ConsistencySpec& spec);
+
+struct TableSpec {
+  std::string name;
+  uint32_t dim = 8;
+  OptimizerSpec optimizer;
+  InitializerSpec init;
+  AdmissionOptions admission;
+  // Keep a half-precision copy of the weights in each row (refreshed on every update) so that
+  // pulls of this table ship 2 bytes per weight, still straight out of the rows.
+  bool fp16_pull = false;
+  size_t initial_rows = 1u << 16;  // per server
+  size_t max_rows = 0;             // per server; 0 = unbounded
+};
+
+enum class RoleRule : uint8_t { kServersFirst, kColocated };
+Result<RoleRule> ParseRoleRule(std::string_view text);  // "servers-first" | "colocated"
+std::string_view RoleRuleName(RoleRule rule);
+
+struct JobSpec {
+  std::vector<TableSpec> tables;
+  ConsistencySpec consistency;
+  uint32_t servers = 1;
+  uint32_t workers = 1;
+  RoleRule role_rule = RoleRule::kServersFirst;
+  std::string transport = "auto";  // auto | verbs | ucx | tcp
+  std::map<std::string, std::string> transport_params;
+  Millis peer_timeout{5000};
+  Millis startup_timeout{60000};  // registration, connections and the start barrier
+  std::string secret;             // shared by every connection when set
+
+  // Data-path sizes.
+  uint64_t staging_bytes = 16ull << 20;  // per (worker, server): the request ring on the server
+  uint64_t arena_bytes = 64ull << 20;    // per worker: where pulled rows land
+  uint64_t send_bytes = 64ull << 20;     // per worker: request headers, keys and gradients
+  uint32_t max_keys_per_request = 1u << 16;  // the worker splits larger pulls/pushes
+  uint32_t max_outstanding = 64;             // requests in flight per (worker, server)
+  uint32_t virtual_nodes = 128;              // consistent hashing
+  uint64_t partition_seed = 0;
+
+  // Pushes: drop gradient rows whose largest |g| is below this (0: off; OSDI'14's significance
+  // filter), and ship gradients as fp16.
+  float push_filter = 0.0f;
+  bool fp16_push = false;
+
+  // Hash of everything above that must match across ranks.
+  uint64_t Fingerprint() const;
+};
+
+// Checks ranges and consistency (names unique, dims > 0, sizes sane); names the bad field.
+Status ValidateJob(const JobSpec& job);
+
+struct RankRoles {
+  bool coordinator = false;
+  int server = -1;  // server index, -1 if none
+  int worker = -1;  // worker index, -1 if none
+};
+// The roles of `rank` in a job of `size` ranks; kInvalidArgument if size does not fit the rule.
+Result<RankRoles> RolesOf(const JobSpec& job, int rank, int size);
+// Ranks a job needs under its role rule.
+int RanksNeeded(const JobSpec& job);
+
+}  // namespace ferry::ps

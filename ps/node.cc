@@ -1,0 +1,247 @@
+// One rank of a job: environment, rendezvous, roles, start barrier (see node.h).
+#include "ps/node.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "ps/rendezvous.h"
+
+namespace ferry::ps {
+
+namespace {
+
+std::string HostName() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "?";
+  return buf;
+}
+
+// The local IPv4 address this host uses to reach `address` ("host:port"): a connected UDP
+// socket sends nothing but gets a source address from the routing table.
+std::string LocalAddressToward(const std::string& address) {
+  const auto colon = address.rfind(':');
+  if (colon == std::string::npos) return "127.0.0.1";
+  const std::string host = address.substr(0, colon);
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), "9", &hints, &res) != 0 || res == nullptr) return "127.0.0.1";
+  std::string out = "127.0.0.1";
+  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0) {
+    if (connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+      sockaddr_in local{};
+      socklen_t len = sizeof local;
+      if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+        char text[INET_ADDRSTRLEN] = {};
+        if (inet_ntop(AF_INET, &local.sin_addr, text, sizeof text) != nullptr) out = text;
+      }
+    }
+    close(fd);
+  }
+  freeaddrinfo(res);
+  return out;
+}
+
+// Waits for `kind` on `control`; a kReject or kFailure becomes the error, and so does `stop`.
+Result<ControlMessage> Expect(ControlClient* control, ControlKind kind, Millis timeout,
+                              const std::string& who, const std::atomic<bool>& stop) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    if (stop) return Cancelled(who + ": stopped while starting");
+    auto left = std::chrono::duration_cast<Millis>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      return Timeout(who + ": no " + std::string(ControlKindName(kind)) +
+                     " from the coordinator within " + std::to_string(timeout.count()) + " ms");
+    }
+    auto m = control->Receive(std::min(left, Millis(100)));
+    if (!m.ok()) {
+      if (m.status().code() == Code::kTimeout) continue;
+      return m.status().Annotate(who);
+    }
+    if (m->kind == kind) return m;
+    if (m->kind == ControlKind::kReject) {
+      return InvalidArgument(who + ": the coordinator refused this rank: " + m->text);
+    }
+    if (m->kind == ControlKind::kFailure) {
+      return PeerFailure(who + ": job failed before it started: " + m->text);
+    }
+  }
+}
+
+}  // namespace
+
+Result<std::string> ResolveTransportName(const JobSpec& job) {
+  if (job.transport != "auto") return job.transport;
+  for (const BackendInfo& b : ListBackends()) {
+    if (b.available) return b.name;
+  }
+  return Unsupported("no transport backend is available");
+}
+
+Result<std::unique_ptr<Node>> Node::Start(const JobSpec& job) {
+  FERRY_ASSIGN_OR_RETURN(LaunchEnv env, DetectLaunchEnv());
+  return Start(job, env);
+}
+
+Result<std::unique_ptr<Node>> Node::Start(const JobSpec& job, const LaunchEnv& env) {
+  FERRY_RETURN_IF_ERROR(ValidateJob(job));
+  std::unique_ptr<Node> n(new Node());
+  n->env_ = env;
+  FERRY_ASSIGN_OR_RETURN(n->roles_, RolesOf(job, env.rank, env.size));
+  Node* raw = n.get();
+  auto start = [raw, &job](const std::string& bind) -> Result<std::string> {
+    FERRY_ASSIGN_OR_RETURN(raw->coordinator_, Coordinator::Start(job, bind));
+    return raw->coordinator_->address();
+  };
+  auto addr = FindCoordinator(env, start, job.startup_timeout);
+  if (!addr.ok()) return addr.status().Annotate("rank " + std::to_string(env.rank));
+  n->coordinator_address_ = *addr;
+  const char* dh = std::getenv("FERRY_DATA_HOST");
+  n->data_host_ = dh != nullptr && *dh != '\0' ? dh : LocalAddressToward(*addr);
+  Status s = n->StartRoles(job);
+  if (!s.ok()) return s.Annotate("rank " + std::to_string(env.rank));
+  return n;
+}
+
+Result<std::unique_ptr<Transport>> Node::CreateDataTransport(const JobSpec& job, Role role,
+                                                             uint32_t index) {
+  TransportOptions o;
+  o.params = job.transport_params;
+  o.peer_timeout = job.peer_timeout;
+  o.secret = job.secret;
+  o.max_endpoints = job.servers + job.workers + 16;
+  // The largest op: a request of max_keys_per_request keys with fp32 gradients of the widest
+  // table, or a reply of that many rows.
+  uint64_t widest = 1;
+  for (const TableSpec& t : job.tables) widest = std::max<uint64_t>(widest, t.dim);
+  o.max_message_size =
+      std::max<uint64_t>(job.arena_bytes, RequestRingBytes(RequestType::kPushPull, 0,
+                                                           job.max_keys_per_request, widest));
+  o.max_segments = std::max<uint64_t>(1u << 20, job.max_keys_per_request + 8);
+  if (role == Role::kWorker) o.hello_info = EncodeWorkerHello(index);
+  FERRY_ASSIGN_OR_RETURN(std::string name, ResolveTransportName(job));
+  auto t = CreateTransport(name, o);
+  if (!t.ok()) {
+    return t.status().Annotate(std::string(RoleName(role)) + " " + std::to_string(index) +
+                               ": create the " + name + " data transport");
+  }
+  return t;
+}
+
+Result<ControlClient*> Node::RegisterRole(const JobSpec& job, Role role, uint32_t index,
+                                          const std::string& data_address, Transport* data,
+                                          std::unique_ptr<ControlClient>* out) {
+  FERRY_ASSIGN_OR_RETURN(*out, ControlClient::Connect(coordinator_address_, job,
+                                                      [data] { data->Wake(); },
+                                                      job.startup_timeout));
+  ControlMessage reg;
+  reg.kind = ControlKind::kRegister;
+  reg.rank = static_cast<uint32_t>(env_.rank);
+  reg.role = role;
+  reg.index = index;
+  reg.value = job.Fingerprint();
+  MemberInfo self;
+  self.rank = reg.rank;
+  self.role = role;
+  self.index = index;
+  self.data_address = data_address;
+  self.host = HostName();
+  self.pid = static_cast<uint32_t>(getpid());
+  reg.members.push_back(self);
+  FERRY_RETURN_IF_ERROR((*out)->Send(reg));
+  return out->get();
+}
+
+Status Node::StartRoles(const JobSpec& job) {
+  // Bring both roles up to "registered" first: the coordinator publishes the membership only
+  // once every member of the job registered, and a colocated rank is two members.
+  if (roles_.server >= 0) {
+    const uint32_t i = static_cast<uint32_t>(roles_.server);
+    FERRY_ASSIGN_OR_RETURN(auto data, CreateDataTransport(job, Role::kServer, i));
+    FERRY_ASSIGN_OR_RETURN(server_, Server::Create(job, i, std::move(data), data_host_));
+    FERRY_RETURN_IF_ERROR(RegisterRole(job, Role::kServer, i, server_->data_address(),
+                                       server_->transport(), &server_control_)
+                              .status());
+  }
+  if (roles_.worker >= 0) {
+    const uint32_t i = static_cast<uint32_t>(roles_.worker);
+    FERRY_ASSIGN_OR_RETURN(auto data, CreateDataTransport(job, Role::kWorker, i));
+    FERRY_ASSIGN_OR_RETURN(worker_, Worker::Create(job, i, std::move(data)));
+    FERRY_RETURN_IF_ERROR(
+        RegisterRole(job, Role::kWorker, i, "", worker_->transport(), &worker_control_).status());
+  }
+  // The server accepts on its own thread while this thread's worker (if any) connects.
+  if (server_ != nullptr) {
+    const std::string who = "server " + std::to_string(roles_.server);
+    server_thread_ = std::thread([this, who, timeout = job.startup_timeout] {
+      auto mem = Expect(server_control_.get(), ControlKind::kMembership, timeout, who, stopping_);
+      Status s = mem.status();
+      if (s.ok()) s = server_->AcceptWorkers(server_control_.get(), timeout);
+      if (s.ok()) {
+        ControlMessage ready;
+        ready.kind = ControlKind::kReady;
+        s = server_control_->Send(ready);
+      }
+      if (s.ok()) s = Expect(server_control_.get(), ControlKind::kStart, timeout, who, stopping_).status();
+      if (s.ok()) s = server_->Serve(server_control_.get());
+      server_status_ = s.ok() ? s : s.Annotate(who + " (rank " + std::to_string(env_.rank) + ")");
+    });
+  }
+  if (worker_ != nullptr) {
+    const std::string who = "worker " + std::to_string(roles_.worker);
+    FERRY_ASSIGN_OR_RETURN(ControlMessage mem, Expect(worker_control_.get(),
+                                                      ControlKind::kMembership,
+                                                      job.startup_timeout, who, stopping_));
+    FERRY_RETURN_IF_ERROR(
+        worker_->ConnectServers(mem.members, worker_control_.get(), job.startup_timeout));
+    ControlMessage ready;
+    ready.kind = ControlKind::kReady;
+    FERRY_RETURN_IF_ERROR(worker_control_->Send(ready));
+    FERRY_RETURN_IF_ERROR(
+        Expect(worker_control_.get(), ControlKind::kStart, job.startup_timeout, who, stopping_)
+            .status());
+  }
+  return Status::Ok();
+}
+
+Status Node::Join() {
+  Status first;
+  if (worker_ != nullptr && !worker_finished_) {
+    worker_finished_ = true;
+    Status s = worker_->Finish();
+    if (!s.ok() && first.ok()) first = s;
+  }
+  if (server_thread_.joinable()) server_thread_.join();
+  if (!server_status_.ok() && first.ok()) first = server_status_;
+  // Leave the job: the coordinator ends once every member's control connection closed.
+  worker_control_.reset();
+  server_control_.reset();
+  if (coordinator_ != nullptr) {
+    Status s = coordinator_->Join();
+    if (!s.ok() && first.ok()) first = s;
+  }
+  return first;
+}
+
+Node::~Node() {
+  // A Node destroyed without Join (an error path): stop the server thread, then tear down in
+  // reverse order of creation.
+  stopping_ = true;
+  if (server_ != nullptr) server_->RequestStop();
+  if (server_thread_.joinable()) server_thread_.join();
+  worker_.reset();
+  worker_control_.reset();
+  server_.reset();
+  server_control_.reset();
+  coordinator_.reset();
+}
+
+}  // namespace ferry::ps

@@ -1,0 +1,94 @@
+// Node: one rank of a parameter-server job. Start() reads the launcher's environment
+// (ferry-launch, mpirun or srun: ps/launch_env.h), finds the coordinator (rank 0 starts it:
+// ps/rendezvous.h), takes this rank's roles (JobSpec::role_rule), brings each role up and
+// returns once the whole job has passed the start barrier:
+//
+//   server role  tables + staging rings registered, listening; registers with the coordinator,
+//                accepts every worker's data connection, then serves on its own thread;
+//   worker role  arena registered; registers, connects to every server; then worker() is ready.
+//
+//   int main(int argc, char** argv) {
+//     ferry::ps::JobSpec job = ...;                       // the same on every rank
+//     auto node = ferry::ps::Node::Start(job);
+//     if (!node.ok()) { report(node.status()); return 1; }
+//     if (ferry::ps::Worker* w = (*node)->worker()) {
+//       ... Pull / Push / Clock ...
+//       if (Status s = w->Finish(); !s.ok()) { report(s); return 1; }
+//     }
+//     Status s = (*node)->Join();                          // servers serve until the job ends
+//     return s.ok() ? 0 : 1;
+//   }
+//
+// The data transport is JobSpec::transport ("auto": verbs, then ucx, then tcp), one instance
+// per role; it listens on FERRY_DATA_HOST, or else on the local address this host uses to reach
+// the coordinator. Control traffic always uses Ferry's tcp backend (ps/control.h).
+//
+// Threading: Start, worker() and Join from one thread; the server and the coordinator run on
+// threads of their own.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "ps/control.h"
+#include "ps/coordinator.h"
+#include "ps/job.h"
+#include "ps/launch_env.h"
+#include "ps/server.h"
+#include "ps/worker.h"
+
+namespace ferry::ps {
+
+class Node {
+ public:
+  static Result<std::unique_ptr<Node>> Start(const JobSpec& job);
+  static Result<std::unique_ptr<Node>> Start(const JobSpec& job, const LaunchEnv& env);
+  ~Node();
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  int rank() const { return env_.rank; }
+  int size() const { return env_.size; }
+  const LaunchEnv& env() const { return env_; }
+  const RankRoles& roles() const { return roles_; }
+  const std::string& coordinator_address() const { return coordinator_address_; }
+  // This rank's worker, or nullptr.
+  Worker* worker() { return worker_.get(); }
+  // This rank's server, or nullptr. Its tables may be read only after Join().
+  Server* server() { return server_.get(); }
+
+  // Waits for this rank's roles to end: the server serves until the job shuts down, the
+  // coordinator (rank 0) until every member left. A worker must have called Finish() first
+  // (Join calls it if it did not). Returns the first failure of any role, naming it.
+  Status Join();
+
+ private:
+  Node() = default;
+  Status StartRoles(const JobSpec& job);
+  Result<std::unique_ptr<Transport>> CreateDataTransport(const JobSpec& job, Role role,
+                                                         uint32_t index);
+  Result<ControlClient*> RegisterRole(const JobSpec& job, Role role, uint32_t index,
+                                      const std::string& data_address, Transport* data,
+                                      std::unique_ptr<ControlClient>* out);
+
+  LaunchEnv env_;
+  RankRoles roles_;
+  std::string coordinator_address_;
+  std::string data_host_;
+  std::unique_ptr<Coordinator> coordinator_;
+  std::unique_ptr<ControlClient> server_control_;
+  std::unique_ptr<ControlClient> worker_control_;
+  std::unique_ptr<Server> server_;
+  std::unique_ptr<Worker> worker_;
+  std::thread server_thread_;
+  Status server_status_;
+  bool worker_finished_ = false;
+  std::atomic<bool> stopping_{false};
+};
+
+// The data transport a job uses ("auto" resolved), for reports.
+Result<std::string> ResolveTransportName(const JobSpec& job);
+
+}  // namespace ferry::ps

@@ -1,0 +1,286 @@
+// Server setup, worker connections, the serve loop and control commands (see server.h).
+#include "ps/server.h"
+
+#include <cstdio>
+#include <thread>
+
+#include "ps/optimizer.h"
+#include "transport/pool.h"
+
+namespace ferry::ps {
+
+using Clock = std::chrono::steady_clock;
+
+// The staging rings live in shareable memory: a same-host worker over ucx then writes its
+// requests with memcpy into a mapping of it instead of cross-memory attach.
+struct Server::RingMemory {
+  ShareableMemory memory;
+};
+
+Server::Server(const JobSpec& job, uint32_t index, std::unique_ptr<Transport> data)
+    : job_(job), index_(index), data_(std::move(data)) {}
+
+Server::~Server() {
+  // Registrations die before the memory and the transport (the transport contract).
+  for (Link& l : links_) {
+    if (l.ep) l.ep->Close();
+    l.arena.reset();
+  }
+  for (Link& l : links_) l.ring.reset();
+  scratch_region_.reset();
+  for (Table& t : tables_) t.map.reset();
+  links_.clear();
+  data_.reset();
+}
+
+Result<std::unique_ptr<Server>> Server::Create(const JobSpec& job, uint32_t index,
+                                               std::unique_ptr<Transport> data,
+                                               const std::string& listen_host) {
+  FERRY_RETURN_IF_ERROR(ValidateJob(job));
+  if (index >= job.servers) return InvalidArgument("server index out of range");
+  std::unique_ptr<Server> s(new Server(job, index, std::move(data)));
+  FERRY_RETURN_IF_ERROR(s->Init(listen_host));
+  return s;
+}
+
+Status Server::Init(const std::string& listen_host) {
+  const uint32_t workers = job_.workers;
+  // Tables: rows registered for remote reads (one-sided pulls); the rows buffer is the source
+  // of every pull reply.
+  for (const TableSpec& spec : job_.tables) {
+    Table t;
+    t.spec = spec;
+    TableOptions o;
+    o.dim = spec.dim;
+    const uint32_t opt_floats = StateFloats(spec.optimizer, spec.dim);
+    const uint32_t mirror_floats = spec.fp16_pull ? (spec.dim + 1) / 2 : 0;
+    o.state_floats = opt_floats + mirror_floats;
+    o.metadata = true;
+    o.initial_rows = std::max<size_t>(spec.initial_rows, 64);
+    o.max_rows = spec.max_rows;
+    o.admission = spec.admission;
+    FERRY_ASSIGN_OR_RETURN(t.map, ArrayHashMap::Create(o));
+    if (spec.fp16_pull) t.mirror_offset = t.map->layout().state_offset + 4 * opt_floats;
+    Status st = t.map->AttachTransport(data_.get(), kAccessRemoteRead);
+    if (!st.ok()) return st.Annotate("server " + std::to_string(index_) + ": table " + spec.name);
+    shapes_.push_back(TableShape{spec.dim, spec.fp16_pull});
+    tables_.push_back(std::move(t));
+  }
+  // Staging rings, one per worker.
+  ring_memory_ = std::make_unique<RingMemory>();
+  FERRY_ASSIGN_OR_RETURN(ring_memory_->memory,
+                         ShareableMemory::Allocate(job_.staging_bytes * workers));
+  rings_ = ring_memory_->memory.data();
+  links_.resize(workers);
+  std::vector<RemoteRegion> advertised;
+  for (uint32_t w = 0; w < workers; ++w) {
+    FERRY_ASSIGN_OR_RETURN(links_[w].ring,
+                           data_->RegisterMemory(rings_ + w * job_.staging_bytes,
+                                                 job_.staging_bytes, kAccessRemoteWrite));
+    advertised.push_back(links_[w].ring->descriptor());
+    for (uint32_t i = 2 * job_.max_outstanding; i-- > 0;) {
+      links_[w].free_scratch.push_back(w * 2 * job_.max_outstanding + i);
+    }
+  }
+  for (const Table& t : tables_) advertised.push_back(t.map->descriptor());
+  scratch_.resize(size_t{workers} * 2 * job_.max_outstanding);
+  FERRY_ASSIGN_OR_RETURN(scratch_region_,
+                         data_->RegisterMemory(scratch_.data(), scratch_.size() * sizeof(ReplyRecord),
+                                               kAccessLocal));
+  data_->Advertise(std::move(advertised));
+  auto addr = data_->Listen(listen_host + ":0");
+  if (!addr.ok()) {
+    return addr.status().Annotate("server " + std::to_string(index_) + ": listen on " +
+                                  listen_host);
+  }
+  data_address_ = *addr;
+  replies_.resize(64);
+  for (uint32_t i = 64; i-- > 0;) free_replies_.push_back(i);
+  return Status::Ok();
+}
+
+Status Server::AcceptWorkers(ControlClient* control, Millis timeout) {
+  const auto deadline = Clock::now() + timeout;
+  uint32_t connected = 0;
+  while (connected < job_.workers) {
+    if (Clock::now() > deadline) {
+      return Timeout("server " + std::to_string(index_) + ": only " + std::to_string(connected) +
+                     " of " + std::to_string(job_.workers) + " workers connected in time");
+    }
+    if (stop_) return Cancelled("server " + std::to_string(index_) + ": stopped");
+    if (control != nullptr) {
+      FERRY_RETURN_IF_ERROR(control->status());
+    }
+    auto ep = data_->Accept(Millis(200));
+    if (!ep.ok()) {
+      if (ep.status().code() == Code::kTimeout) continue;
+      // A connection that failed its handshake (wrong secret, another backend) is refused
+      // without ending the wait for the real workers.
+      std::fprintf(stderr, "ferry server %u: refused a connection: %s\n", index_,
+                   ep.status().ToString().c_str());
+      continue;
+    }
+    auto w = DecodeWorkerHello((*ep)->peer_info());
+    if (!w.ok() || *w >= job_.workers || links_[*w].ep != nullptr) {
+      (*ep)->Close();
+      std::fprintf(stderr, "ferry server %u: refused a data connection from %s: %s\n", index_,
+                   (*ep)->peer_address().c_str(),
+                   w.ok() ? "duplicate or out-of-range worker index" : w.status().ToString().c_str());
+      continue;
+    }
+    Link& l = links_[*w];
+    if ((*ep)->peer_regions().size() != 1) {
+      return ProtocolError("worker " + std::to_string(*w) + " advertised " +
+                           std::to_string((*ep)->peer_regions().size()) +
+                           " regions instead of its arena");
+    }
+    const RemoteRegion& arena = (*ep)->peer_regions()[0];
+    FERRY_ASSIGN_OR_RETURN(l.arena, (*ep)->Import(arena));
+    l.arena_bytes = arena.length;
+    l.ep = std::move(ep).value();
+    worker_of_ep_[l.ep->id()] = *w;
+    ++connected;
+  }
+  return Status::Ok();
+}
+
+void Server::FailWorker(uint32_t w, const Status& why) {
+  Link& l = links_[w];
+  if (l.failed) return;
+  l.failed = true;
+  // A worker's connection also ends when the job shuts down cleanly and that worker got its
+  // kShutdown first; the coordinator's word (kShutdown or kFailure) decides. It has its own view
+  // of every member's liveness, so without a word from it within a grace period the loss is ours
+  // to report.
+  if (worker_failure_.ok()) {
+    worker_failure_ = Status(why.code() == Code::kOk ? Code::kPeerFailure : why.code(),
+                             "server " + std::to_string(index_) + ": worker " +
+                                 std::to_string(w) + "'s connection failed: " + why.message());
+    worker_failure_deadline_ = Clock::now() + std::min(job_.peer_timeout, Millis(3000));
+  }
+}
+
+uint32_t Server::AllocReply() {
+  if (free_replies_.empty()) {
+    const uint32_t n = static_cast<uint32_t>(replies_.size());
+    replies_.resize(n * 2);
+    for (uint32_t i = 2 * n; i-- > n;) free_replies_.push_back(i);
+  }
+  const uint32_t r = free_replies_.back();
+  free_replies_.pop_back();
+  replies_[r].busy = true;
+  return r;
+}
+
+void Server::HandleCompletion(const Completion& c, bool defer_notifies) {
+  if (c.type == OpType::kNotify) {
+    if (defer_notifies) {
+      deferred_.push_back(c);
+      return;
+    }
+    auto it = c.ep != nullptr ? worker_of_ep_.find(c.ep->id()) : worker_of_ep_.end();
+    if (it == worker_of_ep_.end()) return;  // not a worker's data connection
+    if (!c.ok()) {
+      FailWorker(it->second, Status(c.code, c.error));
+      return;
+    }
+    HandleNotify(it->second, c.imm);
+    return;
+  }
+  // A reply write finished: release what it held.
+  if (c.context >= replies_.size() || !replies_[c.context].busy) return;
+  Reply& r = replies_[c.context];
+  if (r.table >= 0) --tables_[r.table].inflight;
+  if (r.scratch >= 0) links_[r.worker].free_scratch.push_back(static_cast<uint32_t>(r.scratch));
+  r.busy = false;
+  r.table = -1;
+  r.scratch = -1;
+  r.segments.clear();
+  free_replies_.push_back(static_cast<uint32_t>(c.context));
+  if (!c.ok()) FailWorker(r.worker, Status(c.code, c.error));
+}
+
+Status Server::DrainTable(Table& t) {
+  Completion comps[64];
+  const auto deadline = Clock::now() + job_.peer_timeout * 2;
+  while (t.inflight > 0) {
+    const size_t n = data_->Poll(comps);
+    for (size_t i = 0; i < n; ++i) HandleCompletion(comps[i], /*defer_notifies=*/true);
+    if (n == 0) {
+      if (Clock::now() > deadline) {
+        return Timeout("server " + std::to_string(index_) + ": replies out of table '" +
+                       t.spec.name + "' did not complete within 2 x peer_timeout");
+      }
+      (void)data_->Wait(Millis(10));
+    }
+  }
+  return Status::Ok();
+}
+
+Status Server::ApplyClock(uint64_t clock) {
+  // Every worker's staged pushes of clocks < `clock`, in worker order, then each worker's
+  // posting order: the same order in every run.
+  for (uint32_t w = 0; w < links_.size(); ++w) {
+    Link& l = links_[w];
+    while (!l.staged.empty() && l.staged.front().clock < clock) {
+      const uint64_t offset = l.staged.front().offset;
+      l.staged.pop_front();
+      std::span<const uint8_t> ring(rings_ + w * job_.staging_bytes, job_.staging_bytes);
+      RequestLimits limits{job_.staging_bytes, l.arena_bytes,
+                           ReplySlotsBytes(job_.servers, job_.max_outstanding),
+                           job_.max_keys_per_request};
+      RequestView req;
+      Status st = ParseRequest(ring, offset, shapes_, limits, &req);
+      if (!st.ok()) return st.Annotate("staged push of worker " + std::to_string(w));
+      FERRY_RETURN_IF_ERROR(ApplyPush(w, req));
+    }
+  }
+  return Status::Ok();
+}
+
+Status Server::Serve(ControlClient* control) {
+  Completion comps[64];
+  while (true) {
+    while (!deferred_.empty()) {
+      Completion c = std::move(deferred_.front());
+      deferred_.pop_front();
+      HandleCompletion(c, false);
+    }
+    if (stop_) return Cancelled("server " + std::to_string(index_) + ": stopped");
+    const size_t n = data_->Poll(comps);
+    for (size_t i = 0; i < n; ++i) HandleCompletion(comps[i], false);
+    if (!fatal_.ok()) return fatal_;
+    while (auto m = control->TryReceive()) {
+      switch (m->kind) {
+        case ControlKind::kApplyClock: {
+          FERRY_RETURN_IF_ERROR(ApplyClock(m->value));
+          ControlMessage done;
+          done.kind = ControlKind::kClockApplied;
+          done.value = m->value;
+          FERRY_RETURN_IF_ERROR(control->Send(done));
+          break;
+        }
+        case ControlKind::kShutdown:
+          return Status::Ok();
+        case ControlKind::kFailure:
+          return Status(Code::kPeerFailure, "job failed: " + m->text);
+        default:
+          break;
+      }
+    }
+    FERRY_RETURN_IF_ERROR(control->status());
+    for (uint32_t w = 0; w < links_.size(); ++w) {
+      if (!links_[w].failed && links_[w].ep && !links_[w].ep->status().ok()) {
+        FailWorker(w, links_[w].ep->status());
+      }
+    }
+    Millis idle(1000);
+    if (!worker_failure_.ok()) {
+      if (Clock::now() > worker_failure_deadline_) return worker_failure_;
+      idle = Millis(50);
+    }
+    if (n == 0) (void)data_->Wait(idle);  // woken by data, or by the control pump
+  }
+}
+
+}  // namespace ferry::ps

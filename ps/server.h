@@ -1,0 +1,150 @@
+// A parameter server: owns one shard (by consistent hashing, partition.h) of every table in
+// ArrayHashMaps whose rows buffers are registered with the data transport, and serves the
+// workers' requests (protocol.h) on one thread.
+//
+//   pull       find (or create with the table's initializer) the rows, then ONE sparse write
+//              straight out of the rows buffer into the worker's arena, with a notification;
+//   push       apply the optimizer in place on the rows, reading the gradients where the worker
+//              wrote them in this server's staging ring (no copy); ASP/SSP apply on arrival,
+//              BSP stages the push and applies every worker's pushes of a clock at the clock
+//              boundary in (worker, seq) order, so a BSP run is deterministic;
+//   push-pull  push, then pull the same keys.
+//
+// Memory registered with the data transport (advertised in the handshake, in this order):
+//   staging ring per worker (remote-write, JobSpec::staging_bytes), then the rows buffer of each
+//   table (remote-read: one-sided readers; re-registered with a new epoch when a table grows).
+// Replies never move a rows buffer while a write out of it is in flight: growth first drains
+// that table's replies.
+//
+// Threading: Serve() runs on one thread (the tables have a single writer); Wake-ups come from
+// the control client's pump thread. Not thread-safe otherwise.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ps/array_hash_map.h"
+#include "ps/control.h"
+#include "ps/job.h"
+#include "ps/protocol.h"
+#include "transport/transport.h"
+
+namespace ferry::ps {
+
+struct ServerStats {
+  uint64_t pulls = 0, pushes = 0, push_pulls = 0;
+  uint64_t keys_pulled = 0, keys_pushed = 0;
+  uint64_t rows_created = 0;
+  uint64_t errors = 0;  // error replies
+};
+
+class Server {
+ public:
+  // Creates the tables, registers the staging rings and the rows, advertises them and listens
+  // on "`listen_host`:0" of `data`.
+  static Result<std::unique_ptr<Server>> Create(const JobSpec& job, uint32_t index,
+                                                std::unique_ptr<Transport> data,
+                                                const std::string& listen_host);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  uint32_t index() const { return index_; }
+  const std::string& data_address() const { return data_address_; }
+  Transport* transport() const { return data_.get(); }
+
+  // Accepts one data connection per worker. `control` is checked between attempts so that a
+  // failure elsewhere ends the wait.
+  Status AcceptWorkers(ControlClient* control, Millis timeout);
+  // Serves requests and control commands until kShutdown (Ok) or a failure (the reason).
+  Status Serve(ControlClient* control);
+  // Makes AcceptWorkers/Serve return kCancelled soon. Thread-safe.
+  void RequestStop() {
+    stop_ = true;
+    data_->Wake();
+  }
+
+  // For tests and checkpoints: the shard of table `t` (only between requests).
+  ArrayHashMap& table(uint32_t t) { return *tables_[t].map; }
+  const ServerStats& stats() const { return stats_; }
+
+ private:
+  struct Table {
+    TableSpec spec;
+    std::unique_ptr<ArrayHashMap> map;
+    uint32_t mirror_offset = 0;  // fp16 mirror inside the row (fp16_pull), else 0
+    uint32_t inflight = 0;       // reply writes out of this table's rows not yet completed
+  };
+  struct Link {  // one worker
+    std::shared_ptr<Endpoint> ep;
+    std::unique_ptr<RemoteKey> arena;
+    uint64_t arena_bytes = 0;
+    uint32_t next_seq = 0;
+    std::unique_ptr<MemoryRegion> ring;  // registration of rings_ slice
+    struct Staged {
+      uint64_t offset;
+      uint32_t clock;
+    };
+    std::deque<Staged> staged;  // BSP pushes waiting for their clock's apply
+    std::vector<uint32_t> free_scratch;
+    bool failed = false;
+  };
+  struct Reply {  // an in-flight reply write
+    std::vector<Segment> segments;
+    int table = -1;
+    uint32_t worker = 0;
+    int scratch = -1;
+    bool busy = false;
+  };
+
+  Server(const JobSpec& job, uint32_t index, std::unique_ptr<Transport> data);
+  Status Init(const std::string& listen_host);
+
+  // Request path (server_requests.cc).
+  void HandleNotify(uint32_t w, uint32_t imm);
+  Status HandleRequest(uint32_t w, const RequestView& req);
+  Status ApplyPush(uint32_t w, const RequestView& req);
+  Status ReplyRows(uint32_t w, const RequestView& req);
+  Status SendRecord(uint32_t w, uint32_t seq, const Status& status);
+  // Slots of keys in table t, creating absent rows (with the initializer, subject to admission;
+  // refused keys get kNoSlot). Grows the table first if needed (draining its replies).
+  Status ResolveSlots(Table& t, const uint64_t* keys, uint32_t n, std::vector<uint32_t>* slots);
+  Status ApplyClock(uint64_t clock);
+  uint32_t AllocReply();
+  // Handles completions until table t has no reply in flight (notifications are queued).
+  Status DrainTable(Table& t);
+  void HandleCompletion(const Completion& c, bool defer_notifies);
+  void FailWorker(uint32_t w, const Status& why);
+
+  JobSpec job_;
+  uint32_t index_;
+  std::unique_ptr<Transport> data_;
+  std::string data_address_;
+  std::vector<TableShape> shapes_;
+  std::vector<Table> tables_;
+  uint8_t* rings_ = nullptr;  // W * staging_bytes, shareable memory (see server.cc)
+  struct RingMemory;
+  std::unique_ptr<RingMemory> ring_memory_;
+  std::vector<ReplyRecord> scratch_;  // W * 2 * max_outstanding records
+  std::unique_ptr<MemoryRegion> scratch_region_;
+  std::vector<Link> links_;
+  std::unordered_map<uint64_t, uint32_t> worker_of_ep_;
+  std::vector<Reply> replies_;
+  std::vector<uint32_t> free_replies_;
+  std::deque<Completion> deferred_;  // notifications that arrived during a drain
+  std::vector<uint32_t> slots_;      // scratch for ResolveSlots
+  std::vector<float> grad_scratch_;  // fp16 gradients converted for one row
+  std::atomic<bool> stop_{false};
+  Status fatal_;           // ends Serve at once (a broken invariant, a protocol violation)
+  Status worker_failure_;  // a worker's connection failed; ends Serve after a grace period
+  std::chrono::steady_clock::time_point worker_failure_deadline_;
+  ServerStats stats_;
+};
+
+}  // namespace ferry::ps

@@ -1,0 +1,229 @@
+// The worker library: what a training program calls to read and update the parameter server.
+//
+//   auto node = ferry::ps::Node::Start(job);           // joins the job (ps/node.h)
+//   ferry::ps::Worker& w = *node->worker();
+//   const uint32_t emb = *w.TableId("emb");
+//   for (each minibatch) {
+//     std::vector<uint64_t> keys = ...;                 // may repeat, any order
+//     auto pull = w.Pull(emb, keys);                    // non-blocking: requests are posted
+//     ... overlap: read the next minibatch ...
+//     if (Status s = w.Wait(*pull); !s.ok()) return s;
+//     ferry::ps::PulledRows rows = *w.Rows(*pull);      // rows[i]: const float*, in place
+//     auto grads = *w.Gradients(*pull);                 // grads[i]: float*, zeroed; repeated
+//     model.Step(rows, grads);                          //   keys share a row, so sums add up
+//     auto push = w.PushGradients(*pull);               // sends them, no copy
+//     w.Release(*pull);                                 // rows are gone after this
+//     w.Wait(*push); w.Release(*push);
+//     w.Clock();                                        // BSP/SSP: may wait for the others
+//   }
+//   w.Finish();
+//
+// Data path. A Pull dedupes the keys (unless PullOptions::keys_unique), groups them by owning
+// server (consistent hashing) and writes each group's keys, straight out of the registered send
+// buffer where the dedupe put them, into that server's staging ring (one sparse write + notify per
+// request; groups larger than max_keys_per_request become several requests). Each server answers
+// with ONE sparse write of its rows straight into this worker's arena, where `rows[i]` points.
+// Gradients() hands out a registered gradient area with the same layout, so PushGradients sends
+// keys and gradients without packing them. Push() (keys that may repeat, one gradient row per key)
+// aggregates into that area first.
+//
+// Consistency (JobSpec::consistency): Clock() marks the end of this worker's iteration.
+//   asp    never waits.
+//   ssp:S  waits until no worker is more than S clocks behind this one.
+//   bsp    waits until every worker finished the clock and every server applied its pushes
+//          (pushes are applied only at clock boundaries, in worker order: runs are reproducible).
+// Clock(), Barrier() and Finish() first wait for this worker's pushes to be acknowledged.
+//
+// Failures: a dead server, or any member the coordinator reports dead, makes every waiting
+// call return kPeerFailure naming it, within peer_timeout. A bad request (unknown table, wrong
+// width, too many keys) fails its ticket with the server's reason; nothing is changed.
+//
+// Lifetimes: rows stay valid until Release(ticket); a ticket id is never reused.
+// Threading: one thread drives a Worker (all calls from it). Progress happens inside the calls
+// (Pull/Push/Wait/Clock/...), so a worker that computes for longer than peer_timeout without
+// calling in should set JobSpec::transport_params progress thread (see docs/ps.md).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "ps/control.h"
+#include "ps/job.h"
+#include "ps/partition.h"
+#include "ps/protocol.h"
+#include "transport/transport.h"
+
+namespace ferry::ps {
+
+using Ticket = uint64_t;
+struct TicketState;
+struct ServerLink;
+struct SendData;
+
+struct PullOptions {
+  bool keys_unique = false;  // the caller promises no repeats: skip the dedupe
+  bool fp16 = false;         // ship the table's fp16 mirror (TableSpec::fp16_pull); rows are halves
+};
+
+// Pulled rows, read in place. rows[i] is the row of keys[i] of the Pull (repeats share a row).
+class PulledRows {
+ public:
+  size_t size() const { return n_; }
+  uint32_t dim() const { return dim_; }
+  bool fp16() const { return fp16_; }
+  const float* operator[](size_t i) const {
+    return reinterpret_cast<const float*>(base_ + size_t{pos_[i]} * stride_);
+  }
+  const uint16_t* half(size_t i) const {
+    return reinterpret_cast<const uint16_t*>(base_ + size_t{pos_[i]} * stride_);
+  }
+  // The position of keys[i] among the unique keys; rows of unique u at unique_row(u).
+  uint32_t unique_of(size_t i) const { return pos_[i]; }
+  size_t unique_count() const { return unique_; }
+  const float* unique_row(size_t u) const {
+    return reinterpret_cast<const float*>(base_ + u * stride_);
+  }
+
+ private:
+  friend class Worker;
+  const uint8_t* base_ = nullptr;
+  const uint32_t* pos_ = nullptr;
+  size_t n_ = 0, unique_ = 0;
+  uint32_t stride_ = 0, dim_ = 0;
+  bool fp16_ = false;
+};
+
+// Gradient rows laid out like a pull's rows; grads[i] is keys[i]'s row (repeats share one, so
+// adding into it sums). Zeroed when handed out.
+class GradRows {
+ public:
+  size_t size() const { return n_; }
+  uint32_t dim() const { return dim_; }
+  float* operator[](size_t i) const { return base_ + size_t{pos_[i]} * dim_; }
+  float* unique_row(size_t u) const { return base_ + u * dim_; }
+
+ private:
+  friend class Worker;
+  float* base_ = nullptr;
+  const uint32_t* pos_ = nullptr;
+  size_t n_ = 0;
+  uint32_t dim_ = 0;
+};
+
+struct WorkerStats {
+  uint64_t pulls = 0, pushes = 0, requests = 0;
+  uint64_t keys_pulled = 0, keys_pushed = 0;  // unique keys sent
+  uint64_t bytes_sent = 0, bytes_received = 0;
+  uint64_t filtered = 0;  // gradient rows dropped by the significance filter
+  uint64_t waits_for_space = 0;  // requests that waited for ring/arena space or a reply slot
+};
+
+class Worker {
+ public:
+  // Registers the arena and the send buffer with `data` and advertises the arena.
+  static Result<std::unique_ptr<Worker>> Create(const JobSpec& job, uint32_t index,
+                                                std::unique_ptr<Transport> data);
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  // Connects to every server (members with Role::kServer, in index order) and imports its
+  // staging ring. Node calls this; `control` stays attached for clocks, barriers and failures.
+  Status ConnectServers(const std::vector<MemberInfo>& members, ControlClient* control,
+                        Millis timeout);
+
+  uint32_t index() const { return index_; }
+  uint32_t num_workers() const { return job_.workers; }
+  uint32_t num_servers() const { return job_.servers; }
+  const JobSpec& job() const { return job_; }
+  Result<uint32_t> TableId(std::string_view name) const;
+  const Partition& partition() const { return partition_; }
+  Transport* transport() const { return data_.get(); }
+
+  Result<Ticket> Pull(uint32_t table, std::span<const uint64_t> keys,
+                      const PullOptions& options = {});
+  // grads: keys.size() rows of dim floats; rows of repeated keys are summed.
+  Result<Ticket> Push(uint32_t table, std::span<const uint64_t> keys,
+                      std::span<const float> grads);
+  // Push, then the updated rows of the same keys (not under BSP).
+  Result<Ticket> PushPull(uint32_t table, std::span<const uint64_t> keys,
+                          std::span<const float> grads, const PullOptions& options = {});
+  // Zeroed gradient rows for a pulled ticket (same layout as its rows).
+  Result<GradRows> Gradients(Ticket pulled);
+  // Pushes the ticket's gradient rows (Gradients) for its keys; returns the push's ticket.
+  Result<Ticket> PushGradients(Ticket pulled);
+
+  // Blocks until every reply of `t` arrived; the ticket's first error otherwise.
+  Status Wait(Ticket t, Millis timeout = Millis(3600000));
+  // Drives progress once; true when `t` is complete.
+  bool Test(Ticket t);
+  // The rows of a completed pull or push-pull ticket.
+  Result<PulledRows> Rows(Ticket t) const;
+  // Frees the ticket's arena and send-buffer space (deferred while its sends are in flight).
+  void Release(Ticket t);
+
+  Status Barrier();
+  Status Clock();
+  uint64_t clock() const { return clock_; }
+  uint64_t min_clock() const { return min_clock_; }
+  // Worker 0 receives every worker's bytes (indexed by worker); the others get an empty list.
+  // Every worker calls it the same number of times.
+  Result<std::vector<std::vector<uint8_t>>> Gather(std::span<const uint8_t> mine);
+  // Waits for this worker's requests, tells the coordinator it is done, and waits for the job's
+  // shutdown (or failure).
+  Status Finish();
+
+  const WorkerStats& stats() const { return stats_; }
+
+  struct State;  // worker_state.h
+
+ private:
+  Worker(const JobSpec& job, uint32_t index, std::unique_ptr<Transport> data);
+
+  // Progress and waiting (worker.cc).
+  Status Usable() const;
+  // One round: data completions, then control messages. Returns completions handled.
+  size_t Progress();
+  // Drives progress until pred() holds; the job's failure, a dead server or kTimeout otherwise.
+  Status WaitFor(const std::function<bool()>& pred, Millis timeout, std::string_view what);
+  void DrainControl();
+  void OnNotify(uint32_t server, uint32_t imm);
+  void OnSendDone(const Completion& c);
+  void Retire(Ticket t);
+  void FreeRingSlots(ServerLink& link);
+  Status WaitAllReplies(std::string_view what);
+
+  // Requests (worker_requests.cc).
+  Result<TicketState*> NewTicket(uint32_t table, RequestType type, bool fp16_rows);
+  Status PrepareKeys(TicketState& tk, std::span<const uint64_t> keys, bool unique);
+  Status AllocRows(TicketState& tk);
+  Status AllocGrads(SendData& send, uint32_t dim);
+  Status AggregateGrads(TicketState& tk, std::span<const float> grads);
+  // The keys and gradients a push sends: `src` itself, or a filtered / fp16 copy.
+  Result<std::shared_ptr<SendData>> PushData(const std::shared_ptr<SendData>& src, uint32_t dim);
+  Status PostRequests(TicketState& tk);
+  // Ring space and a seq on `server`. Before it waits for space it posts `pending` (requests
+  // already holding earlier seqs must be on their way, or their replies never come).
+  Result<uint64_t> ReserveRing(uint32_t server, uint64_t bytes, Ticket ticket, uint32_t* seq,
+                               std::vector<Op>* pending);
+
+  JobSpec job_;
+  uint32_t index_;
+  Partition partition_;
+  std::unique_ptr<Transport> data_;
+  ControlClient* control_ = nullptr;
+  std::unique_ptr<State> st_;
+  uint64_t clock_ = 0;
+  uint64_t min_clock_ = 0;
+  WorkerStats stats_;
+};
+
+}  // namespace ferry::ps

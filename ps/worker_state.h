@@ -1,0 +1,167 @@
+// The worker's private state (worker.cc, worker_requests.cc). Not part of the public API.
+//
+// Per ticket: the unique keys grouped by server in the send buffer (SendData), the pulled rows
+// in the arena, and one Request per (server, chunk) with the segments its sparse write reads.
+// Per server: the staging ring on that server as a FIFO of RingSlots (requests in seq order;
+// space returns from the front once replied, or, for BSP pushes, once their clock has been
+// applied everywhere), and the count of requests awaiting a reply (<= max_outstanding: reply
+// slot seq % max_outstanding is then never reused too early).
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <set>
+#include <unordered_map>
+#include <vector>
+
+#include "ps/range_allocator.h"
+#include "ps/worker.h"
+#include "transport/pool.h"
+
+namespace ferry::ps {
+
+// A range of a RangeAllocator, returned on destruction.
+struct Block {
+  RangeAllocator* alloc = nullptr;
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+  Block(RangeAllocator* a, uint64_t o, uint64_t b) : alloc(a), offset(o), bytes(b) {}
+  ~Block() { alloc->Free(offset, bytes); }
+  Block(const Block&) = delete;
+  Block& operator=(const Block&) = delete;
+};
+
+// Keys (and gradients) of one ticket's requests, grouped by server: the unique keys of server s
+// are at positions [begin[s], begin[s+1]).
+struct SendData {
+  std::unique_ptr<Block> keys;     // uint64_t[n]
+  std::unique_ptr<Block> grads;    // float[n][dim] (or half when fp16)
+  std::vector<uint32_t> begin;     // servers + 1
+  uint32_t n = 0;
+  bool fp16 = false;
+};
+
+struct Request {
+  uint32_t server = 0;
+  uint32_t seq = 0;
+  Segment segs[3];
+  uint32_t nsegs = 0;
+};
+
+struct TicketState {
+  Ticket id = 0;
+  uint32_t table = 0;
+  RequestType type = RequestType::kPull;
+  bool fp16_rows = false;
+  uint64_t clock = 0;          // worker clock when posted (BSP pushes are held until applied)
+  std::vector<uint32_t> pos;   // input key i -> position among the unique keys
+  std::shared_ptr<SendData> send;
+  std::unique_ptr<Block> rows;     // arena rows (pull types)
+  std::unique_ptr<Block> headers;  // RequestHeader per request
+  uint32_t row_bytes = 0;
+  std::deque<Request> requests;
+  uint32_t unreplied = 0;  // requests without a reply
+  uint32_t unsent = 0;     // sparse writes without a local completion
+  Status error;
+  bool released = false;
+  bool grads_ready = false;  // Gradients() handed out the area
+};
+
+struct RingSlot {
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+  uint32_t seq = 0;
+  Ticket ticket = 0;
+  bool replied = false;
+  bool free = false;
+  uint64_t hold_until = 0;  // BSP push: freed when min_clock >= hold_until
+};
+
+struct ServerLink {
+  MemberInfo member;
+  std::shared_ptr<Endpoint> ep;
+  std::unique_ptr<RemoteKey> ring;
+  uint64_t ring_bytes = 0;
+  uint32_t next_seq = 0;
+  uint32_t unreplied = 0;
+  std::deque<RingSlot> slots;
+  Status failed;
+};
+
+// Generation-stamped open-addressing map from key to unique index (no clearing between uses).
+class DedupeMap {
+ public:
+  void Reset(size_t n) {
+    size_t cap = 16;
+    while (cap < 2 * n) cap <<= 1;
+    if (cap > entries_.size()) {
+      entries_.assign(cap, Entry{});
+      gen_ = 0;
+    }
+    mask_ = entries_.size() - 1;
+    if (++gen_ == 0) {  // wrapped: clear stamps
+      for (Entry& e : entries_) e.gen = 0;
+      gen_ = 1;
+    }
+  }
+  // The unique index of `key`, inserting `next` if absent (then *inserted = true).
+  uint32_t FindOrInsert(uint64_t key, uint32_t next, bool* inserted) {
+    size_t i = Partition::KeyHash(key) & mask_;
+    while (true) {
+      Entry& e = entries_[i];
+      if (e.gen != gen_) {
+        e = Entry{key, next, gen_};
+        *inserted = true;
+        return next;
+      }
+      if (e.key == key) {
+        *inserted = false;
+        return e.value;
+      }
+      i = (i + 1) & mask_;
+    }
+  }
+
+ private:
+  struct Entry {
+    uint64_t key = 0;
+    uint32_t value = 0;
+    uint32_t gen = 0;
+  };
+  std::vector<Entry> entries_;
+  size_t mask_ = 0;
+  uint32_t gen_ = 0;
+};
+
+struct Worker::State {
+  // Members in construction order: registrations die before the memory they cover.
+  ShareableMemory arena_memory;
+  ShareableMemory send_memory;
+  std::unique_ptr<MemoryRegion> arena;  // remote-write: rows and reply slots
+  std::unique_ptr<MemoryRegion> send;   // local: headers, keys, gradients
+  RangeAllocator rows_alloc;
+  RangeAllocator send_alloc;
+  std::vector<ServerLink> servers;
+  std::unordered_map<uint64_t, uint32_t> server_of_ep;
+  std::unordered_map<Ticket, std::unique_ptr<TicketState>> tickets;
+  Ticket next_ticket = 1;
+  DedupeMap dedupe;
+  std::vector<uint64_t> unique_keys;  // scratch
+  std::vector<uint32_t> unique_of;    // scratch: input -> unique
+  std::vector<uint32_t> server_of;    // scratch: unique -> server
+  std::vector<uint32_t> fill;         // scratch: per-server cursor
+  // Control-plane state.
+  Status failure;  // the job failed (a member died): every call returns it
+  bool shutdown = false;
+  uint64_t barrier_id = 0;
+  std::set<uint64_t> released_barriers;
+  uint64_t gather_id = 0;
+  struct GatherParts {
+    std::vector<std::vector<uint8_t>> data;
+    std::vector<uint64_t> received;
+    std::vector<bool> sized;
+  };
+  std::unordered_map<uint64_t, GatherParts> gathers;
+};
+
+}  // namespace ferry::ps
