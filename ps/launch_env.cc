@@ -7,6 +7,8 @@
 #include <system_error>
 #include <utility>
 
+#include "ps/job.h"
+
 namespace ferry::ps {
 namespace {
 
@@ -243,6 +245,96 @@ Result<LaunchEnv> DetectLaunchEnv(const std::function<const char*(const char*)>&
 
 Result<LaunchEnv> DetectLaunchEnv() {
   return DetectLaunchEnv([](const char* name) -> const char* { return std::getenv(name); });
+}
+
+namespace {
+
+// FERRY_SERVERS / FERRY_WORKERS: a count >= 1, or -1 when unset.
+Result<int> ShapeCount(const Getenv& getenv_fn, const char* name) {
+  auto v = Get(getenv_fn, name);
+  if (!v) return -1;
+  FERRY_ASSIGN_OR_RETURN(int n, ParseCount(name, *v));
+  if (n < 1) return InvalidArgument(Quoted(name, *v) + " must be at least 1");
+  return n;
+}
+
+// "2 servers", "1 worker".
+std::string Count(int64_t n, const char* noun) {
+  return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
+}
+
+// "4 ranks (started by mpirun)": the launch's size and who set it, for the errors below.
+std::string LaunchSize(const LaunchEnv& env) {
+  if (env.launcher == Launcher::kNone) return Count(env.size, "rank") + " (no launcher)";
+  return Count(env.size, "rank") + " (started by " + std::string(LauncherName(env.launcher)) + ")";
+}
+
+}  // namespace
+
+Result<LaunchShape> ReadLaunchShape(const std::function<const char*(const char*)>& getenv_fn) {
+  LaunchShape shape;
+  FERRY_ASSIGN_OR_RETURN(shape.servers, ShapeCount(getenv_fn, kEnvServers));
+  FERRY_ASSIGN_OR_RETURN(shape.workers, ShapeCount(getenv_fn, kEnvWorkers));
+  if (auto t = Get(getenv_fn, kEnvTransport)) {
+    if (*t != "auto" && *t != "verbs" && *t != "ucx" && *t != "tcp") {
+      return InvalidArgument(Quoted(kEnvTransport, *t) + " is not auto, verbs, ucx or tcp");
+    }
+    shape.transport = std::string(*t);
+  }
+  if (auto r = Get(getenv_fn, kEnvRoleRule)) {
+    if (!ParseRoleRule(*r).ok()) {
+      return InvalidArgument(Quoted(kEnvRoleRule, *r) + " is not servers-first or colocated");
+    }
+    shape.role_rule = std::string(*r);
+  }
+  return shape;
+}
+
+Result<LaunchShape> ReadLaunchShape() {
+  return ReadLaunchShape([](const char* name) -> const char* { return std::getenv(name); });
+}
+
+Status ApplyLaunchShape(const LaunchShape& shape, const LaunchEnv& env, JobSpec* job) {
+  if (!shape.transport.empty()) job->transport = shape.transport;
+  if (!shape.role_rule.empty()) {
+    FERRY_ASSIGN_OR_RETURN(job->role_rule, ParseRoleRule(shape.role_rule));
+  }
+  if (shape.servers > 0) job->servers = static_cast<uint32_t>(shape.servers);
+  if (shape.workers > 0) job->workers = static_cast<uint32_t>(shape.workers);
+  // Where each count came from, for the messages.
+  std::string servers_from = shape.servers > 0 ? kEnvServers : "job spec";
+  std::string workers_from = shape.workers > 0 ? kEnvWorkers : "job spec";
+  const bool colocated = job->role_rule == RoleRule::kColocated;
+  const int64_t size = env.size;
+  if (job->servers == 0 && job->workers == 0) {
+    return InvalidArgument("the job's shape is unknown: " + LaunchSize(env) +
+                           " but neither the number of servers nor of workers is given; give "
+                           "the program's server count or set " +
+                           kEnvServers);
+  }
+  if (job->servers == 0 || job->workers == 0) {
+    const bool derive_workers = job->workers == 0;
+    const int64_t known = derive_workers ? job->servers : job->workers;
+    const int64_t derived = colocated ? size : size - known;
+    if (derived < 1) {
+      return InvalidArgument((derive_workers ? Count(known, "server") + " (" + servers_from + ")"
+                                             : Count(known, "worker") + " (" + workers_from + ")") +
+                             " leave no rank for " + (derive_workers ? "workers" : "servers") +
+                             " in a job of " + LaunchSize(env) +
+                             "; start more ranks or ask for fewer");
+    }
+    (derive_workers ? job->workers : job->servers) = static_cast<uint32_t>(derived);
+    (derive_workers ? workers_from : servers_from) = "derived from the size";
+  }
+  const int need = RanksNeeded(*job);
+  if (need != size) {
+    return InvalidArgument(Count(job->servers, "server") + " (" + servers_from + ") and " +
+                           Count(job->workers, "worker") + " (" + workers_from + ") under the " +
+                           std::string(RoleRuleName(job->role_rule)) + " rule need " +
+                           Count(need, "rank") + ", but the job has " + LaunchSize(env) +
+                           "; start " + std::to_string(need) + " ranks or change the counts");
+  }
+  return Status::Ok();
 }
 
 namespace {

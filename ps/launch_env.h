@@ -28,8 +28,19 @@
 // others (rank >= size, local_rank >= local_size, local_size > size, size 0, only one of a
 // required pair set) is kInvalidArgument naming the variable and its value.
 //
-// Thread-safety: the functions are pure (DetectLaunchEnv() reads the process environment, which
-// must not be modified concurrently, as for ::getenv).
+// The job shape. A launcher may also say how the ranks divide into servers and workers:
+// ferry-launch sets FERRY_SERVERS, FERRY_WORKERS, FERRY_TRANSPORT and FERRY_ROLE_RULE on every
+// rank; under mpirun or srun a user may pass some of them (`mpirun -x FERRY_SERVERS=2 ...`).
+// ReadLaunchShape reads them, ApplyLaunchShape lays them over the program's JobSpec:
+//
+//   FERRY_ASSIGN_OR_RETURN(LaunchEnv env, DetectLaunchEnv());
+//   FERRY_ASSIGN_OR_RETURN(LaunchShape shape, ReadLaunchShape());
+//   JobSpec job = ...;                      // from the program's flags; workers = 0 if not given
+//   FERRY_RETURN_IF_ERROR(ApplyLaunchShape(shape, env, &job));
+//   auto node = Node::Start(job, env);
+//
+// Thread-safety: the functions are pure (DetectLaunchEnv() and ReadLaunchShape() read the process
+// environment, which must not be modified concurrently, as for ::getenv).
 #pragma once
 
 #include <cstdint>
@@ -41,6 +52,8 @@
 #include "transport/status.h"
 
 namespace ferry::ps {
+
+struct JobSpec;  // ps/job.h
 
 enum class Launcher : uint8_t {
   kNone,    // a plain process
@@ -79,6 +92,39 @@ struct LaunchEnv {
 Result<LaunchEnv> DetectLaunchEnv(const std::function<const char*(const char*)>& getenv_fn);
 // The same, from the process environment.
 Result<LaunchEnv> DetectLaunchEnv();
+
+// The job shape variables (set by ferry-launch on every rank).
+inline constexpr const char* kEnvServers = "FERRY_SERVERS";
+inline constexpr const char* kEnvWorkers = "FERRY_WORKERS";
+inline constexpr const char* kEnvTransport = "FERRY_TRANSPORT";
+inline constexpr const char* kEnvRoleRule = "FERRY_ROLE_RULE";
+
+// What the launcher says about the job's shape; each field is "not given" when its variable is
+// unset.
+struct LaunchShape {
+  int servers = -1;       // FERRY_SERVERS: a count >= 1, or -1
+  int workers = -1;       // FERRY_WORKERS: a count >= 1, or -1
+  std::string transport;  // FERRY_TRANSPORT: auto | verbs | ucx | tcp, or ""
+  std::string role_rule;  // FERRY_ROLE_RULE: servers-first | colocated, or ""
+};
+
+// Reads the four variables through `getenv_fn` (nullptr when unset). A value that is set but not
+// a decimal count >= 1 (servers, workers), not a transport name or not a role rule is
+// kInvalidArgument naming the variable and its value.
+Result<LaunchShape> ReadLaunchShape(const std::function<const char*(const char*)>& getenv_fn);
+// The same, from the process environment.
+Result<LaunchShape> ReadLaunchShape();
+
+// Lays `shape` over `job`: every field the shape gives replaces the job's. Then, if exactly one of
+// job->servers and job->workers is unknown (0: not given by the program's flags, nor by the shape),
+// it is derived from env.size so that the job fills the launch:
+//   servers-first  workers = size - servers   (`mpirun -np 4 prog --servers 2`: 2 + 2)
+//                  servers = size - workers
+//   colocated      the unknown one = size     (every rank is a worker, or a server)
+// Errors (kInvalidArgument, naming the launcher, its size and where each count came from):
+// both counts unknown; a derived count below 1; a shape that does not fit env.size (e.g.
+// FERRY_SERVERS=2 FERRY_WORKERS=3 under `mpirun -np 4`). On error *job may be partly updated.
+Status ApplyLaunchShape(const LaunchShape& shape, const LaunchEnv& env, JobSpec* job);
 
 // Expands a Slurm hostlist: comma-separated hosts, each with any number of bracket groups of
 // comma-separated numbers and lo-hi ranges; a range keeps the zero padding of its lower bound.

@@ -9,6 +9,8 @@
 #include <set>
 #include <string>
 
+#include "ps/job.h"
+
 namespace ferry::ps {
 namespace {
 
@@ -338,6 +340,170 @@ TEST(DerivedPortTest, StableAndInRange) {
   }
   EXPECT_GT(seen.size(), 900u);  // steps of one job get different ports
   EXPECT_NE(DerivedCoordinatorPort("12", "34"), DerivedCoordinatorPort("123", "4"));
+}
+
+// ---- The job shape: FERRY_SERVERS, FERRY_WORKERS, FERRY_TRANSPORT, FERRY_ROLE_RULE.
+
+Result<LaunchShape> Shape(const Vars& vars) {
+  return ReadLaunchShape([&vars](const char* name) -> const char* {
+    auto it = vars.find(name);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  });
+}
+
+LaunchEnv Env(Launcher launcher, int size) {
+  LaunchEnv env;
+  env.launcher = launcher;
+  env.size = size;
+  env.local_size = size;
+  return env;
+}
+
+// A job as a program builds it from its flags; 0 = not given.
+JobSpec Job(uint32_t servers, uint32_t workers) {
+  JobSpec job;
+  job.servers = servers;
+  job.workers = workers;
+  return job;
+}
+
+TEST(LaunchShapeTest, UnsetIsNotGiven) {
+  auto shape = Shape({});
+  ASSERT_TRUE(shape.ok()) << shape.status().ToString();
+  EXPECT_EQ(shape->servers, -1);
+  EXPECT_EQ(shape->workers, -1);
+  EXPECT_EQ(shape->transport, "");
+  EXPECT_EQ(shape->role_rule, "");
+}
+
+TEST(LaunchShapeTest, WhatFerryLaunchSets) {
+  auto shape = Shape({{"FERRY_SERVERS", "2"},
+                      {"FERRY_WORKERS", "3"},
+                      {"FERRY_TRANSPORT", "tcp"},
+                      {"FERRY_ROLE_RULE", "colocated"}});
+  ASSERT_TRUE(shape.ok()) << shape.status().ToString();
+  EXPECT_EQ(shape->servers, 2);
+  EXPECT_EQ(shape->workers, 3);
+  EXPECT_EQ(shape->transport, "tcp");
+  EXPECT_EQ(shape->role_rule, "colocated");
+}
+
+struct BadShape {
+  Vars vars;
+  std::string names;
+};
+class LaunchShapeBadTest : public ::testing::TestWithParam<BadShape> {};
+
+TEST_P(LaunchShapeBadTest, IsInvalidArgumentNamingTheVariable) {
+  auto shape = Shape(GetParam().vars);
+  ASSERT_FALSE(shape.ok());
+  EXPECT_EQ(shape.status().code(), Code::kInvalidArgument) << shape.status().ToString();
+  EXPECT_THAT(shape.status().message(), HasSubstr(GetParam().names));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Values, LaunchShapeBadTest,
+    ::testing::Values(BadShape{{{"FERRY_SERVERS", "two"}}, "FERRY_SERVERS='two'"},
+                      BadShape{{{"FERRY_SERVERS", "0"}}, "FERRY_SERVERS='0'"},
+                      BadShape{{{"FERRY_SERVERS", "-1"}}, "FERRY_SERVERS='-1'"},
+                      BadShape{{{"FERRY_WORKERS", ""}}, "FERRY_WORKERS=''"},
+                      BadShape{{{"FERRY_WORKERS", "3x"}}, "FERRY_WORKERS='3x'"},
+                      BadShape{{{"FERRY_TRANSPORT", "rdma"}}, "FERRY_TRANSPORT='rdma'"},
+                      BadShape{{{"FERRY_ROLE_RULE", "sideways"}}, "FERRY_ROLE_RULE='sideways'"}));
+
+TEST(ApplyLaunchShapeTest, TheShapeOverridesTheJob) {
+  LaunchShape shape;
+  shape.servers = 2;
+  shape.workers = 3;
+  shape.transport = "tcp";
+  shape.role_rule = "servers-first";
+  JobSpec job = Job(1, 1);
+  job.transport = "verbs";
+  job.role_rule = RoleRule::kColocated;
+  ASSERT_TRUE(ApplyLaunchShape(shape, Env(Launcher::kFerry, 5), &job).ok());
+  EXPECT_EQ(job.servers, 2u);
+  EXPECT_EQ(job.workers, 3u);
+  EXPECT_EQ(job.transport, "tcp");
+  EXPECT_EQ(job.role_rule, RoleRule::kServersFirst);
+}
+
+TEST(ApplyLaunchShapeTest, NoShapeKeepsAFittingJob) {
+  JobSpec job = Job(1, 3);
+  ASSERT_TRUE(ApplyLaunchShape(LaunchShape{}, Env(Launcher::kMpirun, 4), &job).ok());
+  EXPECT_EQ(job.servers, 1u);
+  EXPECT_EQ(job.workers, 3u);
+  EXPECT_EQ(job.transport, "auto");
+}
+
+TEST(ApplyLaunchShapeTest, MpirunWithServersFromTheProgramDerivesWorkers) {
+  // mpirun -np 4 prog --servers 2
+  JobSpec job = Job(2, 0);
+  Status s = ApplyLaunchShape(LaunchShape{}, Env(Launcher::kMpirun, 4), &job);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(job.servers, 2u);
+  EXPECT_EQ(job.workers, 2u);
+  EXPECT_EQ(RolesOf(job, 3, 4)->worker, 1);
+}
+
+TEST(ApplyLaunchShapeTest, SrunWithFerryServersDerivesWorkers) {
+  // srun -n 5 --export=ALL,FERRY_SERVERS=1 prog
+  LaunchShape shape;
+  shape.servers = 1;
+  JobSpec job = Job(3, 0);
+  ASSERT_TRUE(ApplyLaunchShape(shape, Env(Launcher::kSrun, 5), &job).ok());
+  EXPECT_EQ(job.servers, 1u);
+  EXPECT_EQ(job.workers, 4u);
+}
+
+TEST(ApplyLaunchShapeTest, WorkersKnownDerivesServers) {
+  JobSpec job = Job(0, 3);
+  ASSERT_TRUE(ApplyLaunchShape(LaunchShape{}, Env(Launcher::kMpirun, 4), &job).ok());
+  EXPECT_EQ(job.servers, 1u);
+  EXPECT_EQ(job.workers, 3u);
+}
+
+TEST(ApplyLaunchShapeTest, ColocatedDerivesTheOtherCountAsTheSize) {
+  LaunchShape shape;
+  shape.role_rule = "colocated";
+  JobSpec job = Job(2, 0);
+  ASSERT_TRUE(ApplyLaunchShape(shape, Env(Launcher::kMpirun, 4), &job).ok());
+  EXPECT_EQ(job.role_rule, RoleRule::kColocated);
+  EXPECT_EQ(job.servers, 2u);
+  EXPECT_EQ(job.workers, 4u);
+}
+
+TEST(ApplyLaunchShapeTest, AShapeThatDoesNotFitIsAnError) {
+  LaunchShape shape;
+  shape.servers = 2;
+  shape.workers = 3;
+  JobSpec job = Job(1, 1);
+  Status s = ApplyLaunchShape(shape, Env(Launcher::kMpirun, 4), &job);
+  ASSERT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_THAT(s.message(), HasSubstr("FERRY_SERVERS"));
+  EXPECT_THAT(s.message(), HasSubstr("FERRY_WORKERS"));
+  EXPECT_THAT(s.message(), HasSubstr("need 5 ranks"));
+  EXPECT_THAT(s.message(), HasSubstr("4 ranks (started by mpirun)"));
+
+  // The program's own counts do not fit either.
+  job = Job(2, 2);
+  s = ApplyLaunchShape(LaunchShape{}, Env(Launcher::kSrun, 3), &job);
+  ASSERT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("job spec"));
+  EXPECT_THAT(s.message(), HasSubstr("3 ranks (started by srun)"));
+}
+
+TEST(ApplyLaunchShapeTest, NoRankLeftIsAnError) {
+  JobSpec job = Job(4, 0);
+  Status s = ApplyLaunchShape(LaunchShape{}, Env(Launcher::kMpirun, 4), &job);
+  ASSERT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("no rank for workers"));
+}
+
+TEST(ApplyLaunchShapeTest, UnknownShapeIsAnError) {
+  JobSpec job = Job(0, 0);
+  Status s = ApplyLaunchShape(LaunchShape{}, Env(Launcher::kMpirun, 4), &job);
+  ASSERT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("FERRY_SERVERS"));
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs CMD as N ranks on this host the way ferry-launch does (a stand-in until ferry-launch runs
-# the parameter-server tests itself):
+# Runs CMD as N ranks on this host with ferry-launch's protocol, driven by this script instead of
+# ferry-launch (the launch_ferry_env test keeps the protocol checked for other launchers; to run a
+# program, prefer run-ferry-launch.sh, which uses the real ferry-launch):
 #   tests/launch/run-ferry-env.sh N [--expect REGEX]... [--timeout S] -- CMD ARGS...
 # Rank 0 starts first with FERRY_RANK=0 FERRY_SIZE=N FERRY_COORDINATOR_FILE=<tmp file>; once it
 # has written its bound address there, ranks 1..N-1 start with FERRY_COORDINATOR=<that address>
