@@ -29,6 +29,8 @@ std::string_view ControlKindName(ControlKind kind) {
     case ControlKind::kFinish: return "finish";
     case ControlKind::kShutdown: return "shutdown";
     case ControlKind::kFailure: return "failure";
+    case ControlKind::kCheckpoint: return "checkpoint";
+    case ControlKind::kCheckpointDone: return "checkpoint-done";
   }
   return "?";
 }
@@ -66,7 +68,7 @@ Result<ControlMessage> DecodeControl(std::span<const uint8_t> bytes) {
   ControlMessage m;
   const uint8_t kind = msg->kind();
   if (kind < static_cast<uint8_t>(ControlKind::kRegister) ||
-      kind > static_cast<uint8_t>(ControlKind::kFailure)) {
+      kind > static_cast<uint8_t>(ControlKind::kCheckpointDone)) {
     return ProtocolError("control message kind " + std::to_string(kind) + " is unknown");
   }
   if (msg->role() > 1) return ProtocolError("control message role is unknown");

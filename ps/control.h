@@ -14,10 +14,14 @@
 //   server -> coordinator   kClockApplied {value}
 //   coordinator -> workers  kClockUpdate {value = min clock over workers (applied, under BSP)}
 //   worker -> coordinator   kGather {value = id, value2 = total bytes, index = chunk offset,
-//                           data}; relayed to worker 0 as kGatherPart {rank = sender's worker
-//                           index, same fields}
+//                           rank = 1 for every worker / 0 for worker 0, data}; relayed as
+//                           kGatherPart {rank = sender's worker index, same fields}
 //   worker -> coordinator   kFinish; when every worker finished: coordinator -> all kShutdown
 //   coordinator -> all      kFailure {rank, role, index, text = reason, value = ms since start}
+//   worker -> coordinator   kCheckpoint {text = dir, value = id}: relayed to every server, which
+//                           saves its shards and answers kCheckpointDone {value = id, text =
+//                           error or ""}; then the coordinator writes the manifest and answers
+//                           the worker kCheckpointDone
 //
 // ControlClient: one connection to the coordinator, driven by its own pump thread (which also
 // answers heartbeats while the owner computes). Messages queue up for the owner; `on_message`
@@ -63,6 +67,8 @@ enum class ControlKind : uint8_t {
   kFinish,
   kShutdown,
   kFailure,
+  kCheckpoint,      // worker -> coordinator -> servers {text = dir, value = id}
+  kCheckpointDone,  // server -> coordinator -> worker {value = id, text = error or ""}
 };
 std::string_view ControlKindName(ControlKind kind);
 

@@ -11,6 +11,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "ps/checkpoint.h"
 #include "ps/control.h"
 
 namespace ferry::ps {
@@ -43,9 +44,18 @@ struct Coordinator::Impl {
       Phase::kRegistering;
   std::map<uint64_t, size_t> barriers;  // id -> workers entered
   uint64_t min_clock = 0;
+  struct PendingCheckpoint {
+    size_t requester = 0;  // conns index of the worker that asked
+    std::string dir;
+    size_t done = 0;
+    std::string error;
+  };
+  std::map<uint64_t, PendingCheckpoint> checkpoints;  // by the requester's id
   uint64_t applying = 0;       // BSP: clock being applied (0: none)
   size_t applied_count = 0;
   Clock::time_point finish_deadline;
+  ControlMessage failure_notice;  // sent to members that register after the job failed
+  Clock::time_point failed_at;
   std::deque<std::pair<std::shared_ptr<Endpoint>, ControlMessage>> outbox;
 
   std::mutex mu;
@@ -102,6 +112,8 @@ struct Coordinator::Impl {
   void OnMessage(size_t ci, ControlMessage m);
   void OnGone(size_t ci, const Status& why);
   void AdvanceClocks();
+  // Releases every barrier that all workers still running have entered.
+  void ReleaseBarriers();
 };
 
 void Coordinator::Impl::FailJob(const Member* who, const Status& why) {
@@ -121,6 +133,8 @@ void Coordinator::Impl::FailJob(const Member* who, const Status& why) {
   std::fprintf(stderr, "ferry coordinator: job failed after %.1f s: %s\n", f.value / 1000.0,
                f.text.c_str());
   SendToAll(f);
+  failure_notice = f;
+  failed_at = Clock::now();
   std::lock_guard<std::mutex> lock(mu);
   result = Status(why.code() == Code::kOk ? Code::kPeerFailure : why.code(), f.text);
 }
@@ -135,9 +149,28 @@ void Coordinator::Impl::OnGone(size_t ci, const Status& why) {
   // An unregistered connection that goes away (a probe, a rejected member) is not a failure.
 }
 
+void Coordinator::Impl::ReleaseBarriers() {
+  const size_t running = workers.size() - finished;
+  for (auto it = barriers.begin(); it != barriers.end();) {
+    if (it->second < running) {
+      ++it;
+      continue;
+    }
+    ControlMessage r;
+    r.kind = ControlKind::kBarrierRelease;
+    r.value = it->first;
+    SendToRole(Role::kWorker, r);
+    it = barriers.erase(it);
+  }
+}
+
 void Coordinator::Impl::AdvanceClocks() {
+  // The slowest worker still running: one that finished never clocks again, and waiting for it
+  // would block the others forever (workers may run different numbers of iterations).
   uint64_t lo = UINT64_MAX;
-  for (int i : workers) lo = std::min(lo, conns[i].clock);
+  for (int i : workers) {
+    if (!conns[i].finished) lo = std::min(lo, conns[i].clock);
+  }
   if (lo == UINT64_MAX || lo <= min_clock) return;
   if (job.consistency.kind == Consistency::kBsp) {
     if (applying != 0) return;  // one clock at a time; the next is checked once this is applied
@@ -166,6 +199,10 @@ void Coordinator::Impl::OnMessage(size_t ci, ControlMessage msg) {
       Send(m.ep, r);
       std::fprintf(stderr, "ferry coordinator: rejected rank %u: %s\n", msg.rank, why.c_str());
     };
+    if (phase == Phase::kFailed) {
+      Send(m.ep, failure_notice);
+      return;
+    }
     if (m.registered) return reject("registered twice");
     if (phase != Phase::kRegistering) return reject("the job has already started");
     if (msg.members.size() != 1) return reject("registration without the member's identity");
@@ -200,6 +237,12 @@ void Coordinator::Impl::OnMessage(size_t ci, ControlMessage msg) {
     }
     return;
   }
+  if (msg.kind == ControlKind::kFailure) {
+    // A rank that could not start (registered or not) says why: the job cannot run.
+    FailJob(nullptr, PeerFailure("rank " + std::to_string(msg.rank) + " failed to start: " +
+                                 msg.text));
+    return;
+  }
   if (!m.registered) return;  // ignore anything before registration
   switch (msg.kind) {
     case ControlKind::kReady:
@@ -215,13 +258,8 @@ void Coordinator::Impl::OnMessage(size_t ci, ControlMessage msg) {
       return;
     case ControlKind::kBarrier: {
       if (m.info.role != Role::kWorker) return;
-      if (++barriers[msg.value] == workers.size()) {
-        barriers.erase(msg.value);
-        ControlMessage r;
-        r.kind = ControlKind::kBarrierRelease;
-        r.value = msg.value;
-        SendToRole(Role::kWorker, r);
-      }
+      ++barriers[msg.value];
+      ReleaseBarriers();
       return;
     }
     case ControlKind::kClock:
@@ -243,15 +281,59 @@ void Coordinator::Impl::OnMessage(size_t ci, ControlMessage msg) {
       return;
     case ControlKind::kGather: {
       if (m.info.role != Role::kWorker || workers.empty()) return;
+      const bool to_all = msg.rank == 1;
       msg.kind = ControlKind::kGatherPart;
       msg.rank = m.info.index;
-      Send(conns[workers[0]].ep, std::move(msg));
+      if (to_all) {
+        SendToRole(Role::kWorker, msg);
+      } else {
+        Send(conns[workers[0]].ep, std::move(msg));
+      }
+      return;
+    }
+    case ControlKind::kCheckpoint: {
+      if (m.info.role != Role::kWorker) return;
+      // Ids are the requester's; two workers asking at once get distinct keys.
+      const uint64_t key = (uint64_t{m.info.index} << 40) | (msg.value & ((uint64_t{1} << 40) - 1));
+      checkpoints[key] = PendingCheckpoint{ci, msg.text, 0, ""};
+      ControlMessage c;
+      c.kind = ControlKind::kCheckpoint;
+      c.value = key;
+      c.text = msg.text;
+      SendToRole(Role::kServer, c);
+      return;
+    }
+    case ControlKind::kCheckpointDone: {
+      if (m.info.role != Role::kServer) return;
+      auto it = checkpoints.find(msg.value);
+      if (it == checkpoints.end()) return;
+      PendingCheckpoint& p = it->second;
+      if (!msg.text.empty() && p.error.empty()) {
+        p.error = "server " + std::to_string(m.info.index) + ": " + msg.text;
+      }
+      if (++p.done < servers.size()) return;
+      // Every shard is on disk: the manifest makes the checkpoint exist.
+      if (p.error.empty()) {
+        Status s = WriteManifest(p.dir, ManifestFor(job, min_clock));
+        if (!s.ok()) p.error = s.ToString();
+      }
+      ControlMessage r;
+      r.kind = ControlKind::kCheckpointDone;
+      r.value = it->first & ((uint64_t{1} << 40) - 1);
+      r.text = p.error;
+      if (!conns[p.requester].gone) Send(conns[p.requester].ep, r);
+      checkpoints.erase(it);
       return;
     }
     case ControlKind::kFinish:
       if (m.info.role != Role::kWorker || m.finished) return;
       m.finished = true;
-      if (++finished == workers.size() && phase == Phase::kRunning) {
+      // The others no longer wait for this worker's clock, nor for it at a barrier (it waited
+      // for its own requests before finishing: its pushes are in).
+      ++finished;
+      AdvanceClocks();
+      ReleaseBarriers();
+      if (finished == workers.size() && phase == Phase::kRunning) {
         ControlMessage s;
         s.kind = ControlKind::kShutdown;
         s.text = "every worker finished";
@@ -269,21 +351,31 @@ void Coordinator::Impl::Run() {
   const auto startup_deadline = Clock::now() + job.startup_timeout;
   Completion comps[32];
   while (!stop) {
-    // New connections (Accept drives the handshakes).
-    while (true) {
-      auto ep = t->Accept(Millis(0));
-      if (!ep.ok()) break;
-      by_ep[(*ep)->id()] = conns.size();
-      Member nm;
-      nm.ep = std::move(ep).value();
-      conns.push_back(std::move(nm));
-    }
+    // New connections: those whose handshake completed in an earlier Poll or Wait.
+    auto accept_new = [&] {
+      while (true) {
+        auto ep = t->Accept(Millis(0));
+        if (!ep.ok()) break;
+        by_ep[(*ep)->id()] = conns.size();
+        Member nm;
+        nm.ep = std::move(ep).value();
+        conns.push_back(std::move(nm));
+      }
+    };
+    accept_new();
     const size_t n = t->Poll(comps);
     for (size_t i = 0; i < n; ++i) {
       const Completion& c = comps[i];
       if (!mailbox->Owns(c)) continue;
       auto r = mailbox->Handle(c);
       auto it = c.ep != nullptr ? by_ep.find(c.ep->id()) : by_ep.end();
+      if (c.ep != nullptr && it == by_ep.end()) {
+        // The handshake completed in this very Poll and the peer's first message (kRegister)
+        // arrived right behind it: the endpoint is still waiting in Accept's queue. Dropping
+        // the message here left that member "never registered" until the startup timeout.
+        accept_new();
+        it = by_ep.find(c.ep->id());
+      }
       if (!r.ok()) {
         if (it != by_ep.end()) {
           // A malformed message closes that member only (and fails the job if it mattered).
@@ -328,9 +420,13 @@ void Coordinator::Impl::Run() {
       if ((all_gone && outbox.empty()) || now > finish_deadline) phase = Phase::kDone;
     }
     if (phase == Phase::kFailed) {
-      // Give the notices a moment to leave, then end.
-      DrainSends(now + Millis(1000));
-      break;
+      // Members still starting would wait for the startup timeout: stay a little longer to
+      // answer their registration with the failure. Then let the notices leave, and end.
+      const bool waiting = registered < servers.size() + workers.size();
+      if (!waiting || now > failed_at + std::min(job.startup_timeout, Millis(3000))) {
+        DrainSends(now + Millis(1000));
+        break;
+      }
     }
     if (phase == Phase::kDone) {
       DrainSends(now + Millis(1000));

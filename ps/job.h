@@ -71,6 +71,10 @@ struct JobSpec {
   uint32_t virtual_nodes = 128;              // consistent hashing
   uint64_t partition_seed = 0;
 
+  // Restore every table from this checkpoint (ps/checkpoint.h) at startup; empty: start fresh.
+  // The row owners follow this job's partition, whatever the checkpoint's server count was.
+  std::string restore_dir;
+
   // Pushes: drop gradient rows whose largest |g| is below this (0: off; OSDI'14's significance
   // filter), and ship gradients as fp16.
   float push_filter = 0.0f;

@@ -107,7 +107,11 @@ Result<std::unique_ptr<Node>> Node::Start(const JobSpec& job, const LaunchEnv& e
   const char* dh = std::getenv("FERRY_DATA_HOST");
   n->data_host_ = dh != nullptr && *dh != '\0' ? dh : LocalAddressToward(*addr);
   Status s = n->StartRoles(job);
-  if (!s.ok()) return s.Annotate("rank " + std::to_string(env.rank));
+  if (!s.ok()) {
+    s = s.Annotate("rank " + std::to_string(env.rank));
+    n->ReportStartFailure(job, s);
+    return s;
+  }
   return n;
 }
 
@@ -212,6 +216,25 @@ Status Node::StartRoles(const JobSpec& job) {
   return Status::Ok();
 }
 
+void Node::ReportStartFailure(const JobSpec& job, const Status& why) {
+  // Without this the others would wait for this rank until the startup timeout.
+  ControlClient* c = worker_control_ ? worker_control_.get() : server_control_.get();
+  std::unique_ptr<ControlClient> own;
+  if (c == nullptr) {
+    auto fresh = ControlClient::Connect(coordinator_address_, job, nullptr, Millis(5000));
+    if (!fresh.ok()) return;
+    own = std::move(fresh).value();
+    c = own.get();
+  }
+  ControlMessage f;
+  f.kind = ControlKind::kFailure;
+  f.rank = static_cast<uint32_t>(env_.rank);
+  f.text = why.ToString();
+  if (c->Send(f).ok()) (void)c->Receive(Millis(200));  // let it leave before closing
+  // Rank 0 hosts the coordinator: keep it up while it tells the ranks still registering.
+  if (coordinator_ != nullptr) (void)coordinator_->Join();
+}
+
 Status Node::Join() {
   Status first;
   if (worker_ != nullptr && !worker_finished_) {
@@ -237,6 +260,14 @@ Node::~Node() {
   stopping_ = true;
   if (server_ != nullptr) server_->RequestStop();
   if (server_thread_.joinable()) server_thread_.join();
+  // A colocated rank's worker and server are connected to each other: closing an endpoint
+  // (ucx) waits for the peer's transport to take part, and one destroyed after the other would
+  // wait its whole close timeout for a peer nobody drives any more. Both go down at once.
+  if (worker_ != nullptr && server_ != nullptr) {
+    std::thread server_end([this] { server_.reset(); });
+    worker_.reset();
+    server_end.join();
+  }
   worker_.reset();
   worker_control_.reset();
   server_.reset();

@@ -67,6 +67,8 @@ class Node {
  private:
   Node() = default;
   Status StartRoles(const JobSpec& job);
+  // Tells the coordinator this rank could not start, so the job fails at once, naming it.
+  void ReportStartFailure(const JobSpec& job, const Status& why);
   Result<std::unique_ptr<Transport>> CreateDataTransport(const JobSpec& job, Role role,
                                                          uint32_t index);
   Result<ControlClient*> RegisterRole(const JobSpec& job, Role role, uint32_t index,

@@ -84,13 +84,14 @@ void ApplyUpdate(const OptimizerSpec& spec, uint32_t dim, float* w, float* state
       return;
     }
     case Optimizer::kFtrl: {
+      // Divisions by alpha, not multiplications by 1/alpha: the header's formulas exactly (a
+      // reciprocal rounds differently, and z's cancellation magnifies that past 1e-6).
       float* z = state;
       float* n = state + dim;
-      const float inv_alpha = 1.0f / spec.alpha;
       for (uint32_t i = 0; i < dim; ++i) {
         const float gi = g[i];
         const float n_new = n[i] + gi * gi;
-        const float sigma = (std::sqrt(n_new) - std::sqrt(n[i])) * inv_alpha;
+        const float sigma = (std::sqrt(n_new) - std::sqrt(n[i])) / spec.alpha;
         z[i] += gi - sigma * w[i];
         n[i] = n_new;
         const float zi = z[i];
@@ -98,7 +99,7 @@ void ApplyUpdate(const OptimizerSpec& spec, uint32_t dim, float* w, float* state
           w[i] = 0.0f;
         } else {
           const float sign = zi < 0.0f ? -1.0f : 1.0f;
-          w[i] = -(zi - sign * spec.l1) / ((spec.beta + std::sqrt(n_new)) * inv_alpha + spec.l2);
+          w[i] = -(zi - sign * spec.l1) / ((spec.beta + std::sqrt(n_new)) / spec.alpha + spec.l2);
         }
       }
       return;
@@ -154,8 +155,12 @@ uint64_t Hash3(uint64_t seed, uint64_t key, uint64_t i) {
   return x ^ (x >> 32);
 }
 
-// Uniform in (0, 1): 24 random bits, never 0 (Box-Muller takes a log).
-float Unit(uint64_t bits) { return (static_cast<float>(bits >> 40) + 0.5f) * (1.0f / 16777216.0f); }
+// Uniform in (0, 1), never 0 (Box-Muller takes a log) and never 1 (a uniform row stays below its
+// high bound): 23 random bits + 0.5 is exact in a float, and so is the scaling by 2^-23. (With 24
+// bits, 2^24 - 1 + 0.5 rounds to 2^24 and the draw became exactly 1.)
+float Unit(uint64_t bits) {
+  return (static_cast<float>(bits >> 41) + 0.5f) * (1.0f / 8388608.0f);
+}
 
 }  // namespace
 

@@ -18,16 +18,22 @@ std::string_view RequestTypeName(RequestType type) {
 }
 
 uint64_t RequestPayloadBytes(RequestType type, uint8_t flags, uint32_t num_keys, uint32_t dim) {
-  uint64_t bytes = uint64_t{num_keys} * 8;
+  uint64_t per_key = 8;
   if (type == RequestType::kPush || type == RequestType::kPushPull) {
     const uint64_t elem = (flags & kFlagFp16Grads) ? 2 : 4;
-    bytes += uint64_t{num_keys} * dim * elem;
+    per_key += uint64_t{dim} * elem;
   }
-  return bytes;
+  // A header straight from the wire may claim 2^32 keys of width 2^32: saturate rather than
+  // wrap, so that such a size never matches payload_bytes (or fits a ring) by accident.
+  if (num_keys != 0 && per_key > UINT64_MAX / num_keys) return UINT64_MAX;
+  return uint64_t{num_keys} * per_key;
 }
 
 uint64_t RequestRingBytes(RequestType type, uint8_t flags, uint32_t num_keys, uint32_t dim) {
-  const uint64_t raw = sizeof(RequestHeader) + RequestPayloadBytes(type, flags, num_keys, dim);
+  const uint64_t payload = RequestPayloadBytes(type, flags, num_keys, dim);
+  constexpr uint64_t kMax = UINT64_MAX / kRequestAlign * kRequestAlign;
+  if (payload > kMax - 2 * kRequestAlign) return kMax;  // saturated: fits no ring
+  const uint64_t raw = sizeof(RequestHeader) + payload;
   return (raw + kRequestAlign - 1) / kRequestAlign * kRequestAlign;
 }
 

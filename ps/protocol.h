@@ -26,9 +26,11 @@
 // max_outstanding requests in flight per server, so slots are never overwritten before read.
 //
 // Errors: a request that cannot be located or framed (offset outside the ring, bad magic, a
-// payload running past the ring) is a protocol violation (kProtocol): the server closes that
-// worker's endpoint. A well-framed request that asks for something wrong (unknown table, wrong
-// width, too many keys, rows outside the worker's arena) gets an error reply and touches nothing.
+// payload running past the ring), or that does not carry the next seq, is a protocol violation
+// (kProtocol): the server closes that worker's endpoint. So is a BSP push rewritten in the ring
+// before its clock was applied. A well-framed request that asks for something wrong (unknown
+// table, wrong width, too many keys, rows outside the worker's arena) gets an error reply and
+// touches nothing.
 //
 // Byte order: the host's; ranks of one job share an architecture (the handshake checks the
 // backend and version, the header magic catches the rest).
@@ -79,7 +81,8 @@ struct RequestHeader {
 };
 static_assert(sizeof(RequestHeader) == kRequestAlign);
 
-// Bytes after the header for a request of this shape (keys, then gradients for push types).
+// Bytes after the header for a request of this shape (keys, then gradients for push types);
+// saturates at UINT64_MAX (and RequestRingBytes at its largest aligned value) instead of wrapping.
 uint64_t RequestPayloadBytes(RequestType type, uint8_t flags, uint32_t num_keys, uint32_t dim);
 // Header + payload, rounded up to kRequestAlign: the ring space a request occupies.
 uint64_t RequestRingBytes(RequestType type, uint8_t flags, uint32_t num_keys, uint32_t dim);

@@ -2,8 +2,10 @@
 #include "ps/server.h"
 
 #include <cstdio>
+#include <cstring>
 #include <thread>
 
+#include "ps/checkpoint.h"
 #include "ps/optimizer.h"
 #include "transport/pool.h"
 
@@ -50,17 +52,14 @@ Status Server::Init(const std::string& listen_host) {
   for (const TableSpec& spec : job_.tables) {
     Table t;
     t.spec = spec;
-    TableOptions o;
-    o.dim = spec.dim;
-    const uint32_t opt_floats = StateFloats(spec.optimizer, spec.dim);
-    const uint32_t mirror_floats = spec.fp16_pull ? (spec.dim + 1) / 2 : 0;
-    o.state_floats = opt_floats + mirror_floats;
-    o.metadata = true;
-    o.initial_rows = std::max<size_t>(spec.initial_rows, 64);
-    o.max_rows = spec.max_rows;
-    o.admission = spec.admission;
+    const TableOptions o = ServerTableOptions(spec);
     FERRY_ASSIGN_OR_RETURN(t.map, ArrayHashMap::Create(o));
-    if (spec.fp16_pull) t.mirror_offset = t.map->layout().state_offset + 4 * opt_floats;
+    if (spec.fp16_pull) {
+      t.mirror_offset = t.map->layout().state_offset + 4 * StateFloats(spec.optimizer, spec.dim);
+    }
+    if (!job_.restore_dir.empty()) {
+      FERRY_RETURN_IF_ERROR(RestoreShard(tables_.size(), o, t.map.get()));
+    }
     Status st = t.map->AttachTransport(data_.get(), kAccessRemoteRead);
     if (!st.ok()) return st.Annotate("server " + std::to_string(index_) + ": table " + spec.name);
     shapes_.push_back(TableShape{spec.dim, spec.fp16_pull});
@@ -97,6 +96,39 @@ Status Server::Init(const std::string& listen_host) {
   replies_.resize(64);
   for (uint32_t i = 64; i-- > 0;) free_replies_.push_back(i);
   return Status::Ok();
+}
+
+Status Server::SaveShards(const std::string& dir) {
+  for (const Table& t : tables_) {
+    Status s = t.map->SaveSnapshot(ShardPath(dir, t.spec.name, index_));
+    if (!s.ok()) return s.Annotate("checkpoint table '" + t.spec.name + "'");
+  }
+  return Status::Ok();
+}
+
+Status Server::RestoreShard(size_t t, const TableOptions& options, ArrayHashMap* map) {
+  if (!restore_manifest_) {
+    FERRY_ASSIGN_OR_RETURN(CheckpointManifest m, ReadManifest(job_.restore_dir));
+    FERRY_RETURN_IF_ERROR(CheckManifestMatches(m, job_));
+    restore_manifest_ = std::make_unique<CheckpointManifest>(std::move(m));
+  }
+  const CheckpointManifest& m = *restore_manifest_;
+  FERRY_ASSIGN_OR_RETURN(Partition mine,
+                         Partition::Create(job_.servers, job_.virtual_nodes, job_.partition_seed));
+  const std::string& name = job_.tables[t].name;
+  size_t index = 0;
+  while (m.tables[index].name != name) ++index;  // CheckManifestMatches found it
+  const size_t row_bytes = map->layout().stride;
+  // Every old shard's rows that this server owns under the new partition move here, with their
+  // optimizer state and metadata (same layout: CheckManifestMatches).
+  return ForEachCheckpointRow(
+      job_.restore_dir, m, index, options, [&](uint64_t key, const uint8_t* row) -> Status {
+        if (mine.ServerOf(key) != index_) return Status::Ok();
+        FERRY_ASSIGN_OR_RETURN(ArrayHashMap::Insertion ins, map->Insert(key));
+        std::memcpy(ins.row + 8, row + 8, row_bytes - 8);
+        ++stats_.rows_restored;
+        return Status::Ok();
+      });
 }
 
 Status Server::AcceptWorkers(ControlClient* control, Millis timeout) {
@@ -225,13 +257,30 @@ Status Server::ApplyClock(uint64_t clock) {
     while (!l.staged.empty() && l.staged.front().clock < clock) {
       const uint64_t offset = l.staged.front().offset;
       l.staged.pop_front();
+      if (l.failed) continue;  // a worker closed for a violation: its pushes are void
       std::span<const uint8_t> ring(rings_ + w * job_.staging_bytes, job_.staging_bytes);
       RequestLimits limits{job_.staging_bytes, l.arena_bytes,
                            ReplySlotsBytes(job_.servers, job_.max_outstanding),
                            job_.max_keys_per_request};
       RequestView req;
+      // The ring is the worker's to write: a staged push may have been rewritten since it was
+      // checked on arrival. Anything but a push now is that worker's protocol violation (close
+      // it, as HandleNotify would), not a reason to stop serving everyone else.
       Status st = ParseRequest(ring, offset, shapes_, limits, &req);
-      if (!st.ok()) return st.Annotate("staged push of worker " + std::to_string(w));
+      if (st.ok() && req.type() != RequestType::kPush) {
+        st = ProtocolError("it now reads as a " + std::string(RequestTypeName(req.type())) +
+                           " request");
+      }
+      if (!st.ok()) {
+        st = ProtocolError("staged push at ring offset " + std::to_string(offset) +
+                           " was overwritten before its clock was applied: " + st.message());
+        std::fprintf(stderr, "ferry server %u: closing worker %u: %s\n", index_, w,
+                     st.ToString().c_str());
+        l.ep->Close();
+        FailWorker(w, st);
+        l.staged.clear();
+        break;
+      }
       FERRY_RETURN_IF_ERROR(ApplyPush(w, req));
     }
   }
@@ -248,7 +297,16 @@ Status Server::Serve(ControlClient* control) {
     }
     if (stop_) return Cancelled("server " + std::to_string(index_) + ": stopped");
     const size_t n = data_->Poll(comps);
-    for (size_t i = 0; i < n; ++i) HandleCompletion(comps[i], false);
+    // Reply-write completions first, then the requests. Handling a request may wait for reply
+    // writes to complete (DrainTable before growth, SendRecord for a scratch record) by polling
+    // the transport itself: a completion already taken into this batch would never reach it,
+    // and the wait would run into its timeout. (Requests keep their arrival order.)
+    for (size_t i = 0; i < n; ++i) {
+      if (comps[i].type != OpType::kNotify) HandleCompletion(comps[i], false);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      if (comps[i].type == OpType::kNotify) HandleCompletion(comps[i], false);
+    }
     if (!fatal_.ok()) return fatal_;
     while (auto m = control->TryReceive()) {
       switch (m->kind) {
@@ -257,6 +315,15 @@ Status Server::Serve(ControlClient* control) {
           ControlMessage done;
           done.kind = ControlKind::kClockApplied;
           done.value = m->value;
+          FERRY_RETURN_IF_ERROR(control->Send(done));
+          break;
+        }
+        case ControlKind::kCheckpoint: {
+          ControlMessage done;
+          done.kind = ControlKind::kCheckpointDone;
+          done.value = m->value;
+          Status s = SaveShards(m->text);
+          if (!s.ok()) done.text = s.ToString();
           FERRY_RETURN_IF_ERROR(control->Send(done));
           break;
         }

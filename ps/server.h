@@ -37,10 +37,13 @@
 
 namespace ferry::ps {
 
+struct CheckpointManifest;  // ps/checkpoint.h
+
 struct ServerStats {
   uint64_t pulls = 0, pushes = 0, push_pulls = 0;
   uint64_t keys_pulled = 0, keys_pushed = 0;
   uint64_t rows_created = 0;
+  uint64_t rows_restored = 0;
   uint64_t errors = 0;  // error replies
 };
 
@@ -116,6 +119,10 @@ class Server {
   // refused keys get kNoSlot). Grows the table first if needed (draining its replies).
   Status ResolveSlots(Table& t, const uint64_t* keys, uint32_t n, std::vector<uint32_t>* slots);
   Status ApplyClock(uint64_t clock);
+  // Checkpoints (ps/checkpoint.h): this server's shard of every table into `dir`; and at
+  // startup, the rows of table `t` this server owns from every shard of JobSpec::restore_dir.
+  Status SaveShards(const std::string& dir);
+  Status RestoreShard(size_t t, const TableOptions& options, ArrayHashMap* map);
   uint32_t AllocReply();
   // Handles completions until table t has no reply in flight (notifications are queued).
   Status DrainTable(Table& t);
@@ -127,6 +134,7 @@ class Server {
   std::unique_ptr<Transport> data_;
   std::string data_address_;
   std::vector<TableShape> shapes_;
+  std::unique_ptr<CheckpointManifest> restore_manifest_;
   std::vector<Table> tables_;
   uint8_t* rings_ = nullptr;  // W * staging_bytes, shareable memory (see server.cc)
   struct RingMemory;

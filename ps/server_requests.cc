@@ -18,8 +18,10 @@ void Server::HandleNotify(uint32_t w, uint32_t imm) {
                              job_.max_keys_per_request};
   RequestView req;
   Status st = ParseRequest(ring, offset, shapes_, limits, &req);
-  if (st.code() == Code::kProtocol || (st.ok() && req.header.seq != l.next_seq)) {
-    if (st.ok()) {
+  // Any framed request, well-formed or not, must carry the next seq: a bad request with a wrong
+  // seq is a lost or repeated request all the same (its error reply would answer another seq).
+  if (st.code() == Code::kProtocol || req.header.seq != l.next_seq) {
+    if (st.code() != Code::kProtocol) {
       st = ProtocolError("request seq " + std::to_string(req.header.seq) + " arrived, " +
                          std::to_string(l.next_seq) + " expected (lost or repeated request)");
     }
@@ -116,6 +118,16 @@ Status Server::ResolveSlots(Table& t, const uint64_t* keys, uint32_t n,
     FERRY_ASSIGN_OR_RETURN(ArrayHashMap::Insertion ins, m.Access(keys[i]));
     if (ins.row != nullptr && ins.inserted) init(keys[i], ins.row);
     (*slots)[i] = ins.row != nullptr ? ins.slot : ArrayHashMap::kNoSlot;
+  }
+  if (bounded) {
+    // At the bound, Access() evicts to make room, possibly rows that earlier keys of this very
+    // request just resolved, and hands their slots to later keys: keys[i] would then read or
+    // update another key's row. A key whose row did not survive the batch reads as refused.
+    for (uint32_t i = 0; i < n; ++i) {
+      if ((*slots)[i] != ArrayHashMap::kNoSlot && m.FindSlot(keys[i]) != (*slots)[i]) {
+        (*slots)[i] = ArrayHashMap::kNoSlot;
+      }
+    }
   }
   return Status::Ok();
 }

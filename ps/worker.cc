@@ -150,6 +150,9 @@ void Worker::DrainControl() {
         }
         break;
       }
+      case ControlKind::kCheckpointDone:
+        st.checkpoints_done[m->value] = m->text;
+        break;
       case ControlKind::kShutdown:
         st.shutdown = true;
         break;
@@ -250,6 +253,7 @@ size_t Worker::Progress() {
         if (l.failed.ok()) l.failed = Status(c.code, c.error);
         continue;
       }
+      stats_.bytes_received += c.bytes;
       OnNotify(it->second, c.imm);
     } else {
       OnSendDone(c);
@@ -270,7 +274,14 @@ Status Worker::WaitFor(const std::function<bool()>& pred, Millis timeout, std::s
     if (pred()) return Status::Ok();
     if (!st_->failure.ok()) return st_->failure;
     for (uint32_t s = 0; s < st_->servers.size(); ++s) {
-      const ServerLink& l = st_->servers[s];
+      ServerLink& l = st_->servers[s];
+      if (!l.failed.ok() && l.unreplied == 0 && !st_->shutdown) {
+        // Nothing of ours is lost on an idle link. Servers close their connections when the job
+        // shuts down, which can reach us before the coordinator's kShutdown does: wait for the
+        // coordinator's word (shutdown or failure) a little before calling it a failure.
+        if (l.failed_at == Clock::time_point()) l.failed_at = Clock::now();
+        if (Clock::now() - l.failed_at < std::min(job_.peer_timeout, Millis(3000))) continue;
+      }
       if (!l.failed.ok()) {
         return Status(l.failed.code() == Code::kOk ? Code::kPeerFailure : l.failed.code(),
                       "worker " + std::to_string(index_) + ": server " + std::to_string(s) +
@@ -365,6 +376,7 @@ Status Worker::Clock() {
   // Pushes of this clock must be applied (ASP/SSP) or staged (BSP) before the clock counts.
   FERRY_RETURN_IF_ERROR(WaitAllReplies("the pushes of clock " + std::to_string(clock_)));
   ++clock_;
+  pushes_since_clock_ = 0;
   ControlMessage m;
   m.kind = ControlKind::kClock;
   m.value = clock_;
@@ -377,7 +389,8 @@ Status Worker::Clock() {
                      std::to_string(min_clock_) + ")");
 }
 
-Result<std::vector<std::vector<uint8_t>>> Worker::Gather(std::span<const uint8_t> mine) {
+Result<std::vector<std::vector<uint8_t>>> Worker::Gather(std::span<const uint8_t> mine,
+                                                         bool to_all) {
   FERRY_RETURN_IF_ERROR(Usable());
   const uint64_t id = ++st_->gather_id;
   uint64_t off = 0;
@@ -385,6 +398,7 @@ Result<std::vector<std::vector<uint8_t>>> Worker::Gather(std::span<const uint8_t
     const size_t n = std::min<size_t>(kGatherChunk, mine.size() - off);
     ControlMessage m;
     m.kind = ControlKind::kGather;
+    m.rank = to_all ? 1 : 0;  // relay target: 1 every worker, 0 worker 0
     m.value = id;
     m.value2 = mine.size();
     m.index = static_cast<uint32_t>(off);
@@ -392,7 +406,7 @@ Result<std::vector<std::vector<uint8_t>>> Worker::Gather(std::span<const uint8_t
     FERRY_RETURN_IF_ERROR(control_->Send(m));
     off += n;
   } while (off < mine.size());
-  if (index_ != 0) return std::vector<std::vector<uint8_t>>();
+  if (index_ != 0 && !to_all) return std::vector<std::vector<uint8_t>>();
   State& st = *st_;
   FERRY_RETURN_IF_ERROR(WaitFor(
       [&st, id, this] {
@@ -411,13 +425,47 @@ Result<std::vector<std::vector<uint8_t>>> Worker::Gather(std::span<const uint8_t
   return parts;
 }
 
+Status Worker::Checkpoint(const std::string& dir) {
+  FERRY_RETURN_IF_ERROR(Usable());
+  if (dir.empty()) return InvalidArgument("checkpoint directory is empty");
+  FERRY_RETURN_IF_ERROR(WaitAllReplies("the requests before a checkpoint"));
+  const uint64_t id = ++st_->checkpoint_id;
+  ControlMessage m;
+  m.kind = ControlKind::kCheckpoint;
+  m.value = id;
+  m.text = dir;
+  FERRY_RETURN_IF_ERROR(control_->Send(m));
+  FERRY_RETURN_IF_ERROR(WaitFor([this, id] { return st_->checkpoints_done.count(id) != 0; },
+                                Millis(3600000), "checkpoint " + dir));
+  const std::string error = std::move(st_->checkpoints_done[id]);
+  st_->checkpoints_done.erase(id);
+  if (!error.empty()) return Status(Code::kIoError, "checkpoint into " + dir + ": " + error);
+  return Status::Ok();
+}
+
 Status Worker::Finish() {
   if (!st_->failure.ok()) return st_->failure;
+  if (st_->shutdown) return Status::Ok();  // finished before (Node::Join calls it again)
+  // BSP applies pushes only at clock boundaries: pushes made after the last Clock() would be
+  // lost, so they get one.
+  if (job_.consistency.kind == Consistency::kBsp && pushes_since_clock_ > 0) {
+    FERRY_RETURN_IF_ERROR(Clock());
+  }
   FERRY_RETURN_IF_ERROR(WaitAllReplies("the last requests"));
   ControlMessage m;
   m.kind = ControlKind::kFinish;
   FERRY_RETURN_IF_ERROR(control_->Send(m));
-  return WaitFor([this] { return st_->shutdown; }, Millis(3600000), "the job's shutdown");
+  // Not WaitFor: once every worker finished, the coordinator sends kShutdown to all members at
+  // once, and a server may act on it and close its data connections before this worker's copy
+  // arrives. A closed server connection is therefore no failure here; the coordinator's word
+  // is (a server that really died is reported as kFailure, and a lost coordinator fails the
+  // control connection: DrainControl turns both into st_->failure).
+  while (true) {
+    const size_t n = Progress();
+    if (st_->shutdown) return Status::Ok();
+    if (!st_->failure.ok()) return st_->failure;
+    if (n == 0) (void)data_->Wait(Millis(100));
+  }
 }
 
 }  // namespace ferry::ps

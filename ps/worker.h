@@ -73,6 +73,10 @@ struct PullOptions {
   bool fp16 = false;         // ship the table's fp16 mirror (TableSpec::fp16_pull); rows are halves
 };
 
+struct PushOptions {
+  bool keys_unique = false;  // the caller promises no repeats: skip the dedupe
+};
+
 // Pulled rows, read in place. rows[i] is the row of keys[i] of the Pull (repeats share a row).
 class PulledRows {
  public:
@@ -152,13 +156,15 @@ class Worker {
                       const PullOptions& options = {});
   // grads: keys.size() rows of dim floats; rows of repeated keys are summed.
   Result<Ticket> Push(uint32_t table, std::span<const uint64_t> keys,
-                      std::span<const float> grads);
+                      std::span<const float> grads, const PushOptions& options = {});
   // Push, then the updated rows of the same keys (not under BSP).
   Result<Ticket> PushPull(uint32_t table, std::span<const uint64_t> keys,
                           std::span<const float> grads, const PullOptions& options = {});
-  // Zeroed gradient rows for a pulled ticket (same layout as its rows).
+  // Gradient rows for a pulled ticket (same layout as its rows), zeroed on the first call; later
+  // calls return the same rows as they are (several kernels may add into them).
   Result<GradRows> Gradients(Ticket pulled);
-  // Pushes the ticket's gradient rows (Gradients) for its keys; returns the push's ticket.
+  // Pushes the ticket's gradient rows (Gradients) for its keys, once; returns the push's
+  // ticket. The rows are the push's source from then on: Gradients() refuses to hand them out.
   Result<Ticket> PushGradients(Ticket pulled);
 
   // Blocks until every reply of `t` arrived; the ticket's first error otherwise.
@@ -175,10 +181,19 @@ class Worker {
   uint64_t clock() const { return clock_; }
   uint64_t min_clock() const { return min_clock_; }
   // Worker 0 receives every worker's bytes (indexed by worker); the others get an empty list.
-  // Every worker calls it the same number of times.
-  Result<std::vector<std::vector<uint8_t>>> Gather(std::span<const uint8_t> mine);
-  // Waits for this worker's requests, tells the coordinator it is done, and waits for the job's
-  // shutdown (or failure).
+  // With `to_all`, every worker receives them (an all-gather). Every worker makes the same
+  // sequence of calls with the same `to_all`. The bytes travel on the control plane: meant for
+  // metrics and counts, not for rows.
+  Result<std::vector<std::vector<uint8_t>>> Gather(std::span<const uint8_t> mine,
+                                                   bool to_all = false);
+  // Saves every server's shard of every table into `dir` (ps/checkpoint.h), which every server
+  // and the coordinator must reach, and returns once the manifest is written. The checkpoint
+  // holds what the servers have applied when they get the command: call it at a quiet point
+  // (after Barrier(), or at a BSP clock boundary) for a consistent one. Blocks.
+  Status Checkpoint(const std::string& dir);
+  // Waits for this worker's requests (under BSP, clocks once more if pushes were made since the
+  // last Clock(), or they would never be applied), tells the coordinator it is done, and waits
+  // for the job's shutdown (or failure).
   Status Finish();
 
   const WorkerStats& stats() const { return stats_; }
@@ -223,6 +238,7 @@ class Worker {
   std::unique_ptr<State> st_;
   uint64_t clock_ = 0;
   uint64_t min_clock_ = 0;
+  uint64_t pushes_since_clock_ = 0;  // BSP: Finish() clocks once more if pushes are pending
   WorkerStats stats_;
 };
 

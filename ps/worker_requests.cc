@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
+#include <string>
 
 #include "ps/worker.h"
 #include "ps/worker_state.h"
@@ -13,6 +15,17 @@ namespace {
 
 constexpr int kContextShift = 20;
 constexpr uint64_t kMaxRequestsPerTicket = (uint64_t{1} << kContextShift) - 1;
+
+// Space that no amount of waiting can provide: more than the whole buffer. Checked before
+// waiting for space, which would otherwise end only in a timeout that blames the wrong thing.
+Status FitsAtAll(const RangeAllocator& a, uint64_t bytes, const std::string& what,
+                 const char* option) {
+  if ((bytes + 63) / 64 * 64 <= a.capacity()) return Status::Ok();
+  return ResourceExhausted(
+      what + " need " + std::to_string(bytes) + " bytes, more than the whole " +
+      std::string(option) + " (" + std::to_string(a.capacity()) +
+      " usable bytes): raise JobSpec::" + option + " or split the call into smaller ones");
+}
 
 }  // namespace
 
@@ -62,6 +75,8 @@ Status Worker::PrepareKeys(TicketState& tk, std::span<const uint64_t> keys, bool
   send->n = m;
   const uint32_t servers = job_.servers;
   send->begin.assign(servers + 1, 0);
+  FERRY_RETURN_IF_ERROR(
+      FitsAtAll(st.send_alloc, uint64_t{m} * 8, std::to_string(m) + " keys", "send_bytes"));
   auto at = st.send_alloc.Allocate(uint64_t{m} * 8);
   while (!at) {  // send space returns when older tickets' sends complete and they are released
     stats_.waits_for_space++;
@@ -111,6 +126,8 @@ Status Worker::AllocRows(TicketState& tk) {
   const TableSpec& t = job_.tables[tk.table];
   tk.row_bytes = RowWireBytes(t.dim, tk.fp16_rows);
   const uint64_t bytes = uint64_t{tk.send->n} * tk.row_bytes;
+  FERRY_RETURN_IF_ERROR(FitsAtAll(
+      st.rows_alloc, bytes, "the rows of " + std::to_string(tk.send->n) + " keys", "arena_bytes"));
   auto at = st.rows_alloc.Allocate(bytes);
   if (!at) {
     stats_.waits_for_space++;
@@ -130,6 +147,10 @@ Status Worker::AllocRows(TicketState& tk) {
 Status Worker::AllocGrads(SendData& send, uint32_t dim) {
   State& st = *st_;
   const uint64_t bytes = uint64_t{send.n} * dim * 4;
+  // The keys are held meanwhile: both must fit together.
+  FERRY_RETURN_IF_ERROR(FitsAtAll(st.send_alloc, bytes + uint64_t{send.n} * 8,
+                                  "the keys and gradients of " + std::to_string(send.n) + " keys",
+                                  "send_bytes"));
   auto at = st.send_alloc.Allocate(bytes);
   if (!at) {
     stats_.waits_for_space++;
@@ -188,15 +209,30 @@ Result<std::shared_ptr<SendData>> Worker::PushData(const std::shared_ptr<SendDat
   out->fp16 = job_.fp16_push;
   if (out->n == 0) return out;
   const uint64_t elem = out->fp16 ? 2 : 4;
-  auto ka = st.send_alloc.Allocate(uint64_t{out->n} * 8);
-  auto ga = st.send_alloc.Allocate(uint64_t{out->n} * dim * elem);
-  if (!ka || !ga) {
-    if (ka) st.send_alloc.Free(*ka, uint64_t{out->n} * 8);
-    if (ga) st.send_alloc.Free(*ga, uint64_t{out->n} * dim * elem);
-    return ResourceExhausted("send buffer full while filtering a push (raise send_bytes)");
+  const uint64_t kbytes = uint64_t{out->n} * 8, gbytes = uint64_t{out->n} * dim * elem;
+  // The copy is made while `src` is held: both must fit together. Space held by earlier
+  // tickets' sends comes back as they complete, so wait for it as the other allocations do.
+  FERRY_RETURN_IF_ERROR(
+      FitsAtAll(st.send_alloc, kbytes + gbytes + src->keys->bytes + src->grads->bytes,
+                "a " + std::string(out->fp16 ? "fp16" : "filtered") + " copy of " +
+                    std::to_string(out->n) + " gradient rows (and the rows it is made from)",
+                "send_bytes"));
+  std::optional<uint64_t> ka, ga;
+  auto take = [&] {
+    if (!ka) ka = st.send_alloc.Allocate(kbytes);
+    if (ka && !ga) ga = st.send_alloc.Allocate(gbytes);
+    return ka.has_value() && ga.has_value();
+  };
+  if (!take()) {
+    stats_.waits_for_space++;
+    Status s = WaitFor(take, job_.peer_timeout * 4, "send-buffer space for a push's copy");
+    if (!s.ok()) {
+      if (ka) st.send_alloc.Free(*ka, kbytes);
+      return s;
+    }
   }
-  out->keys = std::make_unique<Block>(&st.send_alloc, *ka, uint64_t{out->n} * 8);
-  out->grads = std::make_unique<Block>(&st.send_alloc, *ga, uint64_t{out->n} * dim * elem);
+  out->keys = std::make_unique<Block>(&st.send_alloc, *ka, kbytes);
+  out->grads = std::make_unique<Block>(&st.send_alloc, *ga, gbytes);
   uint64_t* ko = reinterpret_cast<uint64_t*>(st.send->data() + *ka);
   uint8_t* go = st.send->data() + *ga;
   for (uint32_t j = 0; j < out->n; ++j) {
@@ -289,7 +325,15 @@ Status Worker::PostRequests(TicketState& tk) {
   if (tk.fp16_rows) flags |= kFlagFp16Rows;
   const uint64_t grad_elem = (flags & kFlagFp16Grads) ? 2 : 4;
   // Requests: per server, chunks of at most max_keys_per_request keys.
-  const uint32_t cap = job_.max_keys_per_request;
+  // At most max_keys_per_request keys per request, and few enough that a request takes at
+  // most half of the staging ring (wide rows: otherwise it could never fit, and with half two
+  // requests are always in flight).
+  const uint64_t per_key = 8 + (pushes ? uint64_t{dim} * grad_elem : 0);
+  const uint64_t half_ring = job_.staging_bytes / 2 / kRequestAlign * kRequestAlign;
+  const uint64_t fit =
+      half_ring > sizeof(RequestHeader) ? (half_ring - sizeof(RequestHeader)) / per_key : 0;
+  const uint32_t cap = static_cast<uint32_t>(
+      std::max<uint64_t>(1, std::min<uint64_t>(job_.max_keys_per_request, fit)));
   uint64_t nreq = 0;
   for (uint32_t s = 0; s < job_.servers; ++s) {
     const uint32_t c = data->begin[s + 1] - data->begin[s];
@@ -391,9 +435,9 @@ Result<Ticket> Worker::Pull(uint32_t table, std::span<const uint64_t> keys,
 }
 
 Result<Ticket> Worker::Push(uint32_t table, std::span<const uint64_t> keys,
-                            std::span<const float> grads) {
+                            std::span<const float> grads, const PushOptions& options) {
   FERRY_ASSIGN_OR_RETURN(TicketState * tk, NewTicket(table, RequestType::kPush, false));
-  Status s = PrepareKeys(*tk, keys, false);
+  Status s = PrepareKeys(*tk, keys, options.keys_unique);
   if (s.ok()) s = AggregateGrads(*tk, grads);
   if (s.ok()) s = PostRequests(*tk);
   if (!s.ok()) {
@@ -402,6 +446,7 @@ Result<Ticket> Worker::Push(uint32_t table, std::span<const uint64_t> keys,
     return s;
   }
   ++stats_.pushes;
+  ++pushes_since_clock_;
   stats_.keys_pushed += tk->send->n;
   return tk->id;
 }
@@ -410,7 +455,7 @@ Result<Ticket> Worker::PushPull(uint32_t table, std::span<const uint64_t> keys,
                                 std::span<const float> grads, const PullOptions& options) {
   FERRY_ASSIGN_OR_RETURN(TicketState * tk,
                          NewTicket(table, RequestType::kPushPull, options.fp16));
-  Status s = PrepareKeys(*tk, keys, false);
+  Status s = PrepareKeys(*tk, keys, options.keys_unique);
   if (s.ok()) s = AggregateGrads(*tk, grads);
   if (s.ok()) s = AllocRows(*tk);
   if (s.ok()) s = PostRequests(*tk);
@@ -420,6 +465,7 @@ Result<Ticket> Worker::PushPull(uint32_t table, std::span<const uint64_t> keys,
     return s;
   }
   ++stats_.pushes;
+  ++pushes_since_clock_;
   ++stats_.pulls;
   stats_.keys_pushed += tk->send->n;
   stats_.keys_pulled += tk->send->n;
@@ -433,6 +479,10 @@ Result<GradRows> Worker::Gradients(Ticket pulled) {
   }
   TicketState& tk = *it->second;
   if (tk.type != RequestType::kPull) return InvalidArgument("Gradients needs a pull ticket");
+  if (tk.grads_pushed) {
+    return InvalidArgument("the gradients of ticket " + std::to_string(pulled) +
+                           " were pushed: they are the push's source until it completes");
+  }
   const uint32_t dim = job_.tables[tk.table].dim;
   if (tk.send->grads == nullptr) {
     FERRY_RETURN_IF_ERROR(AllocGrads(*tk.send, dim));
@@ -455,6 +505,11 @@ Result<Ticket> Worker::PushGradients(Ticket pulled) {
   }
   TicketState& src = *it->second;
   if (!src.grads_ready) return InvalidArgument("call Gradients() before PushGradients()");
+  if (src.grads_pushed) {
+    return InvalidArgument("the gradients of ticket " + std::to_string(pulled) +
+                           " were pushed already");
+  }
+  src.grads_pushed = true;
   FERRY_ASSIGN_OR_RETURN(TicketState * tk, NewTicket(src.table, RequestType::kPush, false));
   // The push reads the pull's keys and the gradient rows in place; sharing SendData keeps them
   // alive until the push's writes complete, whatever happens to the pull ticket.
@@ -466,6 +521,7 @@ Result<Ticket> Worker::PushGradients(Ticket pulled) {
     return s;
   }
   ++stats_.pushes;
+  ++pushes_since_clock_;
   stats_.keys_pushed += tk->send->n;
   return tk->id;
 }

@@ -8,6 +8,7 @@
 // slot seq % max_outstanding is then never reused too early).
 #pragma once
 
+#include <chrono>
 #include <deque>
 #include <memory>
 #include <set>
@@ -64,7 +65,8 @@ struct TicketState {
   uint32_t unsent = 0;     // sparse writes without a local completion
   Status error;
   bool released = false;
-  bool grads_ready = false;  // Gradients() handed out the area
+  bool grads_ready = false;   // Gradients() handed out the area
+  bool grads_pushed = false;  // PushGradients() sent it: the area is a push's source now
 };
 
 struct RingSlot {
@@ -86,6 +88,7 @@ struct ServerLink {
   uint32_t unreplied = 0;
   std::deque<RingSlot> slots;
   Status failed;
+  std::chrono::steady_clock::time_point failed_at;  // when `failed` was first seen while idle
 };
 
 // Generation-stamped open-addressing map from key to unique index (no clearing between uses).
@@ -162,6 +165,8 @@ struct Worker::State {
     std::vector<bool> sized;
   };
   std::unordered_map<uint64_t, GatherParts> gathers;
+  uint64_t checkpoint_id = 0;
+  std::unordered_map<uint64_t, std::string> checkpoints_done;  // id -> error text ("" = ok)
 };
 
 }  // namespace ferry::ps

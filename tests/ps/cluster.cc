@@ -52,6 +52,7 @@ std::vector<RankOutcome> RunJob(const JobSpec& job, const std::function<Status(N
   std::mutex mu;
   std::condition_variable cv;
   int done = 0;
+  std::vector<const char*> stage(size, "starting");  // where each rank is (for a hang report)
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r) {
     threads.emplace_back([&, r] {
@@ -67,8 +68,20 @@ std::vector<RankOutcome> RunJob(const JobSpec& job, const std::function<Status(N
       if (!node.ok()) {
         o.start = node.status();
       } else {
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          stage[r] = "in the test body";
+        }
         o.body = body(**node);
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          stage[r] = "in Node::Join";
+        }
         o.join = (*node)->Join();
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        stage[r] = "done";
       }
       node = Status(Code::kCancelled, "destroyed");  // destroy the node on this thread
       std::lock_guard<std::mutex> lock(mu);
@@ -82,7 +95,7 @@ std::vector<RankOutcome> RunJob(const JobSpec& job, const std::function<Status(N
       std::fprintf(stderr, "RunJob: the job did not end within %lld ms (a hang); ranks:\n",
                    static_cast<long long>(deadline.count()));
       for (int r = 0; r < size; ++r) {
-        std::fprintf(stderr, "  rank %d: %s\n", r, out[r].ToString().c_str());
+        std::fprintf(stderr, "  rank %d: %s; %s\n", r, stage[r], out[r].ToString().c_str());
       }
       std::fflush(stderr);
       std::abort();

@@ -1,0 +1,69 @@
+// Checkpoints of the servers' shards, and restoring them into a job of any server count.
+//
+// Layout of a checkpoint directory (on a file system every server and the coordinator reach):
+//   DIR/<table>.s<server>.snap  ArrayHashMap::SaveSnapshot of one server's shard of one table
+//                               (rows with their optimizer state and metadata, checksummed)
+//   DIR/MANIFEST                written last, atomically (tmp + rename): the checkpoint exists
+//                               once it does. Text:
+//                                 ferry-checkpoint 1
+//                                 servers S
+//                                 partition VERSION VNODES SEED
+//                                 clock C
+//                                 table NAME DIM STATE_FLOATS     (one line per table, in order)
+//                                 end
+//
+// Restoring (JobSpec::restore_dir): each server of the new job reads every old shard of every
+// table and keeps the rows its consistent-hash partition owns, so rows move to their new owners
+// when the server count changes; the optimizer state moves with them. The manifest's tables must
+// match the job's (name, width, state layout), or the restore is refused naming the table.
+//
+// Thread-safety: pure functions over files.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ps/array_hash_map.h"
+#include "ps/job.h"
+#include "ps/partition.h"
+
+namespace ferry::ps {
+
+struct CheckpointManifest {
+  uint32_t servers = 0;
+  uint64_t partition_version = 0;
+  uint32_t virtual_nodes = 0;
+  uint64_t partition_seed = 0;
+  uint64_t clock = 0;
+  struct Table {
+    std::string name;
+    uint32_t dim = 0;
+    uint32_t state_floats = 0;
+    bool operator==(const Table&) const = default;
+  };
+  std::vector<Table> tables;
+};
+
+// The server-side row layout of a job's table (what the shard files hold).
+TableOptions ServerTableOptions(const TableSpec& spec);
+CheckpointManifest ManifestFor(const JobSpec& job, uint64_t clock);
+
+std::string ShardPath(const std::string& dir, std::string_view table, uint32_t server);
+std::string EncodeManifest(const CheckpointManifest& m);
+// kProtocol naming the line for anything malformed (fuzzed).
+Result<CheckpointManifest> ParseManifest(std::string_view text);
+Status WriteManifest(const std::string& dir, const CheckpointManifest& m);
+Result<CheckpointManifest> ReadManifest(const std::string& dir);
+// kInvalidArgument naming the first table of `job` the manifest lacks or lays out differently.
+Status CheckManifestMatches(const CheckpointManifest& m, const JobSpec& job);
+
+// Calls fn(key, row) for every live row of table `t` in every shard of the checkpoint.
+// `row` is the server row (ArrayHashMap layout `options`), valid during the call.
+Status ForEachCheckpointRow(const std::string& dir, const CheckpointManifest& m, size_t t,
+                            const TableOptions& options,
+                            const std::function<Status(uint64_t key, const uint8_t* row)>& fn);
+
+}  // namespace ferry::ps

@@ -1,0 +1,191 @@
+// Checkpoints: every server's shard saved by Worker::Checkpoint, restored into a job with a
+// different server count. Rows must move to their new owners with their optimizer state: pulls
+// after the restore return the same bits, and further pushes give the same results as in a job
+// that never stopped.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <mutex>
+
+#include "ps/checkpoint.h"
+#include "tests/ps/cluster.h"
+
+namespace ferry::ps::testing {
+namespace {
+
+using ferry::testing::BackendConfig;
+
+std::vector<uint64_t> Keys(size_t n) {
+  std::vector<uint64_t> k(n);
+  for (size_t i = 0; i < n; ++i) k[i] = (i + 1) * 0x9e3779b97f4a7c15ull;
+  return k;
+}
+
+std::vector<float> Grads(const std::vector<uint64_t>& keys, uint32_t dim, int round) {
+  std::vector<float> g(keys.size() * dim);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    for (uint32_t d = 0; d < dim; ++d) {
+      g[i * dim + d] = static_cast<float>(((keys[i] >> 7) + d + round) % 13) * 0.1f - 0.6f;
+    }
+  }
+  return g;
+}
+
+JobSpec Job(uint32_t servers) {
+  BackendConfig tcp{"tcp", "tcp", {}, false};
+  JobSpec job = SmallJob(tcp, servers, 2, 3);
+  job.tables[0].optimizer.kind = Optimizer::kAdagrad;
+  job.tables[0].init.kind = InitializerSpec::Kind::kNormal;
+  job.tables[0].init.b = 0.1f;
+  ps::TableSpec second;
+  second.name = "bias";
+  second.dim = 1;
+  second.optimizer.kind = Optimizer::kFtrl;
+  job.tables.push_back(second);
+  return job;
+}
+
+// Runs `rounds` pushes from worker 0 (then both workers pull everything); returns the rows
+// worker 0 pulled at the end, and optionally checkpoints before that pull.
+Status Train(const JobSpec& job, const std::vector<uint64_t>& keys, int first_round, int rounds,
+             const std::string& checkpoint_dir, std::map<uint64_t, std::vector<float>>* rows,
+             std::vector<uint64_t>* restored) {
+  std::mutex mu;
+  auto outcomes = RunJob(job, [&](Node& node) -> Status {
+    if (Server* s = node.server(); s != nullptr && restored != nullptr) {
+      (void)s;
+    }
+    Worker* w = node.worker();
+    if (w == nullptr) return Status::Ok();
+    if (w->index() == 0) {
+      for (int r = first_round; r < first_round + rounds; ++r) {
+        for (uint32_t t = 0; t < 2; ++t) {
+          const uint32_t dim = job.tables[t].dim;
+          auto g = Grads(keys, dim, r + static_cast<int>(t));
+          FERRY_ASSIGN_OR_RETURN(Ticket p, w->Push(t, keys, g));
+          FERRY_RETURN_IF_ERROR(w->Wait(p));
+          w->Release(p);
+        }
+      }
+    }
+    FERRY_RETURN_IF_ERROR(w->Barrier());
+    if (w->index() == 0 && !checkpoint_dir.empty()) {
+      FERRY_RETURN_IF_ERROR(w->Checkpoint(checkpoint_dir));
+    }
+    FERRY_RETURN_IF_ERROR(w->Barrier());
+    if (w->index() != 0) return Status::Ok();
+    for (uint32_t t = 0; t < 2; ++t) {
+      FERRY_ASSIGN_OR_RETURN(Ticket p, w->Pull(t, keys));
+      FERRY_RETURN_IF_ERROR(w->Wait(p));
+      FERRY_ASSIGN_OR_RETURN(PulledRows r, w->Rows(p));
+      std::lock_guard<std::mutex> lock(mu);
+      for (size_t i = 0; i < keys.size(); ++i) {
+        auto& v = (*rows)[keys[i] ^ (uint64_t{t} << 63)];
+        v.assign(r[i], r[i] + job.tables[t].dim);
+      }
+      w->Release(p);
+    }
+    return Status::Ok();
+  });
+  return AllOk(outcomes);
+}
+
+class Checkpoints : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("ferry-ckpt-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::filesystem::path dir_;
+};
+
+TEST_F(Checkpoints, RestoreIntoMoreAndFewerServersKeepsRowsAndOptimizerState) {
+  const auto keys = Keys(2000);
+  // Reference: one job of 2 servers doing rounds 0..5 without stopping.
+  std::map<uint64_t, std::vector<float>> straight;
+  ASSERT_TRUE(Train(Job(2), keys, 0, 6, "", &straight, nullptr).ok());
+  // Rounds 0..2, checkpoint.
+  std::map<uint64_t, std::vector<float>> before;
+  Status s = Train(Job(2), keys, 0, 3, dir_.string(), &before, nullptr);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  auto manifest = ReadManifest(dir_.string());
+  ASSERT_TRUE(manifest.ok()) << manifest.status().ToString();
+  EXPECT_EQ(manifest->servers, 2u);
+  ASSERT_EQ(manifest->tables.size(), 2u);
+  for (int servers : {3, 1}) {
+    SCOPED_TRACE("restored into " + std::to_string(servers) + " servers");
+    // Restored: the same bits as pulled right after the checkpoint (zero more rounds)...
+    JobSpec job = Job(static_cast<uint32_t>(servers));
+    job.restore_dir = dir_.string();
+    std::map<uint64_t, std::vector<float>> after;
+    s = Train(job, keys, 3, 0, "", &after, nullptr);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    ASSERT_EQ(after.size(), before.size());
+    for (const auto& [k, v] : before) {
+      ASSERT_EQ(std::memcmp(after[k].data(), v.data(), v.size() * 4), 0) << "key " << k;
+    }
+    // ... and rounds 3..5 on top give what the job that never stopped has: the optimizer state
+    // (Adagrad's and FTRL's accumulators) moved with the rows.
+    std::map<uint64_t, std::vector<float>> resumed;
+    s = Train(job, keys, 3, 3, "", &resumed, nullptr);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    for (const auto& [k, v] : straight) {
+      ASSERT_EQ(std::memcmp(resumed[k].data(), v.data(), v.size() * 4), 0) << "key " << k;
+    }
+  }
+}
+
+TEST_F(Checkpoints, RestoreRefusesAMismatchedTable) {
+  const auto keys = Keys(100);
+  std::map<uint64_t, std::vector<float>> rows;
+  ASSERT_TRUE(Train(Job(2), keys, 0, 1, dir_.string(), &rows, nullptr).ok());
+  JobSpec job = Job(2);
+  job.tables[0].dim = 4;  // another width
+  job.restore_dir = dir_.string();
+  auto outcomes = RunJob(job, [](Node&) { return Status::Ok(); });
+  Status s = AllOk(outcomes);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("table 't'"), std::string::npos) << s.ToString();
+}
+
+TEST_F(Checkpoints, RestoreFromNothingIsAClearError) {
+  JobSpec job = Job(1);
+  job.restore_dir = (dir_ / "absent").string();
+  Status s = AllOk(RunJob(job, [](Node&) { return Status::Ok(); }));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("MANIFEST"), std::string::npos) << s.ToString();
+}
+
+TEST(CheckpointManifest, RoundTripsAndRefusesGarbage) {
+  CheckpointManifest m;
+  m.servers = 3;
+  m.partition_version = 12345;
+  m.virtual_nodes = 128;
+  m.partition_seed = 7;
+  m.clock = 42;
+  m.tables = {{"emb", 16, 16}, {"w", 1, 2}};
+  auto back = ParseManifest(EncodeManifest(m));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->servers, 3u);
+  EXPECT_EQ(back->clock, 42u);
+  EXPECT_EQ(back->tables, m.tables);
+  const std::string text = EncodeManifest(m);
+  for (size_t cut = 0; cut < text.size(); ++cut) {
+    auto r = ParseManifest(text.substr(0, cut));
+    EXPECT_FALSE(r.ok()) << "a manifest cut at " << cut << " bytes parsed";
+  }
+  for (const char* bad : {"ferry-checkpoint 2\n", "servers 0\n", "table a/b 1 1\n"}) {
+    EXPECT_FALSE(ParseManifest(std::string("ferry-checkpoint 1\n") + bad).ok()) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace ferry::ps::testing
