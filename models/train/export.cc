@@ -1,0 +1,44 @@
+// Checkpoint -> model file (export.h).
+#include "models/train/export.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "ps/checkpoint.h"
+
+namespace ferry::models {
+
+Status ExportCheckpoint(const std::string& dir, const ps::JobSpec& job, const ModelDef& def,
+                        const ModelParams& params, const std::string& path, ModelFormat format) {
+  FERRY_ASSIGN_OR_RETURN(ps::CheckpointManifest m, ps::ReadManifest(dir));
+  FERRY_RETURN_IF_ERROR(ps::CheckManifestMatches(m, job));
+  FERRY_ASSIGN_OR_RETURN(ModelWriter w, ModelWriter::Create(path, format, def.kind, params));
+  for (const ps::TableSpec& spec : job.tables) {
+    const ps::TableOptions o = ps::ServerTableOptions(spec);
+    const ps::RowLayout layout = ps::RowLayout::For(o.dim, o.state_floats, o.metadata);
+    size_t index = 0;
+    while (m.tables[index].name != spec.name) ++index;
+    // Rows in key order: a server's slot order depends on which worker's pull created a row
+    // first, and the same model must give the same file (a BSP run is reproducible bit for bit).
+    std::vector<std::pair<uint64_t, size_t>> order;
+    std::vector<float> weights;
+    FERRY_RETURN_IF_ERROR(ps::ForEachCheckpointRow(
+        dir, m, index, o, [&](uint64_t key, const uint8_t* row) -> Status {
+          const float* wr = reinterpret_cast<const float*>(row + layout.embedding_offset);
+          order.emplace_back(key, weights.size());
+          weights.insert(weights.end(), wr, wr + spec.dim);
+          return Status::Ok();
+        }));
+    std::sort(order.begin(), order.end());
+    FERRY_RETURN_IF_ERROR(w.BeginTable(spec.name, spec.dim));
+    for (const auto& [key, at] : order) {
+      FERRY_RETURN_IF_ERROR(
+          w.AppendRow(key, std::span<const float>(weights.data() + at, spec.dim)));
+    }
+    FERRY_RETURN_IF_ERROR(w.EndTable());
+  }
+  return w.Finish();
+}
+
+}  // namespace ferry::models

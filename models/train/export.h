@@ -1,0 +1,17 @@
+// Model export: the servers' shards (a checkpoint, ps/checkpoint.h) to a model file
+// (models/io, docs/model-format.md). Each table's rows become (key, weights): the optimizer
+// state stays behind.
+#pragma once
+
+#include <string>
+
+#include "models/io/model_writer.h"
+#include "models/train/model_def.h"
+#include "ps/job.h"
+
+namespace ferry::models {
+
+Status ExportCheckpoint(const std::string& dir, const ps::JobSpec& job, const ModelDef& def,
+                        const ModelParams& params, const std::string& path, ModelFormat format);
+
+}  // namespace ferry::models

@@ -1,0 +1,114 @@
+#include "models/train/flags.h"
+
+#include <charconv>
+
+namespace ferry::models {
+
+void AddTrainFlags(CLI::App& app, TrainOptions* o, TrainFlagText* t) {
+  app.add_option("--model", t->model, "lr, ftrl, fm or mlp")
+      ->check(CLI::IsMember({"lr", "ftrl", "fm", "mlp"}))
+      ->capture_default_str();
+  app.add_option("--train", o->train_files, "training files (plain or gzip)")->required();
+  app.add_option("--test", o->test_files, "held-out files: logloss and exact AUC at the end");
+  app.add_option("--format", t->format, "libsvm, criteo or libffm")
+      ->check(CLI::IsMember({"libsvm", "svmlight", "criteo", "libffm"}))
+      ->capture_default_str();
+  app.add_option("--epochs", o->epochs, "passes over the training files")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--batch-size", o->batch_size, "samples per minibatch (per worker)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--servers", o->servers, "servers of the local cluster (or of the launcher's job)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--workers", o->workers, "workers of the local cluster")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--transport", o->transport, "auto, verbs, ucx or tcp")
+      ->check(CLI::IsMember({"auto", "verbs", "ucx", "tcp"}))
+      ->capture_default_str();
+  app.add_option("--consistency", t->consistency, "bsp, ssp:S or asp")->capture_default_str();
+  app.add_option("--model-out", o->model_out, "write the trained model here");
+  app.add_option("--model-format", t->model_format, "binary or text")
+      ->check(CLI::IsMember({"binary", "text"}))
+      ->capture_default_str();
+  app.add_option("--metrics-json", o->metrics_json,
+                 "JSON lines: one per evaluation, the last has the final test logloss and auc");
+  app.add_option("--eval-every", o->eval_every,
+                 "batches between streaming evaluations on the test file (0: only at the end)")
+      ->capture_default_str();
+  app.add_option("--eval-samples", o->eval_samples, "test samples a streaming evaluation reads")
+      ->capture_default_str();
+  auto* hyper = "Hyper-parameters (defaults work on ordinary sparse data)";
+  app.add_option("--optimizer", o->optimizer, "lr model: sgd or adagrad")
+      ->check(CLI::IsMember({"sgd", "adagrad"}))
+      ->capture_default_str()
+      ->group(hyper);
+  app.add_option("--lr", o->learning_rate, "learning rate (sgd, adagrad, fm factors, embeddings)")
+      ->group(hyper);
+  app.add_option("--alpha", o->alpha, "FTRL alpha (default 0.1)")->group(hyper);
+  app.add_option("--beta", o->beta, "FTRL beta (default 1)")->group(hyper);
+  app.add_option("--l1", o->l1, "L1 regularisation (FTRL; default 0.05)")->group(hyper);
+  app.add_option("--l2", o->l2, "L2 regularisation (default: FTRL 0.1, others 0)")->group(hyper);
+  app.add_option("--factors", o->factors, "FM factors k")->capture_default_str()->group(hyper);
+  app.add_option("--embed-dim", o->embed_dim, "MLP embedding width")
+      ->capture_default_str()
+      ->group(hyper);
+  app.add_option("--hidden", t->hidden, "MLP hidden layer widths, e.g. 64,32")
+      ->capture_default_str()
+      ->group(hyper);
+  app.add_option("--fields", o->fields, "MLP input fields (0: from the data)")->group(hyper);
+  app.add_flag("!--no-wide", o->wide, "MLP without the linear (wide) part")->group(hyper);
+  app.add_option("--dense-lr", o->dense_learning_rate, "MLP: Adam step on the dense layers")
+      ->capture_default_str()
+      ->group(hyper);
+  app.add_option("--init-std", o->init_std, "stddev of the factor / embedding initialisation")
+      ->capture_default_str()
+      ->group(hyper);
+  app.add_option("--seed", o->seed, "initialisation seed")->capture_default_str()->group(hyper);
+  auto* data = "Data";
+  app.add_option("--hash-bits", o->hash_bits, "keep this many bits of the feature hash (0: 64)")
+      ->group(data);
+  app.add_option("--hash-seed", o->hash_seed, "feature hash seed")->group(data);
+  app.add_option("--threads", o->parse_threads, "parsing threads per worker")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str()
+      ->group(data);
+  app.add_flag("--strict", o->strict, "a malformed line is fatal (default: report, skip, count)")
+      ->group(data);
+  app.add_option("--progress", t->progress, "auto (a bar on a terminal), always or never")
+      ->check(CLI::IsMember({"auto", "always", "never"}))
+      ->capture_default_str();
+  app.add_flag("-q,--quiet", o->quiet, "only errors and the final summary");
+  app.add_option("--secret", o->secret, "shared secret every connection of the job proves")
+      ->group("");
+}
+
+Status FinalizeTrainFlags(const TrainFlagText& t, TrainOptions* o) {
+  FERRY_ASSIGN_OR_RETURN(o->model, ParseModelKind(t.model));
+  FERRY_ASSIGN_OR_RETURN(o->format, ParseFormat(t.format));
+  auto c = ps::ParseConsistency(t.consistency);
+  if (!c.ok()) return c.status().Annotate("--consistency");
+  o->consistency = *c;
+  o->model_format = t.model_format == "text" ? ModelFormat::kText : ModelFormat::kBinary;
+  o->progress = t.progress == "always"  ? TrainOptions::Progress::kAlways
+                : t.progress == "never" ? TrainOptions::Progress::kNever
+                                        : TrainOptions::Progress::kAuto;
+  o->hidden.clear();
+  std::string_view h = t.hidden;
+  while (!h.empty()) {
+    const size_t comma = h.find(',');
+    const std::string_view item = h.substr(0, comma);
+    uint32_t v = 0;
+    auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+    if (ec != std::errc() || p != item.data() + item.size() || v == 0) {
+      return InvalidArgument("--hidden '" + t.hidden + "' is not a comma-separated list of widths");
+    }
+    o->hidden.push_back(v);
+    h = comma == std::string_view::npos ? std::string_view() : h.substr(comma + 1);
+  }
+  return ValidateTrainOptions(*o);
+}
+
+}  // namespace ferry::models

@@ -1,0 +1,26 @@
+// ferry-train's command line: flags -> TrainOptions. Shared by the tool and its tests.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+#include "models/train/train_options.h"
+
+namespace ferry::models {
+
+// Strings the flags fill before they become typed options (Finalize converts them).
+struct TrainFlagText {
+  std::string model = "ftrl";
+  std::string format = "libsvm";
+  std::string consistency = "asp";
+  std::string model_format = "binary";
+  std::string progress = "auto";
+  std::string hidden = "64,32";
+};
+
+void AddTrainFlags(CLI::App& app, TrainOptions* o, TrainFlagText* text);
+// Converts the text flags and validates; kInvalidArgument naming the flag.
+Status FinalizeTrainFlags(const TrainFlagText& text, TrainOptions* o);
+
+}  // namespace ferry::models

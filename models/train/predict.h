@@ -1,0 +1,35 @@
+// Scoring with an exported model (models/io): ferry-predict's engine. The same kernels as
+// training run forward over rows looked up in the model file (a key the model does not know
+// reads as a zero row, as an untrained feature would).
+#pragma once
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "models/data/parse.h"
+#include "models/io/model.h"
+#include "transport/status.h"
+
+namespace ferry::models {
+
+struct PredictOptions {
+  std::vector<std::string> files;
+  // Empty: the format the model was trained on (its "format" parameter).
+  std::string format;
+  int parse_threads = 1;
+  bool strict = false;
+  uint32_t batch_size = 4096;
+};
+
+struct PredictReport {
+  uint64_t samples = 0;
+  double logloss = 0;  // against the files' labels
+  double auc = 0;
+  uint64_t malformed = 0;
+};
+
+// Writes one probability per line to `out` ("%.6g"), in input order.
+Status Predict(const Model& model, const PredictOptions& o, std::FILE* out, PredictReport* report);
+
+}  // namespace ferry::models

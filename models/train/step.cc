@@ -1,0 +1,186 @@
+// Minibatch stages over the parameter server (step.h).
+#include "models/train/step.h"
+
+#include "models/kernels/fm.h"
+#include "models/kernels/lr.h"
+#include "models/kernels/mlp.h"
+
+namespace ferry::models {
+
+void UniqueIds::Build(const Batch& batch, bool add_bias) {
+  const size_t n = batch.ids.size() + 1;
+  size_t cap = 16;
+  while (cap < 2 * n) cap <<= 1;
+  if (cap > table_.size()) {
+    table_.assign(cap, Entry{});
+    gen_ = 0;
+  }
+  if (++gen_ == 0) {
+    for (Entry& e : table_) e.gen = 0;
+    gen_ = 1;
+  }
+  const size_t mask = table_.size() - 1;
+  uniq_.clear();
+  uidx_.resize(batch.ids.size());
+  auto find = [&](uint64_t key) -> uint32_t {
+    // Fibonacci hashing: ids are already hashes, any odd multiplier spreads them.
+    size_t i = static_cast<size_t>((key * 0x9e3779b97f4a7c15ull) >> 20) & mask;
+    while (true) {
+      Entry& e = table_[i];
+      if (e.gen != gen_) {
+        e = Entry{key, static_cast<uint32_t>(uniq_.size()), gen_};
+        uniq_.push_back(key);
+        return e.value;
+      }
+      if (e.key == key) return e.value;
+      i = (i + 1) & mask;
+    }
+  };
+  for (size_t j = 0; j < batch.ids.size(); ++j) uidx_[j] = find(batch.ids[j]);
+  bias_ = add_bias ? find(kBiasId) : 0xffffffffu;
+}
+
+Stepper::Stepper(ps::Worker& worker, const ModelDef& def) : w_(worker), def_(def) {
+  for (const ps::TableSpec& t : def.tables) {
+    auto id = w_.TableId(t.name);
+    table_ids_.push_back(id.ok() ? *id : 0);
+  }
+}
+
+Status Stepper::Begin(const Batch& batch, Slot* slot) {
+  slot->batch = &batch;
+  slot->ids.Build(batch, def_.linear >= 0);
+  slot->pulls.assign(def_.tables.size(), 0);
+  slot->active = true;
+  ps::PullOptions unique;
+  unique.keys_unique = true;
+  for (size_t t = 0; t < def_.tables.size(); ++t) {
+    const bool dense = std::find(def_.dense.begin(), def_.dense.end(), static_cast<int>(t)) !=
+                       def_.dense.end();
+    auto p = dense ? w_.Pull(table_ids_[t], zero_key_, unique)
+                   : w_.Pull(table_ids_[t], slot->ids.ids(), unique);
+    if (!p.ok()) {
+      Abandon(slot);
+      return p.status();
+    }
+    slot->pulls[t] = *p;
+  }
+  return Status::Ok();
+}
+
+void Stepper::Abandon(Slot* slot) {
+  for (ps::Ticket t : slot->pulls) {
+    if (t != 0) w_.Release(t);
+  }
+  slot->pulls.clear();
+  slot->active = false;
+}
+
+Status Stepper::ReapPushes(size_t keep) {
+  while (!pushes_.empty()) {
+    const ps::Ticket t = pushes_.front();
+    if (pushes_.size() <= keep && !w_.Test(t)) break;
+    Status s = w_.Wait(t);
+    w_.Release(t);
+    pushes_.pop_front();
+    FERRY_RETURN_IF_ERROR(s);
+  }
+  return Status::Ok();
+}
+
+Status Stepper::Drain() { return ReapPushes(0); }
+
+Result<double> Stepper::Finish(Slot* slot, bool train, std::vector<float>* probs) {
+  const Batch& b = *slot->batch;
+  const size_t nt = def_.tables.size();
+  std::vector<ps::PulledRows> rows(nt);
+  std::vector<ps::GradRows> grads(nt);
+  Status st;
+  for (size_t t = 0; t < nt && st.ok(); ++t) {
+    st = w_.Wait(slot->pulls[t]);
+    if (!st.ok()) break;
+    auto r = w_.Rows(slot->pulls[t]);
+    if (!r.ok()) {
+      st = r.status();
+      break;
+    }
+    rows[t] = *r;
+    if (train) {
+      auto g = w_.Gradients(slot->pulls[t]);
+      if (!g.ok()) {
+        st = g.status();
+        break;
+      }
+      grads[t] = *g;
+    }
+  }
+  if (!st.ok()) {
+    Abandon(slot);
+    return st;
+  }
+  std::vector<float>& p = probs != nullptr ? *probs : probs_;
+  p.resize(b.size());
+  const std::span<const uint32_t> uidx = slot->ids.uidx();
+  const uint32_t bias = slot->ids.bias();
+  auto reader = [](const ps::PulledRows& r) { return [&r](uint32_t u) { return r[u]; }; };
+  auto writer = [](const ps::GradRows& g) { return [&g](uint32_t u) { return g[u]; }; };
+  Result<double> loss = 0.0;
+  switch (def_.kind) {
+    case ModelKind::kLr:
+    case ModelKind::kFtrl:
+      loss = train ? LrForwardBackward(b, uidx, bias, reader(rows[0]), writer(grads[0]), p)
+                   : LrForward(b, uidx, bias, reader(rows[0]), p);
+      break;
+    case ModelKind::kFm: {
+      const auto& lin = rows[def_.linear];
+      const auto& fac = rows[def_.factors];
+      loss = train ? FmForwardBackward(def_.k, b, uidx, bias, reader(lin), writer(grads[def_.linear]),
+                                       reader(fac), writer(grads[def_.factors]), p)
+                   : FmForward(def_.k, b, uidx, bias, reader(lin), reader(fac), p);
+      break;
+    }
+    case ModelKind::kMlp: {
+      dense_.clear();
+      dense_grad_.clear();
+      for (int t : def_.dense) {
+        dense_.push_back(rows[t][0]);
+        if (train) dense_grad_.push_back(grads[t][0]);
+      }
+      const auto& emb = rows[def_.embeddings];
+      if (def_.linear >= 0) {
+        const auto& lin = rows[def_.linear];
+        loss = train ? MlpForwardBackward(def_.shape, b, uidx, bias, reader(lin),
+                                          writer(grads[def_.linear]), reader(emb),
+                                          writer(grads[def_.embeddings]), dense_, dense_grad_,
+                                          ws_, p)
+                     : MlpForward(def_.shape, b, uidx, bias, reader(lin), reader(emb), dense_,
+                                  ws_, p);
+      } else {
+        loss = train ? MlpForwardBackward(def_.shape, b, uidx, kNoBias, NoTable{}, NoTable{},
+                                          reader(emb), writer(grads[def_.embeddings]), dense_,
+                                          dense_grad_, ws_, p)
+                     : MlpForward(def_.shape, b, uidx, kNoBias, NoTable{}, reader(emb), dense_,
+                                  ws_, p);
+      }
+      break;
+    }
+  }
+  if (loss.ok() && train) {
+    for (size_t t = 0; t < nt; ++t) {
+      auto push = w_.PushGradients(slot->pulls[t]);
+      if (!push.ok()) {
+        loss = push.status();
+        break;
+      }
+      pushes_.push_back(*push);
+    }
+  }
+  Abandon(slot);  // releases the rows (the pushes keep their keys and gradients alive)
+  if (!loss.ok()) return loss;
+  // One batch of pushes in flight: more would let the next pulls read older weights (asp
+  // staleness measurably hurt FM at 4 batches).
+  FERRY_RETURN_IF_ERROR(ReapPushes(nt));
+  return loss;
+}
+
+}  // namespace ferry::models

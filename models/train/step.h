@@ -1,0 +1,77 @@
+// One minibatch on a worker, in two stages so that the next batch's pulls overlap this batch's
+// compute (asp):
+//   Begin   unique ids of the batch (+ the bias id), one pull per table of those ids (the dense
+//           tables of the MLP: their one row), posted without waiting;
+//   Finish  wait for the rows, run the model's kernel on them IN PLACE (pointers into the pull
+//           arena), then, when training, push the gradient rows the kernel filled (registered
+//           memory laid out like the rows: no packing) and release the rows.
+// Pushes stay in flight; Drain() waits for them (Clock/Barrier also do).
+//
+// Threading: the worker's thread only.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "models/data/batch.h"
+#include "models/kernels/mlp_dense.h"
+#include "models/train/model_def.h"
+#include "ps/worker.h"
+
+namespace ferry::models {
+
+// Unique ids of a batch: uniq[u] for u in [0, n), uidx[j] = u of occurrence j.
+class UniqueIds {
+ public:
+  void Build(const Batch& batch, bool add_bias);
+  const std::vector<uint64_t>& ids() const { return uniq_; }
+  const std::vector<uint32_t>& uidx() const { return uidx_; }
+  uint32_t bias() const { return bias_; }
+
+ private:
+  struct Entry {
+    uint64_t key = 0;
+    uint32_t value = 0;
+    uint32_t gen = 0;
+  };
+  std::vector<Entry> table_;
+  uint32_t gen_ = 0;
+  std::vector<uint64_t> uniq_;
+  std::vector<uint32_t> uidx_;
+  uint32_t bias_ = 0xffffffffu;
+};
+
+class Stepper {
+ public:
+  struct Slot {
+    const Batch* batch = nullptr;
+    UniqueIds ids;
+    std::vector<ps::Ticket> pulls;  // per table of the model (0 = none)
+    bool active = false;
+  };
+
+  Stepper(ps::Worker& worker, const ModelDef& def);
+
+  Status Begin(const Batch& batch, Slot* slot);
+  // Returns the batch's summed logloss; fills `probs` (one per sample) when not null.
+  Result<double> Finish(Slot* slot, bool train, std::vector<float>* probs);
+  // Releases a begun slot without computing (error paths).
+  void Abandon(Slot* slot);
+  Status Drain();
+
+ private:
+  Status ReapPushes(size_t keep);
+
+  ps::Worker& w_;
+  const ModelDef& def_;
+  std::vector<uint32_t> table_ids_;  // def.tables[i] -> the job's table id
+  std::deque<ps::Ticket> pushes_;
+  std::vector<float> probs_;
+  MlpWorkspace ws_;
+  std::vector<const float*> dense_;
+  std::vector<float*> dense_grad_;
+  const std::vector<uint64_t> zero_key_{0};
+};
+
+}  // namespace ferry::models

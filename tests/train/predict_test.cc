@@ -1,0 +1,109 @@
+// ferry-predict scores an exported model exactly as ferry-train's final evaluation did: one
+// probability per input line, and --summary's logloss and AUC equal to the "final" metrics line
+// of the run that exported the model (to the 5 decimals ferry-predict prints), for both model
+// formats and every model kind.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <regex>
+#include <string>
+
+#include "tests/train/train_test_util.h"
+
+namespace ferry::train_test {
+namespace {
+
+class Predict : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    train_ = *dir_ / "train.svm";
+    test_ = *dir_ / "test.svm";
+    Generate(train_, test_,
+             {"--fields", "8", "--vocab", "100", "--numeric", "2", "--samples", "20000",
+              "--test-samples", "5003", "--seed", "4"});
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  static TempDir* dir_;
+  static std::string train_, test_;
+};
+TempDir* Predict::dir_ = nullptr;
+std::string Predict::train_, Predict::test_;
+
+TEST_P(Predict, SummaryEqualsTrainFinalEvaluation) {
+  const auto& [model, format] = GetParam();
+  const std::string out = *dir_ / (model + "." + format);
+  TrainRun r = Train(*dir_, model + "_" + format,
+                     {"--model", model, "--train", train_, "--test", test_, "--model-out", out,
+                      "--model-format", format});
+  ASSERT_TRUE(r.ok()) << r.proc.Describe();
+  ASSERT_EQ(r.final_line.value("test_samples", 0), 5003);
+
+  const std::string probs = *dir_ / (model + "." + format + ".probs");
+  Proc p = Exec({PredictBin(), out, test_, "--summary", "-o", probs}, 60);
+  ASSERT_EQ(p.exit_code, 0) << p.Describe();
+  // "ferry-predict: 5003 samples, logloss 0.47123, AUC 0.79012"
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      p.err, m, std::regex(R"(ferry-predict: (\d+) samples, logloss ([0-9.]+), AUC ([0-9.]+))")))
+      << p.Describe();
+  EXPECT_EQ(std::stoull(m[1]), 5003u);
+  // The printed values are ferry-train's, rounded to 5 decimals (and so within half a unit of
+  // the last printed digit). Same kernels, same float rows, same test samples.
+  char want_ll[32], want_auc[32];
+  std::snprintf(want_ll, sizeof want_ll, "%.5f", r.logloss());
+  std::snprintf(want_auc, sizeof want_auc, "%.5f", r.auc());
+  EXPECT_EQ(m[2].str(), want_ll) << "train final logloss " << r.logloss();
+  EXPECT_EQ(m[3].str(), want_auc) << "train final auc " << r.auc();
+
+  // One probability per sample, in (0, 1); their logloss is the summary's (up to the 6
+  // significant digits of the output).
+  const std::vector<std::string> lines = Lines(Slurp(probs));
+  const std::vector<std::string> labels = Lines(Slurp(test_));
+  ASSERT_EQ(lines.size(), 5003u);
+  ASSERT_EQ(labels.size(), 5003u);
+  double loss = 0;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const double q = std::stod(lines[i]);
+    ASSERT_TRUE(q > 0 && q < 1) << "line " << i + 1 << ": " << lines[i];
+    loss -= std::log(labels[i][0] == '1' ? q : 1 - q);
+  }
+  EXPECT_NEAR(loss / 5003.0, r.logloss(), 1e-4);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    KindsAndFormats, Predict,
+    ::testing::Values(std::make_tuple("ftrl", "binary"), std::make_tuple("ftrl", "text"),
+                      std::make_tuple("lr", "text"), std::make_tuple("fm", "binary"),
+                      std::make_tuple("fm", "text"), std::make_tuple("mlp", "binary"),
+                      std::make_tuple("mlp", "text")),
+    [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
+
+// Scoring the training file's format from the model's parameters: a libffm model reads libffm
+// without --format, and the probabilities follow the input order (the first file's samples,
+// then the second's).
+TEST(PredictFiles, SeveralFilesInOrderAndFormatFromModel) {
+  TempDir dir;
+  const std::string tr = dir / "tr.ffm", te = dir / "te.ffm";
+  Generate(tr, te,
+           {"--format", "libffm", "--fields", "5", "--vocab", "30", "--samples", "5000",
+            "--test-samples", "700", "--seed", "6"});
+  TrainRun r = Train(dir, "ffm",
+                     {"--model", "fm", "--format", "libffm", "--train", tr, "--test", te,
+                      "--model-out", dir / "m.bin"});
+  ASSERT_TRUE(r.ok()) << r.proc.Describe();
+  Proc one = Exec({PredictBin(), dir / "m.bin", te, "-o", dir / "one.txt"}, 60);
+  Proc two = Exec({PredictBin(), dir / "m.bin", te, te}, 60);
+  ASSERT_EQ(one.exit_code, 0) << one.Describe();
+  ASSERT_EQ(two.exit_code, 0) << two.Describe();
+  const std::string a = Slurp(dir / "one.txt");
+  EXPECT_EQ(Lines(a).size(), 700u);
+  EXPECT_EQ(two.out, a + a);
+}
+
+}  // namespace
+}  // namespace ferry::train_test

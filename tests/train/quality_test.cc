@@ -1,0 +1,133 @@
+// Every model learns from every input format with default hyper-parameters, and the models rank
+// as the truths that generated the data say they should:
+//   - lr, ftrl, fm, mlp x libsvm, libffm, criteo on an lr truth: test AUC and logloss close to
+//     the generator's Bayes-optimal yardstick;
+//   - an fm truth: fm beats lr;
+//   - an mlp truth: mlp beats fm.
+// All runs use fixed generator seeds and the default asp consistency. The data sizes are small
+// (a run takes 1-3 s) but the margins asserted are several times the run-to-run spread measured
+// on this host (asp runs differ in the 3rd decimal; see the comments at each threshold).
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <tuple>
+
+#include "tests/train/train_test_util.h"
+
+namespace ferry::train_test {
+namespace {
+
+// An lr truth in each format: 10 fields x 100 values (+2 numeric) for libsvm/libffm; criteo has
+// its fixed 26 categorical + 13 integer columns.
+struct FormatData {
+  std::string train, test;
+  Bayes bayes;
+};
+
+class ModelFormat : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    for (const std::string format : {"libsvm", "libffm", "criteo"}) {
+      FormatData& d = data_[format];
+      d.train = *dir_ / (format + ".train");
+      d.test = *dir_ / (format + ".test");
+      std::vector<std::string> args = {"--format",       format,  "--samples", "60000",
+                                       "--test-samples", "10000", "--vocab",   "100",
+                                       "--seed",         "21"};
+      if (format != "criteo") args = Cat(args, {"--fields", "10", "--numeric", "2"});
+      d.bayes = Generate(d.train, d.test, args);
+    }
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+    data_.clear();
+  }
+  static TempDir* dir_;
+  static std::map<std::string, FormatData> data_;
+};
+TempDir* ModelFormat::dir_ = nullptr;
+std::map<std::string, FormatData> ModelFormat::data_;
+
+TEST_P(ModelFormat, ReachesNearBayesQualityWithDefaults) {
+  const auto& [model, format] = GetParam();
+  const FormatData& d = data_.at(format);
+  ASSERT_GT(d.bayes.auc, 0.7) << "ferry-gen failed";
+  TrainRun r = Train(*dir_, model + "_" + format,
+                     {"--model", model, "--format", format, "--train", d.train, "--test", d.test});
+  ASSERT_TRUE(r.ok()) << r.proc.Describe();
+  EXPECT_EQ(r.final_line.value("test_samples", 0), 10000);
+  EXPECT_EQ(r.final_line.value("samples", 0), 60000);
+  // Measured over 6 suite runs (60k samples, one epoch, asp): libsvm/libffm AUC 0.798-0.803
+  // against a Bayes AUC of 0.812, logloss 0.450-0.466 against 0.439; criteo (39 fields, more to
+  // learn from the same samples) AUC 0.769-0.791 against 0.822, logloss 0.464-0.500 against
+  // 0.425, the widest spread being fm's (asp staleness; bsp runs are stable).
+  const bool criteo = format == "criteo";
+  const double auc_gap = criteo ? 0.07 : 0.03, logloss_gap = criteo ? 0.10 : 0.05;
+  EXPECT_GT(r.auc(), d.bayes.auc - auc_gap)
+      << model << " on " << format << ": bayes auc " << d.bayes.auc;
+  EXPECT_LT(r.logloss(), d.bayes.logloss + logloss_gap)
+      << model << " on " << format << ": bayes logloss " << d.bayes.logloss;
+  RecordProperty("auc", std::to_string(r.auc()));
+  RecordProperty("logloss", std::to_string(r.logloss()));
+  std::printf("%-5s %-7s auc %.4f (bayes %.4f)  logloss %.4f (bayes %.4f)  %.1f s\n", model.c_str(),
+              format.c_str(), r.auc(), d.bayes.auc, r.logloss(), d.bayes.logloss, r.proc.seconds);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllModelsAllFormats, ModelFormat,
+                         ::testing::Combine(::testing::Values("lr", "ftrl", "fm", "mlp"),
+                                            ::testing::Values("libsvm", "libffm", "criteo")),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" + std::get<1>(info.param);
+                         });
+
+// fm truth, 6 fields x 100 values, 100k samples; three epochs for both models (fm needs the
+// steps to grow its factors from the 0.01 initialisation; lr is converged after one).
+// Measured over 4 runs: fm AUC 0.755-0.767, logloss 0.471-0.479; lr AUC 0.727, logloss 0.497
+// (Bayes 0.819, 0.425).
+TEST(ModelRanking, FmBeatsLrOnFmTruth) {
+  TempDir dir;
+  const std::string tr = dir / "fm.train", te = dir / "fm.test";
+  Bayes b = Generate(tr, te,
+                     {"--truth", "fm", "--fields", "6", "--vocab", "100", "--samples", "100000",
+                      "--test-samples", "20000", "--seed", "5"});
+  ASSERT_GT(b.auc, 0.7);
+  const std::vector<std::string> common = {"--train", tr, "--test", te, "--epochs", "3"};
+  TrainRun lr = Train(dir, "lr", Cat({"--model", "lr"}, common));
+  TrainRun fm = Train(dir, "fm", Cat({"--model", "fm"}, common));
+  ASSERT_TRUE(lr.ok()) << lr.proc.Describe();
+  ASSERT_TRUE(fm.ok()) << fm.proc.Describe();
+  std::printf("fm truth: fm auc %.4f logloss %.4f | lr auc %.4f logloss %.4f | bayes %.4f %.4f\n",
+              fm.auc(), fm.logloss(), lr.auc(), lr.logloss(), b.auc, b.logloss);
+  EXPECT_GT(fm.auc(), lr.auc() + 0.01);
+  EXPECT_LT(fm.logloss(), lr.logloss() - 0.005);
+}
+
+// mlp truth, 6 fields x 50 values, 4 hidden units (each tanh unit saturates: far from additive),
+// 100k samples, three epochs. Measured over 4 runs on this seed: mlp AUC 0.803-0.804, logloss
+// 0.445-0.446; fm AUC 0.785-0.786, logloss 0.466-0.468 (Bayes 0.821, 0.430). Generator seeds 1
+// and 2 gave smaller but clear margins too (0.008 AUC with fm's old factor step of 0.05).
+TEST(ModelRanking, MlpBeatsFmOnMlpTruth) {
+  TempDir dir;
+  const std::string tr = dir / "mlp.train", te = dir / "mlp.test";
+  Bayes b =
+      Generate(tr, te,
+               {"--truth", "mlp", "--fields", "6", "--vocab", "50", "--hidden", "4", "--format",
+                "libffm", "--samples", "100000", "--test-samples", "20000", "--seed", "3"});
+  ASSERT_GT(b.auc, 0.7);
+  const std::vector<std::string> common = {"--format", "libffm", "--train",  tr,
+                                           "--test",   te,       "--epochs", "3"};
+  TrainRun fm = Train(dir, "fm", Cat({"--model", "fm"}, common));
+  TrainRun mlp = Train(dir, "mlp", Cat({"--model", "mlp"}, common));
+  ASSERT_TRUE(fm.ok()) << fm.proc.Describe();
+  ASSERT_TRUE(mlp.ok()) << mlp.proc.Describe();
+  std::printf("mlp truth: mlp auc %.4f logloss %.4f | fm auc %.4f logloss %.4f | bayes %.4f %.4f\n",
+              mlp.auc(), mlp.logloss(), fm.auc(), fm.logloss(), b.auc, b.logloss);
+  EXPECT_GT(mlp.auc(), fm.auc() + 0.008);
+  EXPECT_LT(mlp.logloss(), fm.logloss() - 0.008);
+}
+
+}  // namespace
+}  // namespace ferry::train_test

@@ -1,0 +1,212 @@
+// Subprocesses with deadlines, temporary folders and metrics parsing (train_test_util.h).
+#include "tests/train/train_test_util.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+extern char** environ;
+
+namespace ferry::train_test {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Reaps `pid` if it has exited; true when it has.
+bool Reap(pid_t pid, int* status) {
+  return waitpid(pid, status, WNOHANG) == pid;
+}
+
+}  // namespace
+
+std::string Proc::Describe() const {
+  std::ostringstream s;
+  s << (timed_out ? "timed out, " : "") << "exit code " << exit_code << " after " << seconds
+    << " s\n--- stdout ---\n"
+    << out << "--- stderr ---\n"
+    << err;
+  return s.str();
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+Proc Exec(const std::vector<std::string>& argv, double timeout_s) {
+  Proc r;
+  TempDir io;
+  const std::string out = io / "out", err = io / "err";
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  // Its own process group: the deadline kills the tool and every process it started.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attr, 0);
+  std::vector<std::string> args = argv;
+  std::vector<char*> cargv;
+  for (std::string& a : args) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  const auto start = Clock::now();
+  pid_t pid = -1;
+  const int rc = posix_spawnp(&pid, args[0].c_str(), &fa, &attr, cargv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) {
+    r.err = "cannot start " + args[0] + ": " + std::strerror(rc);
+    return r;
+  }
+  int status = 0;
+  const auto deadline = start + std::chrono::duration<double>(timeout_s);
+  bool done = false;
+  while (!(done = Reap(pid, &status)) && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (!done) {
+    r.timed_out = true;
+    kill(-pid, SIGTERM);
+    const auto grace = Clock::now() + std::chrono::seconds(3);
+    while (!(done = Reap(pid, &status)) && Clock::now() < grace) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (!done) {
+      kill(-pid, SIGKILL);
+      waitpid(pid, &status, 0);
+    }
+  }
+  // Whatever the tool left behind in its group (a rank that outlived it) goes too.
+  kill(-pid, SIGKILL);
+  r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  r.exit_code = !r.timed_out && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = Slurp(out);
+  r.err = Slurp(err);
+  return r;
+}
+
+std::string EnvOr(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::string(v) : fallback;
+}
+std::string TrainBin() {
+  return EnvOr("FERRY_TRAIN", "");
+}
+std::string PredictBin() {
+  return EnvOr("FERRY_PREDICT", "");
+}
+std::string GenBin() {
+  return EnvOr("FERRY_GEN", "");
+}
+
+TempDir::TempDir() {
+  std::string tmpl = EnvOr("TMPDIR", "/tmp") + "/ferry_train_test_XXXXXX";
+  if (mkdtemp(tmpl.data()) == nullptr) {
+    ADD_FAILURE() << "mkdtemp " << tmpl << ": " << std::strerror(errno);
+  }
+  path_ = tmpl;
+}
+
+TempDir::~TempDir() {
+  if (EnvOr("FERRY_TRAIN_TEST_KEEP", "") == "1") {
+    std::fprintf(stderr, "kept %s\n", path_.c_str());
+    return;
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+Bayes Generate(const std::string& train, const std::string& test,
+               const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {GenBin(), "--out", train, "--test-out", test};
+  argv.insert(argv.end(), args.begin(), args.end());
+  Proc p = Exec(argv, 120);
+  Bayes b;
+  if (p.exit_code != 0) {
+    ADD_FAILURE() << "ferry-gen failed: " << p.Describe();
+    return b;
+  }
+  // "bayes (truth model on the test set): logloss 0.43070  auc 0.81903"
+  std::smatch m;
+  static const std::regex kBayes(R"(bayes.*logloss ([0-9.]+)\s+auc ([0-9.]+))");
+  if (!std::regex_search(p.out, m, kBayes)) {
+    ADD_FAILURE() << "ferry-gen printed no bayes line: " << p.Describe();
+    return b;
+  }
+  b.logloss = std::stod(m[1]);
+  b.auc = std::stod(m[2]);
+  return b;
+}
+
+TrainRun Train(const TempDir& dir, const std::string& tag, const std::vector<std::string>& args,
+               double timeout_s) {
+  const std::string metrics = dir / (tag + ".jsonl");
+  std::vector<std::string> argv = {TrainBin()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  argv.insert(argv.end(), {"--metrics-json", metrics, "--progress", "never", "-q"});
+  TrainRun r;
+  r.proc = Exec(argv, timeout_s);
+  const std::vector<std::string> lines = Lines(Slurp(metrics));
+  if (!lines.empty()) {
+    r.final_line = nlohmann::json::parse(lines.back(), nullptr, /*allow_exceptions=*/false);
+    if (r.final_line.is_discarded()) r.final_line = nullptr;
+  }
+  return r;
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  std::string line;
+  while (std::getline(ss, line)) out.push_back(line);
+  return out;
+}
+
+std::vector<nlohmann::json> JsonLines(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  for (const std::string& line : Lines(Slurp(path))) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+std::vector<std::string> Cat(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+double Correlation(const std::vector<double>& x, const std::vector<double>& y) {
+  const size_t n = std::min(x.size(), y.size());
+  if (n < 2) return std::nan("");
+  double mx = 0, my = 0;
+  for (size_t i = 0; i < n; ++i) mx += x[i], my += y[i];
+  mx /= static_cast<double>(n);
+  my /= static_cast<double>(n);
+  double sxy = 0, sxx = 0, syy = 0;
+  for (size_t i = 0; i < n; ++i) {
+    sxy += (x[i] - mx) * (y[i] - my);
+    sxx += (x[i] - mx) * (x[i] - mx);
+    syy += (y[i] - my) * (y[i] - my);
+  }
+  return sxx > 0 && syy > 0 ? sxy / std::sqrt(sxx * syy) : std::nan("");
+}
+
+}  // namespace ferry::train_test

@@ -1,0 +1,83 @@
+// Helpers for the training integration suite (tests/train): run ferry-gen, ferry-train and
+// ferry-predict as subprocesses with a deadline, read their metrics and models back.
+//
+// The tools' paths come from the environment meson sets (tests/train/meson.build):
+//   FERRY_TRAIN, FERRY_PREDICT, FERRY_GEN     the binaries under test
+//   FERRY_RUN_MPIRUN, FERRY_RUN_SRUN          tests/launch/run-mpirun.sh, run-srun.sh
+// FERRY_TRAIN_TEST_KEEP=1 keeps the temporary folders (their paths are printed).
+//
+// Every subprocess runs in its own process group and is killed (SIGTERM, then SIGKILL) when its
+// deadline passes, so a hung ferry-train fails its test instead of hanging the suite.
+// Thread-safety: none (gtest runs the cases of one binary sequentially).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace ferry::train_test {
+
+struct Proc {
+  int exit_code = -1;      // -1: killed by a signal (or the deadline)
+  bool timed_out = false;  // the deadline passed and the group was killed
+  double seconds = 0;
+  std::string out, err;
+  std::string Describe() const;  // exit status, time and both streams, for failure messages
+};
+
+// Runs argv[0] (a path, or a name looked up in PATH) with argv[1..] and stdin from /dev/null.
+Proc Exec(const std::vector<std::string>& argv, double timeout_s);
+
+// The paths from the environment ("" when unset).
+std::string TrainBin();
+std::string PredictBin();
+std::string GenBin();
+std::string EnvOr(const char* name, const std::string& fallback);
+
+// A fresh folder under $TMPDIR (default /tmp), removed with its contents at destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// ferry-gen's own yardstick: the truth model's logloss and AUC on the test file.
+struct Bayes {
+  double logloss = 0, auc = 0;
+};
+
+// Runs ferry-gen --out TRAIN --test-out TEST ARGS...; fails the calling test (ADD_FAILURE) and
+// returns {0,0} when ferry-gen fails or prints no "bayes" line.
+Bayes Generate(const std::string& train, const std::string& test,
+               const std::vector<std::string>& args);
+
+// The last line of ferry-train's --metrics-json file and the process.
+struct TrainRun {
+  Proc proc;
+  nlohmann::json final_line;  // null when the file is missing or its last line is not JSON
+  bool ok() const { return proc.exit_code == 0 && final_line.is_object(); }
+  double logloss() const { return final_line.value("logloss", -1.0); }
+  double auc() const { return final_line.value("auc", -1.0); }
+};
+
+// ferry-train ARGS... --metrics-json <dir>/<tag>.jsonl --progress never -q, deadline timeout_s.
+TrainRun Train(const TempDir& dir, const std::string& tag, const std::vector<std::string>& args,
+               double timeout_s = 120);
+
+std::string Slurp(const std::string& path);
+std::vector<std::string> Lines(const std::string& text);
+std::vector<nlohmann::json> JsonLines(const std::string& path);  // throws on a non-JSON line
+std::vector<std::string> Cat(std::vector<std::string> a, const std::vector<std::string>& b);
+
+// Pearson correlation of two equally long series (NaN when either is constant).
+double Correlation(const std::vector<double>& x, const std::vector<double>& y);
+
+}  // namespace ferry::train_test

@@ -1,0 +1,134 @@
+// ferry-train: trains a sparse model on the parameter server.
+//
+//   ferry-train --model ftrl --train train.txt --test test.txt          # a local cluster
+//   mpirun -np 4 ferry-train --servers 2 --model fm --train ...           # joins mpirun's job
+//   srun -n 4 --mpi=pmix ferry-train --servers 2 ...                      # joins srun's job
+//
+// Not under a launcher, it starts a local cluster of --servers + --workers copies of itself
+// (ps/local_cluster.h) and exits with the job's status; each copy (and each rank under
+// mpirun/srun) joins the job (ps/node.h) and runs its part (models/train/trainer.h).
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "config.h"
+#include "models/train/flags.h"
+#include "models/train/model_def.h"
+#include "models/train/trainer.h"
+#include "ps/launch_env.h"
+#include "ps/local_cluster.h"
+#include "ps/node.h"
+
+namespace {
+
+int Fail(const std::string& who, const ferry::Status& s) {
+  std::fprintf(stderr, "ferry-train: %s%s\n", who.c_str(), s.ToString().c_str());
+  return 1;
+}
+
+std::string SelfPath(const char* argv0) {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return argv0;
+  buf[n] = '\0';
+  return buf;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "ferry-train: train LR, FTRL, FM or a field-embedding MLP on Ferry's parameter server.\n"
+      "Without a launcher it runs a local cluster (--servers, --workers); under mpirun or srun\n"
+      "it joins that job."};
+  app.footer(
+      "Examples:\n"
+      "  ferry-gen --samples 200000 --test-samples 20000 --out tr.txt --test-out te.txt\n"
+      "  ferry-train --model ftrl --train tr.txt --test te.txt\n"
+      "  ferry-train --model fm --factors 8 --train tr.txt --test te.txt --epochs 2 \\\n"
+      "              --metrics-json m.jsonl --model-out fm.model\n"
+      "  mpirun -np 4 ferry-train --servers 2 --model lr --train tr.txt --test te.txt\n"
+      "See docs/training.md.");
+  app.set_version_flag("--version", std::string("ferry-train ") + FERRY_VERSION);
+  ferry::models::TrainOptions o;
+  ferry::models::TrainFlagText text;
+  ferry::models::AddTrainFlags(app, &o, &text);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  if (ferry::Status s = ferry::models::FinalizeTrainFlags(text, &o); !s.ok()) {
+    std::fprintf(stderr, "ferry-train: error: %s\n", s.message().c_str());
+    return 2;
+  }
+  auto env = ferry::ps::DetectLaunchEnv();
+  if (!env.ok()) return Fail("", env.status());
+
+  if (env->launcher == ferry::ps::Launcher::kNone) {
+    // The embedded default: a local cluster of copies of this program.
+    ferry::ps::LocalClusterOptions lc;
+    lc.argv.push_back(SelfPath(argv[0]));
+    for (int i = 1; i < argc; ++i) lc.argv.push_back(argv[i]);
+    lc.servers = o.servers;
+    lc.workers = o.workers;
+    lc.transport = o.transport;
+    lc.name = "ferry-train";
+    auto rc = ferry::ps::RunLocalCluster(lc);
+    if (!rc.ok()) return Fail("", rc.status());
+    return *rc;
+  }
+
+  // One rank of a job.
+  auto def = ferry::models::DefineModel(o);
+  if (!def.ok()) return Fail("", def.status());
+  auto job = ferry::models::MakeJob(o, *def);
+  if (!job.ok()) return Fail("", job.status());
+  if (env->launcher != ferry::ps::Launcher::kFerry) {
+    // mpirun/srun: the counts not given on the command line follow from the job's size.
+    if (app.count("--workers") == 0) job->workers = 0;
+    if (app.count("--servers") == 0 && app.count("--workers") == 0) {
+      job->servers = static_cast<uint32_t>(std::max(1, env->size / 2));
+    }
+  }
+  auto shape = ferry::ps::ReadLaunchShape();
+  if (!shape.ok()) return Fail("", shape.status());
+  if (ferry::Status s = ferry::ps::ApplyLaunchShape(*shape, *env, &*job); !s.ok()) {
+    return Fail("", s);
+  }
+  o.servers = job->servers;
+  o.workers = job->workers;
+  const std::string who = "rank " + std::to_string(env->rank) + ": ";
+  auto node = ferry::ps::Node::Start(*job, *env);
+  if (!node.ok()) return Fail(who, node.status());
+  ferry::models::TrainReport report;
+  ferry::Status s = ferry::models::RunTraining(**node, o, *def, &report);
+  ferry::ps::Worker* w = (*node)->worker();
+  const bool lead = w != nullptr && w->index() == 0;
+  if (s.ok() && lead) {
+    auto transport = ferry::ps::ResolveTransportName(*job);
+    std::printf(
+        "ferry-train: %s on %u servers + %u workers over %s: %llu samples in %.1f s "
+        "(%.0f samples/s)",
+        std::string(ferry::models::ModelKindName(o.model)).c_str(), job->servers, job->workers,
+        transport.ok() ? transport->c_str() : "?",
+        static_cast<unsigned long long>(report.samples), report.train_seconds,
+        report.samples_per_sec);
+    if (report.test_samples > 0) {
+      std::printf("; test logloss %.5f, AUC %.5f (%llu samples)", report.test_logloss,
+                  report.test_auc, static_cast<unsigned long long>(report.test_samples));
+    }
+    if (report.malformed > 0) {
+      std::printf("; %llu malformed lines skipped", static_cast<unsigned long long>(report.malformed));
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+  if (!s.ok()) return Fail(who, s);
+  return 0;
+}
