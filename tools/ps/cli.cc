@@ -1,0 +1,236 @@
+// ferry-ps-bench's flags, their resolution into BenchOptions, and the run (see cli.h).
+#include "tools/ps/cli.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+namespace ferry::psbench {
+namespace {
+
+std::string g_who = "ferry-ps-bench";  // "ferry-ps-bench (rank R)" once the rank is known
+
+void Error(const std::string& msg) {
+  std::fprintf(stderr, "%s: error: %s\n", g_who.c_str(), msg.c_str());
+  std::fflush(stderr);
+}
+
+Status WriteOutput(const std::string& path, const std::string& text) {
+  if (path == "-") {
+    if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size()) {
+      return IoError("write stdout", errno);
+    }
+    std::fflush(stdout);
+    return Status::Ok();
+  }
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return IoError("open " + path, errno);
+  out << text;
+  out.close();
+  if (!out) return IoError("write " + path, errno);
+  return Status::Ok();
+}
+
+Result<std::vector<BenchOp>> ParseOps(const std::string& text) {
+  std::vector<BenchOp> ops;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (item == "all") {
+      for (BenchOp op : {BenchOp::kPull, BenchOp::kPush, BenchOp::kPushPull}) ops.push_back(op);
+      continue;
+    }
+    FERRY_ASSIGN_OR_RETURN(BenchOp op, ParseBenchOp(item));
+    ops.push_back(op);
+  }
+  if (ops.empty()) return InvalidArgument("--op names no operation");
+  return ops;
+}
+
+}  // namespace
+
+void AddFlags(CLI::App& app, CliOptions& c) {
+  app.add_option("--op", c.ops, "pull, push, push-pull or all (comma-separated list)")
+      ->capture_default_str();
+  app.add_flag("--latency", c.latency,
+               "single-key synchronous ops (perftest latency columns); --keys defaults to 1");
+  app.add_option("-k,--keys", c.keys, "keys per op (default 100000; 1 with --latency)");
+  app.add_option("--dim", c.dim, "floats per row")->capture_default_str();
+  app.add_option("-n,--iters", c.iters,
+                 "timed ops per worker and op type (default 100; 2000 with --latency)");
+  app.add_option("--warmup", c.warmup, "untimed ops first (default 10; 200 with --latency)")
+      ->each([&c](const std::string&) { c.warmup_set = true; });
+  app.add_option("--pipeline", c.pipeline, "ops in flight per worker (throughput mode)")
+      ->capture_default_str();
+  app.add_flag("--unique", c.unique,
+               "distinct keys per op, passed with keys_unique (no dedupe): the default");
+  app.add_option("--zipf", c.zipf,
+                 "keys i.i.d. Zipf(S) over the key space instead (S = 0: uniform; repeats)");
+  app.add_flag("--dedupe", c.dedupe, "unique keys, but let the worker dedupe them anyway");
+  app.add_option("--key-space", c.key_space, "keys in the table (default max(1000000, keys))");
+  app.add_option("--optimizer", c.optimizer, "sgd, adagrad, ftrl, adam or none")
+      ->capture_default_str();
+  app.add_option("--lr", c.learning_rate, "learning rate")->capture_default_str();
+  app.add_flag("--populate,!--no-populate", c.populate,
+               "insert the key space first, so pulls measure lookups (the default; --no-populate: "
+               "first touches insert rows)");
+  app.add_flag("--check,!--no-check", c.check,
+               "run the untimed checked pass before the timed ones (the default)");
+  app.add_option("--seed", c.seed, "seed of keys and of the table initializer")
+      ->capture_default_str();
+  app.add_option("--servers", c.servers, "servers (default: FERRY_SERVERS, else from the ranks)");
+  app.add_option("--workers", c.workers, "workers (default: FERRY_WORKERS, else from the ranks)");
+  app.add_option("--role-rule", c.role_rule, "auto, servers-first or colocated")
+      ->capture_default_str();
+  app.add_option("--transport", c.transport,
+                 "auto, verbs, ucx or tcp (default: FERRY_TRANSPORT, else auto)");
+  app.add_option("--param", c.params,
+                 "transport parameter KEY=VALUE (repeatable), e.g. UCX_TLS=shm,self");
+  app.add_option("--timeout", c.timeout_s, "seconds before a silent peer counts as failed")
+      ->capture_default_str();
+  app.add_option("--json", c.json_path, "write the report as JSON to FILE (no FILE or -: stdout)")
+      ->expected(0, 1)
+      ->default_str("-");
+  app.add_option("--csv", c.csv_path, "write the results as CSV to FILE (- for stdout)");
+}
+
+Result<BenchOptions> Resolve(const CliOptions& c, const ps::LaunchEnv& env,
+                             const ps::LaunchShape& launch_shape) {
+  BenchOptions o;
+  FERRY_ASSIGN_OR_RETURN(o.ops, ParseOps(c.ops));
+  o.latency = c.latency;
+  o.keys = c.keys != 0 ? c.keys : (c.latency ? 1 : 100000);
+  o.iters = c.iters != 0 ? c.iters : (c.latency ? 2000 : 100);
+  o.warmup = c.warmup_set ? c.warmup : (c.latency ? 200 : 10);
+  o.dim = c.dim;
+  o.pipeline = c.pipeline;
+  if (c.unique && c.zipf >= 0) return InvalidArgument("--unique and --zipf exclude each other");
+  if (c.zipf >= 0) {
+    o.key_spec.dist = KeySpec::Dist::kZipf;
+    o.key_spec.zipf_s = c.zipf;
+  }
+  o.dedupe = c.dedupe;
+  o.key_spec.space = c.key_space != 0 ? c.key_space : std::max<uint64_t>(1000000, o.keys);
+  FERRY_ASSIGN_OR_RETURN(o.optimizer.kind, ps::ParseOptimizer(c.optimizer));
+  o.optimizer.learning_rate = c.learning_rate;
+  o.populate = c.populate;
+  o.check = c.check;
+  o.seed = c.seed;
+  if (!(c.timeout_s > 0 && c.timeout_s <= 3600)) {
+    return InvalidArgument("--timeout must be in (0, 3600]");
+  }
+  o.timeout = Millis(static_cast<int64_t>(c.timeout_s * 1000));
+  for (const std::string& kv : c.params) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return InvalidArgument("--param '" + kv + "' is not KEY=VALUE");
+    }
+    o.transport_params[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+
+  // Shape, field by field: the flags, then the launcher's variables, then the rank count.
+  ps::LaunchShape shape = launch_shape;
+  if (c.servers != 0) shape.servers = -1;
+  if (c.workers != 0) shape.workers = -1;
+  if (!c.transport.empty()) shape.transport.clear();
+  if (c.role_rule != "auto") shape.role_rule.clear();
+  ps::JobSpec job;  // only the shape fields matter here
+  job.transport = c.transport.empty() ? "auto" : c.transport;
+  job.servers = c.servers != 0 ? c.servers : static_cast<uint32_t>(std::max(shape.servers, 0));
+  job.workers = c.workers != 0 ? c.workers : static_cast<uint32_t>(std::max(shape.workers, 0));
+  const uint32_t size = static_cast<uint32_t>(env.size);
+  if (job.servers == 0 && job.workers == 0) {
+    job.servers = size == 1 ? 1 : size / 2;
+    job.workers = size == 1 ? 1 : size - job.servers;
+  }
+  if (c.role_rule != "auto") {
+    FERRY_ASSIGN_OR_RETURN(job.role_rule, ps::ParseRoleRule(c.role_rule));
+  } else if (shape.role_rule.empty()) {
+    const bool colocated = job.servers != 0 && job.workers != 0 &&
+                           std::max(job.servers, job.workers) == size &&
+                           job.servers + job.workers != size;
+    job.role_rule = colocated ? ps::RoleRule::kColocated : ps::RoleRule::kServersFirst;
+  }
+  Status s = ps::ApplyLaunchShape(shape, env, &job);  // derives a missing count, checks the fit
+  if (!s.ok()) return s.Annotate("pass --servers/--workers that fit the launch");
+  o.servers = job.servers;
+  o.workers = job.workers;
+  o.role_rule = job.role_rule;
+  o.transport = job.transport;
+  FERRY_RETURN_IF_ERROR(ValidateOptions(o));
+  return o;
+}
+
+int Execute(const BenchOptions& o, const std::string& json_path, const std::string& csv_path) {
+  auto node = ps::Node::Start(BuildJob(o));
+  if (!node.ok()) {
+    Error("join the job: " + node.status().ToString());
+    return 1;
+  }
+  g_who = "ferry-ps-bench (rank " + std::to_string((*node)->rank()) + ")";
+  auto report = RunRank(**node, o);
+  if (!report.ok()) {
+    Error(report.status().ToString());
+    // Leaving without Join tells the coordinator this rank failed, so the others stop waiting.
+    node = Status(Code::kCancelled, "failed");
+    return 1;
+  }
+  int code = 0;
+  if (report->has_value()) {
+    const BenchReport& r = **report;
+    FILE* text = (json_path == "-" || csv_path == "-") ? stderr : stdout;
+    std::fputs(FormatText(r).c_str(), text);
+    std::fflush(text);
+    if (!json_path.empty()) {
+      if (Status s = WriteOutput(json_path, FormatJson(r)); !s.ok()) {
+        Error(s.ToString());
+        code = 1;
+      }
+    }
+    if (!csv_path.empty()) {
+      if (Status s = WriteOutput(csv_path, FormatCsv(r)); !s.ok()) {
+        Error(s.ToString());
+        code = 1;
+      }
+    }
+  }
+  if (Status s = (*node)->Join(); !s.ok()) {
+    Error("leave the job: " + s.ToString());
+    return 1;
+  }
+  return code;
+}
+
+int ParseAndExecute(CLI::App& app, CliOptions& c, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
+  auto env = ps::DetectLaunchEnv();
+  if (!env.ok()) {
+    Error(env.status().ToString());
+    return 2;
+  }
+  g_who = "ferry-ps-bench (rank " + std::to_string(env->rank) + ")";
+  auto shape = ps::ReadLaunchShape();
+  if (!shape.ok()) {
+    Error(shape.status().ToString());
+    return 2;
+  }
+  if (c.json_path == "-" && c.csv_path == "-") {
+    Error("only one of --json and --csv can go to stdout");
+    return 2;
+  }
+  auto o = Resolve(c, *env, *shape);
+  if (!o.ok()) {
+    Error(o.status().message());
+    std::fprintf(stderr, "Run with --help for usage.\n");
+    return 2;
+  }
+  return Execute(*o, c.json_path, c.csv_path);
+}
+
+}  // namespace ferry::psbench

@@ -1,0 +1,63 @@
+// ferry-ps-bench's command line and run logic (the tool's main is AddFlags + ParseAndExecute).
+//
+// The job shape comes, field by field, from the flags (--servers, --workers, --role-rule,
+// --transport), else from the launcher's variables (FERRY_SERVERS, FERRY_WORKERS,
+// FERRY_ROLE_RULE, FERRY_TRANSPORT: ps::ReadLaunchShape), else from the number of ranks (1 rank:
+// one colocated server and worker; N ranks: N/2 servers, the rest workers). A missing count is
+// derived by ps::ApplyLaunchShape, which also checks that the shape fills the launch. The flags
+// come first because ferry-launch always exports FERRY_TRANSPORT (auto unless told otherwise): an
+// explicit --transport of the program must not be overridden by that default. Role rule "auto"
+// (no flag, no FERRY_ROLE_RULE): servers-first, or colocated when max(servers, workers) == ranks
+// != servers + workers.
+//
+// Output: worker 0 prints the report; other ranks print only errors. Text goes to stdout unless
+// --json or --csv claims stdout ("-" or --json without a file), then to stderr.
+//
+// Exit codes: 0 success, 1 runtime failure (including a failed check), 2 bad usage. Never throws.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
+
+#include "ps/launch_env.h"
+#include "tools/ps/ps_bench.h"
+
+namespace ferry::psbench {
+
+struct CliOptions {
+  // Raw flag values; Resolve turns them into a BenchOptions.
+  std::string ops = "all";
+  bool latency = false;
+  uint32_t keys = 0, iters = 0, warmup = 0;  // 0: the mode's default
+  bool warmup_set = false;
+  uint32_t dim = 16;
+  uint32_t pipeline = 2;
+  bool unique = false;
+  double zipf = -1;  // < 0: not given
+  bool dedupe = false;
+  uint64_t key_space = 0;  // 0: max(1000000, keys)
+  std::string optimizer = "adagrad";
+  float learning_rate = 0.05f;
+  bool populate = true, check = true;
+  uint64_t seed = 1;
+  uint32_t servers = 0, workers = 0;  // 0: from the launcher or the rank count
+  std::string role_rule = "auto";
+  std::string transport;  // empty: FERRY_TRANSPORT, else auto
+  std::vector<std::string> params;
+  double timeout_s = 30;
+  std::string json_path, csv_path;
+};
+
+void AddFlags(CLI::App& app, CliOptions& c);
+
+// Validated options for this rank (every rank computes the same from the same flags and env).
+Result<BenchOptions> Resolve(const CliOptions& c, const ps::LaunchEnv& env,
+                             const ps::LaunchShape& shape);
+
+// Joins the job, runs this rank's part, prints (worker 0) and leaves. Returns the exit code.
+int Execute(const BenchOptions& o, const std::string& json_path, const std::string& csv_path);
+
+int ParseAndExecute(CLI::App& app, CliOptions& c, int argc, char** argv);
+
+}  // namespace ferry::psbench

@@ -1,0 +1,31 @@
+// ferry-ps-bench: pull, push and push-pull of K keys x D floats through a parameter-server job
+// of S servers and W workers, per backend: keys/s, GB/s, per-op latency (p50/p99), or single-key
+// latency with perftest's columns. One process per rank, started by a launcher:
+//
+//   ferry-launch --servers 2 --workers 2 -- ferry-ps-bench --json
+//   ferry-launch --servers 1 --workers 1 -- ferry-ps-bench --op pull --transport ucx
+//       --param UCX_TLS=shm,self                        (one command line)
+//   ferry-launch --servers 1 --workers 1 -- ferry-ps-bench --latency --op pull
+//   ferry-ps-bench --keys 10000           # no launcher: one rank, colocated server + worker
+//
+// The kernels are tools/ps/ps_bench.h; usage and method in docs/ps-bench.md.
+#include <CLI/CLI.hpp>
+
+#include "tools/ps/cli.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "ferry-ps-bench: parameter-server pull / push / push-pull throughput and latency.\n"
+      "Run one process per rank under a launcher; worker 0 prints the report."};
+  app.footer(
+      "Examples:\n"
+      "  ferry-launch --servers 2 --workers 2 -- ferry-ps-bench --json\n"
+      "  ferry-launch --servers 1 --workers 1 -- ferry-ps-bench --op pull --transport ucx "
+      "--param UCX_TLS=shm,self\n"
+      "  ferry-launch --servers 1 --workers 1 -- ferry-ps-bench --latency --op pull\n"
+      "  ferry-launch --servers 2 --workers 2 -- ferry-ps-bench --zipf 0.99 --key-space 10000000\n"
+      "  tests/launch/run-ferry-env.sh 2 -- ferry-ps-bench --servers 1 --workers 1");
+  ferry::psbench::CliOptions options;
+  ferry::psbench::AddFlags(app, options);
+  return ferry::psbench::ParseAndExecute(app, options, argc, argv);
+}
