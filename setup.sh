@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Quick start, step 1: install what is missing, build, and run the main job on its embedded
-# default — a local cluster on this machine: ferry-info, then short latency and bandwidth runs
-# over every local transport (tcp; ucx over shared memory and over tcp).
+# default — a local cluster on this machine: ferry-info, short latency and bandwidth runs over
+# every local transport (tcp; ucx over shared memory and over tcp), a parameter-server benchmark
+# on 2 servers + 2 workers, and the training demo: generate CTR data, train FTRL and FM on a
+# local cluster, print test logloss/AUC and throughput.
 set -euo pipefail
 cd "$(dirname "$0")"
 source scripts/deps.sh
@@ -32,3 +34,25 @@ if "$bin/info/ferry-info" --backend ucx --json 2>/dev/null | grep -q '"available
   run "latency, ucx over tcp" "$bin/bench/ferry-lat" --transport ucx --param UCX_TLS=tcp,self --local --size 8,4096 --iters 2000
 fi
 run "sparse write, tcp: 10k rows of 64 B" "$bin/bench/ferry-bw" --transport tcp --local --op sparse_write --rows 10000 --row-size 64 --iters 50
+
+# The parameter server: 2 servers + 2 workers started by ferry-launch, pull/push of 20k keys x
+# 16 floats per op (checked in a separate pass, then timed).
+run "parameter server: ferry-launch --servers 2 --workers 2 -- ferry-ps-bench" \
+  "$bin/launch/ferry-launch" --servers 2 --workers 2 -- \
+  "$bin/ps/ferry-ps-bench" --keys 20000 --iters 50 --key-space 200000
+
+# The training demo: synthetic CTR data with pairwise interactions, FTRL and FM trained on a
+# local cluster (ferry-train starts 2 servers + 2 workers of itself), scored on held-out data.
+demo=$(mktemp -d)
+trap 'rm -rf "$demo"' EXIT
+run "training data: ferry-gen, 400k + 50k samples, 26 fields, FM ground truth" \
+  "$bin/gen/ferry-gen" --samples 400000 --test-samples 50000 --truth fm --seed 7 \
+  --out "$demo/train.svm" --test-out "$demo/test.svm"
+run "ferry-train --model ftrl (2 servers + 2 workers)" \
+  "$bin/train/ferry-train" --model ftrl --train "$demo/train.svm" --test "$demo/test.svm" \
+  --epochs 2 --progress never
+run "ferry-train --model fm (2 servers + 2 workers)" \
+  "$bin/train/ferry-train" --model fm --train "$demo/train.svm" --test "$demo/test.svm" \
+  --epochs 2 --progress never --model-out "$demo/fm.model"
+run "ferry-predict with the exported FM model" \
+  "$bin/train/ferry-predict" "$demo/fm.model" "$demo/test.svm" -o "$demo/p.txt" --summary

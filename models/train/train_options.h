@@ -42,7 +42,7 @@ struct TrainOptions {
   float init_std = 0.01f;
   uint64_t seed = 1;
   uint32_t epochs = 1;
-  uint32_t batch_size = 1000;
+  uint32_t batch_size = 256;
 
   // Job.
   uint32_t servers = 2;

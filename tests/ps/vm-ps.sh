@@ -9,10 +9,12 @@ export FERRY_DATA_HOST=${FERRY_RDMA_ADDR:?run me inside tools/softroce/ferry-vm}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-echo "== ps_job_test over verbs (and ucx over rc_verbs)"
-# The emulated fabric is slow: one pass of the job cases, not the whole matrix.
-FERRY_TEST_BACKENDS=verbs,ucx-rc "$ps_job_test" \
-  --gtest_filter='*PullInitializesRowsPushAppliesSgd*:*ThroughJob*:*Bsp*:*Chunk*'
+echo "== ps_job_test over verbs"
+# The emulated fabric is slow: the data-path, optimizer, BSP and error-reply cases, not the
+# whole matrix (the host runs all of it over tcp and ucx).
+FERRY_TEST_BACKENDS=verbs "$ps_job_test" --gtest_filter='Backends/PsJob.*:Backends/OptimizerJob.*bsp2:*BspPullSeesExactly*:*PullsAreChunkedAcrossServers*:*Fp16*:*BadRequestsGetErrorReplies*:*TicketsReleasedOutOfOrder*:*ColocatedRoles*'
+echo "== ps_job_test over ucx on rc_verbs"
+FERRY_TEST_BACKENDS=ucx-rc "$ps_job_test" --gtest_filter='Backends/PsJob.*:*PullsAreChunkedAcrossServers*'
 
 echo "== ferry-train over verbs: fm on 2 servers + 2 workers"
 "$ferry_gen" --samples 20000 --test-samples 4000 --out "$work/tr.svm" --test-out "$work/te.svm" \
