@@ -57,7 +57,7 @@ if [ ! -f "$build/build.ninja" ]; then
   }
 fi
 targets=(tests/netns/netns_test tests/common/ferry_test_peer)
-fuzz_names=(handshake region tcp_frames snapshot tools readers)
+fuzz_names=(handshake region tcp_frames snapshot tools readers ps_wire model_file)
 optional=(tests/conformance/conformance tests/fault/fault_test tests/tcp/tcp_test)
 for t in "${fuzz_names[@]}"; do optional+=("tests/fuzz/fuzz_replay_$t"); done
 log "building ${targets[*]}"

@@ -1,0 +1,97 @@
+// Everything the parameter server decodes from a peer or from disk: request headers and key
+// arrays in a staging ring (ps/protocol.h ParseRequest), control messages (ps/control.h
+// DecodeControl), error reply records and worker hellos, and checkpoint manifests
+// (ps/checkpoint.h ParseManifest). The first input byte picks the decoder; the rest is its input.
+// A decoder must either refuse with a clear status or hand out a view whose every byte lies in
+// the input: the keys and gradients of an accepted request are read in full (ASan checks).
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "ps/checkpoint.h"
+#include "ps/control.h"
+#include "ps/protocol.h"
+
+namespace {
+
+volatile uint64_t g_sink;
+
+void Request(std::span<const uint8_t> in) {
+  if (in.size() < 2) return;
+  // The ring is the input after two bytes that pick the request's offset (in 64-byte units).
+  const uint64_t offset = (uint64_t{in[0]} | (uint64_t{in[1]} << 8)) * ferry::ps::kRequestAlign;
+  std::vector<uint8_t> ring(in.begin() + 2, in.end());
+  const ferry::ps::TableShape tables[] = {{1, false}, {8, true}, {16, false}};
+  ferry::ps::RequestLimits limits;
+  limits.ring_bytes = ring.size();
+  limits.arena_bytes = 1u << 20;
+  limits.rows_begin = 4096;
+  limits.max_keys = 4096;
+  ferry::ps::RequestView v;
+  if (!ferry::ps::ParseRequest(ring, offset, tables, limits, &v).ok()) return;
+  uint64_t sum = 0;
+  for (uint32_t i = 0; i < v.header.num_keys; ++i) sum += v.keys[i];
+  if (v.grads != nullptr) {
+    const size_t bytes = ferry::ps::RequestPayloadBytes(v.type(), v.header.flags,
+                                                        v.header.num_keys, v.header.dim) -
+                         size_t{v.header.num_keys} * 8;
+    for (size_t i = 0; i < bytes; ++i) sum += v.grads[i];
+  }
+  g_sink = sum;
+}
+
+void Control(std::span<const uint8_t> in) {
+  auto m = ferry::ps::DecodeControl(in);
+  if (!m.ok()) return;
+  // What decodes must encode and decode to the same message.
+  auto again = ferry::ps::DecodeControl(ferry::ps::EncodeControl(*m));
+  if (!again.ok() || again->kind != m->kind || again->text != m->text ||
+      again->data != m->data || again->members != m->members) {
+    __builtin_trap();
+  }
+}
+
+void Records(std::span<const uint8_t> in) {
+  (void)ferry::ps::DecodeWorkerHello(in.first(std::min<size_t>(in.size(), 8)));
+  if (in.size() < sizeof(ferry::ps::ReplyRecord) + 4) return;
+  ferry::ps::ReplyRecord r;
+  std::memcpy(&r, in.data() + 4, sizeof r);
+  uint32_t seq;
+  std::memcpy(&seq, in.data(), 4);
+  ferry::Status s = ferry::ps::DecodeErrorRecord(r, seq);
+  g_sink = s.message().size();
+}
+
+void Manifest(std::span<const uint8_t> in) {
+  const std::string_view text(reinterpret_cast<const char*>(in.data()), in.size());
+  auto m = ferry::ps::ParseManifest(text);
+  if (!m.ok()) return;
+  auto again = ferry::ps::ParseManifest(ferry::ps::EncodeManifest(*m));
+  if (!again.ok() || again->tables != m->tables || again->servers != m->servers) {
+    __builtin_trap();
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  const std::span<const uint8_t> in(data + 1, size - 1);
+  switch (data[0] % 4) {
+    case 0:
+      Request(in);
+      break;
+    case 1:
+      Control(in);
+      break;
+    case 2:
+      Records(in);
+      break;
+    case 3:
+      Manifest(in);
+      break;
+  }
+  return 0;
+}
