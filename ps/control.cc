@@ -3,34 +3,65 @@
 
 #include <flatbuffers/flatbuffers.h>
 
+#include <chrono>
 #include <cstring>
 
 #include "control_generated.h"
 
 namespace ferry::ps {
 
-std::string_view RoleName(Role role) { return role == Role::kServer ? "server" : "worker"; }
+namespace {
+
+int64_t SteadyNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+std::string_view RoleName(Role role) {
+  return role == Role::kServer ? "server" : "worker";
+}
 
 std::string_view ControlKindName(ControlKind kind) {
   switch (kind) {
-    case ControlKind::kRegister: return "register";
-    case ControlKind::kMembership: return "membership";
-    case ControlKind::kReject: return "reject";
-    case ControlKind::kReady: return "ready";
-    case ControlKind::kStart: return "start";
-    case ControlKind::kBarrier: return "barrier";
-    case ControlKind::kBarrierRelease: return "barrier-release";
-    case ControlKind::kClock: return "clock";
-    case ControlKind::kApplyClock: return "apply-clock";
-    case ControlKind::kClockApplied: return "clock-applied";
-    case ControlKind::kClockUpdate: return "clock-update";
-    case ControlKind::kGather: return "gather";
-    case ControlKind::kGatherPart: return "gather-part";
-    case ControlKind::kFinish: return "finish";
-    case ControlKind::kShutdown: return "shutdown";
-    case ControlKind::kFailure: return "failure";
-    case ControlKind::kCheckpoint: return "checkpoint";
-    case ControlKind::kCheckpointDone: return "checkpoint-done";
+    case ControlKind::kRegister:
+      return "register";
+    case ControlKind::kMembership:
+      return "membership";
+    case ControlKind::kReject:
+      return "reject";
+    case ControlKind::kReady:
+      return "ready";
+    case ControlKind::kStart:
+      return "start";
+    case ControlKind::kBarrier:
+      return "barrier";
+    case ControlKind::kBarrierRelease:
+      return "barrier-release";
+    case ControlKind::kClock:
+      return "clock";
+    case ControlKind::kApplyClock:
+      return "apply-clock";
+    case ControlKind::kClockApplied:
+      return "clock-applied";
+    case ControlKind::kClockUpdate:
+      return "clock-update";
+    case ControlKind::kGather:
+      return "gather";
+    case ControlKind::kGatherPart:
+      return "gather-part";
+    case ControlKind::kFinish:
+      return "finish";
+    case ControlKind::kShutdown:
+      return "shutdown";
+    case ControlKind::kFailure:
+      return "failure";
+    case ControlKind::kCheckpoint:
+      return "checkpoint";
+    case ControlKind::kCheckpointDone:
+      return "checkpoint-done";
   }
   return "?";
 }
@@ -41,8 +72,8 @@ std::vector<uint8_t> EncodeControl(const ControlMessage& m) {
   members.reserve(m.members.size());
   for (const MemberInfo& mi : m.members) {
     members.push_back(wire::CreateMember(b, mi.rank, static_cast<uint8_t>(mi.role), mi.index,
-                                         b.CreateString(mi.data_address),
-                                         b.CreateString(mi.host), mi.pid));
+                                         b.CreateString(mi.data_address), b.CreateString(mi.host),
+                                         mi.pid));
   }
   auto text = b.CreateString(m.text);
   auto mv = b.CreateVector(members);
@@ -170,8 +201,8 @@ Result<std::optional<ControlMessage>> ControlMailbox::Handle(const Completion& c
   if (i >= receives_) return Internal("control receive completion for unknown buffer");
   Result<ControlMessage> m = Status(c.code, c.error.empty() ? "receive failed" : c.error);
   if (c.ok()) {
-    m = DecodeControl(std::span<const uint8_t>(
-        memory_.data() + (kSlots + i) * kMaxControlMessage, c.bytes));
+    m = DecodeControl(
+        std::span<const uint8_t>(memory_.data() + (kSlots + i) * kMaxControlMessage, c.bytes));
   }
   // Repost the buffer whatever happened (a failed receive on a shared queue affects one peer).
   Op op;
@@ -193,7 +224,9 @@ Result<std::unique_ptr<ControlClient>> ControlClient::Connect(const std::string&
                                                               std::function<void()> on_message,
                                                               Millis timeout) {
   std::unique_ptr<ControlClient> c(new ControlClient());
+  c->address_ = address;
   c->on_message_ = std::move(on_message);
+  c->owner_seen_ns_ = SteadyNs();
   FERRY_ASSIGN_OR_RETURN(c->transport_, CreateTransport("tcp", ControlTransportOptions(job)));
   FERRY_ASSIGN_OR_RETURN(c->mailbox_, ControlMailbox::Create(c->transport_.get(), 4));
   FERRY_RETURN_IF_ERROR(c->mailbox_->PostReceives());
@@ -223,6 +256,13 @@ Result<std::unique_ptr<ControlClient>> ControlClient::Connect(const std::string&
 }
 
 ControlClient::~ControlClient() {
+  // Messages still queued (a last failure report, typically) get a moment to leave: the peer
+  // that reads them is the coordinator, which names the failure after them.
+  if (pump_.joinable()) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, kCloseFlush,
+                 [&] { return (outbox_.empty() && in_flight_ == 0) || !failed_.ok(); });
+  }
   stop_ = true;
   if (transport_) transport_->Wake();
   if (pump_.joinable()) pump_.join();
@@ -243,6 +283,7 @@ Status ControlClient::Send(const ControlMessage& m) {
 }
 
 std::optional<ControlMessage> ControlClient::TryReceive() {
+  owner_seen_ns_.store(SteadyNs(), std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(mu_);
   if (inbox_.empty()) return std::nullopt;
   ControlMessage m = std::move(inbox_.front());
@@ -268,12 +309,27 @@ Status ControlClient::status() const {
   return failed_;
 }
 
+void ControlClient::SetIdleHook(std::function<void()> hook, Millis idle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  idle_hook_ = std::move(hook);
+  idle_ = idle;
+}
+
+void ControlClient::ReportFailure(const Status& why) {
+  ControlMessage f;
+  f.kind = ControlKind::kFailure;
+  f.value = kFailureWhileRunning;
+  f.text = why.ToString();
+  (void)Send(f);  // fails only when the coordinator is gone: nobody left to tell
+}
+
 void ControlClient::Fail(const Status& s) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!failed_.ok()) return;  // the first failure is the one reported
-    failed_ = s.ok() ? PeerFailure("coordinator connection failed")
-                     : s.Annotate("connection to the coordinator failed");
+    // Rank 0 hosts the coordinator: say so, the survivors' errors must name the dead member.
+    const std::string what = "connection to the coordinator (rank 0, " + address_ + ") failed";
+    failed_ = s.ok() ? PeerFailure(what) : s.Annotate(what);
   }
   cv_.notify_all();
   if (on_message_) on_message_();
@@ -282,9 +338,15 @@ void ControlClient::Fail(const Status& s) {
 void ControlClient::PumpMain() {
   Completion comps[16];
   while (!stop_) {
+    std::function<void()> idle_hook;
+    int64_t idle_ns = 0;
     // Sends queued by the owner go out from this thread (the mailbox has one user).
     {
       std::unique_lock<std::mutex> lock(mu_);
+      if (idle_hook_) {
+        idle_hook = idle_hook_;
+        idle_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(idle_).count();
+      }
       while (!outbox_.empty() && mailbox_->free_slots() > 0 && failed_.ok()) {
         ControlMessage m = std::move(outbox_.front());
         outbox_.pop_front();
@@ -315,9 +377,17 @@ void ControlClient::PumpMain() {
       }
     }
     if (!ep_->status().ok() && !stop_) Fail(ep_->status());
-    if (got) {
-      cv_.notify_all();
-      if (on_message_) on_message_();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      in_flight_ = ControlMailbox::kSlots - mailbox_->free_slots();
+    }
+    // Woken for new messages, and for the destructor's flush (outbox and in_flight_).
+    cv_.notify_all();
+    if (got && on_message_) on_message_();
+    // The owner is computing (or waiting on the control plane only): drive its data transport
+    // so that its peers keep hearing from it (heartbeats) and it notices theirs.
+    if (idle_hook && SteadyNs() - owner_seen_ns_.load(std::memory_order_relaxed) > idle_ns) {
+      idle_hook();
     }
   }
 }

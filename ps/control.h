@@ -18,6 +18,11 @@
 //                           kGatherPart {rank = sender's worker index, same fields}
 //   worker -> coordinator   kFinish; when every worker finished: coordinator -> all kShutdown
 //   coordinator -> all      kFailure {rank, role, index, text = reason, value = ms since start}
+//   member -> coordinator   kFailure {text = what it saw, value = kFailureWhileRunning}: a
+//                           member that lost a peer (a worker its server, a server its worker)
+//                           says so before it leaves, so the job's failure names the peer that
+//                           died and not the member that left because of it; {rank, text,
+//                           value = 0}: this rank could not start (Node::ReportStartFailure)
 //   worker -> coordinator   kCheckpoint {text = dir, value = id}: relayed to every server, which
 //                           saves its shards and answers kCheckpointDone {value = id, text =
 //                           error or ""}; then the coordinator writes the manifest and answers
@@ -26,7 +31,10 @@
 // ControlClient: one connection to the coordinator, driven by its own pump thread (which also
 // answers heartbeats while the owner computes). Messages queue up for the owner; `on_message`
 // is called from the pump thread after each one (the owner's data transport Wake(), typically).
-// Thread-safety: Send/TryReceive/Receive/status may be called from any thread.
+// The pump thread also keeps the owner's DATA transport alive while the owner computes (see
+// SetIdleHook): a tcp peer declares a connection dead when nothing arrives for peer_timeout, and
+// nothing drives a worker's data transport while its caller computes between PS calls.
+// Thread-safety: Send/TryReceive/Receive/status/ReportFailure may be called from any thread.
 #pragma once
 
 #include <atomic>
@@ -146,17 +154,36 @@ class ControlClient {
   ControlClient& operator=(const ControlClient&) = delete;
 
   Status Send(const ControlMessage& m);
+  // The next queued message, if any. Calling it counts as the owner driving its data transport
+  // (Worker::Progress and Server::Serve call it on every round): see SetIdleHook.
   std::optional<ControlMessage> TryReceive();
   // Blocks up to `timeout` for the next message; kTimeout, or the connection's failure.
   Result<ControlMessage> Receive(Millis timeout);
   // Ok while the coordinator connection is healthy; its failure otherwise.
   Status status() const;
 
+  // While the owner has not called TryReceive() for `idle`, the pump thread calls `hook` every
+  // ~100 ms (Node passes one that drives the role's data transport without taking its
+  // completions: Poll() of an empty span), so the owner's peers keep hearing from it while it
+  // computes or waits on the control plane. `idle` well below peer_timeout (Node: a quarter).
+  // The hook runs on the pump thread and must not block; it must outlive this client.
+  void SetIdleHook(std::function<void()> hook, Millis idle);
+
+  // Tells the coordinator that this member saw a failure while running (kFailure, value =
+  // kFailureWhileRunning, text = why; the coordinator knows who sent it): the job then fails
+  // naming what this member saw, even if this member's own departure reaches the coordinator
+  // first. Non-blocking; the destructor gives queued messages up to kCloseFlush to leave. A
+  // no-op once the connection failed.
+  void ReportFailure(const Status& why);
+  static constexpr uint64_t kFailureWhileRunning = 1;
+  static constexpr Millis kCloseFlush{500};
+
  private:
   ControlClient() = default;
   void PumpMain();
   void Fail(const Status& s);
 
+  std::string address_;
   std::unique_ptr<Transport> transport_;
   std::shared_ptr<Endpoint> ep_;
   std::unique_ptr<ControlMailbox> mailbox_;
@@ -165,6 +192,10 @@ class ControlClient {
   std::condition_variable cv_;
   std::deque<ControlMessage> inbox_;
   std::deque<ControlMessage> outbox_;  // waiting for a free send slot
+  size_t in_flight_ = 0;               // posted sends not yet completed (the pump's count)
+  std::function<void()> idle_hook_;
+  Millis idle_{0};
+  std::atomic<int64_t> owner_seen_ns_{0};  // steady clock of the owner's last TryReceive
   Status failed_;
   std::atomic<bool> stop_{false};
   std::thread pump_;

@@ -36,12 +36,18 @@ struct Coordinator::Impl {
   std::string address;
   Clock::time_point start = Clock::now();
 
-  std::vector<Member> conns;                      // every accepted connection
-  std::unordered_map<uint64_t, size_t> by_ep;     // endpoint id -> conns index
-  std::vector<int> servers, workers;              // role index -> conns index (-1: none yet)
+  std::vector<Member> conns;                   // every accepted connection
+  std::unordered_map<uint64_t, size_t> by_ep;  // endpoint id -> conns index
+  std::vector<int> servers, workers;           // role index -> conns index (-1: none yet)
   size_t registered = 0, ready = 0, finished = 0;
-  enum class Phase { kRegistering, kConnecting, kRunning, kFinishing, kDone, kFailed } phase =
-      Phase::kRegistering;
+  enum class Phase {
+    kRegistering,
+    kConnecting,
+    kRunning,
+    kFinishing,
+    kDone,
+    kFailed
+  } phase = Phase::kRegistering;
   std::map<uint64_t, size_t> barriers;  // id -> workers entered
   uint64_t min_clock = 0;
   struct PendingCheckpoint {
@@ -51,7 +57,7 @@ struct Coordinator::Impl {
     std::string error;
   };
   std::map<uint64_t, PendingCheckpoint> checkpoints;  // by the requester's id
-  uint64_t applying = 0;       // BSP: clock being applied (0: none)
+  uint64_t applying = 0;                              // BSP: clock being applied (0: none)
   size_t applied_count = 0;
   Clock::time_point finish_deadline;
   ControlMessage failure_notice;  // sent to members that register after the job failed
@@ -238,9 +244,18 @@ void Coordinator::Impl::OnMessage(size_t ci, ControlMessage msg) {
     return;
   }
   if (msg.kind == ControlKind::kFailure) {
+    if (m.registered && msg.value == ControlClient::kFailureWhileRunning) {
+      // A clean shutdown has begun: a member's connections end anyway (see OnGone).
+      if (phase == Phase::kFinishing) return;
+      // A member lost a peer (a worker its server, a server its worker) and is about to leave:
+      // its report names the peer that failed. Without it, the member's own departure could
+      // reach us first and the job's failure would name the wrong rank.
+      FailJob(nullptr, PeerFailure(Describe(m) + " reports: " + msg.text));
+      return;
+    }
     // A rank that could not start (registered or not) says why: the job cannot run.
-    FailJob(nullptr, PeerFailure("rank " + std::to_string(msg.rank) + " failed to start: " +
-                                 msg.text));
+    FailJob(nullptr,
+            PeerFailure("rank " + std::to_string(msg.rank) + " failed to start: " + msg.text));
     return;
   }
   if (!m.registered) return;  // ignore anything before registration
@@ -406,17 +421,15 @@ void Coordinator::Impl::Run() {
             missing += (missing.empty() ? "" : ", ") + std::string("worker ") + std::to_string(w);
           }
         }
-        FailJob(nullptr, Timeout(std::string(phase == Phase::kRegistering
-                                                  ? "never registered"
-                                                  : "never became ready") +
+        FailJob(nullptr, Timeout(std::string(phase == Phase::kRegistering ? "never registered"
+                                                                          : "never became ready") +
                                  " within the startup timeout (" +
                                  std::to_string(job.startup_timeout.count()) + " ms): " + missing));
       }
     }
     if (phase == Phase::kFinishing) {
-      const bool all_gone = std::all_of(conns.begin(), conns.end(), [](const Member& m) {
-        return m.gone || !m.registered;
-      });
+      const bool all_gone = std::all_of(conns.begin(), conns.end(),
+                                        [](const Member& m) { return m.gone || !m.registered; });
       if ((all_gone && outbox.empty()) || now > finish_deadline) phase = Phase::kDone;
     }
     if (phase == Phase::kFailed) {
@@ -473,7 +486,9 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Start(const JobSpec& job,
   return c;
 }
 
-const std::string& Coordinator::address() const { return impl_->address; }
+const std::string& Coordinator::address() const {
+  return impl_->address;
+}
 
 Status Coordinator::Join() {
   if (impl_->thread.joinable()) impl_->thread.join();

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -126,9 +127,9 @@ Result<std::unique_ptr<Transport>> Node::CreateDataTransport(const JobSpec& job,
   // table, or a reply of that many rows.
   uint64_t widest = 1;
   for (const TableSpec& t : job.tables) widest = std::max<uint64_t>(widest, t.dim);
-  o.max_message_size =
-      std::max<uint64_t>(job.arena_bytes, RequestRingBytes(RequestType::kPushPull, 0,
-                                                           job.max_keys_per_request, widest));
+  o.max_message_size = std::max<uint64_t>(
+      job.arena_bytes,
+      RequestRingBytes(RequestType::kPushPull, 0, job.max_keys_per_request, widest));
   o.max_segments = std::max<uint64_t>(1u << 20, job.max_keys_per_request + 8);
   if (role == Role::kWorker) o.hello_info = EncodeWorkerHello(index);
   FERRY_ASSIGN_OR_RETURN(std::string name, ResolveTransportName(job));
@@ -143,9 +144,15 @@ Result<std::unique_ptr<Transport>> Node::CreateDataTransport(const JobSpec& job,
 Result<ControlClient*> Node::RegisterRole(const JobSpec& job, Role role, uint32_t index,
                                           const std::string& data_address, Transport* data,
                                           std::unique_ptr<ControlClient>* out) {
-  FERRY_ASSIGN_OR_RETURN(*out, ControlClient::Connect(coordinator_address_, job,
-                                                      [data] { data->Wake(); },
-                                                      job.startup_timeout));
+  FERRY_ASSIGN_OR_RETURN(
+      *out, ControlClient::Connect(
+                coordinator_address_, job, [data] { data->Wake(); }, job.startup_timeout));
+  // A worker computes between calls, and a role waits on the control plane alone while the job
+  // starts (Expect): nothing would drive its data transport, and a tcp peer that hears nothing
+  // for peer_timeout declares the connection dead. The pump thread drives it meanwhile; an
+  // empty Poll takes no completions from the owner.
+  (*out)->SetIdleHook([data] { (void)data->Poll(std::span<Completion>()); },
+                      std::max(Millis(1), job.peer_timeout / 4));
   ControlMessage reg;
   reg.kind = ControlKind::kRegister;
   reg.rank = static_cast<uint32_t>(env_.rank);
@@ -194,16 +201,17 @@ Status Node::StartRoles(const JobSpec& job) {
         ready.kind = ControlKind::kReady;
         s = server_control_->Send(ready);
       }
-      if (s.ok()) s = Expect(server_control_.get(), ControlKind::kStart, timeout, who, stopping_).status();
+      if (s.ok())
+        s = Expect(server_control_.get(), ControlKind::kStart, timeout, who, stopping_).status();
       if (s.ok()) s = server_->Serve(server_control_.get());
       server_status_ = s.ok() ? s : s.Annotate(who + " (rank " + std::to_string(env_.rank) + ")");
     });
   }
   if (worker_ != nullptr) {
     const std::string who = "worker " + std::to_string(roles_.worker);
-    FERRY_ASSIGN_OR_RETURN(ControlMessage mem, Expect(worker_control_.get(),
-                                                      ControlKind::kMembership,
-                                                      job.startup_timeout, who, stopping_));
+    FERRY_ASSIGN_OR_RETURN(ControlMessage mem,
+                           Expect(worker_control_.get(), ControlKind::kMembership,
+                                  job.startup_timeout, who, stopping_));
     FERRY_RETURN_IF_ERROR(
         worker_->ConnectServers(mem.members, worker_control_.get(), job.startup_timeout));
     ControlMessage ready;
@@ -260,6 +268,11 @@ Node::~Node() {
   stopping_ = true;
   if (server_ != nullptr) server_->RequestStop();
   if (server_thread_.joinable()) server_thread_.join();
+  // The control clients go first: their pump threads call into the roles' data transports
+  // (Wake on each message or failure, the idle hook), which die with the worker and the server.
+  // Leaving the control plane first also tells the coordinator at once that this rank is gone.
+  worker_control_.reset();
+  server_control_.reset();
   // A colocated rank's worker and server are connected to each other: closing an endpoint
   // (ucx) waits for the peer's transport to take part, and one destroyed after the other would
   // wait its whole close timeout for a peer nobody drives any more. Both go down at once.

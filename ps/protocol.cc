@@ -44,8 +44,8 @@ Status ParseRequest(std::span<const uint8_t> ring, uint64_t offset,
   // Framing: everything here is a protocol violation.
   if (offset % kRequestAlign != 0 || offset > ring.size() ||
       ring.size() - offset < sizeof(RequestHeader)) {
-    return ProtocolError("request at ring offset " + std::to_string(offset) +
-                         " is outside the " + std::to_string(ring.size()) + "-byte staging ring");
+    return ProtocolError("request at ring offset " + std::to_string(offset) + " is outside the " +
+                         std::to_string(ring.size()) + "-byte staging ring");
   }
   RequestView& v = *out;
   v.offset = offset;
@@ -79,7 +79,7 @@ Status ParseRequest(std::span<const uint8_t> ring, uint64_t offset,
     return InvalidArgument("table " + std::to_string(h.table) + " has width " +
                            std::to_string(t.dim) + ", the request says " + std::to_string(h.dim));
   }
-  if ((h.flags & ~(kFlagFp16Grads | kFlagFp16Rows)) != 0) {
+  if ((h.flags & ~(kFlagFp16Grads | kFlagFp16Rows | kFlagWantSlots)) != 0) {
     return InvalidArgument("request flags 0x" + std::to_string(h.flags) + " are unknown");
   }
   if (h.num_keys == 0) return InvalidArgument("request carries no key");
@@ -109,9 +109,51 @@ Status ParseRequest(std::span<const uint8_t> ring, uint64_t offset,
   } else if ((h.flags & kFlagFp16Rows) != 0) {
     return InvalidArgument("fp16 rows requested on a push");
   }
+  if ((h.flags & kFlagWantSlots) != 0) {
+    if (type != RequestType::kPull) return InvalidArgument("slots requested on a push");
+    const uint64_t need = SlotReplyBytes(h.num_keys, 0);
+    if (h.slots_offset % 8 != 0 || h.slots_bytes < need || h.slots_offset < limits.rows_begin ||
+        h.slots_offset > limits.arena_bytes ||
+        limits.arena_bytes - h.slots_offset < h.slots_bytes) {
+      return OutOfRange(
+          "slot reply [" + std::to_string(h.slots_offset) + ", +" + std::to_string(h.slots_bytes) +
+          ") is unaligned, shorter than the " + std::to_string(need) + " bytes " +
+          std::to_string(h.num_keys) + " slots need, or outside the worker's row area [" +
+          std::to_string(limits.rows_begin) + ", " + std::to_string(limits.arena_bytes) + ")");
+    }
+  }
   const uint8_t* base = ring.data() + offset + sizeof(RequestHeader);
   v.keys = reinterpret_cast<const uint64_t*>(base);  // 64-byte aligned: offset % 64 == 0
   if (type != RequestType::kPull) v.grads = base + uint64_t{h.num_keys} * 8;
+  return Status::Ok();
+}
+
+Status ReadSlotReply(std::span<const uint8_t> area, uint32_t seq, uint32_t num_keys,
+                     SlotReplyView* out) {
+  *out = SlotReplyView{};
+  if (area.size() < sizeof(SlotReplyHeader)) return NotFound("no slot reply (no room for one)");
+  SlotReplyHeader& h = out->header;
+  std::memcpy(&h, area.data(), sizeof h);
+  if (h.magic != kSlotsMagic || h.seq != seq) {
+    return NotFound("no slot reply for request " + std::to_string(seq));
+  }
+  const uint64_t descriptors = uint64_t{h.rows_descriptor_bytes} + h.status_descriptor_bytes;
+  if (h.num_keys != num_keys || SlotReplyBytes(num_keys, descriptors) > area.size()) {
+    return ProtocolError(
+        "slot reply for request " + std::to_string(seq) + " claims " + std::to_string(h.num_keys) +
+        " slots (" + std::to_string(num_keys) + " asked) and " + std::to_string(descriptors) +
+        " descriptor bytes: more than the " + std::to_string(area.size()) + " bytes set aside");
+  }
+  if (h.row_stride == 0 || h.row_stride % 8 != 0 || h.status_offset % 8 != 0) {
+    return ProtocolError("slot reply for request " + std::to_string(seq) +
+                         " has a bad row stride or status offset");
+  }
+  const uint8_t* p = area.data() + sizeof(SlotReplyHeader);
+  out->slots = p;
+  p += uint64_t{num_keys} * 4;
+  out->rows_descriptor = std::span<const uint8_t>(p, h.rows_descriptor_bytes);
+  p += h.rows_descriptor_bytes;
+  out->status_descriptor = std::span<const uint8_t>(p, h.status_descriptor_bytes);
   return Status::Ok();
 }
 

@@ -20,8 +20,15 @@
 // imm = ring offset / 64. The server parses it in place (ParseRequest), then replies:
 //   pull / push-pull: ONE sparse write of the rows straight out of the table's rows buffer
 //                     into arena[dest_offset + i * dest_stride], imm = ReplyImm(kOk, seq);
+//   pull with kFlagWantSlots (one-sided pulls, docs/ps.md): the same rows write WITHOUT a
+//                     notification; once it has completed on the server (its bytes are in the
+//                     arena), a SlotReply into arena[slots_offset] WITH imm = ReplyImm(kOk, seq).
+//                     The notified write is the last to land, so a worker that saw it sees both.
+//                     A server short of scratch space answers as for a plain pull (no SlotReply:
+//                     slots are a hint);
 //   push:             an 8-byte ReplyRecord prefix into the reply slot, imm = ReplyImm(kOk, seq);
-//   error:            a ReplyRecord with the reason into the reply slot, imm = ReplyImm(kError, seq).
+//   error:            a ReplyRecord with the reason into the reply slot, imm = ReplyImm(kError,
+//   seq).
 // The reply slot of a request is [server][seq % max_outstanding]; a worker never has more than
 // max_outstanding requests in flight per server, so slots are never overwritten before read.
 //
@@ -63,6 +70,7 @@ enum RequestFlags : uint8_t {
   kFlagNone = 0,
   kFlagFp16Grads = 1u << 0,  // gradients are IEEE half floats
   kFlagFp16Rows = 1u << 1,   // ship the table's fp16 weight mirror (dest_stride >= 2 * dim)
+  kFlagWantSlots = 1u << 2,  // pull only: also answer each key's slot (SlotReply, below)
 };
 
 struct RequestHeader {
@@ -70,14 +78,20 @@ struct RequestHeader {
   uint8_t type = 0;   // RequestType
   uint8_t flags = 0;  // RequestFlags
   uint16_t table = 0;
-  uint32_t seq = 0;   // per (worker, server): 0, 1, 2, ... in posting order
+  uint32_t seq = 0;  // per (worker, server): 0, 1, 2, ... in posting order
   uint32_t num_keys = 0;
-  uint32_t dim = 0;    // the table's width as the worker knows it
-  uint32_t clock = 0;  // the worker's clock when posted
-  uint64_t dest_offset = 0;   // rows: arena offset of the first row
-  uint32_t dest_stride = 0;   // rows: bytes between consecutive rows in the arena
-  uint32_t payload_bytes = 0; // keys + gradients after the header
-  uint8_t reserved[24] = {};
+  uint32_t dim = 0;            // the table's width as the worker knows it
+  uint32_t clock = 0;          // the worker's clock when posted
+  uint64_t dest_offset = 0;    // rows: arena offset of the first row
+  uint32_t dest_stride = 0;    // rows: bytes between consecutive rows in the arena
+  uint32_t payload_bytes = 0;  // keys + gradients after the header
+  // kFlagWantSlots: where the SlotReply goes (arena offset, 8-aligned, inside the row area) and
+  // how many bytes the worker set aside there; the rows epoch the worker holds a descriptor of
+  // (0: none), so the server sends descriptors only when they changed.
+  uint64_t slots_offset = 0;
+  uint64_t known_epoch = 0;
+  uint32_t slots_bytes = 0;
+  uint8_t reserved[4] = {};
 };
 static_assert(sizeof(RequestHeader) == kRequestAlign);
 
@@ -87,7 +101,9 @@ uint64_t RequestPayloadBytes(RequestType type, uint8_t flags, uint32_t num_keys,
 // Header + payload, rounded up to kRequestAlign: the ring space a request occupies.
 uint64_t RequestRingBytes(RequestType type, uint8_t flags, uint32_t num_keys, uint32_t dim);
 // Bytes of one row in the arena for a pull of this table width.
-inline uint32_t RowWireBytes(uint32_t dim, bool fp16) { return dim * (fp16 ? 2u : 4u); }
+inline uint32_t RowWireBytes(uint32_t dim, bool fp16) {
+  return dim * (fp16 ? 2u : 4u);
+}
 
 struct TableShape {
   uint32_t dim = 0;
@@ -104,7 +120,7 @@ struct RequestLimits {
 // A request parsed in place: pointers into the ring.
 struct RequestView {
   RequestHeader header;
-  uint64_t offset = 0;  // of the header in the ring
+  uint64_t offset = 0;             // of the header in the ring
   const uint64_t* keys = nullptr;  // num_keys
   const uint8_t* grads = nullptr;  // num_keys * dim floats (or halves), push types only
   RequestType type() const { return static_cast<RequestType>(header.type); }
@@ -124,8 +140,12 @@ enum class ReplyKind : uint8_t { kOk = 1, kError = 2 };
 inline uint32_t ReplyImm(ReplyKind kind, uint32_t seq) {
   return (static_cast<uint32_t>(kind) << 28) | (seq & 0xffffffu);
 }
-inline ReplyKind ReplyImmKind(uint32_t imm) { return static_cast<ReplyKind>(imm >> 28); }
-inline uint32_t ReplyImmSeq(uint32_t imm) { return imm & 0xffffffu; }
+inline ReplyKind ReplyImmKind(uint32_t imm) {
+  return static_cast<ReplyKind>(imm >> 28);
+}
+inline uint32_t ReplyImmSeq(uint32_t imm) {
+  return imm & 0xffffffu;
+}
 
 // What the server writes into a reply slot. An ok push ack writes only the first 8 bytes.
 struct ReplyRecord {
@@ -154,6 +174,76 @@ inline uint64_t ReplySlotsBytes(uint32_t servers, uint32_t max_outstanding) {
 inline uint64_t ReplySlotOffset(uint32_t server, uint32_t seq, uint32_t max_outstanding) {
   return (uint64_t{server} * max_outstanding + seq % max_outstanding) * kReplySlotBytes;
 }
+
+// ---- One-sided pulls (docs/ps.md, "One-sided pulls") -----------------------------------------
+//
+// What a server writes at arena[slots_offset] for a pull with kFlagWantSlots:
+//
+//   struct SlotReply {
+//     SlotReplyHeader header;               // 48 bytes
+//     uint32_t slots[num_keys];             // slot of keys[i] in the table, kNoSlot if refused
+//     uint8_t  rows_descriptor[rows_descriptor_bytes];      // EncodeRemoteRegion, or absent
+//     uint8_t  status_descriptor[status_descriptor_bytes];  // EncodeRemoteRegion, or absent
+//   };
+//
+// A worker reads row `slot` of the table as [slot * row_stride, + embedding_offset + 4 * dim) of
+// the rows region: key word, metadata, embedding. The descriptors are sent when the request's
+// known_epoch differs from `epoch` (and fit into slots_bytes); the status region holds one
+// uint64_t reuse generation per table, at status_offset, that the server increments before it
+// may erase any row of the table (so a slot could be handed to another key).
+inline constexpr uint32_t kSlotsMagic = 0x314c5346;  // "FSL1"
+inline constexpr uint32_t kNoSlotValue = 0xffffffffu;
+// Upper bound a worker sets aside for the two descriptors (ucx packs its keys in a few hundred
+// bytes; verbs and tcp in tens).
+inline constexpr uint32_t kSlotsDescriptorRoom = 4096;
+
+enum SlotReplyFlags : uint32_t {
+  // The table may erase rows (a max_rows bound evicts): slots can be reused by other keys. A
+  // worker must read the reuse generation after its rows and find it unchanged.
+  kSlotsMayReuse = 1u << 0,
+  // The rows registration never changes while the job runs (no growth possible): a read with
+  // this descriptor can never be refused as stale.
+  kSlotsStableRegion = 1u << 1,
+};
+
+struct SlotReplyHeader {
+  uint32_t magic = kSlotsMagic;
+  uint32_t seq = 0;         // the request's
+  uint64_t epoch = 0;       // registration epoch of the rows when the slots were resolved
+  uint64_t generation = 0;  // the table's reuse generation then
+  uint32_t num_keys = 0;
+  uint32_t flags = 0;       // SlotReplyFlags
+  uint32_t row_stride = 0;  // bytes between slots in the rows region
+  uint32_t embedding_offset = 0;
+  uint16_t rows_descriptor_bytes = 0;
+  uint16_t status_descriptor_bytes = 0;
+  uint32_t status_offset = 0;  // of this table's generation word in the status region
+};
+static_assert(sizeof(SlotReplyHeader) == 48);
+
+// Header + slots + descriptors, rounded up to 8.
+inline uint64_t SlotReplyBytes(uint32_t num_keys, uint64_t descriptor_bytes) {
+  return (sizeof(SlotReplyHeader) + uint64_t{num_keys} * 4 + descriptor_bytes + 7) / 8 * 8;
+}
+
+// A SlotReply read back in place (pointers into the arena).
+struct SlotReplyView {
+  SlotReplyHeader header;
+  const uint8_t* slots = nullptr;            // num_keys little uint32_t, unaligned-safe reads only
+  std::span<const uint8_t> rows_descriptor;  // empty if absent
+  std::span<const uint8_t> status_descriptor;  // empty if absent
+  uint32_t slot(size_t i) const {
+    uint32_t s;
+    std::memcpy(&s, slots + i * 4, 4);
+    return s;
+  }
+};
+
+// Checks the SlotReply in `area` (the bytes the worker set aside) against what the worker asked:
+// kNotFound when the server wrote none (no magic or another seq: it answered as a plain pull);
+// kProtocol when it is malformed (counts or lengths past the area).
+Status ReadSlotReply(std::span<const uint8_t> area, uint32_t seq, uint32_t num_keys,
+                     SlotReplyView* out);
 
 // IEEE binary16 conversion (round to nearest even), portable (no F16C needed).
 uint16_t FloatToHalf(float f);

@@ -1,6 +1,7 @@
 // Server setup, worker connections, the serve loop and control commands (see server.h).
 #include "ps/server.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <thread>
@@ -30,6 +31,7 @@ Server::~Server() {
   }
   for (Link& l : links_) l.ring.reset();
   scratch_region_.reset();
+  one_sided_.reset();  // one-sided pulls' registrations (server_onesided.cc)
   for (Table& t : tables_) t.map.reset();
   links_.clear();
   data_.reset();
@@ -73,9 +75,9 @@ Status Server::Init(const std::string& listen_host) {
   links_.resize(workers);
   std::vector<RemoteRegion> advertised;
   for (uint32_t w = 0; w < workers; ++w) {
-    FERRY_ASSIGN_OR_RETURN(links_[w].ring,
-                           data_->RegisterMemory(rings_ + w * job_.staging_bytes,
-                                                 job_.staging_bytes, kAccessRemoteWrite));
+    FERRY_ASSIGN_OR_RETURN(
+        links_[w].ring, data_->RegisterMemory(rings_ + w * job_.staging_bytes, job_.staging_bytes,
+                                              kAccessRemoteWrite));
     advertised.push_back(links_[w].ring->descriptor());
     for (uint32_t i = 2 * job_.max_outstanding; i-- > 0;) {
       links_[w].free_scratch.push_back(w * 2 * job_.max_outstanding + i);
@@ -83,9 +85,9 @@ Status Server::Init(const std::string& listen_host) {
   }
   for (const Table& t : tables_) advertised.push_back(t.map->descriptor());
   scratch_.resize(size_t{workers} * 2 * job_.max_outstanding);
-  FERRY_ASSIGN_OR_RETURN(scratch_region_,
-                         data_->RegisterMemory(scratch_.data(), scratch_.size() * sizeof(ReplyRecord),
-                                               kAccessLocal));
+  FERRY_ASSIGN_OR_RETURN(
+      scratch_region_,
+      data_->RegisterMemory(scratch_.data(), scratch_.size() * sizeof(ReplyRecord), kAccessLocal));
   data_->Advertise(std::move(advertised));
   auto addr = data_->Listen(listen_host + ":0");
   if (!addr.ok()) {
@@ -155,9 +157,10 @@ Status Server::AcceptWorkers(ControlClient* control, Millis timeout) {
     auto w = DecodeWorkerHello((*ep)->peer_info());
     if (!w.ok() || *w >= job_.workers || links_[*w].ep != nullptr) {
       (*ep)->Close();
-      std::fprintf(stderr, "ferry server %u: refused a data connection from %s: %s\n", index_,
-                   (*ep)->peer_address().c_str(),
-                   w.ok() ? "duplicate or out-of-range worker index" : w.status().ToString().c_str());
+      std::fprintf(
+          stderr, "ferry server %u: refused a data connection from %s: %s\n", index_,
+          (*ep)->peer_address().c_str(),
+          w.ok() ? "duplicate or out-of-range worker index" : w.status().ToString().c_str());
       continue;
     }
     Link& l = links_[*w];
@@ -186,8 +189,8 @@ void Server::FailWorker(uint32_t w, const Status& why) {
   // to report.
   if (worker_failure_.ok()) {
     worker_failure_ = Status(why.code() == Code::kOk ? Code::kPeerFailure : why.code(),
-                             "server " + std::to_string(index_) + ": worker " +
-                                 std::to_string(w) + "'s connection failed: " + why.message());
+                             "server " + std::to_string(index_) + ": worker " + std::to_string(w) +
+                                 "'s connection failed: " + why.message());
     worker_failure_deadline_ = Clock::now() + std::min(job_.peer_timeout, Millis(3000));
   }
 }
@@ -224,12 +227,14 @@ void Server::HandleCompletion(const Completion& c, bool defer_notifies) {
   Reply& r = replies_[c.context];
   if (r.table >= 0) --tables_[r.table].inflight;
   if (r.scratch >= 0) links_[r.worker].free_scratch.push_back(static_cast<uint32_t>(r.scratch));
+  const SlotsFollowUp slots = TakeSlotsFollowUp(r);  // one-sided pulls (server_onesided.cc)
   r.busy = false;
   r.table = -1;
   r.scratch = -1;
   r.segments.clear();
   free_replies_.push_back(static_cast<uint32_t>(c.context));
   if (!c.ok()) FailWorker(r.worker, Status(c.code, c.error));
+  FinishSlotsFollowUp(slots, c.ok());  // last: it may grow replies_ (r is dangling then)
 }
 
 Status Server::DrainTable(Table& t) {
@@ -307,7 +312,10 @@ Status Server::Serve(ControlClient* control) {
     for (size_t i = 0; i < n; ++i) {
       if (comps[i].type == OpType::kNotify) HandleCompletion(comps[i], false);
     }
-    if (!fatal_.ok()) return fatal_;
+    if (!fatal_.ok()) {
+      control->ReportFailure(fatal_);
+      return fatal_;
+    }
     while (auto m = control->TryReceive()) {
       switch (m->kind) {
         case ControlKind::kApplyClock: {
@@ -341,10 +349,17 @@ Status Server::Serve(ControlClient* control) {
         FailWorker(w, links_[w].ep->status());
       }
     }
-    Millis idle(1000);
+    // Calls control->TryReceive() at least every peer_timeout / 8 (half its idle hook's
+    // threshold, Node): while this loop runs, it alone drives the data transport.
+    Millis idle = std::clamp(job_.peer_timeout / 8, Millis(1), Millis(1000));
     if (!worker_failure_.ok()) {
-      if (Clock::now() > worker_failure_deadline_) return worker_failure_;
-      idle = Millis(50);
+      if (Clock::now() > worker_failure_deadline_) {
+        // Ours to report (the coordinator said nothing within the grace): tell it, so the job's
+        // failure names the worker and not this server, which leaves now.
+        control->ReportFailure(worker_failure_);
+        return worker_failure_;
+      }
+      idle = std::min(idle, Millis(50));
     }
     if (n == 0) (void)data_->Wait(idle);  // woken by data, or by the control pump
   }

@@ -16,6 +16,14 @@
 // Replies never move a rows buffer while a write out of it is in flight: growth first drains
 // that table's replies.
 //
+// One-sided pulls (server_onesided.cc, docs/ps.md): a pull with kFlagWantSlots is answered with
+// the rows AND each key's slot, the table's epoch and, when the worker's are old, the rows and
+// status descriptors, so that the worker can read those rows itself later. Contract for anything
+// that erases rows of a table while serving (today only ResolveSlots at a max_rows bound): call
+// BumpReuseGeneration(t) BEFORE the first erase, or a one-sided reader may take another key's
+// row for its own.
+
+//
 // Threading: Serve() runs on one thread (the tables have a single writer); Wake-ups come from
 // the control client's pump thread. Not thread-safe otherwise.
 #pragma once
@@ -44,7 +52,8 @@ struct ServerStats {
   uint64_t keys_pulled = 0, keys_pushed = 0;
   uint64_t rows_created = 0;
   uint64_t rows_restored = 0;
-  uint64_t errors = 0;  // error replies
+  uint64_t errors = 0;        // error replies
+  uint64_t slot_replies = 0;  // pulls answered with slots (one-sided pulls learn them)
 };
 
 class Server {
@@ -104,6 +113,23 @@ class Server {
     uint32_t worker = 0;
     int scratch = -1;
     bool busy = false;
+    // A SlotReply staged in the one-sided scratch (server_onesided.cc): the rows write posts it
+    // when it completes (slots_follow); the SlotReply's own write frees it.
+    int64_t slots_at = -1;
+    uint32_t slots_len = 0;
+    uint32_t seq = 0;
+    uint64_t slots_dest = 0;
+    bool slots_follow = false;
+  };
+  struct SlotsFollowUp {  // taken out of a completed Reply
+    int64_t at = -1;
+    uint32_t len = 0, worker = 0, seq = 0;
+    uint64_t dest = 0;
+    bool post = false;
+  };
+  struct OneSided;  // scratch for SlotReplies, reuse generations, their registrations
+  struct OneSidedDeleter {
+    void operator()(OneSided* p) const;  // server_onesided.cc (OneSided is complete there)
   };
 
   Server(const JobSpec& job, uint32_t index, std::unique_ptr<Transport> data);
@@ -127,6 +153,17 @@ class Server {
   // Handles completions until table t has no reply in flight (notifications are queued).
   Status DrainTable(Table& t);
   void HandleCompletion(const Completion& c, bool defer_notifies);
+  // One-sided pulls (server_onesided.cc). StageSlotReply writes the SlotReply of `req` into
+  // scratch and returns its offset, or -1 when there is no room (the pull is then answered
+  // without slots). TakeSlotsFollowUp empties a completed Reply's slot fields; FinishSlotsFollowUp
+  // then posts the SlotReply write (notified) or frees the scratch.
+  int64_t StageSlotReply(const RequestView& req, const Table& t, const std::vector<uint32_t>& slots,
+                         uint32_t* len);
+  void FreeSlotReply(int64_t at, uint32_t len);
+  static SlotsFollowUp TakeSlotsFollowUp(Reply& r);
+  void FinishSlotsFollowUp(const SlotsFollowUp& f, bool ok);
+  void BumpReuseGeneration(size_t t);
+  OneSided& one_sided();
   void FailWorker(uint32_t w, const Status& why);
 
   JobSpec job_;
@@ -148,6 +185,7 @@ class Server {
   std::deque<Completion> deferred_;  // notifications that arrived during a drain
   std::vector<uint32_t> slots_;      // scratch for ResolveSlots
   std::vector<float> grad_scratch_;  // fp16 gradients converted for one row
+  std::unique_ptr<OneSided, OneSidedDeleter> one_sided_;  // on first use; dies before data_
   std::atomic<bool> stop_{false};
   Status fatal_;           // ends Serve at once (a broken invariant, a protocol violation)
   Status worker_failure_;  // a worker's connection failed; ends Serve after a grace period

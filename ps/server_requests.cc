@@ -60,8 +60,9 @@ Status Server::HandleRequest(uint32_t w, const RequestView& req) {
       return SendRecord(w, req.header.seq, Status::Ok());
     case RequestType::kPushPull:
       if (job_.consistency.kind == Consistency::kBsp) {
-        return Unsupported("push-pull under BSP: a push is applied only at the clock boundary; "
-                           "push, call Clock(), then pull");
+        return Unsupported(
+            "push-pull under BSP: a push is applied only at the clock boundary; "
+            "push, call Clock(), then pull");
       }
       ++stats_.push_pulls;
       stats_.keys_pushed += req.header.num_keys;
@@ -91,6 +92,11 @@ Status Server::ResolveSlots(Table& t, const uint64_t* keys, uint32_t n,
   const bool bounded = t.spec.max_rows != 0;
   if (room < n || (bounded && m.size() + n > t.spec.max_rows)) {
     FERRY_RETURN_IF_ERROR(DrainTable(t));
+    // At the bound Access() may erase rows and hand their slots to other keys: one-sided
+    // readers must see that before any slot changes hands (server_onesided.cc).
+    if (bounded && m.size() + n > t.spec.max_rows) {
+      BumpReuseGeneration(static_cast<size_t>(&t - tables_.data()));
+    }
     if (room < n && !bounded) {
       FERRY_RETURN_IF_ERROR(m.Reserve(std::max(2 * m.capacity(), m.size() + n)));
     }
@@ -194,10 +200,15 @@ Status Server::ReplyRows(uint32_t w, const RequestView& req) {
     free_replies_.push_back(r);
     return SendRecord(w, req.header.seq, Status::Ok());
   }
+  // A pull that wants slots: the rows go unnotified, the SlotReply follows them once they have
+  // landed and carries the notification (server_onesided.cc).
+  uint32_t slots_len = 0;
+  const int64_t slots_at =
+      (req.header.flags & kFlagWantSlots) != 0 ? StageSlotReply(req, t, slots_, &slots_len) : -1;
   Op op;
   op.type = OpType::kSparseWrite;
-  op.flags = kOpNotify;
-  op.imm = ReplyImm(ReplyKind::kOk, req.header.seq);
+  op.flags = slots_at >= 0 ? kOpNone : kOpNotify;
+  op.imm = slots_at >= 0 ? 0 : ReplyImm(ReplyKind::kOk, req.header.seq);
   op.ep = l.ep.get();
   op.context = r;
   op.local = m.region();
@@ -209,8 +220,14 @@ Status Server::ReplyRows(uint32_t w, const RequestView& req) {
     reply.busy = false;
     segs.clear();
     free_replies_.push_back(r);
+    FreeSlotReply(slots_at, slots_len);
     return st.Annotate("post the rows reply");
   }
+  reply.slots_at = slots_at;
+  reply.slots_len = slots_len;
+  reply.seq = req.header.seq;
+  reply.slots_dest = req.header.slots_offset;
+  reply.slots_follow = slots_at >= 0;
   reply.table = static_cast<int>(&t - tables_.data());
   ++t.inflight;
   return Status::Ok();

@@ -28,6 +28,7 @@ Worker::~Worker() {
     if (l.ep) l.ep->Close();
   }
   st_->tickets.clear();
+  st_->slot_caches.clear();  // one-sided pulls' remote keys (worker_onesided.cc)
   for (ServerLink& l : st_->servers) l.ring.reset();
   st_->arena.reset();
   st_->send.reset();
@@ -52,10 +53,10 @@ Result<std::unique_ptr<Worker>> Worker::Create(const JobSpec& job, uint32_t inde
   // Shareable memory: a same-host server over ucx copies rows into it with memcpy.
   FERRY_ASSIGN_OR_RETURN(st.arena_memory, ShareableMemory::Allocate(job.arena_bytes));
   FERRY_ASSIGN_OR_RETURN(st.send_memory, ShareableMemory::Allocate(job.send_bytes));
-  FERRY_ASSIGN_OR_RETURN(st.arena, w->data_->RegisterMemory(st.arena_memory.data(),
-                                                            job.arena_bytes, kAccessRemoteWrite));
-  FERRY_ASSIGN_OR_RETURN(st.send, w->data_->RegisterMemory(st.send_memory.data(),
-                                                           job.send_bytes, kAccessLocal));
+  FERRY_ASSIGN_OR_RETURN(st.arena, w->data_->RegisterMemory(st.arena_memory.data(), job.arena_bytes,
+                                                            kAccessRemoteWrite));
+  FERRY_ASSIGN_OR_RETURN(
+      st.send, w->data_->RegisterMemory(st.send_memory.data(), job.send_bytes, kAccessLocal));
   st.rows_alloc = RangeAllocator(slots, job.arena_bytes, 64);
   st.send_alloc = RangeAllocator(0, job.send_bytes, 64);
   w->data_->Advertise({st.arena->descriptor()});
@@ -226,9 +227,14 @@ void Worker::OnNotify(uint32_t s, uint32_t imm) {
     slot->free = true;
     FreeRingSlots(l);
   }
+  if (!st.fallbacks.empty()) PostFallbacks();  // ring space came back (worker_onesided.cc)
 }
 
 void Worker::OnSendDone(const Completion& c) {
+  if (c.context & kReadContextBit) {  // a one-sided pull's read (worker_onesided.cc)
+    OnReadDone(c);
+    return;
+  }
   const Ticket t = c.context >> kContextShift;
   auto it = st_->tickets.find(t);
   if (it == st_->tickets.end()) return;
@@ -283,12 +289,17 @@ Status Worker::WaitFor(const std::function<bool()>& pred, Millis timeout, std::s
         if (Clock::now() - l.failed_at < std::min(job_.peer_timeout, Millis(3000))) continue;
       }
       if (!l.failed.ok()) {
-        return Status(l.failed.code() == Code::kOk ? Code::kPeerFailure : l.failed.code(),
-                      "worker " + std::to_string(index_) + ": server " + std::to_string(s) +
-                          " (rank " + std::to_string(l.member.rank) + ", pid " +
-                          std::to_string(l.member.pid) + " on " + l.member.host +
-                          ") failed while waiting for " + std::string(what) + ": " +
-                          l.failed.message());
+        // The worker is unusable from here on (the link failed for good): later calls return
+        // the same error. The coordinator hears it first, naming the server, before this
+        // worker's own departure can reach it and be taken for the cause.
+        st_->failure = Status(l.failed.code() == Code::kOk ? Code::kPeerFailure : l.failed.code(),
+                              "worker " + std::to_string(index_) + ": server " + std::to_string(s) +
+                                  " (rank " + std::to_string(l.member.rank) + ", pid " +
+                                  std::to_string(l.member.pid) + " on " + l.member.host +
+                                  ") failed while waiting for " + std::string(what) + ": " +
+                                  l.failed.message());
+        if (control_ != nullptr) control_->ReportFailure(st_->failure);
+        return st_->failure;
       }
     }
     if (Clock::now() >= deadline) {
@@ -306,9 +317,9 @@ Status Worker::Wait(Ticket t, Millis timeout) {
     return InvalidArgument("ticket " + std::to_string(t) + " is unknown or released");
   }
   TicketState* tk = it->second.get();
-  FERRY_RETURN_IF_ERROR(WaitFor([tk] { return tk->unreplied == 0; }, timeout,
-                                std::string(RequestTypeName(tk->type)) + " ticket " +
-                                    std::to_string(t)));
+  FERRY_RETURN_IF_ERROR(
+      WaitFor([tk] { return tk->unreplied == 0; }, timeout,
+              std::string(RequestTypeName(tk->type)) + " ticket " + std::to_string(t)));
   return tk->error;
 }
 
@@ -328,7 +339,7 @@ Result<PulledRows> Worker::Rows(Ticket t) const {
   if (tk.unreplied != 0) return InvalidArgument("ticket " + std::to_string(t) + " is not done");
   FERRY_RETURN_IF_ERROR(tk.error);
   PulledRows r;
-  r.base_ = st_->arena->data() + tk.rows->offset;
+  r.base_ = st_->arena->data() + tk.rows->offset + tk.row_prefix;
   r.pos_ = tk.pos.data();
   r.n_ = tk.pos.size();
   r.unique_ = tk.send->n;

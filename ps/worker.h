@@ -49,6 +49,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -67,10 +68,21 @@ using Ticket = uint64_t;
 struct TicketState;
 struct ServerLink;
 struct SendData;
+struct RangePlan;
 
 struct PullOptions {
   bool keys_unique = false;  // the caller promises no repeats: skip the dedupe
   bool fp16 = false;         // ship the table's fp16 mirror (TableSpec::fp16_pull); rows are halves
+  // Read the rows of keys whose slot this worker has learned straight out of the servers' rows
+  // buffers (one sparse read per server, no server CPU on verbs and ucx shared memory); the other
+  // keys take the request path and teach the worker their slots. Rows are checked before they
+  // count (key word; reuse generation on bounded tables); whatever fails a check, or a read
+  // refused as stale after a table grew, is pulled again through the request path, unseen by the
+  // caller. Ignored with fp16 and where the backend cannot read (Capabilities::sparse_read).
+  // Differences from the request path (docs/ps.md "One-sided pulls"): a server with one of this
+  // worker's pushes of the table still unacknowledged is read through the request path (read-your-
+  // writes stays); one-sided reads do not count as sightings for admission or eviction scores.
+  bool one_sided = false;
 };
 
 struct PushOptions {
@@ -126,8 +138,13 @@ struct WorkerStats {
   uint64_t pulls = 0, pushes = 0, requests = 0;
   uint64_t keys_pulled = 0, keys_pushed = 0;  // unique keys sent
   uint64_t bytes_sent = 0, bytes_received = 0;
-  uint64_t filtered = 0;  // gradient rows dropped by the significance filter
+  uint64_t filtered = 0;         // gradient rows dropped by the significance filter
   uint64_t waits_for_space = 0;  // requests that waited for ring/arena space or a reply slot
+  // One-sided pulls.
+  uint64_t one_sided_reads = 0;      // sparse reads posted (one per server and pull, or more)
+  uint64_t keys_one_sided = 0;       // keys whose rows a one-sided read delivered
+  uint64_t one_sided_fallbacks = 0;  // keys re-requested after a failed check or a stale read
+  uint64_t slots_learned = 0;        // slots taken from SlotReplies into the cache
 };
 
 class Worker {
@@ -155,8 +172,8 @@ class Worker {
   Result<Ticket> Pull(uint32_t table, std::span<const uint64_t> keys,
                       const PullOptions& options = {});
   // grads: keys.size() rows of dim floats; rows of repeated keys are summed.
-  Result<Ticket> Push(uint32_t table, std::span<const uint64_t> keys,
-                      std::span<const float> grads, const PushOptions& options = {});
+  Result<Ticket> Push(uint32_t table, std::span<const uint64_t> keys, std::span<const float> grads,
+                      const PushOptions& options = {});
   // Push, then the updated rows of the same keys (not under BSP).
   Result<Ticket> PushPull(uint32_t table, std::span<const uint64_t> keys,
                           std::span<const float> grads, const PullOptions& options = {});
@@ -224,7 +241,37 @@ class Worker {
   Status AggregateGrads(TicketState& tk, std::span<const float> grads);
   // The keys and gradients a push sends: `src` itself, or a filtered / fp16 copy.
   Result<std::shared_ptr<SendData>> PushData(const std::shared_ptr<SendData>& src, uint32_t dim);
-  Status PostRequests(TicketState& tk);
+  // Sets aside `headers` request headers in the send buffer (tk.headers), waiting for space.
+  Status AllocHeaders(TicketState& tk, uint64_t headers);
+  // Posts the requests of `ranges` (nullptr: every server's whole group), waiting for ring
+  // space; unless tk.headers was set aside before, `spare_headers` more request headers are set
+  // aside for fallbacks.
+  Status PostRequests(TicketState& tk, const std::vector<RangePlan>* ranges = nullptr,
+                      uint64_t spare_headers = 0);
+  // Fills the header of request `header` (ring offset `at`, `seq`) for positions
+  // [begin, begin + n) of `data` on `server`, records it in tk and returns its write.
+  Op BuildRequest(TicketState& tk, const SendData& data, uint32_t server, uint32_t begin,
+                  uint32_t n, uint64_t at, uint32_t seq, uint8_t flags);
+  // Ring space and a seq now, or nullopt (no waiting).
+  std::optional<uint64_t> TryReserveRing(uint32_t server, uint64_t bytes, Ticket ticket,
+                                         uint32_t* seq);
+  // Keys per request for this ticket (max_keys_per_request, and at most half the ring).
+  uint32_t KeysPerRequest(const TicketState& tk, bool grads) const;
+
+  // One-sided pulls (worker_onesided.cc).
+  Result<Ticket> PullOneSided(uint32_t table, std::span<const uint64_t> keys,
+                              const PullOptions& options);
+  // Reads the SlotReplies of finished want-slots requests into the slot caches.
+  void LearnSlots();
+  // Sets aside a SlotReply area for a request of n keys and records what to learn from it;
+  // false (the request goes without slots) when the arena has no room now.
+  bool PlanSlotReply(TicketState& tk, uint32_t server, uint32_t begin, uint32_t n, uint32_t seq,
+                     RequestHeader* hdr);
+  // A completion of a one-sided read (context has kReadContextBit).
+  void OnReadDone(const Completion& c);
+  void FinishRead(TicketState& tk, size_t read);
+  // Posts queued fallbacks as far as ring space allows (no waiting).
+  void PostFallbacks();
   // Ring space and a seq on `server`. Before it waits for space it posts `pending` (requests
   // already holding earlier seqs must be on their way, or their replies never come).
   Result<uint64_t> ReserveRing(uint32_t server, uint64_t bytes, Ticket ticket, uint32_t* seq,

@@ -80,8 +80,9 @@ Status Worker::PrepareKeys(TicketState& tk, std::span<const uint64_t> keys, bool
   auto at = st.send_alloc.Allocate(uint64_t{m} * 8);
   while (!at) {  // send space returns when older tickets' sends complete and they are released
     stats_.waits_for_space++;
-    FERRY_RETURN_IF_ERROR(WaitFor([&] { return (at = st.send_alloc.Allocate(uint64_t{m} * 8)).has_value(); },
-                                  job_.peer_timeout * 4, "send-buffer space (release tickets?)"));
+    FERRY_RETURN_IF_ERROR(
+        WaitFor([&] { return (at = st.send_alloc.Allocate(uint64_t{m} * 8)).has_value(); },
+                job_.peer_timeout * 4, "send-buffer space (release tickets?)"));
   }
   send->keys = std::make_unique<Block>(&st.send_alloc, *at, uint64_t{m} * 8);
   uint64_t* out = reinterpret_cast<uint64_t*>(st.send->data() + *at);
@@ -124,7 +125,7 @@ Status Worker::PrepareKeys(TicketState& tk, std::span<const uint64_t> keys, bool
 Status Worker::AllocRows(TicketState& tk) {
   State& st = *st_;
   const TableSpec& t = job_.tables[tk.table];
-  tk.row_bytes = RowWireBytes(t.dim, tk.fp16_rows);
+  if (tk.row_bytes == 0) tk.row_bytes = RowWireBytes(t.dim, tk.fp16_rows);  // one-sided: set
   const uint64_t bytes = uint64_t{tk.send->n} * tk.row_bytes;
   FERRY_RETURN_IF_ERROR(FitsAtAll(
       st.rows_alloc, bytes, "the rows of " + std::to_string(tk.send->n) + " keys", "arena_bytes"));
@@ -249,53 +250,26 @@ Result<std::shared_ptr<SendData>> Worker::PushData(const std::shared_ptr<SendDat
   return out;
 }
 
-Result<uint64_t> Worker::ReserveRing(uint32_t server, uint64_t bytes, Ticket ticket,
-                                     uint32_t* seq, std::vector<Op>* pending) {
-  ServerLink& l = st_->servers[server];
-  if (bytes > l.ring_bytes) {
-    return InvalidArgument("a request of " + std::to_string(bytes) +
-                           " bytes does not fit the staging ring (" +
-                           std::to_string(l.ring_bytes) +
-                           " bytes): lower max_keys_per_request or raise staging_bytes");
-  }
+std::optional<uint64_t> RingSpace(const ServerLink& l, uint64_t bytes, uint32_t max_outstanding) {
   // First free range after the newest slot, or at the start when the ring wraps.
-  auto find = [&]() -> std::optional<uint64_t> {
-    if (l.unreplied >= job_.max_outstanding) return std::nullopt;
-    if (l.slots.empty()) return uint64_t{0};
-    const uint64_t first = l.slots.front().offset;
-    const uint64_t end = l.slots.back().offset + l.slots.back().bytes;
-    if (end > first) {
-      if (l.ring_bytes - end >= bytes) return end;
-      if (first >= bytes) return uint64_t{0};
-      return std::nullopt;
-    }
-    if (first - end >= bytes) return end;
+  if (l.unreplied >= max_outstanding) return std::nullopt;
+  if (l.slots.empty()) return uint64_t{0};
+  const uint64_t first = l.slots.front().offset;
+  const uint64_t end = l.slots.back().offset + l.slots.back().bytes;
+  if (end > first) {
+    if (l.ring_bytes - end >= bytes) return end;
+    if (first >= bytes) return uint64_t{0};
     return std::nullopt;
-  };
-  auto at = find();
-  if (!at) {
-    stats_.waits_for_space++;
-    if (!pending->empty()) {
-      FERRY_RETURN_IF_ERROR(data_->Post(*pending));
-      pending->clear();
-    }
-    // Space returns with replies. Under BSP, staged pushes hold their space until the clock
-    // is applied: if nothing is outstanding and still nothing fits, waiting cannot help.
-    FERRY_RETURN_IF_ERROR(WaitFor(
-        [&] {
-          at = find();
-          return at.has_value() || (l.unreplied == 0 && !l.slots.empty() && !l.slots.front().free &&
-                                    l.slots.front().replied);
-        },
-        job_.peer_timeout * 4, "staging-ring space on server " + std::to_string(server)));
-    if (!at) {
-      return ResourceExhausted(
-          "the staging ring on server " + std::to_string(server) + " (" +
-          std::to_string(l.ring_bytes) +
-          " bytes) is full of pushes waiting for the BSP clock: call Clock() (or raise "
-          "staging_bytes)");
-    }
   }
+  if (first - end >= bytes) return end;
+  return std::nullopt;
+}
+
+std::optional<uint64_t> Worker::TryReserveRing(uint32_t server, uint64_t bytes, Ticket ticket,
+                                               uint32_t* seq) {
+  ServerLink& l = st_->servers[server];
+  const auto at = RingSpace(l, bytes, job_.max_outstanding);
+  if (!at) return std::nullopt;
   RingSlot slot;
   slot.offset = *at;
   slot.bytes = bytes;
@@ -304,11 +278,134 @@ Result<uint64_t> Worker::ReserveRing(uint32_t server, uint64_t bytes, Ticket tic
   l.slots.push_back(slot);
   ++l.unreplied;
   *seq = slot.seq;
+  return at;
+}
+
+Result<uint64_t> Worker::ReserveRing(uint32_t server, uint64_t bytes, Ticket ticket, uint32_t* seq,
+                                     std::vector<Op>* pending) {
+  ServerLink& l = st_->servers[server];
+  if (bytes > l.ring_bytes) {
+    return InvalidArgument("a request of " + std::to_string(bytes) +
+                           " bytes does not fit the staging ring (" + std::to_string(l.ring_bytes) +
+                           " bytes): lower max_keys_per_request or raise staging_bytes");
+  }
+  if (auto at = TryReserveRing(server, bytes, ticket, seq)) return *at;
+  stats_.waits_for_space++;
+  if (!pending->empty()) {
+    FERRY_RETURN_IF_ERROR(data_->Post(*pending));
+    pending->clear();
+  }
+  // Space returns with replies. Under BSP, staged pushes hold their space until the clock
+  // is applied: if nothing is outstanding and still nothing fits, waiting cannot help.
+  std::optional<uint64_t> at;
+  FERRY_RETURN_IF_ERROR(WaitFor(
+      [&] {
+        at = RingSpace(l, bytes, job_.max_outstanding);
+        return at.has_value() || (l.unreplied == 0 && !l.slots.empty() && !l.slots.front().free &&
+                                  l.slots.front().replied);
+      },
+      job_.peer_timeout * 4, "staging-ring space on server " + std::to_string(server)));
+  if (!at) {
+    return ResourceExhausted(
+        "the staging ring on server " + std::to_string(server) + " (" +
+        std::to_string(l.ring_bytes) +
+        " bytes) is full of pushes waiting for the BSP clock: call Clock() (or raise "
+        "staging_bytes)");
+  }
+  // Nothing else reserved meanwhile: this thread is the only one posting.
+  at = TryReserveRing(server, bytes, ticket, seq);
+  if (!at) return Internal("staging-ring space vanished while reserving it");
   return *at;
 }
 
-Status Worker::PostRequests(TicketState& tk) {
+uint32_t Worker::KeysPerRequest(const TicketState& tk, bool grads) const {
+  // At most max_keys_per_request keys per request, and few enough that a request takes at most
+  // half of the staging ring (wide rows: otherwise it could never fit, and with half two
+  // requests are always in flight).
+  const uint32_t dim = job_.tables[tk.table].dim;
+  const uint64_t grad_elem = job_.fp16_push ? 2 : 4;
+  const uint64_t per_key = 8 + (grads ? uint64_t{dim} * grad_elem : 0);
+  const uint64_t half_ring = job_.staging_bytes / 2 / kRequestAlign * kRequestAlign;
+  const uint64_t fit =
+      half_ring > sizeof(RequestHeader) ? (half_ring - sizeof(RequestHeader)) / per_key : 0;
+  return static_cast<uint32_t>(
+      std::max<uint64_t>(1, std::min<uint64_t>(job_.max_keys_per_request, fit)));
+}
+
+Op Worker::BuildRequest(TicketState& tk, const SendData& data, uint32_t s, uint32_t b, uint32_t n,
+                        uint64_t at, uint32_t seq, uint8_t flags) {
   State& st = *st_;
+  const uint32_t dim = job_.tables[tk.table].dim;
+  const bool pushes = tk.type != RequestType::kPull;
+  const uint64_t grad_elem = (flags & kFlagFp16Grads) ? 2 : 4;
+  const uint64_t h = tk.headers_used++;
+  RequestHeader* hdr = reinterpret_cast<RequestHeader*>(st.send->data() + tk.headers->offset +
+                                                        h * sizeof(RequestHeader));
+  *hdr = RequestHeader{};
+  hdr->type = static_cast<uint8_t>(tk.type);
+  hdr->table = static_cast<uint16_t>(tk.table);
+  hdr->seq = seq;
+  hdr->num_keys = n;
+  hdr->dim = dim;
+  hdr->clock = static_cast<uint32_t>(clock_);
+  if (tk.rows != nullptr) {
+    // One-sided pulls keep a prefix (key word, metadata) before each embedding: the request
+    // path's rows land after it, where PulledRows points.
+    hdr->dest_offset = tk.rows->offset + uint64_t{b} * tk.row_bytes + tk.row_prefix;
+    hdr->dest_stride = tk.row_bytes;
+  }
+  if ((flags & kFlagWantSlots) != 0 && !PlanSlotReply(tk, s, b, n, seq, hdr)) {
+    flags &= static_cast<uint8_t>(~kFlagWantSlots);  // no arena room now: a plain pull
+  }
+  hdr->flags = flags;
+  hdr->payload_bytes = static_cast<uint32_t>(RequestPayloadBytes(tk.type, flags, n, dim));
+  tk.requests.emplace_back();
+  Request& r = tk.requests.back();
+  r.server = s;
+  r.seq = seq;
+  r.segs[0] = Segment{tk.headers->offset + h * sizeof(RequestHeader), at, sizeof(RequestHeader)};
+  r.segs[1] =
+      Segment{data.keys->offset + uint64_t{b} * 8, at + sizeof(RequestHeader), uint64_t{n} * 8};
+  r.nsegs = 2;
+  if (pushes) {
+    r.segs[2] =
+        Segment{data.grads->offset + uint64_t{b} * dim * grad_elem,
+                at + sizeof(RequestHeader) + uint64_t{n} * 8, uint64_t{n} * dim * grad_elem};
+    r.nsegs = 3;
+  }
+  Op op;
+  op.type = OpType::kSparseWrite;
+  op.flags = kOpNotify;
+  op.imm = static_cast<uint32_t>(at / kRequestAlign);
+  op.ep = st.servers[s].ep.get();
+  op.context = (tk.id << kContextShift) | (tk.requests.size() - 1);
+  op.local = st.send.get();
+  op.remote = st.servers[s].ring.get();
+  op.segments = r.segs;
+  op.num_segments = r.nsegs;
+  ++tk.unreplied;
+  ++tk.unsent;
+  ++stats_.requests;
+  return op;
+}
+
+Status Worker::AllocHeaders(TicketState& tk, uint64_t headers) {
+  State& st = *st_;
+  if (headers == 0) return Status::Ok();
+  auto hat = st.send_alloc.Allocate(headers * sizeof(RequestHeader));
+  if (!hat) {
+    FERRY_RETURN_IF_ERROR(WaitFor(
+        [&] { return (hat = st.send_alloc.Allocate(headers * sizeof(RequestHeader))).has_value(); },
+        job_.peer_timeout * 4, "send-buffer space for request headers"));
+  }
+  tk.headers = std::make_unique<Block>(&st.send_alloc, *hat, headers * sizeof(RequestHeader));
+  tk.headers_used = 0;
+  tk.headers_cap = headers;
+  return Status::Ok();
+}
+
+Status Worker::PostRequests(TicketState& tk, const std::vector<RangePlan>* ranges,
+                            uint64_t spare_headers) {
   const TableSpec& table = job_.tables[tk.table];
   const uint32_t dim = table.dim;
   std::shared_ptr<SendData> data = tk.send;
@@ -323,88 +420,39 @@ Status Worker::PostRequests(TicketState& tk) {
   uint8_t flags = 0;
   if (pushes && data->fp16) flags |= kFlagFp16Grads;
   if (tk.fp16_rows) flags |= kFlagFp16Rows;
-  const uint64_t grad_elem = (flags & kFlagFp16Grads) ? 2 : 4;
-  // Requests: per server, chunks of at most max_keys_per_request keys.
-  // At most max_keys_per_request keys per request, and few enough that a request takes at
-  // most half of the staging ring (wide rows: otherwise it could never fit, and with half two
-  // requests are always in flight).
-  const uint64_t per_key = 8 + (pushes ? uint64_t{dim} * grad_elem : 0);
-  const uint64_t half_ring = job_.staging_bytes / 2 / kRequestAlign * kRequestAlign;
-  const uint64_t fit =
-      half_ring > sizeof(RequestHeader) ? (half_ring - sizeof(RequestHeader)) / per_key : 0;
-  const uint32_t cap = static_cast<uint32_t>(
-      std::max<uint64_t>(1, std::min<uint64_t>(job_.max_keys_per_request, fit)));
+  std::vector<RangePlan> all;
+  if (ranges == nullptr) {
+    for (uint32_t s = 0; s < job_.servers; ++s) {
+      all.push_back(RangePlan{s, data->begin[s], data->begin[s + 1], false});
+    }
+    ranges = &all;
+  }
+  // Per range, chunks of at most `cap` keys.
+  const uint32_t cap = KeysPerRequest(tk, pushes);
   uint64_t nreq = 0;
-  for (uint32_t s = 0; s < job_.servers; ++s) {
-    const uint32_t c = data->begin[s + 1] - data->begin[s];
-    nreq += (c + cap - 1) / cap;
+  for (const RangePlan& r : *ranges) nreq += (r.end - r.begin + cap - 1) / cap;
+  if (nreq + spare_headers > kMaxRequestsPerTicket) {
+    return InvalidArgument("too many requests in one call");
   }
-  if (nreq > kMaxRequestsPerTicket) return InvalidArgument("too many requests in one call");
+  if (tk.headers == nullptr) {
+    FERRY_RETURN_IF_ERROR(AllocHeaders(tk, nreq + spare_headers));
+  } else if (tk.headers_cap - tk.headers_used < nreq) {
+    return Internal("request headers set aside too early are too few");
+  }
   if (nreq == 0) return Status::Ok();  // every gradient filtered out: nothing to send
-  auto hat = st.send_alloc.Allocate(nreq * sizeof(RequestHeader));
-  if (!hat) {
-    FERRY_RETURN_IF_ERROR(WaitFor(
-        [&] { return (hat = st.send_alloc.Allocate(nreq * sizeof(RequestHeader))).has_value(); },
-        job_.peer_timeout * 4, "send-buffer space for request headers"));
-  }
-  tk.headers = std::make_unique<Block>(&st.send_alloc, *hat, nreq * sizeof(RequestHeader));
   std::vector<Op> ops;
-  ops.reserve(nreq);
-  uint64_t h = 0;
-  for (uint32_t s = 0; s < job_.servers; ++s) {
-    for (uint32_t b = data->begin[s]; b < data->begin[s + 1]; b += cap, ++h) {
-      const uint32_t n = std::min(cap, data->begin[s + 1] - b);
-      const uint64_t ring_bytes = RequestRingBytes(tk.type, flags, n, dim);
+  ops.reserve(std::min<uint64_t>(nreq, 16));
+  for (const RangePlan& range : *ranges) {
+    const uint8_t f = flags | (range.want_slots ? kFlagWantSlots : 0);
+    for (uint32_t b = range.begin; b < range.end; b += cap) {
+      const uint32_t n = std::min(cap, range.end - b);
       uint32_t seq = 0;
-      auto at = ReserveRing(s, ring_bytes, tk.id, &seq, &ops);
+      auto at = ReserveRing(range.server, RequestRingBytes(tk.type, f, n, dim), tk.id, &seq, &ops);
       if (!at.ok()) {
         if (!ops.empty()) FERRY_RETURN_IF_ERROR(data_->Post(ops));
         return at.status();
       }
-      RequestHeader* hdr = reinterpret_cast<RequestHeader*>(
-          st.send->data() + tk.headers->offset + h * sizeof(RequestHeader));
-      *hdr = RequestHeader{};
-      hdr->type = static_cast<uint8_t>(tk.type);
-      hdr->flags = flags;
-      hdr->table = static_cast<uint16_t>(tk.table);
-      hdr->seq = seq;
-      hdr->num_keys = n;
-      hdr->dim = dim;
-      hdr->clock = static_cast<uint32_t>(clock_);
-      if (tk.rows != nullptr) {
-        hdr->dest_offset = tk.rows->offset + uint64_t{b} * tk.row_bytes;
-        hdr->dest_stride = tk.row_bytes;
-      }
-      hdr->payload_bytes = static_cast<uint32_t>(RequestPayloadBytes(tk.type, flags, n, dim));
-      tk.requests.emplace_back();
-      Request& r = tk.requests.back();
-      r.server = s;
-      r.seq = seq;
-      r.segs[0] = Segment{tk.headers->offset + h * sizeof(RequestHeader), *at,
-                          sizeof(RequestHeader)};
-      r.segs[1] = Segment{data->keys->offset + uint64_t{b} * 8, *at + sizeof(RequestHeader),
-                          uint64_t{n} * 8};
-      r.nsegs = 2;
-      if (pushes) {
-        r.segs[2] = Segment{data->grads->offset + uint64_t{b} * dim * grad_elem,
-                            *at + sizeof(RequestHeader) + uint64_t{n} * 8,
-                            uint64_t{n} * dim * grad_elem};
-        r.nsegs = 3;
-      }
-      Op op;
-      op.type = OpType::kSparseWrite;
-      op.flags = kOpNotify;
-      op.imm = static_cast<uint32_t>(*at / kRequestAlign);
-      op.ep = st.servers[s].ep.get();
-      op.context = (tk.id << kContextShift) | (tk.requests.size() - 1);
-      op.local = st.send.get();
-      op.remote = st.servers[s].ring.get();
-      op.segments = r.segs;
-      op.num_segments = r.nsegs;
-      ops.push_back(op);
-      ++tk.unreplied;
-      ++tk.unsent;
-      ++stats_.requests;
+      ops.push_back(BuildRequest(tk, *data, range.server, b, n, *at, seq, f));
       // Post in batches so that a long request list starts moving before it is complete.
       if (ops.size() == 16) {
         FERRY_RETURN_IF_ERROR(data_->Post(ops));
@@ -419,6 +467,7 @@ Status Worker::PostRequests(TicketState& tk) {
 
 Result<Ticket> Worker::Pull(uint32_t table, std::span<const uint64_t> keys,
                             const PullOptions& options) {
+  if (options.one_sided && !options.fp16) return PullOneSided(table, keys, options);
   FERRY_ASSIGN_OR_RETURN(TicketState * tk, NewTicket(table, RequestType::kPull, options.fp16));
   Status s = PrepareKeys(*tk, keys, options.keys_unique);
   if (s.ok()) s = AllocRows(*tk);
@@ -453,8 +502,7 @@ Result<Ticket> Worker::Push(uint32_t table, std::span<const uint64_t> keys,
 
 Result<Ticket> Worker::PushPull(uint32_t table, std::span<const uint64_t> keys,
                                 std::span<const float> grads, const PullOptions& options) {
-  FERRY_ASSIGN_OR_RETURN(TicketState * tk,
-                         NewTicket(table, RequestType::kPushPull, options.fp16));
+  FERRY_ASSIGN_OR_RETURN(TicketState * tk, NewTicket(table, RequestType::kPushPull, options.fp16));
   Status s = PrepareKeys(*tk, keys, options.keys_unique);
   if (s.ok()) s = AggregateGrads(*tk, grads);
   if (s.ok()) s = AllocRows(*tk);

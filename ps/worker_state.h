@@ -11,6 +11,7 @@
 #include <chrono>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <set>
 #include <unordered_map>
 #include <vector>
@@ -35,9 +36,9 @@ struct Block {
 // Keys (and gradients) of one ticket's requests, grouped by server: the unique keys of server s
 // are at positions [begin[s], begin[s+1]).
 struct SendData {
-  std::unique_ptr<Block> keys;     // uint64_t[n]
-  std::unique_ptr<Block> grads;    // float[n][dim] (or half when fp16)
-  std::vector<uint32_t> begin;     // servers + 1
+  std::unique_ptr<Block> keys;   // uint64_t[n]
+  std::unique_ptr<Block> grads;  // float[n][dim] (or half when fp16)
+  std::vector<uint32_t> begin;   // servers + 1
   uint32_t n = 0;
   bool fp16 = false;
 };
@@ -49,17 +50,78 @@ struct Request {
   uint32_t nsegs = 0;
 };
 
+// ---- One-sided pulls (worker_onesided.cc; docs/ps.md "One-sided pulls") ----------------------
+
+// Completion contexts: requests are ticket << 20 | request index; one-sided reads set this bit
+// too (ticket << 20 | read index), so Progress hands them to OnReadDone.
+inline constexpr uint64_t kReadContextBit = uint64_t{1} << 63;
+
+// What this worker knows of one table's rows on one server: the slots of the keys it learned
+// (SlotReplies) and the rows' registration imported on that server's endpoint.
+struct SlotCache {
+  std::unordered_map<uint64_t, uint32_t> slots;  // key -> slot
+  std::shared_ptr<RemoteKey> rows;    // null: no usable descriptor (none yet, or it went stale)
+  std::shared_ptr<RemoteKey> status;  // the server's reuse generations
+  uint64_t epoch = 0;                 // of `rows`; requests send it as known_epoch
+  uint64_t generation = 0;            // reuse generation the cached slots were resolved under
+  uint32_t row_stride = 0;            // of the server's table
+  uint32_t status_offset = 0;
+  bool may_reuse = false;  // slots can change hands: check the generation after every read
+  bool disabled = false;   // never read one-sided (see worker_onesided.cc)
+};
+
+// The cached keys of one server in a one-sided pull: ticket positions [begin, end), read with
+// one sparse read (several if the backend limits segments or bytes), then checked.
+struct OneSidedRead {
+  uint32_t server = 0;
+  uint32_t begin = 0, end = 0;
+  std::vector<Segment> segments;            // borrowed by the posted reads
+  std::shared_ptr<RemoteKey> rows, status;  // alive until the reads complete
+  uint64_t generation = 0;                  // what the generation read must find
+  std::unique_ptr<Block> generation_word;   // arena bytes the generation read lands on
+  uint32_t status_offset = 0;
+  bool check_generation = false;
+  bool generation_phase = false;  // the generation read is the one in flight
+  uint32_t ops_left = 0;
+  Status error;
+};
+
+// A want-slots request: its SlotReply is read once its ticket has every reply.
+struct SlotLearning {
+  Ticket ticket = 0;
+  uint32_t table = 0, server = 0, seq = 0;
+  uint32_t begin = 0, n = 0;  // positions of its keys in `send`
+  std::shared_ptr<SendData> send;
+  std::shared_ptr<Block> area;  // arena bytes set aside for the SlotReply
+};
+
+// Positions [next, end) of a ticket whose one-sided read failed its checks: they go through the
+// request path (posted as ring space allows; the read's reply count is held until then).
+struct Fallback {
+  Ticket ticket = 0;
+  uint32_t server = 0, next = 0, end = 0;
+};
+
+// A range of a ticket's positions on one server, for PostRequests.
+struct RangePlan {
+  uint32_t server = 0, begin = 0, end = 0;
+  bool want_slots = false;
+};
+
 struct TicketState {
   Ticket id = 0;
   uint32_t table = 0;
   RequestType type = RequestType::kPull;
   bool fp16_rows = false;
-  uint64_t clock = 0;          // worker clock when posted (BSP pushes are held until applied)
-  std::vector<uint32_t> pos;   // input key i -> position among the unique keys
+  uint64_t clock = 0;         // worker clock when posted (BSP pushes are held until applied)
+  std::vector<uint32_t> pos;  // input key i -> position among the unique keys
   std::shared_ptr<SendData> send;
   std::unique_ptr<Block> rows;     // arena rows (pull types)
   std::unique_ptr<Block> headers;  // RequestHeader per request
-  uint32_t row_bytes = 0;
+  uint64_t headers_used = 0, headers_cap = 0;
+  uint32_t row_bytes = 0;           // arena stride of the rows
+  uint32_t row_prefix = 0;          // one-sided: key word and metadata before each embedding
+  std::vector<OneSidedRead> reads;  // one-sided: per server read of the cached keys
   std::deque<Request> requests;
   uint32_t unreplied = 0;  // requests without a reply
   uint32_t unsent = 0;     // sparse writes without a local completion
@@ -90,6 +152,10 @@ struct ServerLink {
   Status failed;
   std::chrono::steady_clock::time_point failed_at;  // when `failed` was first seen while idle
 };
+
+// Where a request of `bytes` fits in the staging ring `l` (FIFO of slots), or nullopt while it
+// does not (or max_outstanding requests await replies).
+std::optional<uint64_t> RingSpace(const ServerLink& l, uint64_t bytes, uint32_t max_outstanding);
 
 // Generation-stamped open-addressing map from key to unique index (no clearing between uses).
 class DedupeMap {
@@ -153,6 +219,11 @@ struct Worker::State {
   std::vector<uint32_t> unique_of;    // scratch: input -> unique
   std::vector<uint32_t> server_of;    // scratch: unique -> server
   std::vector<uint32_t> fill;         // scratch: per-server cursor
+  // One-sided pulls (worker_onesided.cc).
+  std::vector<std::vector<SlotCache>> slot_caches;  // [table][server]
+  std::deque<SlotLearning> learning;
+  std::deque<Fallback> fallbacks;
+  std::vector<uint32_t> slot_of;  // scratch: position -> cached slot
   // Control-plane state.
   Status failure;  // the job failed (a member died): every call returns it
   bool shutdown = false;

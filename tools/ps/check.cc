@@ -109,6 +109,7 @@ Status CheckPushes(ps::Worker& w, uint32_t table, const BenchOptions& o, bool pu
   w.Release(push);
   if (!s.ok()) return s.Annotate("push");
   po.keys_unique = true;
+  po.one_sided = o.one_sided;
   FERRY_ASSIGN_OR_RETURN(ps::Ticket pull, w.Pull(table, unique, po));
   s = w.Wait(pull, limit);
   if (!s.ok()) {
@@ -136,6 +137,7 @@ Status RunCheck(ps::Worker& w, uint32_t table, const BenchOptions& o, uint64_t* 
   const ps::Millis limit = std::max(ps::Millis(120000), o.timeout * 4);
   ps::PullOptions po;
   po.keys_unique = KeysUniqueHint(o);
+  po.one_sided = o.one_sided;  // one-sided rows are checked like the others
   std::vector<float> want(t.dim);
   // A: two batches of pulls against the initializer.
   FERRY_ASSIGN_OR_RETURN(

@@ -77,6 +77,9 @@ void AddFlags(CLI::App& app, CliOptions& c) {
                "first touches insert rows)");
   app.add_flag("--check,!--no-check", c.check,
                "run the untimed checked pass before the timed ones (the default)");
+  app.add_flag("--one-sided", c.one_sided,
+               "pulls read the rows of keys with known slots straight out of the servers' rows "
+               "(PullOptions::one_sided; docs/ps.md)");
   app.add_option("--seed", c.seed, "seed of keys and of the table initializer")
       ->capture_default_str();
   app.add_option("--servers", c.servers, "servers (default: FERRY_SERVERS, else from the ranks)");
@@ -116,6 +119,7 @@ Result<BenchOptions> Resolve(const CliOptions& c, const ps::LaunchEnv& env,
   o.optimizer.learning_rate = c.learning_rate;
   o.populate = c.populate;
   o.check = c.check;
+  o.one_sided = c.one_sided;
   o.seed = c.seed;
   if (!(c.timeout_s > 0 && c.timeout_s <= 3600)) {
     return InvalidArgument("--timeout must be in (0, 3600]");

@@ -40,6 +40,7 @@ struct CliOptions {
   std::string optimizer = "adagrad";
   float learning_rate = 0.05f;
   bool populate = true, check = true;
+  bool one_sided = false;
   uint64_t seed = 1;
   uint32_t servers = 0, workers = 0;  // 0: from the launcher or the rank count
   std::string role_rule = "auto";

@@ -113,8 +113,11 @@ ps::JobSpec BuildJob(const BenchOptions& o) {
   const uint64_t inflight = o.latency ? 1 : o.pipeline;
   const uint64_t row = ps::RowWireBytes(o.dim, false);
   const uint64_t slots = ps::ReplySlotsBytes(o.servers, job.max_outstanding);
-  job.arena_bytes = std::max<uint64_t>(job.arena_bytes,
-                                       RoundUpMiB(slots + 2 * inflight * batch * row + 4 * kMiB));
+  // One-sided pulls: each arena row carries the key word and metadata (24 B), and a request that
+  // teaches slots gets 4 B per key back.
+  const uint64_t arena_row = row + (o.one_sided ? 32 : 0);
+  job.arena_bytes = std::max<uint64_t>(
+      job.arena_bytes, RoundUpMiB(slots + 2 * inflight * batch * arena_row + 4 * kMiB));
   // Keys, gradients and request headers of a push-pull.
   const uint64_t per_op = batch * (8 + row) + (batch / kMaxKeysPerRequest + o.servers) * 64;
   job.send_bytes = std::max<uint64_t>(job.send_bytes, RoundUpMiB(2 * inflight * per_op + 4 * kMiB));

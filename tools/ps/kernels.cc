@@ -45,6 +45,7 @@ Status Populate(ps::Worker& w, uint32_t table, const BenchOptions& o, WorkerResu
   std::vector<uint64_t> keys(chunk);
   ps::PullOptions po;
   po.keys_unique = true;
+  po.one_sided = o.one_sided;  // the servers tell each key's slot: timed pulls read them
   const SteadyClock::time_point start = SteadyClock::now();
   Status s = RunPipelined(
       w, ops, o.pipeline, WaitLimit(o),
@@ -74,6 +75,7 @@ Result<OpResult> MeasureOp(ps::Worker& w, uint32_t table, const BenchOptions& o,
   if (op != BenchOp::kPull) grads = TimedGradients(o.keys, o.dim);
   ps::PullOptions po;
   po.keys_unique = KeysUniqueHint(o);
+  po.one_sided = o.one_sided && op == BenchOp::kPull;
   ps::PushOptions pu;
   pu.keys_unique = po.keys_unique;
   auto issue = [&](uint64_t) -> Result<ps::Ticket> {

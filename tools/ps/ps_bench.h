@@ -69,6 +69,9 @@ struct BenchOptions {
   bool dedupe = false;  // unique keys, but without PullOptions::keys_unique (measures dedupe)
   bool populate = true;
   bool check = true;
+  // Pulls with PullOptions::one_sided (populate and the checked pass too, so slots are learned
+  // before the timed pulls); push-pull and push take the request path as always.
+  bool one_sided = false;
   uint64_t seed = 1;
   ps::OptimizerSpec optimizer;  // Adagrad by default
   // The job (every rank must agree: BuildJob is a function of these fields only).

@@ -234,6 +234,11 @@ std::string FormatText(const BenchReport& r) {
   }
   out += Line("Key space", space);
   out += Line("Keys per op", std::to_string(o.keys) + ", " + Distribution(o));
+  if (o.one_sided) {
+    out += Line("Pulls",
+                "one-sided where slots are known (--one-sided); requests/op counts the "
+                "request path only");
+  }
   out += Line("In flight", o.latency ? std::string("1 op per worker (synchronous)")
                                      : std::to_string(o.pipeline) + " ops per worker");
   out += Line("Iterations", Printf("%u per worker and op (+%u warmup)", o.iters, o.warmup));
@@ -335,6 +340,7 @@ std::string FormatJson(const BenchReport& r) {
         {"optimizer", ps::OptimizerName(o.optimizer.kind)},
         {"learning_rate", Finite(o.optimizer.learning_rate)},
         {"populate", o.populate},
+        {"one_sided", o.one_sided},
         {"check", o.check},
         {"seed", o.seed},
         {"row_bytes", o.dim * 4},
