@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <string>
 #include <utility>
 
@@ -135,6 +136,9 @@ Status MappedBuffer::Resize(size_t bytes) {
   if (data_ == nullptr) return Internal("MappedBuffer::Resize on an empty buffer");
   const size_t size = RoundUpToPage(bytes);
   if (size == size_) return Status::Ok();
+#if defined(__SANITIZE_THREAD__)
+  if (size > size_ && (fd_ >= 0 || mode_ == GrowthMode::kRemap)) return GrowVisibly(size);
+#endif
   if (fd_ >= 0) return ResizeShareable(size);
   if (mode_ == GrowthMode::kRemap) {
     if (huge_pages_ && size > size_ && size >= kHugePage) {
@@ -216,6 +220,40 @@ Status MappedBuffer::ResizeShareable(size_t size) {
   data_ = static_cast<uint8_t*>(p);
   size_ = reserved_ = size;
   ferry::PublishShareableMapping(data_, size_, fd_, 0);
+  return Status::Ok();
+}
+
+// ThreadSanitizer cannot see a raw mremap: the range a mapping moves to keeps the shadow state
+// of whatever was mapped there before (often another thread's table, itself moved away by a raw
+// mremap), so TSan reports races on memory no two threads ever shared. Under TSan, growth moves
+// through intercepted calls instead: a new mapping (TSan resets its shadow), a copy or a second
+// view of the same file, then munmap of the old range. The contract is the same (the address may
+// change, the bytes stay); only the cost differs, which TSan runs do not measure.
+Status MappedBuffer::GrowVisibly(size_t size) {
+  void* p = MAP_FAILED;
+  if (fd_ >= 0) {
+    if (size > file_bytes_) {
+      if (ftruncate(fd_, static_cast<off_t>(size)) != 0) {
+        return IoError("ftruncate grow to " + std::to_string(size) + " bytes", errno);
+      }
+      file_bytes_ = size;
+    }
+    p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+  } else {
+    p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  }
+  if (p == MAP_FAILED) {
+    return IoError("mmap " + std::to_string(size) + " bytes (growth under TSan)", errno);
+  }
+  if (fd_ >= 0) {
+    ferry::WithdrawShareableMapping(data_);
+  } else {
+    std::memcpy(p, data_, size_);
+  }
+  munmap(data_, size_);
+  data_ = static_cast<uint8_t*>(p);
+  size_ = reserved_ = size;
+  if (fd_ >= 0) ferry::PublishShareableMapping(data_, size_, fd_, 0);
   return Status::Ok();
 }
 

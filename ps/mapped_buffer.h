@@ -68,6 +68,8 @@ class MappedBuffer {
   void Release();
   void AdviseHuge();
   Status ResizeShareable(size_t size);
+  // ThreadSanitizer builds only: growth through calls TSan intercepts (see Resize).
+  Status GrowVisibly(size_t size);
 
   uint8_t* data_ = nullptr;
   size_t size_ = 0;

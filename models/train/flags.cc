@@ -81,6 +81,12 @@ void AddTrainFlags(CLI::App& app, TrainOptions* o, TrainFlagText* t) {
       ->check(CLI::IsMember({"auto", "always", "never"}))
       ->capture_default_str();
   app.add_flag("-q,--quiet", o->quiet, "only errors and the final summary");
+  app.add_flag("--fp16-push", o->fp16_push, "pushes ship gradients as fp16 (halves push bytes)")
+      ->group(hyper);
+  app.add_option("--push-filter", o->push_filter,
+                 "significance filter: drop gradient rows whose largest |g| is below this (0: off)")
+      ->check(CLI::Range(0.0f, 1e30f))
+      ->group(hyper);
   app.add_option("--secret", o->secret, "shared secret every connection of the job proves")
       ->group("");
 }

@@ -202,6 +202,8 @@ Result<ps::JobSpec> MakeJob(const TrainOptions& o, const ModelDef& def) {
   job.transport = o.transport;
   job.consistency = o.consistency;
   job.secret = o.secret;
+  job.fp16_push = o.fp16_push;
+  job.push_filter = o.push_filter;
   // Requests of a batch: its unique ids (at most every feature occurrence) fit one request.
   job.max_keys_per_request = 1u << 16;
   uint64_t widest = 1;

@@ -50,6 +50,10 @@ struct TrainOptions {
   std::string transport = "auto";
   ps::ConsistencySpec consistency;  // asp by default
   std::string secret;
+  // Push wire options (ps::JobSpec): fp16 gradients; drop gradient rows whose largest |g| is
+  // below push_filter (0: off). Both off by default.
+  bool fp16_push = false;
+  float push_filter = 0.0f;
 
   // Output.
   std::string model_out;

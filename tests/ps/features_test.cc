@@ -183,11 +183,11 @@ TEST_P(PsFeatures, AdmissionRefusingEveryKeyReadsZeros) {
   closed.optimizer.kind = Optimizer::kSgd;
   closed.admission.kind = AdmissionOptions::Kind::kProbability;
   closed.admission.probability = 0.0;
+  const InitializerSpec init = closed.init;  // `closed` dangles after the push_back below
   TableSpec open = closed;
   open.name = "open";
   open.admission = AdmissionOptions{};
   job.tables.push_back(open);
-  const InitializerSpec init = closed.init;
   std::atomic<size_t> closed_rows{999}, open_rows{0};
   auto outcomes = RunJob(job, [&](Node& node) -> Status {
     if (Worker* w = node.worker()) {

@@ -13,6 +13,10 @@
 //                 ones.
 // The float arithmetic is the same code in the same order on both sides, so rows must agree to
 // the last bit; a 1e-6 relative tolerance keeps the check independent of that detail anyway.
+// Wire options: with --fp16-pull rows arrive as halves and must equal the expected weights
+// rounded to half (the server's mirror is FloatToHalf of the row); with --fp16-push the server
+// applies the summed gradient rounded to half; with --push-filter a key whose summed gradient has
+// no |g| >= the threshold is dropped, so its row must still be the initial one.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -48,13 +52,34 @@ Status CompareRow(const char* what, uint64_t key, const float* got, const float*
   return Status::Ok();
 }
 
+// Row i of a pull, compared with `want` (floats) in the pull's wire format.
+Status CompareRow(const char* what, uint64_t key, const ps::PulledRows& rows, size_t i,
+                  const float* want, uint32_t dim) {
+  if (!rows.fp16()) return CompareRow(what, key, rows[i], want, dim);
+  std::vector<float> got(dim), halved(dim);
+  for (uint32_t d = 0; d < dim; ++d) {
+    got[d] = ps::HalfToFloat(rows.half(i)[d]);
+    halved[d] = ps::HalfToFloat(ps::FloatToHalf(want[d]));
+  }
+  return CompareRow(what, key, got.data(), halved.data(), dim);
+}
+
 // The row the server must hold after one push of `grads_sum` onto a fresh row of `key`.
-void ExpectedAfterPush(const ps::TableSpec& t, uint64_t key, const float* grads_sum, float* w,
-                       std::vector<float>& state) {
+void ExpectedAfterPush(const ps::TableSpec& t, const BenchOptions& o, uint64_t key,
+                       const float* grads_sum, float* w, std::vector<float>& state) {
   ps::InitWeights(t.init, key, t.dim, w);
+  bool significant = o.push_filter <= 0.0f;
+  for (uint32_t d = 0; d < t.dim && !significant; ++d) {
+    significant = std::fabs(grads_sum[d]) >= o.push_filter;
+  }
+  if (!significant) return;  // the worker dropped it
+  std::vector<float> g(grads_sum, grads_sum + t.dim);
+  if (o.fp16_push) {
+    for (float& v : g) v = ps::HalfToFloat(ps::FloatToHalf(v));
+  }
   state.assign(ps::StateFloats(t.optimizer, t.dim), 0.0f);
   ps::InitState(t.optimizer, t.dim, state.data());
-  ps::ApplyUpdate(t.optimizer, t.dim, w, state.data(), grads_sum, /*step=*/1);
+  ps::ApplyUpdate(t.optimizer, t.dim, w, state.data(), g.data(), /*step=*/1);
 }
 
 // B and C: push (or push-pull) the owned keys of `batch`, then verify.
@@ -83,6 +108,7 @@ Status CheckPushes(ps::Worker& w, uint32_t table, const BenchOptions& o, bool pu
   }
   const ps::Millis limit = std::max(ps::Millis(120000), o.timeout * 4);
   ps::PullOptions po;
+  po.fp16 = o.fp16_pull;
   std::vector<float> want(dim), state;
   if (push_pull) {
     FERRY_ASSIGN_OR_RETURN(ps::Ticket pp, w.PushPull(table, keys, grads, po));
@@ -97,8 +123,8 @@ Status CheckPushes(ps::Worker& w, uint32_t table, const BenchOptions& o, bool pu
       return rows.status();
     }
     for (size_t i = 0; i < keys.size() && s.ok(); ++i) {
-      ExpectedAfterPush(t, keys[i], sum[keys[i]].data(), want.data(), state);
-      s = CompareRow("push-pull returned a wrong row", keys[i], (*rows)[i], want.data(), dim);
+      ExpectedAfterPush(t, o, keys[i], sum[keys[i]].data(), want.data(), state);
+      s = CompareRow("push-pull returned a wrong row", keys[i], *rows, i, want.data(), dim);
     }
     w.Release(pp);
     *rows_checked += keys.size();
@@ -122,8 +148,8 @@ Status CheckPushes(ps::Worker& w, uint32_t table, const BenchOptions& o, bool pu
     return rows.status();
   }
   for (size_t i = 0; i < unique.size() && s.ok(); ++i) {
-    ExpectedAfterPush(t, unique[i], sum[unique[i]].data(), want.data(), state);
-    s = CompareRow("a pushed row reads back wrong", unique[i], (*rows)[i], want.data(), dim);
+    ExpectedAfterPush(t, o, unique[i], sum[unique[i]].data(), want.data(), state);
+    s = CompareRow("a pushed row reads back wrong", unique[i], *rows, i, want.data(), dim);
   }
   w.Release(pull);
   *rows_checked += unique.size();
@@ -138,6 +164,7 @@ Status RunCheck(ps::Worker& w, uint32_t table, const BenchOptions& o, uint64_t* 
   ps::PullOptions po;
   po.keys_unique = KeysUniqueHint(o);
   po.one_sided = o.one_sided;  // one-sided rows are checked like the others
+  po.fp16 = o.fp16_pull;
   std::vector<float> want(t.dim);
   // A: two batches of pulls against the initializer.
   FERRY_ASSIGN_OR_RETURN(
@@ -152,8 +179,8 @@ Status RunCheck(ps::Worker& w, uint32_t table, const BenchOptions& o, uint64_t* 
       s = rows.status();
       for (size_t i = 0; i < keys.size() && s.ok(); ++i) {
         ps::InitWeights(t.init, keys[i], t.dim, want.data());
-        s = CompareRow("a pulled row differs from the initializer", keys[i], (*rows)[i],
-                       want.data(), t.dim);
+        s = CompareRow("a pulled row differs from the initializer", keys[i], *rows, i, want.data(),
+                       t.dim);
       }
     }
     w.Release(p);
@@ -166,6 +193,7 @@ Status RunCheck(ps::Worker& w, uint32_t table, const BenchOptions& o, uint64_t* 
                          KeyBatches::Create(o.key_spec, CheckBatch(o),
                                             BatchSeed(o.seed, w.index(), kPhaseCheck + 1), 1));
   FERRY_RETURN_IF_ERROR(CheckPushes(w, table, o, /*push_pull=*/false, pushes.Next(), rows_checked));
+  if (o.push_filter > 0) return Status::Ok();  // no filtered push-pulls (ps/job.h)
   FERRY_ASSIGN_OR_RETURN(KeyBatches pushpulls,
                          KeyBatches::Create(o.key_spec, CheckBatch(o),
                                             BatchSeed(o.seed, w.index(), kPhaseCheck + 2), 1));

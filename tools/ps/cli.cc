@@ -80,6 +80,14 @@ void AddFlags(CLI::App& app, CliOptions& c) {
   app.add_flag("--one-sided", c.one_sided,
                "pulls read the rows of keys with known slots straight out of the servers' rows "
                "(PullOptions::one_sided; docs/ps.md)");
+  app.add_flag("--fp16-pull", c.fp16_pull,
+               "the table keeps an fp16 mirror of its weights and pulls ship it: 2 bytes per "
+               "weight, still straight out of the rows (TableSpec::fp16_pull)");
+  app.add_flag("--fp16-push", c.fp16_push, "pushes ship gradients as fp16 (JobSpec::fp16_push)");
+  app.add_option("--push-filter", c.push_filter,
+                 "significance filter: pushes drop gradient rows whose largest |g| is below this "
+                 "(0: off; timed gradients are uniform in [-0.05, 0.05])")
+      ->capture_default_str();
   app.add_option("--seed", c.seed, "seed of keys and of the table initializer")
       ->capture_default_str();
   app.add_option("--servers", c.servers, "servers (default: FERRY_SERVERS, else from the ranks)");
@@ -120,6 +128,16 @@ Result<BenchOptions> Resolve(const CliOptions& c, const ps::LaunchEnv& env,
   o.populate = c.populate;
   o.check = c.check;
   o.one_sided = c.one_sided;
+  o.fp16_pull = c.fp16_pull;
+  o.fp16_push = c.fp16_push;
+  if (!(c.push_filter >= 0.0f && c.push_filter < 1e30f)) {
+    return InvalidArgument("--push-filter must be a finite number >= 0");
+  }
+  o.push_filter = c.push_filter;
+  if (o.push_filter > 0 && c.ops == "all") {
+    // The library refuses filtered push-pulls (ps/job.h): "all" means pull and push here.
+    std::erase(o.ops, BenchOp::kPushPull);
+  }
   o.seed = c.seed;
   if (!(c.timeout_s > 0 && c.timeout_s <= 3600)) {
     return InvalidArgument("--timeout must be in (0, 3600]");

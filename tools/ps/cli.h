@@ -41,6 +41,8 @@ struct CliOptions {
   float learning_rate = 0.05f;
   bool populate = true, check = true;
   bool one_sided = false;
+  bool fp16_pull = false, fp16_push = false;
+  float push_filter = 0.0f;
   uint64_t seed = 1;
   uint32_t servers = 0, workers = 0;  // 0: from the launcher or the rank count
   std::string role_rule = "auto";

@@ -75,6 +75,11 @@ Status ValidateOptions(const BenchOptions& o) {
   if (o.dedupe && o.key_spec.dist != KeySpec::Dist::kUnique) {
     return InvalidArgument("--dedupe applies to --unique keys (Zipf keys are always deduped)");
   }
+  if (o.push_filter > 0 &&
+      std::find(o.ops.begin(), o.ops.end(), BenchOp::kPushPull) != o.ops.end()) {
+    return InvalidArgument("--push-filter cannot be combined with push-pull (the library refuses "
+                           "filtered push-pulls)");
+  }
   Status s = ValidateKeySpec(o.key_spec, o.keys);
   if (!s.ok()) return s;
   s = ps::ValidateOptimizer(o.optimizer);
@@ -97,6 +102,7 @@ ps::JobSpec BuildJob(const BenchOptions& o) {
   t.init.b = 0.5f;
   t.init.seed = o.seed;
   t.initial_rows = TableInitialRows(o);
+  t.fp16_pull = o.fp16_pull;
   job.tables.push_back(t);
   job.consistency = ps::ConsistencySpec{ps::Consistency::kAsp, 0};
   job.servers = o.servers;
@@ -107,6 +113,8 @@ ps::JobSpec BuildJob(const BenchOptions& o) {
   job.peer_timeout = o.timeout;
   job.startup_timeout = std::max(Millis(60000), o.timeout * 4);
   job.max_keys_per_request = kMaxKeysPerRequest;
+  job.fp16_push = o.fp16_push;
+  job.push_filter = o.push_filter;
   // Data-path sizes: room for every op in flight (twice, so that space freed late never stalls a
   // pipeline), never below the JobSpec defaults.
   const uint64_t batch = MaxBatch(o);
@@ -120,7 +128,10 @@ ps::JobSpec BuildJob(const BenchOptions& o) {
       job.arena_bytes, RoundUpMiB(slots + 2 * inflight * batch * arena_row + 4 * kMiB));
   // Keys, gradients and request headers of a push-pull.
   const uint64_t per_op = batch * (8 + row) + (batch / kMaxKeysPerRequest + o.servers) * 64;
-  job.send_bytes = std::max<uint64_t>(job.send_bytes, RoundUpMiB(2 * inflight * per_op + 4 * kMiB));
+  // A filtered or fp16 push also holds its copy of the keys and gradients while it is made.
+  const uint64_t copies = (o.fp16_push || o.push_filter > 0) ? 2 : 1;
+  job.send_bytes =
+      std::max<uint64_t>(job.send_bytes, RoundUpMiB(2 * copies * inflight * per_op + 4 * kMiB));
   // One server may own a whole batch (skew); requests are 64-byte aligned.
   const uint32_t req_keys = static_cast<uint32_t>(std::min<uint64_t>(batch, kMaxKeysPerRequest));
   const uint64_t biggest = ps::RequestRingBytes(ps::RequestType::kPushPull, 0, req_keys, o.dim);

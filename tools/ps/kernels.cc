@@ -76,6 +76,7 @@ Result<OpResult> MeasureOp(ps::Worker& w, uint32_t table, const BenchOptions& o,
   ps::PullOptions po;
   po.keys_unique = KeysUniqueHint(o);
   po.one_sided = o.one_sided && op == BenchOp::kPull;
+  po.fp16 = o.fp16_pull;
   ps::PushOptions pu;
   pu.keys_unique = po.keys_unique;
   auto issue = [&](uint64_t) -> Result<ps::Ticket> {
@@ -108,8 +109,13 @@ Result<OpResult> MeasureOp(ps::Worker& w, uint32_t table, const BenchOptions& o,
   r.keys = uint64_t{o.iters} * o.keys;
   r.unique_keys = op == BenchOp::kPush ? after.keys_pushed - before.keys_pushed
                                        : after.keys_pulled - before.keys_pulled;
-  const uint64_t row = uint64_t{o.dim} * 4;
-  r.payload_bytes = r.keys * row * (op == BenchOp::kPushPull ? 2 : 1);
+  // Payload as shipped: fp16 halves a direction's rows (the filter's savings show in bytes_sent).
+  const uint64_t row_in = uint64_t{o.dim} * (o.fp16_pull ? 2 : 4);
+  const uint64_t row_out = uint64_t{o.dim} * (o.fp16_push ? 2 : 4);
+  r.payload_bytes = r.keys * (op == BenchOp::kPull   ? row_in
+                              : op == BenchOp::kPush ? row_out
+                                                     : row_in + row_out);
+  r.filtered_rows = after.filtered - before.filtered;
   r.requests = after.requests - before.requests;
   r.bytes_sent = after.bytes_sent - before.bytes_sent;
   return r;

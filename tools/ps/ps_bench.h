@@ -72,6 +72,12 @@ struct BenchOptions {
   // Pulls with PullOptions::one_sided (populate and the checked pass too, so slots are learned
   // before the timed pulls); push-pull and push take the request path as always.
   bool one_sided = false;
+  // Wire formats (both off by default, as in the library): pulls ship the table's fp16 mirror
+  // (TableSpec::fp16_pull, PullOptions::fp16), pushes ship fp16 gradients (JobSpec::fp16_push),
+  // and pushes drop gradient rows whose largest |g| is below push_filter (JobSpec::push_filter).
+  bool fp16_pull = false;
+  bool fp16_push = false;
+  float push_filter = 0.0f;
   uint64_t seed = 1;
   ps::OptimizerSpec optimizer;  // Adagrad by default
   // The job (every rank must agree: BuildJob is a function of these fields only).
@@ -116,6 +122,7 @@ struct OpResult {
   uint64_t payload_bytes = 0;   // see the header comment
   uint64_t requests = 0;        // requests posted (WorkerStats)
   uint64_t bytes_sent = 0;      // data-path bytes this worker sent (WorkerStats)
+  uint64_t filtered_rows = 0;   // gradient rows the significance filter dropped (WorkerStats)
   std::vector<double> op_usec;  // per-op latency samples
 };
 

@@ -15,7 +15,7 @@
 //       uint32_t keys_per_op;
 //       uint64_t iterations;
 //       double   seconds;
-//       uint64_t keys, unique_keys, payload_bytes, requests, bytes_sent;
+//       uint64_t keys, unique_keys, payload_bytes, requests, bytes_sent, filtered_rows;
 //       uint64_t num_samples;
 //       double   op_usec[num_samples];
 //     } ops[num_ops];              // packed, no padding
@@ -125,6 +125,7 @@ std::vector<uint8_t> EncodeWorkerResult(const WorkerResult& r) {
     w.Put(op.payload_bytes);
     w.Put(op.requests);
     w.Put(op.bytes_sent);
+    w.Put(op.filtered_rows);
     w.Put(static_cast<uint64_t>(op.op_usec.size()));
     for (double v : op.op_usec) w.Put(v);
   }
@@ -151,7 +152,7 @@ Result<WorkerResult> DecodeWorkerResult(std::span<const uint8_t> bytes) {
     if (!in.Get(&kind) || !in.Get(&op.keys_per_op) || !in.Get(&op.iterations) ||
         !in.Get(&op.seconds) || !in.Get(&op.keys) || !in.Get(&op.unique_keys) ||
         !in.Get(&op.payload_bytes) || !in.Get(&op.requests) || !in.Get(&op.bytes_sent) ||
-        !in.Get(&samples)) {
+        !in.Get(&op.filtered_rows) || !in.Get(&samples)) {
       return bad("truncated op");
     }
     if (kind > static_cast<uint8_t>(BenchOp::kPushPull)) return bad("unknown op type");
@@ -239,6 +240,13 @@ std::string FormatText(const BenchReport& r) {
                 "one-sided where slots are known (--one-sided); requests/op counts the "
                 "request path only");
   }
+  if (o.fp16_pull || o.fp16_push || o.push_filter > 0) {
+    std::string wire;
+    if (o.fp16_pull) wire += "pulls fp16 (--fp16-pull); ";
+    if (o.fp16_push) wire += "pushes fp16 (--fp16-push); ";
+    if (o.push_filter > 0) wire += Printf("push filter |g| < %g dropped", o.push_filter);
+    out += Line("Wire", wire);
+  }
   out += Line("In flight", o.latency ? std::string("1 op per worker (synchronous)")
                                      : std::to_string(o.pipeline) + " ops per worker");
   out += Line("Iterations", Printf("%u per worker and op (+%u warmup)", o.iters, o.warmup));
@@ -303,6 +311,7 @@ std::string FormatJson(const BenchReport& r) {
                       {"payload_bytes", op.payload_bytes},
                       {"requests", op.requests},
                       {"bytes_sent", op.bytes_sent},
+                      {"filtered_rows", op.filtered_rows},
                       {"keys_per_sec",
                        Finite(op.seconds > 0 ? static_cast<double>(op.keys) / op.seconds : 0)}});
     }
@@ -341,6 +350,9 @@ std::string FormatJson(const BenchReport& r) {
         {"learning_rate", Finite(o.optimizer.learning_rate)},
         {"populate", o.populate},
         {"one_sided", o.one_sided},
+        {"fp16_pull", o.fp16_pull},
+        {"fp16_push", o.fp16_push},
+        {"push_filter", Finite(o.push_filter)},
         {"check", o.check},
         {"seed", o.seed},
         {"row_bytes", o.dim * 4},
