@@ -203,6 +203,7 @@ Status Node::StartRoles(const JobSpec& job) {
       }
       if (s.ok())
         s = Expect(server_control_.get(), ControlKind::kStart, timeout, who, stopping_).status();
+      server_started_.set_value(s);
       if (s.ok()) s = server_->Serve(server_control_.get());
       server_status_ = s.ok() ? s : s.Annotate(who + " (rank " + std::to_string(env_.rank) + ")");
     });
@@ -220,6 +221,13 @@ Status Node::StartRoles(const JobSpec& job) {
     FERRY_RETURN_IF_ERROR(
         Expect(worker_control_.get(), ControlKind::kStart, job.startup_timeout, who, stopping_)
             .status());
+  }
+  if (server_ != nullptr) {
+    // The contract (node.h): Start returns once the whole job passed the start barrier, on a
+    // server-only rank too. (Measured without this: rank 0 = coordinator + server 0 returned
+    // at once, and a test that killed it "1 s into the job" killed it before the others joined.)
+    Status s = server_started_.get_future().get();
+    if (!s.ok()) return s.Annotate("server " + std::to_string(roles_.server));
   }
   return Status::Ok();
 }

@@ -28,6 +28,7 @@
 #pragma once
 
 #include <atomic>
+#include <future>
 #include <memory>
 #include <string>
 #include <thread>
@@ -86,6 +87,9 @@ class Node {
   std::unique_ptr<Worker> worker_;
   std::thread server_thread_;
   Status server_status_;
+  // Set by the server thread once it passed the start barrier (or failed before): Start waits
+  // for it, so that a server-only rank also returns only when the whole job has started.
+  std::promise<Status> server_started_;
   bool worker_finished_ = false;
   std::atomic<bool> stopping_{false};
 };

@@ -32,14 +32,14 @@ namespace ferry::ps {
 
 struct OptimizerSpec {
   Optimizer kind = Optimizer::kAdagrad;
-  float learning_rate = 0.05f;        // SGD, Adagrad, Adam
-  float l2 = 0.0f;                    // SGD, Adagrad, Adam: weight decay; FTRL: lambda2
-  float l1 = 0.0f;                    // FTRL: lambda1
-  float initial_accumulator = 0.1f;   // Adagrad's n at row creation
-  float eps = 1e-8f;                  // Adagrad, Adam
-  float alpha = 0.05f;                // FTRL
-  float beta = 1.0f;                  // FTRL
-  float beta1 = 0.9f, beta2 = 0.999f; // Adam
+  float learning_rate = 0.05f;         // SGD, Adagrad, Adam
+  float l2 = 0.0f;                     // SGD, Adagrad, Adam: weight decay; FTRL: lambda2
+  float l1 = 0.0f;                     // FTRL: lambda1
+  float initial_accumulator = 0.1f;    // Adagrad's n at row creation
+  float eps = 1e-8f;                   // Adagrad, Adam
+  float alpha = 0.05f;                 // FTRL
+  float beta = 1.0f;                   // FTRL
+  float beta1 = 0.9f, beta2 = 0.999f;  // Adam
 
   bool operator==(const OptimizerSpec&) const = default;
 };
@@ -49,6 +49,11 @@ Result<Optimizer> ParseOptimizer(std::string_view name);
 std::string_view OptimizerName(Optimizer kind);
 // Also rejects non-finite or out-of-range hyper-parameters with a message naming the field.
 Status ValidateOptimizer(const OptimizerSpec& spec);
+
+// Keys a server resolves and then updates per block when it applies a push: the rows the lookup
+// prefetched are still in cache when the update touches them (a whole request's lookups first
+// would have evicted them again at 100k keys).
+inline constexpr uint32_t kApplyBlock = 256;
 
 // State floats a row of `dim` weights needs (= OptimizerStateFloats(spec.kind, dim)).
 uint32_t StateFloats(const OptimizerSpec& spec, uint32_t dim);

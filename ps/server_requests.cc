@@ -144,11 +144,13 @@ Status Server::ApplyPush(uint32_t w, const RequestView& req) {
   ArrayHashMap& m = *t.map;
   const uint32_t n = req.header.num_keys;
   const uint32_t dim = t.spec.dim;
-  FERRY_RETURN_IF_ERROR(ResolveSlots(t, req.keys, n, &slots_));
   const bool fp16 = (req.header.flags & kFlagFp16Grads) != 0;
   if (fp16) grad_scratch_.resize(dim);
   for (uint32_t i = 0; i < n; ++i) {
-    const uint32_t slot = slots_[i];
+    if (i % kApplyBlock == 0) {
+      FERRY_RETURN_IF_ERROR(ResolveSlots(t, req.keys + i, std::min(kApplyBlock, n - i), &slots_));
+    }
+    const uint32_t slot = slots_[i % kApplyBlock];
     if (slot == ArrayHashMap::kNoSlot) continue;
     uint8_t* row = m.Row(slot);
     const float* g;

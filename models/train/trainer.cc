@@ -59,7 +59,7 @@ struct Summary {
     std::vector<uint8_t> out(48 + 8 * scores.size());
     uint8_t* p = out.data();
     auto put = [&p](const void* v, size_t n) {
-      std::memcpy(p, v, n);
+      if (n != 0) std::memcpy(p, v, n);  // an empty vector's data() may be null
       p += n;
     };
     const uint64_t n = scores.size();
@@ -73,7 +73,7 @@ struct Summary {
     if (in.size() < 48) return ProtocolError("worker summary is truncated");
     const uint8_t* p = in.data();
     auto get = [&p](void* v, size_t n) {
-      std::memcpy(v, p, n);
+      if (n != 0) std::memcpy(v, p, n);
       p += n;
     };
     uint64_t n = 0;
@@ -123,7 +123,7 @@ class WorkerLoop {
   uint64_t batches_ = 0;          // this worker's batches so far
   uint64_t samples_ = 0;          // this worker's trained samples so far
   double loss_sum_ = 0;
-  double recent_loss_ = 0;        // since the last evaluation
+  double recent_loss_ = 0;  // since the last evaluation
   uint64_t recent_n_ = 0;
   double ema_loss_ = std::nan("");
   double last_auc_ = std::nan("");
@@ -255,8 +255,7 @@ Status WorkerLoop::LoadEvalSet() {
   uint64_t left = o_.eval_samples;
   while (left > 0) {
     Batch b;
-    FERRY_ASSIGN_OR_RETURN(size_t n,
-                           r->Next(std::min<uint64_t>(left, o_.batch_size), &b));
+    FERRY_ASSIGN_OR_RETURN(size_t n, r->Next(std::min<uint64_t>(left, o_.batch_size), &b));
     if (n == 0) break;
     left -= n;
     eval_set_.push_back(std::move(b));
@@ -307,8 +306,8 @@ Status WorkerLoop::MaybeEvaluate(uint32_t epoch) {
 
 Status WorkerLoop::FinalEvaluation(Summary* mine) {
   if (o_.test_files.empty()) return Status::Ok();
-  FERRY_ASSIGN_OR_RETURN(auto r, Reader::Open(ReaderFor(o_, o_.test_files, w_.index(),
-                                                         w_.num_workers())));
+  FERRY_ASSIGN_OR_RETURN(auto r,
+                         Reader::Open(ReaderFor(o_, o_.test_files, w_.index(), w_.num_workers())));
   Stepper::Slot slot;
   std::vector<float> probs;
   Batch b;
@@ -327,8 +326,8 @@ Status WorkerLoop::FinalEvaluation(Summary* mine) {
 }
 
 Status WorkerLoop::Run(TrainReport* report) {
-  FERRY_ASSIGN_OR_RETURN(reader_, Reader::Open(ReaderFor(o_, o_.train_files, w_.index(),
-                                                         w_.num_workers())));
+  FERRY_ASSIGN_OR_RETURN(reader_,
+                         Reader::Open(ReaderFor(o_, o_.train_files, w_.index(), w_.num_workers())));
   if (lead_) {
     if (!o_.metrics_json.empty()) {
       FERRY_ASSIGN_OR_RETURN(MetricsJsonWriter m, MetricsJsonWriter::Open(o_.metrics_json));

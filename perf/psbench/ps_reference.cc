@@ -13,7 +13,8 @@
 //            server's pull does before the transport, and the in-process gather LIMIT of a pull;
 //   memcpy   per batch: the memcpy gather alone, slots looked up beforehand (for every batch
 //            before the first is timed, so the rows are not cache-warm from the lookup);
-//   <opt>    per batch: FindBatch + MarkUpdated + ps::ApplyUpdate on each row with the gradients
+//   <opt>    per batch, in blocks of ps::kApplyBlock keys: FindBatch + MarkUpdated +
+//            ps::ApplyUpdate on each row with the gradients
 //            ferry-ps-bench pushes — what a server's push does without the transport.
 // After the timed loops an untimed check compares a gathered batch with ps::InitWeights.
 //
@@ -195,10 +196,15 @@ Result<RefResult> Update(ps::ArrayHashMap& m, const BenchOptions& o) {
     const std::span<const uint64_t> keys = batches.Next();
     if (it == o.warmup) t0 = SteadyClock::now();
     const SteadyClock::time_point a = SteadyClock::now();
-    FERRY_RETURN_IF_ERROR(m.FindBatch(keys, slots));
+    // In blocks of ps::kApplyBlock keys, as the server applies a push (rows still cached).
     for (uint32_t i = 0; i < o.keys; ++i) {
-      if (slots[i] == ps::ArrayHashMap::kNoSlot) continue;  // as the server skips refused keys
-      uint8_t* row = m.Row(slots[i]);
+      if (i % ps::kApplyBlock == 0) {
+        const uint32_t len = std::min<uint32_t>(ps::kApplyBlock, o.keys - i);
+        FERRY_RETURN_IF_ERROR(m.FindBatch(keys.subspan(i, len), std::span(slots.data(), len)));
+      }
+      const uint32_t slot = slots[i % ps::kApplyBlock];
+      if (slot == ps::ArrayHashMap::kNoSlot) continue;  // as the server skips refused keys
+      uint8_t* row = m.Row(slot);
       ps::ArrayHashMap::MarkUpdated(row);
       ps::ApplyUpdate(o.optimizer, o.dim, m.Embedding(row), m.State(row),
                       grads.data() + size_t{i} * o.dim, ps::ArrayHashMap::Meta(row)->update_count);

@@ -97,15 +97,7 @@ setup() {
   if [ -x "$LAUNCH" ]; then log "launcher: ferry-launch"; else log "launcher: tests/launch/run-ferry-env.sh (no ferry-launch in $BUILD yet)"; fi
 }
 
-# Transport flags of a backend name, for ferry-ps-bench and ferry-lat alike.
-backend_args() {
-  case "$1" in
-    tcp) echo "--transport tcp" ;;
-    ucx-shm) echo "--transport ucx --param UCX_TLS=shm,self" ;;
-    ucx-tcp) echo "--transport ucx --param UCX_TLS=tcp,self --param UCX_NET_DEVICES=lo" ;;
-    *) echo "run.sh: unknown backend $1" >&2; exit 2 ;;
-  esac
-}
+source "$HERE/backends.sh"  # backend_args
 
 # sample SECTION FIGURE BACKEND SHAPE PAIR SIDE METRIC VALUE UNIT STATUS
 sample() { local IFS=,; echo "$*" >>"$SAMPLES"; }

@@ -431,7 +431,8 @@ ControlMessage FullMessage(ControlKind kind) {
   m.index = 4097;
   m.value = 0x0123456789abcdefull;
   m.value2 = UINT64_MAX - 5;
-  m.text = std::string("failure: \xc3\xa9t\xc3\xa9 \0 after a NUL", 31);
+  static constexpr char kText[] = "failure: \xc3\xa9t\xc3\xa9 \0 after a NUL";
+  m.text = std::string(kText, sizeof kText - 1);  // the NUL inside included
   m.members.push_back({0, Role::kServer, 0, "10.0.0.1:40000", "node-a", 1234});
   m.members.push_back({7, Role::kWorker, 3, "", std::string(300, 'h'), UINT32_MAX});
   for (int i = 0; i < 1000; ++i) m.data.push_back(static_cast<uint8_t>(i * 7));
