@@ -91,7 +91,8 @@ Result<ControlMessage> DecodeControl(std::span<const uint8_t> bytes) {
   }
   // FlatBuffers reads scalars in place: verify and read from 8-byte-aligned storage.
   std::vector<uint64_t> aligned((bytes.size() + 7) / 8);
-  std::memcpy(aligned.data(), bytes.data(), bytes.size());
+  if (bytes.size() != 0)
+    std::memcpy(aligned.data(), bytes.data(), bytes.size());  // data() may be null when empty
   const auto* p = reinterpret_cast<const uint8_t*>(aligned.data());
   flatbuffers::Verifier v(p, bytes.size(), flatbuffers::Verifier::Options{});
   if (!wire::VerifyMessageBuffer(v)) return ProtocolError("control message does not verify");
@@ -177,7 +178,9 @@ Status ControlMailbox::Send(Endpoint* ep, const ControlMessage& m) {
   }
   if (free_.empty()) return ResourceExhausted("control send slots are all in flight");
   const size_t slot = free_.back();
-  std::memcpy(memory_.data() + slot * kMaxControlMessage, bytes.data(), bytes.size());
+  if (bytes.size() != 0)
+    std::memcpy(memory_.data() + slot * kMaxControlMessage, bytes.data(),
+                bytes.size());  // data() may be null when empty
   Op op;
   op.type = OpType::kSend;
   op.ep = ep;

@@ -163,7 +163,8 @@ void MakeErrorRecord(uint32_t seq, const Status& status, ReplyRecord* out) {
   out->code = static_cast<uint8_t>(status.code());
   const std::string& m = status.message();
   out->text_bytes = static_cast<uint32_t>(std::min(m.size(), sizeof(out->text)));
-  std::memcpy(out->text, m.data(), out->text_bytes);
+  if (out->text_bytes != 0)
+    std::memcpy(out->text, m.data(), out->text_bytes);  // data() may be null when empty
 }
 
 Status DecodeErrorRecord(const ReplyRecord& r, uint32_t expected_seq) {

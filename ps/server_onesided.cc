@@ -135,9 +135,12 @@ int64_t Server::StageSlotReply(const RequestView& req, const Table& t,
     std::memcpy(p, &s, 4);
   }
   if (descriptors != 0) {
-    std::memcpy(p, rows.bytes.data(), rows.bytes.size());
+    if (rows.bytes.size() != 0)
+      std::memcpy(p, rows.bytes.data(), rows.bytes.size());  // data() may be null when empty
     p += rows.bytes.size();
-    std::memcpy(p, os.status_descriptor.data(), os.status_descriptor.size());
+    if (os.status_descriptor.size() != 0)
+      std::memcpy(p, os.status_descriptor.data(),
+                  os.status_descriptor.size());  // data() may be null when empty
   }
   *len = static_cast<uint32_t>(bytes);
   ++stats_.slot_replies;

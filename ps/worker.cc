@@ -146,7 +146,9 @@ void Worker::DrainControl() {
           g.sized[m->rank] = true;
         }
         if (m->index <= buf.size() && m->data.size() <= buf.size() - m->index) {
-          std::memcpy(buf.data() + m->index, m->data.data(), m->data.size());
+          if (m->data.size() != 0)
+            std::memcpy(buf.data() + m->index, m->data.data(),
+                        m->data.size());  // data() may be null when empty
           g.received[m->rank] += m->data.size();
         }
         break;

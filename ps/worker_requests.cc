@@ -88,13 +88,15 @@ Status Worker::PrepareKeys(TicketState& tk, std::span<const uint64_t> keys, bool
   uint64_t* out = reinterpret_cast<uint64_t*>(st.send->data() + *at);
   std::vector<uint32_t>& pos_of_unique = st.fill;  // reused below as per-server cursors too
   if (servers == 1) {
-    std::memcpy(out, uniq.data(), uint64_t{m} * 8);
+    if (uint64_t{m} * 8 != 0)
+      std::memcpy(out, uniq.data(), uint64_t{m} * 8);  // data() may be null when empty
     send->begin[1] = m;
     tk.pos.resize(n);
     if (unique) {
       for (uint32_t i = 0; i < n; ++i) tk.pos[i] = i;
     } else {
-      std::memcpy(tk.pos.data(), st.unique_of.data(), n * 4);
+      if (n * 4 != 0)
+        std::memcpy(tk.pos.data(), st.unique_of.data(), n * 4);  // data() may be null when empty
     }
   } else {
     st.server_of.resize(m);
@@ -113,7 +115,8 @@ Status Worker::PrepareKeys(TicketState& tk, std::span<const uint64_t> keys, bool
     }
     tk.pos.resize(n);
     if (unique) {
-      std::memcpy(tk.pos.data(), pos_of_unique.data(), n * 4);
+      if (n * 4 != 0)
+        std::memcpy(tk.pos.data(), pos_of_unique.data(), n * 4);  // data() may be null when empty
     } else {
       for (size_t i = 0; i < n; ++i) tk.pos[i] = pos_of_unique[st.unique_of[i]];
     }

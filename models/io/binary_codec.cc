@@ -228,7 +228,7 @@ class PayloadReader {
       return ProtocolError("model file is corrupt: " + what_ + " ends before its " +
                            std::string(field));
     }
-    std::memcpy(dst, p_.data() + pos_, n);
+    if (n != 0) std::memcpy(dst, p_.data() + pos_, n);  // data() may be null when empty
     pos_ += n;
     return Status::Ok();
   }
@@ -421,8 +421,11 @@ class BinaryParser {
       const size_t n = rec.payload.size() / row_bytes;
       keys.resize(n);
       values.resize(n * dim);
-      std::memcpy(keys.data(), rec.payload.data(), n * 8);
-      std::memcpy(values.data(), rec.payload.data() + n * 8, n * size_t{4} * dim);
+      if (n * 8 != 0)
+        std::memcpy(keys.data(), rec.payload.data(), n * 8);  // data() may be null when empty
+      if (n * size_t{4} * dim != 0)
+        std::memcpy(values.data(), rec.payload.data() + n * 8,
+                    n * size_t{4} * dim);  // data() may be null when empty
       const Status appended = table.Append(keys, values);
       if (!appended.ok()) return ProtocolError("model file: " + appended.message());
       last_ = "row block " + std::to_string(++blocks) + " of table '" + table_ + "'";

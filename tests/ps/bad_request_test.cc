@@ -300,7 +300,7 @@ std::vector<uint8_t> Request(RequestHeader h, const std::vector<uint64_t>& keys,
                              float g = 1.0f) {
   std::vector<uint8_t> b(sizeof h + keys.size() * 8 + keys.size() * grad_dim * 4);
   std::memcpy(b.data(), &h, sizeof h);
-  std::memcpy(b.data() + sizeof h, keys.data(), keys.size() * 8);
+  if (!keys.empty()) std::memcpy(b.data() + sizeof h, keys.data(), keys.size() * 8);
   float* gp = reinterpret_cast<float*>(b.data() + sizeof h + keys.size() * 8);
   for (size_t i = 0; i < keys.size() * grad_dim; ++i) gp[i] = g;
   return b;
