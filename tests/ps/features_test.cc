@@ -19,15 +19,6 @@ namespace {
 
 class PsFeatures : public ::testing::TestWithParam<BackendConfig> {};
 
-InitializerSpec UniformInit(uint64_t seed) {
-  InitializerSpec s;
-  s.kind = InitializerSpec::Kind::kUniform;
-  s.a = -1.0f;
-  s.b = 1.0f;
-  s.seed = seed;
-  return s;
-}
-
 // Pulled rows of `keys` equal `want(key, d)` exactly.
 template <typename Want>
 Status CheckRows(const PulledRows& rows, std::span<const uint64_t> keys, uint32_t dim, Want want,

@@ -49,4 +49,14 @@ inline bool NearRel(float a, float b, float rel = 1e-6f) {
   return std::fabs(a - b) <= rel * std::max(std::fabs(a), std::fabs(b));
 }
 
+// A seeded uniform(-1, 1) initializer: rows the tests can recompute with InitWeights.
+inline InitializerSpec UniformInit(uint64_t seed) {
+  InitializerSpec s;
+  s.kind = InitializerSpec::Kind::kUniform;
+  s.a = -1.0f;
+  s.b = 1.0f;
+  s.seed = seed;
+  return s;
+}
+
 }  // namespace ferry::ps::testing

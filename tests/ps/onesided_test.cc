@@ -17,15 +17,6 @@ namespace {
 
 class PsOneSided : public ::testing::TestWithParam<BackendConfig> {};
 
-InitializerSpec UniformInit(uint64_t seed) {
-  InitializerSpec s;
-  s.kind = InitializerSpec::Kind::kUniform;
-  s.a = -1.0f;
-  s.b = 1.0f;
-  s.seed = seed;
-  return s;
-}
-
 PullOptions OneSided() {
   PullOptions o;
   o.one_sided = true;
