@@ -6,6 +6,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "tools/bench/cli.h"  // WriteOutput
+
 namespace ferry::psbench {
 namespace {
 
@@ -14,22 +16,6 @@ std::string g_who = "ferry-ps-bench";  // "ferry-ps-bench (rank R)" once the ran
 void Error(const std::string& msg) {
   std::fprintf(stderr, "%s: error: %s\n", g_who.c_str(), msg.c_str());
   std::fflush(stderr);
-}
-
-Status WriteOutput(const std::string& path, const std::string& text) {
-  if (path == "-") {
-    if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size()) {
-      return IoError("write stdout", errno);
-    }
-    std::fflush(stdout);
-    return Status::Ok();
-  }
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return IoError("open " + path, errno);
-  out << text;
-  out.close();
-  if (!out) return IoError("write " + path, errno);
-  return Status::Ok();
 }
 
 Result<std::vector<BenchOp>> ParseOps(const std::string& text) {
@@ -205,13 +191,13 @@ int Execute(const BenchOptions& o, const std::string& json_path, const std::stri
     std::fputs(FormatText(r).c_str(), text);
     std::fflush(text);
     if (!json_path.empty()) {
-      if (Status s = WriteOutput(json_path, FormatJson(r)); !s.ok()) {
+      if (Status s = bench::WriteOutput(json_path, FormatJson(r)); !s.ok()) {
         Error(s.ToString());
         code = 1;
       }
     }
     if (!csv_path.empty()) {
-      if (Status s = WriteOutput(csv_path, FormatCsv(r)); !s.ok()) {
+      if (Status s = bench::WriteOutput(csv_path, FormatCsv(r)); !s.ok()) {
         Error(s.ToString());
         code = 1;
       }
