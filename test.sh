@@ -7,7 +7,7 @@
 #   main  the gcc build (-Dwerror=true) and every meson suite;
 #   asan  ASan+UBSan build, every suite but 'rdma';
 #   tsan  TSan build, the multi-threaded tests;
-#   fuzz  each libFuzzer target for FERRY_FUZZ_SECONDS (default 15) seconds.
+#   fuzz  each libFuzzer target for FERRY_FUZZ_SECONDS (default 10) seconds.
 # A failing stage does not stop the later ones; the script exits non-zero if any failed and ends
 # with a summary of outcomes and wall times. FERRY_TEST_STAGES picks stages (default: all four).
 # Extra arguments go to the main stage's `meson test` (e.g. ./test.sh --suite conformance) and

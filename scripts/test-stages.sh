@@ -8,7 +8,7 @@
 #         RDMA device for verbs code to run on). Any report aborts the test: fail.
 #   tsan  gcc, TSan: only the multi-threaded tests (progress threads, two threads posting on one
 #         transport, concurrent table readers, the pool), via gtest filters. Any report: fail.
-#   fuzz  clang, libFuzzer + ASan + UBSan: tests/fuzz/run.sh, FERRY_FUZZ_SECONDS (default 15)
+#   fuzz  clang, libFuzzer + ASan + UBSan: tests/fuzz/run.sh, FERRY_FUZZ_SECONDS (default 10)
 #         per target over its seed corpus. A crash: fail (inputs kept in build-fuzz/crash-*).
 #
 # Build directories: FERRY_TEST_BUILD_DIR (build-test), FERRY_ASAN_BUILD_DIR (build-asan),
@@ -144,5 +144,5 @@ ferry_tsan_stage() {
 }
 
 ferry_fuzz_stage() {
-  tests/fuzz/run.sh "${FERRY_FUZZ_SECONDS:-15}"
+  tests/fuzz/run.sh "${FERRY_FUZZ_SECONDS:-10}"
 }
