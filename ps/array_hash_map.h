@@ -42,6 +42,7 @@
 // Errors: Status/Result; no exceptions; malformed snapshots are refused with Code::kProtocol.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -114,6 +115,26 @@ struct RowMeta {  // at row + 8 when metadata is on
   uint32_t version;
 };
 static_assert(sizeof(RowMeta) == 16);
+
+// A table's buffers copied at one instant (ArrayHashMap::CaptureSnapshot), written to a file
+// later, from any thread, while the table goes on changing: asynchronous checkpoints. Move-only;
+// owns the copy.
+class SnapshotImage {
+ public:
+  SnapshotImage() = default;
+  SnapshotImage(SnapshotImage&&) noexcept = default;
+  SnapshotImage& operator=(SnapshotImage&&) noexcept = default;
+  // The file ArrayHashMap::SaveSnapshot would have written at the capture (same format,
+  // checksums and atomic rename).
+  Status WriteTo(const std::string& path) const;
+  size_t bytes() const { return rows_ + live_ + index_; }
+
+ private:
+  friend class SnapshotIo;
+  std::array<uint8_t, 160> header_{};
+  std::unique_ptr<uint8_t[]> data_;  // rows, live bitmap, index, back to back
+  size_t rows_ = 0, live_ = 0, index_ = 0;
+};
 
 class ArrayHashMap {
  public:
@@ -266,6 +287,11 @@ class ArrayHashMap {
   // refused with Code::kProtocol naming the damaged section.
   static Result<std::unique_ptr<ArrayHashMap>> LoadSnapshot(const std::string& path,
                                                             const TableOptions& options);
+  // A copy of the buffers as they are now (one memcpy of rows, bitmap and index: the only
+  // pause an asynchronous checkpoint takes), to be written later by SnapshotImage::WriteTo on
+  // any thread while this table goes on changing. kResourceExhausted when the copy's memory
+  // cannot be had.
+  Result<SnapshotImage> CaptureSnapshot() const;
 
   static uint32_t ShardOf(uint64_t key, uint32_t shards) {
     const uint64_t low = HashIndex::Hash(key) & 0xffffffffu;  // independent of the index's fp

@@ -4,10 +4,13 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 namespace ferry::ps {
@@ -15,7 +18,8 @@ namespace ferry::ps {
 TableOptions ServerTableOptions(const TableSpec& spec) {
   TableOptions o;
   o.dim = spec.dim;
-  o.state_floats = StateFloats(spec.optimizer, spec.dim) + (spec.fp16_pull ? (spec.dim + 1) / 2 : 0);
+  o.state_floats =
+      StateFloats(spec.optimizer, spec.dim) + (spec.fp16_pull ? (spec.dim + 1) / 2 : 0);
   o.metadata = true;
   o.initial_rows = std::max<size_t>(spec.initial_rows, 64);
   o.max_rows = spec.max_rows;
@@ -50,6 +54,12 @@ std::string EncodeManifest(const CheckpointManifest& m) {
   o << "clock " << m.clock << "\n";
   for (const auto& t : m.tables) {
     o << "table " << t.name << " " << t.dim << " " << t.state_floats << "\n";
+  }
+  if (!m.positions.empty()) {
+    o << "workers " << m.positions.size() << "\n";
+    for (size_t i = 0; i < m.positions.size(); ++i) {
+      o << "position " << i << " " << m.positions[i] << "\n";
+    }
   }
   o << "end\n";  // a manifest cut at a line boundary is still refused
   return o.str();
@@ -92,6 +102,8 @@ Result<CheckpointManifest> ParseManifest(std::string_view text) {
   CheckpointManifest m;
   size_t line_no = 0;
   bool have_servers = false, have_partition = false, have_clock = false, ended = false;
+  uint32_t workers = 0;
+  std::vector<bool> have_position;
   size_t pos = 0;
   auto bad = [&](const std::string& why) {
     return ProtocolError("checkpoint manifest line " + std::to_string(line_no) + ": " + why);
@@ -118,7 +130,7 @@ Result<CheckpointManifest> ParseManifest(std::string_view text) {
     if (w.size() == 1 && w[0] == "end") {
       ended = true;
     } else if (w[0] == "servers" && w.size() == 2 && ParseNum(w[1], &m.servers) && m.servers > 0 &&
-        m.servers <= Partition::kMaxServers) {
+               m.servers <= Partition::kMaxServers) {
       have_servers = true;
     } else if (w[0] == "partition" && w.size() == 4 && ParseNum(w[1], &m.partition_version) &&
                ParseNum(w[2], &m.virtual_nodes) && ParseNum(w[3], &m.partition_seed)) {
@@ -134,11 +146,30 @@ Result<CheckpointManifest> ParseManifest(std::string_view text) {
       }
       if (m.tables.size() >= 65535) return bad("too many tables");
       m.tables.push_back(std::move(t));
+    } else if (w[0] == "workers" && w.size() == 2 && workers == 0 && ParseNum(w[1], &workers) &&
+               workers > 0 && workers <= 65535) {
+      m.positions.assign(workers, 0);
+      have_position.assign(workers, false);
+    } else if (w[0] == "position" && w.size() == 3) {
+      uint32_t i = 0;
+      uint64_t p = 0;
+      if (!ParseNum(w[1], &i) || !ParseNum(w[2], &p)) return bad("malformed position line");
+      if (i >= workers)
+        return bad("position of worker " + std::to_string(i) + " of " + std::to_string(workers) +
+                   " (a workers line comes first)");
+      if (have_position[i]) return bad("worker " + std::to_string(i) + "'s position twice");
+      have_position[i] = true;
+      m.positions[i] = p;
     } else {
       return bad("unknown or malformed line '" + std::string(line.substr(0, 60)) + "'");
     }
   }
   if (line_no == 0) return ProtocolError("checkpoint manifest is empty");
+  for (size_t i = 0; i < have_position.size(); ++i) {
+    if (!have_position[i]) {
+      return ProtocolError("checkpoint manifest lacks worker " + std::to_string(i) + "'s position");
+    }
+  }
   if (!have_servers || !have_partition || !have_clock || m.tables.empty() || !ended) {
     return ProtocolError(
         "checkpoint manifest lacks its servers, partition, clock, tables or end line "
@@ -147,10 +178,13 @@ Result<CheckpointManifest> ParseManifest(std::string_view text) {
   return m;
 }
 
-Status WriteManifest(const std::string& dir, const CheckpointManifest& m) {
-  const std::string path = dir + "/MANIFEST";
+namespace {
+
+// Writes `text` to dir/name through a temporary file, fsync and rename, then fsyncs the
+// directory: a crash leaves the old file or the new one, never a torn one.
+Status WriteFileAtomic(const std::string& dir, const std::string& name, const std::string& text) {
+  const std::string path = dir + "/" + name;
   const std::string tmp = path + ".tmp";
-  const std::string text = EncodeManifest(m);
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return IoError("create " + tmp, errno);
   size_t done = 0;
@@ -171,6 +205,69 @@ Status WriteManifest(const std::string& dir, const CheckpointManifest& m) {
   }
   ::close(fd);
   if (::rename(tmp.c_str(), path.c_str()) != 0) return IoError("rename " + tmp, errno);
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return IoError("open directory " + dir, errno);
+  const int rc = ::fsync(dfd);
+  const int e = errno;
+  ::close(dfd);
+  return rc == 0 ? Status::Ok() : IoError("fsync directory " + dir, e);
+}
+
+constexpr std::string_view kPeriodicPrefix = "clock-";
+
+// The clock of a periodic checkpoint's name, or nullopt.
+std::optional<uint64_t> PeriodicClock(std::string_view name) {
+  if (name.substr(0, kPeriodicPrefix.size()) != kPeriodicPrefix) return std::nullopt;
+  uint64_t c = 0;
+  if (!ParseNum(name.substr(kPeriodicPrefix.size()), &c)) return std::nullopt;
+  return c;
+}
+
+}  // namespace
+
+Status WriteManifest(const std::string& dir, const CheckpointManifest& m) {
+  return WriteFileAtomic(dir, "MANIFEST", EncodeManifest(m));
+}
+
+std::string PeriodicCheckpointName(uint64_t clock) {
+  return std::string(kPeriodicPrefix) + std::to_string(clock);
+}
+
+Result<std::string> ResolveCheckpoint(const std::string& dir) {
+  std::error_code ec;
+  if (std::filesystem::exists(dir + "/MANIFEST", ec)) return dir;
+  const std::string latest = dir + "/LATEST";
+  std::ifstream in(latest, std::ios::binary);
+  if (!in) {
+    return NotFound("no checkpoint at " + dir + " (neither " + dir + "/MANIFEST nor " + latest +
+                    " exists: no checkpoint completed there, or the path is wrong)");
+  }
+  std::string name;
+  std::getline(in, name);
+  if (!PeriodicClock(name) || !ValidName(name)) {
+    return ProtocolError(latest + " does not name a checkpoint ('" + name.substr(0, 60) + "')");
+  }
+  return dir + "/" + name;
+}
+
+Status CommitLatest(const std::string& dir, const std::string& name, uint32_t keep) {
+  const auto committed = PeriodicClock(name);
+  if (!committed) return InvalidArgument("'" + name + "' is not a periodic checkpoint name");
+  FERRY_RETURN_IF_ERROR(WriteFileAtomic(dir, "LATEST", name + "\n"));
+  std::vector<uint64_t> clocks;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const auto c = PeriodicClock(e.path().filename().string());
+    if (c && *c <= *committed) clocks.push_back(*c);
+  }
+  std::sort(clocks.rbegin(), clocks.rend());
+  for (size_t i = keep; i < clocks.size(); ++i) {
+    std::filesystem::remove_all(dir + "/" + PeriodicCheckpointName(clocks[i]), ec);
+    if (ec) {
+      return Status(Code::kIoError, "delete old checkpoint " + PeriodicCheckpointName(clocks[i]) +
+                                        ": " + ec.message());
+    }
+  }
   return Status::Ok();
 }
 
@@ -197,9 +294,10 @@ Status CheckManifestMatches(const CheckpointManifest& m, const JobSpec& job) {
       return InvalidArgument("the checkpoint has no table '" + t.name + "'");
     }
     if (it->dim != t.dim || it->state_floats != state) {
-      return InvalidArgument("table '" + t.name + "' is " + std::to_string(it->dim) + " wide with " +
-                             std::to_string(it->state_floats) + " state floats in the checkpoint, " +
-                             std::to_string(t.dim) + " and " + std::to_string(state) +
+      return InvalidArgument("table '" + t.name + "' is " + std::to_string(it->dim) +
+                             " wide with " + std::to_string(it->state_floats) +
+                             " state floats in the checkpoint, " + std::to_string(t.dim) + " and " +
+                             std::to_string(state) +
                              " in this job (same optimizer and width needed)");
     }
   }

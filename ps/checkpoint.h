@@ -10,7 +10,17 @@
 //                                 partition VERSION VNODES SEED
 //                                 clock C
 //                                 table NAME DIM STATE_FLOATS     (one line per table, in order)
+//                                 workers W                       (optional, with the positions)
+//                                 position I P                    (worker I's data position at
+//                                                                  clock C: one per worker)
 //                                 end
+//
+// Periodic checkpoints (JobSpec::checkpoint_every) live in subdirectories of one directory:
+//   DIR/clock-C/                one checkpoint as above, taken at clock boundary C
+//   DIR/LATEST                  the name of the newest complete one ("clock-C\n"), replaced
+//                               atomically after its manifest is written; older ones beyond
+//                               JobSpec::checkpoints_kept are deleted after that.
+// ResolveCheckpoint(DIR) accepts either form, so `--resume DIR` takes both.
 //
 // Restoring (JobSpec::restore_dir): each server of the new job reads every old shard of every
 // table and keeps the rows its consistent-hash partition owns, so rows move to their new owners
@@ -45,6 +55,9 @@ struct CheckpointManifest {
     bool operator==(const Table&) const = default;
   };
   std::vector<Table> tables;
+  // Worker i's data position (what it passed to Worker::Clock) at `clock`; empty when the
+  // checkpoint was not taken at a clock boundary of a job whose workers report positions.
+  std::vector<uint64_t> positions;
 };
 
 // The server-side row layout of a job's table (what the shard files hold).
@@ -59,6 +72,15 @@ Status WriteManifest(const std::string& dir, const CheckpointManifest& m);
 Result<CheckpointManifest> ReadManifest(const std::string& dir);
 // kInvalidArgument naming the first table of `job` the manifest lacks or lays out differently.
 Status CheckManifestMatches(const CheckpointManifest& m, const JobSpec& job);
+
+// The checkpoint DIR names: DIR itself when it holds a MANIFEST, else DIR/<LATEST's name>.
+// kNotFound naming both paths when neither exists.
+Result<std::string> ResolveCheckpoint(const std::string& dir);
+// Name of the periodic checkpoint of `clock` (a subdirectory of JobSpec::checkpoint_dir).
+std::string PeriodicCheckpointName(uint64_t clock);
+// Points DIR/LATEST at DIR/`name` (atomically), then deletes the periodic checkpoints of DIR
+// older than the `keep` newest.
+Status CommitLatest(const std::string& dir, const std::string& name, uint32_t keep);
 
 // Calls fn(key, row) for every live row of table `t` in every shard of the checkpoint.
 // `row` is the server row (ArrayHashMap layout `options`), valid during the call.

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <deque>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -27,6 +28,7 @@ struct Coordinator::Impl {
     bool finished = false;  // worker sent kFinish
     bool gone = false;      // connection closed or failed
     uint64_t clock = 0;     // workers: completed clocks
+    uint64_t position = 0;  // workers: the data position reported with that clock
   };
 
   JobSpec job;
@@ -51,13 +53,18 @@ struct Coordinator::Impl {
   std::map<uint64_t, size_t> barriers;  // id -> workers entered
   uint64_t min_clock = 0;
   struct PendingCheckpoint {
-    size_t requester = 0;  // conns index of the worker that asked
+    size_t requester = 0;  // conns index of the worker that asked; kPeriodic: none
     std::string dir;
     size_t done = 0;
     std::string error;
+    uint64_t clock = 0;               // periodic: the clock boundary it was taken at
+    std::vector<uint64_t> positions;  // periodic: each worker's data position there
+    Clock::time_point started;
   };
-  std::map<uint64_t, PendingCheckpoint> checkpoints;  // by the requester's id
-  uint64_t applying = 0;                              // BSP: clock being applied (0: none)
+  static constexpr size_t kPeriodic = SIZE_MAX;
+  static constexpr uint64_t kPeriodicKey = uint64_t{1} << 63;  // worker keys use 56 bits
+  std::map<uint64_t, PendingCheckpoint> checkpoints;           // by the requester's id
+  uint64_t applying = 0;                                       // BSP: clock being applied (0: none)
   size_t applied_count = 0;
   Clock::time_point finish_deadline;
   ControlMessage failure_notice;  // sent to members that register after the job failed
@@ -118,6 +125,9 @@ struct Coordinator::Impl {
   void OnMessage(size_t ci, ControlMessage m);
   void OnGone(size_t ci, const Status& why);
   void AdvanceClocks();
+  // BSP, JobSpec::checkpoint_every: at clock boundary min_clock, before the workers hear of it.
+  void MaybeStartPeriodicCheckpoint();
+  void FinishCheckpoint(std::map<uint64_t, PendingCheckpoint>::iterator it);
   // Releases every barrier that all workers still running have entered.
   void ReleaseBarriers();
 };
@@ -193,6 +203,65 @@ void Coordinator::Impl::AdvanceClocks() {
   u.kind = ControlKind::kClockUpdate;
   u.value = min_clock;
   SendToRole(Role::kWorker, u);
+}
+
+void Coordinator::Impl::MaybeStartPeriodicCheckpoint() {
+  if (job.checkpoint_every == 0 || min_clock % job.checkpoint_every != 0 ||
+      phase != Phase::kRunning) {
+    return;
+  }
+  PendingCheckpoint p;
+  p.requester = kPeriodic;
+  p.clock = min_clock;
+  p.started = Clock::now();
+  for (int i : workers) {
+    // A finished worker's position is past its data: a job it left is not resumable here.
+    if (conns[i].finished || conns[i].clock != min_clock) return;
+    p.positions.push_back(conns[i].position);
+  }
+  p.dir = job.checkpoint_dir + "/" + PeriodicCheckpointName(min_clock);
+  std::error_code ec;
+  std::filesystem::create_directories(p.dir, ec);
+  if (ec) {
+    FailJob(nullptr, Status(Code::kIoError, "checkpoint at clock " + std::to_string(min_clock) +
+                                                ": create " + p.dir + ": " + ec.message()));
+    return;
+  }
+  ControlMessage c;
+  c.kind = ControlKind::kCheckpoint;
+  c.value = kPeriodicKey | min_clock;
+  c.text = p.dir;
+  checkpoints[c.value] = std::move(p);
+  SendToRole(Role::kServer, c);
+}
+
+void Coordinator::Impl::FinishCheckpoint(std::map<uint64_t, PendingCheckpoint>::iterator it) {
+  PendingCheckpoint& p = it->second;
+  // Every shard is on disk: the manifest makes the checkpoint exist.
+  if (p.error.empty()) {
+    CheckpointManifest m = ManifestFor(job, p.requester == kPeriodic ? p.clock : min_clock);
+    m.positions = p.positions;
+    Status s = WriteManifest(p.dir, m);
+    if (s.ok() && p.requester == kPeriodic) {
+      s = CommitLatest(job.checkpoint_dir, PeriodicCheckpointName(p.clock), job.checkpoints_kept);
+    }
+    if (!s.ok()) p.error = s.ToString();
+  }
+  if (p.requester == kPeriodic) {
+    // Checkpoints were asked for: carrying on without them would lose work silently later.
+    if (!p.error.empty()) {
+      FailJob(nullptr, Status(Code::kIoError, "checkpoint at clock " + std::to_string(p.clock) +
+                                                  " failed: " + p.error));
+    }
+    checkpoints.erase(it);
+    return;
+  }
+  ControlMessage r;
+  r.kind = ControlKind::kCheckpointDone;
+  r.value = it->first & ((uint64_t{1} << 40) - 1);
+  r.text = p.error;
+  if (!conns[p.requester].gone) Send(conns[p.requester].ep, r);
+  checkpoints.erase(it);
 }
 
 void Coordinator::Impl::OnMessage(size_t ci, ControlMessage msg) {
@@ -279,7 +348,10 @@ void Coordinator::Impl::OnMessage(size_t ci, ControlMessage msg) {
     }
     case ControlKind::kClock:
       if (m.info.role != Role::kWorker) return;
-      m.clock = std::max(m.clock, msg.value);
+      if (msg.value > m.clock) {
+        m.clock = msg.value;
+        m.position = msg.value2;
+      }
       AdvanceClocks();
       return;
     case ControlKind::kClockApplied:
@@ -287,6 +359,9 @@ void Coordinator::Impl::OnMessage(size_t ci, ControlMessage msg) {
       if (++applied_count == servers.size()) {
         min_clock = applying;
         applying = 0;
+        // The servers get the checkpoint command before any worker can push for the next
+        // clock: their copies hold exactly the clocks < min_clock.
+        MaybeStartPeriodicCheckpoint();
         ControlMessage u;
         u.kind = ControlKind::kClockUpdate;
         u.value = min_clock;
@@ -327,17 +402,7 @@ void Coordinator::Impl::OnMessage(size_t ci, ControlMessage msg) {
         p.error = "server " + std::to_string(m.info.index) + ": " + msg.text;
       }
       if (++p.done < servers.size()) return;
-      // Every shard is on disk: the manifest makes the checkpoint exist.
-      if (p.error.empty()) {
-        Status s = WriteManifest(p.dir, ManifestFor(job, min_clock));
-        if (!s.ok()) p.error = s.ToString();
-      }
-      ControlMessage r;
-      r.kind = ControlKind::kCheckpointDone;
-      r.value = it->first & ((uint64_t{1} << 40) - 1);
-      r.text = p.error;
-      if (!conns[p.requester].gone) Send(conns[p.requester].ep, r);
-      checkpoints.erase(it);
+      FinishCheckpoint(it);
       return;
     }
     case ControlKind::kFinish:
@@ -471,6 +536,11 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Start(const JobSpec& job,
   impl->fingerprint = job.Fingerprint();
   impl->servers.assign(job.servers, -1);
   impl->workers.assign(job.workers, -1);
+  if (!job.restore_dir.empty()) {
+    // A restored job goes on from the checkpoint's clock (the workers start there too).
+    FERRY_ASSIGN_OR_RETURN(CheckpointManifest m, ReadManifest(job.restore_dir));
+    impl->min_clock = m.clock;
+  }
   TransportOptions o = ControlTransportOptions(job);
   o.max_endpoints = job.servers + job.workers + 64;
   FERRY_ASSIGN_OR_RETURN(impl->t, CreateTransport("tcp", o));

@@ -41,8 +41,7 @@ std::string ConsistencyName(const ConsistencySpec& spec) {
 Result<RoleRule> ParseRoleRule(std::string_view text) {
   if (text == "servers-first") return RoleRule::kServersFirst;
   if (text == "colocated") return RoleRule::kColocated;
-  return InvalidArgument("role rule '" + std::string(text) +
-                         "' is not servers-first or colocated");
+  return InvalidArgument("role rule '" + std::string(text) + "' is not servers-first or colocated");
 }
 
 std::string_view RoleRuleName(RoleRule rule) {
@@ -113,6 +112,9 @@ uint64_t JobSpec::Fingerprint() const {
   h.Add(partition_seed);
   h.Add(push_filter);
   h.Add(fp16_push);
+  h.Add(checkpoint_dir);
+  h.Add(checkpoint_every);
+  h.Add(restore_dir);
   return h.Digest();
 }
 
@@ -156,6 +158,20 @@ Status ValidateJob(const JobSpec& job) {
   }
   if (!(job.push_filter >= 0.0f)) return InvalidArgument("push_filter must be >= 0");
   if (job.peer_timeout.count() <= 0) return InvalidArgument("peer_timeout must be > 0");
+  if (job.checkpoint_every > 0) {
+    if (job.checkpoint_dir.empty()) {
+      return InvalidArgument("checkpoint_every is set but checkpoint_dir is empty");
+    }
+    if (job.consistency.kind != Consistency::kBsp) {
+      // Only BSP has a clock boundary where every server holds exactly the same updates.
+      return InvalidArgument("periodic checkpoints need bsp consistency (under " +
+                             ConsistencyName(job.consistency) +
+                             " no clock boundary is consistent across servers)");
+    }
+    if (job.checkpoints_kept == 0) return InvalidArgument("checkpoints_kept must be >= 1");
+  } else if (!job.checkpoint_dir.empty()) {
+    return InvalidArgument("checkpoint_dir is set but checkpoint_every is 0");
+  }
   return Status::Ok();
 }
 

@@ -63,9 +63,9 @@ struct JobSpec {
   std::string secret;             // shared by every connection when set
 
   // Data-path sizes.
-  uint64_t staging_bytes = 16ull << 20;  // per (worker, server): the request ring on the server
-  uint64_t arena_bytes = 64ull << 20;    // per worker: where pulled rows land
-  uint64_t send_bytes = 64ull << 20;     // per worker: request headers, keys and gradients
+  uint64_t staging_bytes = 16ull << 20;      // per (worker, server): the request ring on the server
+  uint64_t arena_bytes = 64ull << 20;        // per worker: where pulled rows land
+  uint64_t send_bytes = 64ull << 20;         // per worker: request headers, keys and gradients
   uint32_t max_keys_per_request = 1u << 16;  // the worker splits larger pulls/pushes
   uint32_t max_outstanding = 64;             // requests in flight per (worker, server)
   uint32_t virtual_nodes = 128;              // consistent hashing
@@ -73,7 +73,17 @@ struct JobSpec {
 
   // Restore every table from this checkpoint (ps/checkpoint.h) at startup; empty: start fresh.
   // The row owners follow this job's partition, whatever the checkpoint's server count was.
+  // The job then starts at the checkpoint's clock, and each worker finds its data position
+  // (Worker::restored()). A directory of periodic checkpoints names its newest one (LATEST).
   std::string restore_dir;
+
+  // Periodic checkpoints (BSP only): every `checkpoint_every` clocks the coordinator has each
+  // server copy its shards at the clock boundary (the copy is the only pause; the files are
+  // written in the background) into checkpoint_dir/clock-C, then writes the manifest with every
+  // worker's data position, and moves checkpoint_dir/LATEST to it. 0: off.
+  std::string checkpoint_dir;
+  uint64_t checkpoint_every = 0;
+  uint32_t checkpoints_kept = 2;  // older periodic checkpoints are deleted
 
   // Pushes: drop gradient rows whose largest |g| is below this (0: off; OSDI'14's significance
   // filter), and ship gradients as fp16.

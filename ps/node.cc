@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "ps/checkpoint.h"
 #include "ps/rendezvous.h"
 
 namespace ferry::ps {
@@ -92,8 +93,16 @@ Result<std::unique_ptr<Node>> Node::Start(const JobSpec& job) {
   return Start(job, env);
 }
 
-Result<std::unique_ptr<Node>> Node::Start(const JobSpec& job, const LaunchEnv& env) {
-  FERRY_RETURN_IF_ERROR(ValidateJob(job));
+Result<std::unique_ptr<Node>> Node::Start(const JobSpec& spec, const LaunchEnv& env) {
+  FERRY_RETURN_IF_ERROR(ValidateJob(spec));
+  JobSpec job = spec;
+  if (!job.restore_dir.empty()) {
+    // A directory of periodic checkpoints means its newest. Every rank resolves it alone; the
+    // fingerprint (which covers the result) makes sure they all found the same one.
+    auto dir = ResolveCheckpoint(job.restore_dir);
+    if (!dir.ok()) return dir.status().Annotate("rank " + std::to_string(env.rank));
+    job.restore_dir = *dir;
+  }
   std::unique_ptr<Node> n(new Node());
   n->env_ = env;
   FERRY_ASSIGN_OR_RETURN(n->roles_, RolesOf(job, env.rank, env.size));

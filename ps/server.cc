@@ -24,6 +24,7 @@ Server::Server(const JobSpec& job, uint32_t index, std::unique_ptr<Transport> da
     : job_(job), index_(index), data_(std::move(data)) {}
 
 Server::~Server() {
+  JoinCheckpointWriter();
   // Registrations die before the memory and the transport (the transport contract).
   for (Link& l : links_) {
     if (l.ep) l.ep->Close();
@@ -100,12 +101,46 @@ Status Server::Init(const std::string& listen_host) {
   return Status::Ok();
 }
 
-Status Server::SaveShards(const std::string& dir) {
+void Server::JoinCheckpointWriter() {
+  if (checkpoint_writer_.joinable()) checkpoint_writer_.join();
+}
+
+void Server::StartCheckpoint(const ControlMessage& command, ControlClient* control) {
+  JoinCheckpointWriter();  // one write at a time: memory for two copies at most
+  ControlMessage done;
+  done.kind = ControlKind::kCheckpointDone;
+  done.value = command.value;
+  // The copy is the pause: serving resumes as soon as every table is copied, and the copies are
+  // consistent with each other (nothing is applied in between).
+  const auto start = Clock::now();
+  std::vector<SnapshotImage> images;
+  uint64_t bytes = 0;
   for (const Table& t : tables_) {
-    Status s = t.map->SaveSnapshot(ShardPath(dir, t.spec.name, index_));
-    if (!s.ok()) return s.Annotate("checkpoint table '" + t.spec.name + "'");
+    auto img = t.map->CaptureSnapshot();
+    if (!img.ok()) {
+      done.text = img.status().Annotate("checkpoint table '" + t.spec.name + "'").ToString();
+      (void)control->Send(done);
+      return;
+    }
+    bytes += img->bytes();
+    images.push_back(std::move(img).value());
   }
-  return Status::Ok();
+  const auto pause = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start);
+  ++stats_.checkpoints;
+  stats_.checkpoint_pause_ns =
+      std::max<uint64_t>(stats_.checkpoint_pause_ns, static_cast<uint64_t>(pause.count()));
+  stats_.checkpoint_bytes = bytes;
+  std::vector<std::string> paths;
+  for (const Table& t : tables_) paths.push_back(ShardPath(command.text, t.spec.name, index_));
+  checkpoint_writer_ =
+      std::thread([control, done, images = std::move(images), paths = std::move(paths)]() mutable {
+        for (size_t i = 0; i < images.size() && done.text.empty(); ++i) {
+          Status s = images[i].WriteTo(paths[i]);
+          if (!s.ok()) done.text = s.ToString();
+        }
+        images.clear();  // the memory goes before the answer: the next checkpoint may follow
+        (void)control->Send(done);  // ControlClient::Send is thread-safe
+      });
 }
 
 Status Server::RestoreShard(size_t t, const TableOptions& options, ArrayHashMap* map) {
@@ -293,6 +328,12 @@ Status Server::ApplyClock(uint64_t clock) {
 }
 
 Status Server::Serve(ControlClient* control) {
+  Status s = ServeLoop(control);
+  JoinCheckpointWriter();  // it answers through `control`, which the caller owns
+  return s;
+}
+
+Status Server::ServeLoop(ControlClient* control) {
   Completion comps[64];
   while (true) {
     while (!deferred_.empty()) {
@@ -326,15 +367,9 @@ Status Server::Serve(ControlClient* control) {
           FERRY_RETURN_IF_ERROR(control->Send(done));
           break;
         }
-        case ControlKind::kCheckpoint: {
-          ControlMessage done;
-          done.kind = ControlKind::kCheckpointDone;
-          done.value = m->value;
-          Status s = SaveShards(m->text);
-          if (!s.ok()) done.text = s.ToString();
-          FERRY_RETURN_IF_ERROR(control->Send(done));
+        case ControlKind::kCheckpoint:
+          StartCheckpoint(*m, control);
           break;
-        }
         case ControlKind::kShutdown:
           return Status::Ok();
         case ControlKind::kFailure:

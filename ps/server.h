@@ -34,6 +34,7 @@
 #include <deque>
 #include <memory>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -52,8 +53,11 @@ struct ServerStats {
   uint64_t keys_pulled = 0, keys_pushed = 0;
   uint64_t rows_created = 0;
   uint64_t rows_restored = 0;
-  uint64_t errors = 0;        // error replies
-  uint64_t slot_replies = 0;  // pulls answered with slots (one-sided pulls learn them)
+  uint64_t errors = 0;               // error replies
+  uint64_t slot_replies = 0;         // pulls answered with slots (one-sided pulls learn them)
+  uint64_t checkpoints = 0;          // shards copied for a checkpoint
+  uint64_t checkpoint_pause_ns = 0;  // the longest copy (serving stops only for it)
+  uint64_t checkpoint_bytes = 0;     // of the last checkpoint, all tables
 };
 
 class Server {
@@ -75,6 +79,8 @@ class Server {
   // failure elsewhere ends the wait.
   Status AcceptWorkers(ControlClient* control, Millis timeout);
   // Serves requests and control commands until kShutdown (Ok) or a failure (the reason).
+  // A checkpoint command copies every table (CaptureSnapshot; the only pause) and a writer
+  // thread writes the files and answers kCheckpointDone; Serve returns after that thread.
   Status Serve(ControlClient* control);
   // Makes AcceptWorkers/Serve return kCancelled soon. Thread-safe.
   void RequestStop() {
@@ -145,9 +151,13 @@ class Server {
   // refused keys get kNoSlot). Grows the table first if needed (draining its replies).
   Status ResolveSlots(Table& t, const uint64_t* keys, uint32_t n, std::vector<uint32_t>* slots);
   Status ApplyClock(uint64_t clock);
-  // Checkpoints (ps/checkpoint.h): this server's shard of every table into `dir`; and at
-  // startup, the rows of table `t` this server owns from every shard of JobSpec::restore_dir.
-  Status SaveShards(const std::string& dir);
+  Status ServeLoop(ControlClient* control);
+  // Checkpoints (ps/checkpoint.h): copies this server's shard of every table, and writes the
+  // copies into the command's directory on checkpoint_writer_ (which answers the coordinator);
+  // a second command first waits for the previous write. At startup, RestoreShard brings the
+  // rows of table `t` this server owns from every shard of JobSpec::restore_dir.
+  void StartCheckpoint(const ControlMessage& command, ControlClient* control);
+  void JoinCheckpointWriter();
   Status RestoreShard(size_t t, const TableOptions& options, ArrayHashMap* map);
   uint32_t AllocReply();
   // Handles completions until table t has no reply in flight (notifications are queued).
@@ -186,6 +196,7 @@ class Server {
   std::vector<uint32_t> slots_;      // scratch for ResolveSlots
   std::vector<float> grad_scratch_;  // fp16 gradients converted for one row
   std::unique_ptr<OneSided, OneSidedDeleter> one_sided_;  // on first use; dies before data_
+  std::thread checkpoint_writer_;
   std::atomic<bool> stop_{false};
   Status fatal_;           // ends Serve at once (a broken invariant, a protocol violation)
   Status worker_failure_;  // a worker's connection failed; ends Serve after a grace period

@@ -30,7 +30,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <new>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "ps/array_hash_map.h"
@@ -124,11 +126,19 @@ Status Corrupt(const std::string& path, const std::string& what) {
 class SnapshotIo {
  public:
   static Status Save(const ArrayHashMap& m, const std::string& path);
+  static Result<SnapshotImage> Capture(const ArrayHashMap& m);
+  static Status WriteImage(const SnapshotImage& img, const std::string& path);
   static Result<std::unique_ptr<ArrayHashMap>> Load(const std::string& path,
                                                     const TableOptions& options);
+
+ private:
+  static SnapshotHeader MakeHeader(const ArrayHashMap& m);
+  // Checksums the sections and writes the file (tmp, fsync, rename, fsync the directory).
+  static Status Write(SnapshotHeader h, const uint8_t* rows, const uint8_t* live,
+                      const uint8_t* index, const std::string& path);
 };
 
-Status SnapshotIo::Save(const ArrayHashMap& m, const std::string& path) {
+SnapshotHeader SnapshotIo::MakeHeader(const ArrayHashMap& m) {
   SnapshotHeader h{};
   std::memcpy(h.magic, kMagic, sizeof kMagic);
   h.version = kVersion;
@@ -149,9 +159,13 @@ Status SnapshotIo::Save(const ArrayHashMap& m, const std::string& path) {
   h.live_bytes = (h.high_water + 63) / 64 * 8;
   h.index_offset = AlignUp(h.live_offset + h.live_bytes);
   h.index_bytes = h.index_buckets * 8;
-  const uint8_t* index = reinterpret_cast<const uint8_t*>(m.index_.buckets());
-  h.rows_xxh3 = XXH3_64bits(m.rows_.data(), h.rows_bytes);
-  h.live_xxh3 = XXH3_64bits(m.live_.data(), h.live_bytes);
+  return h;
+}
+
+Status SnapshotIo::Write(SnapshotHeader h, const uint8_t* rows, const uint8_t* live,
+                         const uint8_t* index, const std::string& path) {
+  h.rows_xxh3 = XXH3_64bits(rows, h.rows_bytes);
+  h.live_xxh3 = XXH3_64bits(live, h.live_bytes);
   h.index_xxh3 = XXH3_64bits(index, h.index_bytes);
   h.header_xxh3 = HeaderChecksum(h);
 
@@ -159,8 +173,8 @@ Status SnapshotIo::Save(const ArrayHashMap& m, const std::string& path) {
   Fd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (fd.get() < 0) return IoError("create snapshot " + tmp, errno);
   Status s = WriteAll(fd.get(), &h, sizeof h, 0, tmp);
-  if (s.ok()) s = WriteAll(fd.get(), m.rows_.data(), h.rows_bytes, h.rows_offset, tmp);
-  if (s.ok()) s = WriteAll(fd.get(), m.live_.data(), h.live_bytes, h.live_offset, tmp);
+  if (s.ok()) s = WriteAll(fd.get(), rows, h.rows_bytes, h.rows_offset, tmp);
+  if (s.ok()) s = WriteAll(fd.get(), live, h.live_bytes, h.live_offset, tmp);
   if (s.ok()) s = WriteAll(fd.get(), index, h.index_bytes, h.index_offset, tmp);
   if (s.ok() && ftruncate(fd.get(), static_cast<off_t>(h.index_offset + h.index_bytes)) != 0) {
     s = IoError("truncate snapshot " + tmp, errno);
@@ -181,6 +195,43 @@ Status SnapshotIo::Save(const ArrayHashMap& m, const std::string& path) {
   if (dfd.get() < 0) return IoError("open directory " + dir, errno);
   if (fsync(dfd.get()) != 0) return IoError("fsync directory " + dir, errno);
   return Status::Ok();
+}
+
+Status SnapshotIo::Save(const ArrayHashMap& m, const std::string& path) {
+  return Write(MakeHeader(m), m.rows_.data(), reinterpret_cast<const uint8_t*>(m.live_.data()),
+               reinterpret_cast<const uint8_t*>(m.index_.buckets()), path);
+}
+
+Result<SnapshotImage> SnapshotIo::Capture(const ArrayHashMap& m) {
+  const SnapshotHeader h = MakeHeader(m);
+  SnapshotImage img;
+  img.rows_ = h.rows_bytes;
+  img.live_ = h.live_bytes;
+  img.index_ = h.index_bytes;
+  const size_t total = img.rows_ + img.live_ + img.index_;
+  // Uninitialised: the copy below is the only pass over these bytes (a zero-fill would double
+  // the pause this copy exists to keep short).
+  img.data_.reset(new (std::nothrow) uint8_t[std::max<size_t>(total, 1)]);
+  if (img.data_ == nullptr) {
+    return Status(Code::kResourceExhausted,
+                  "no memory for a " + std::to_string(total) + "-byte snapshot copy");
+  }
+  if (img.rows_ > 0) std::memcpy(img.data_.get(), m.rows_.data(), img.rows_);
+  if (img.live_ > 0) std::memcpy(img.data_.get() + img.rows_, m.live_.data(), img.live_);
+  if (img.index_ > 0) {
+    std::memcpy(img.data_.get() + img.rows_ + img.live_, m.index_.buckets(), img.index_);
+  }
+  static_assert(sizeof h == std::tuple_size_v<decltype(img.header_)>);
+  std::memcpy(img.header_.data(), &h, sizeof h);
+  return img;
+}
+
+Status SnapshotIo::WriteImage(const SnapshotImage& img, const std::string& path) {
+  if (img.data_ == nullptr) return InvalidArgument("empty snapshot image");
+  SnapshotHeader h;
+  std::memcpy(&h, img.header_.data(), sizeof h);
+  const uint8_t* d = img.data_.get();
+  return Write(h, d, d + img.rows_, d + img.rows_ + img.live_, path);
 }
 
 Result<std::unique_ptr<ArrayHashMap>> SnapshotIo::Load(const std::string& path,
@@ -308,6 +359,14 @@ Result<std::unique_ptr<ArrayHashMap>> SnapshotIo::Load(const std::string& path,
 
 Status ArrayHashMap::SaveSnapshot(const std::string& path) const {
   return SnapshotIo::Save(*this, path);
+}
+
+Result<SnapshotImage> ArrayHashMap::CaptureSnapshot() const {
+  return SnapshotIo::Capture(*this);
+}
+
+Status SnapshotImage::WriteTo(const std::string& path) const {
+  return SnapshotIo::WriteImage(*this, path);
 }
 
 Result<std::unique_ptr<ArrayHashMap>> ArrayHashMap::LoadSnapshot(const std::string& path,

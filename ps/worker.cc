@@ -6,17 +6,12 @@
 #include <chrono>
 #include <cstring>
 
+#include "ps/checkpoint.h"
 #include "ps/worker_state.h"
 
 namespace ferry::ps {
 
 using Clock = std::chrono::steady_clock;
-
-namespace {
-
-constexpr int kContextShift = 20;  // send completion context: ticket << 20 | request index
-
-}  // namespace
 
 Worker::Worker(const JobSpec& job, uint32_t index, std::unique_ptr<Transport> data)
     : job_(job), index_(index), data_(std::move(data)), st_(std::make_unique<State>()) {}
@@ -43,6 +38,23 @@ Result<std::unique_ptr<Worker>> Worker::Create(const JobSpec& job, uint32_t inde
   std::unique_ptr<Worker> w(new Worker(job, index, std::move(data)));
   FERRY_ASSIGN_OR_RETURN(w->partition_,
                          Partition::Create(job.servers, job.virtual_nodes, job.partition_seed));
+  if (!job.restore_dir.empty()) {
+    // The job goes on from the checkpoint's clock (the coordinator starts there too).
+    FERRY_ASSIGN_OR_RETURN(CheckpointManifest m, ReadManifest(job.restore_dir));
+    Restored r;
+    r.clock = m.clock;
+    if (!m.positions.empty()) {
+      if (m.positions.size() != job.workers) {
+        return InvalidArgument("checkpoint " + job.restore_dir + " holds the data positions of " +
+                               std::to_string(m.positions.size()) + " workers; this job has " +
+                               std::to_string(job.workers) +
+                               " (resume with the same worker count; servers may differ)");
+      }
+      r.position = m.positions[index];
+    }
+    w->clock_ = w->min_clock_ = m.clock;
+    w->restored_ = r;
+  }
   State& st = *w->st_;
   const uint64_t slots = ReplySlotsBytes(job.servers, job.max_outstanding);
   if (slots + (64u << 10) > job.arena_bytes) {
@@ -384,7 +396,7 @@ Status Worker::Barrier() {
   return Status::Ok();
 }
 
-Status Worker::Clock() {
+Status Worker::Clock(uint64_t position) {
   FERRY_RETURN_IF_ERROR(Usable());
   // Pushes of this clock must be applied (ASP/SSP) or staged (BSP) before the clock counts.
   FERRY_RETURN_IF_ERROR(WaitAllReplies("the pushes of clock " + std::to_string(clock_)));
@@ -393,6 +405,7 @@ Status Worker::Clock() {
   ControlMessage m;
   m.kind = ControlKind::kClock;
   m.value = clock_;
+  m.value2 = position;
   FERRY_RETURN_IF_ERROR(control_->Send(m));
   const ConsistencySpec& c = job_.consistency;
   if (c.kind == Consistency::kAsp) return Status::Ok();

@@ -194,7 +194,18 @@ class Worker {
   void Release(Ticket t);
 
   Status Barrier();
-  Status Clock();
+  // Ends this worker's clock. `position` is the caller's data position after it (for example
+  // the samples it has read): periodic checkpoints (JobSpec::checkpoint_every) record every
+  // worker's position at their clock boundary, and a job restored from one hands it back
+  // (restored()).
+  Status Clock(uint64_t position = 0);
+  // A job restored from a checkpoint (JobSpec::restore_dir) starts at its clock; `position` is
+  // this worker's recorded data position when the checkpoint has them (periodic ones do).
+  struct Restored {
+    uint64_t clock = 0;
+    std::optional<uint64_t> position;
+  };
+  const std::optional<Restored>& restored() const { return restored_; }
   uint64_t clock() const { return clock_; }
   uint64_t min_clock() const { return min_clock_; }
   // Worker 0 receives every worker's bytes (indexed by worker); the others get an empty list.
@@ -286,6 +297,7 @@ class Worker {
   uint64_t clock_ = 0;
   uint64_t min_clock_ = 0;
   uint64_t pushes_since_clock_ = 0;  // BSP: Finish() clocks once more if pushes are pending
+  std::optional<Restored> restored_;
   WorkerStats stats_;
 };
 

@@ -41,7 +41,6 @@ namespace ferry::ps {
 
 namespace {
 
-constexpr int kContextShift = 20;
 constexpr uint64_t kReadIndexMask = (uint64_t{1} << kContextShift) - 1;
 // Slots cached per (table, server) before the cache starts over (a worker that sees an endless
 // stream of new keys must not grow without bound).

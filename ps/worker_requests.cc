@@ -13,7 +13,6 @@ namespace ferry::ps {
 
 namespace {
 
-constexpr int kContextShift = 20;
 constexpr uint64_t kMaxRequestsPerTicket = (uint64_t{1} << kContextShift) - 1;
 
 // Space that no amount of waiting can provide: more than the whole buffer. Checked before

@@ -52,8 +52,10 @@ struct Request {
 
 // ---- One-sided pulls (worker_onesided.cc; docs/ps.md "One-sided pulls") ----------------------
 
-// Completion contexts: requests are ticket << 20 | request index; one-sided reads set this bit
-// too (ticket << 20 | read index), so Progress hands them to OnReadDone.
+// Completion contexts: requests are ticket << kContextShift | request index; one-sided reads set
+// kReadContextBit too (ticket << kContextShift | read index), so Progress hands them to
+// OnReadDone.
+inline constexpr int kContextShift = 20;
 inline constexpr uint64_t kReadContextBit = uint64_t{1} << 63;
 
 // What this worker knows of one table's rows on one server: the slots of the keys it learned

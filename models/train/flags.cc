@@ -87,6 +87,17 @@ void AddTrainFlags(CLI::App& app, TrainOptions* o, TrainFlagText* t) {
                  "significance filter: drop gradient rows whose largest |g| is below this (0: off)")
       ->check(CLI::Range(0.0f, 1e30f))
       ->group(hyper);
+  auto* ckpt = "Checkpoints";
+  app.add_option("--checkpoint-dir", o->checkpoint_dir,
+                 "write a consistent checkpoint here periodically (bsp; DIR/clock-C, DIR/LATEST)")
+      ->group(ckpt);
+  app.add_option("--checkpoint-every", o->checkpoint_every,
+                 "batches between checkpoints (default 1000 with --checkpoint-dir)")
+      ->group(ckpt);
+  app.add_option("--resume", o->resume,
+                 "restore from this checkpoint (or the newest in a --checkpoint-dir) and go on "
+                 "where it was taken")
+      ->group(ckpt);
   app.add_option("--secret", o->secret, "shared secret every connection of the job proves")
       ->group("");
 }

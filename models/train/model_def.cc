@@ -10,7 +10,9 @@ namespace ferry::models {
 
 namespace {
 
-float Or(float v, float fallback) { return v >= 0.0f ? v : fallback; }
+float Or(float v, float fallback) {
+  return v >= 0.0f ? v : fallback;
+}
 
 // FTRL-Proximal as McMahan et al. run it on sparse CTR data; the per-coordinate adaptive rate
 // makes it insensitive to the batch size (gradients are sums over the batch).
@@ -77,6 +79,14 @@ Status ValidateTrainOptions(const TrainOptions& o) {
   }
   if (o.servers == 0 || o.workers == 0) return InvalidArgument("--servers/--workers must be >= 1");
   if (!(o.init_std >= 0.0f)) return InvalidArgument("--init-std must be >= 0");
+  if (o.checkpoint_every > 0 && o.checkpoint_dir.empty()) {
+    return InvalidArgument("--checkpoint-every needs --checkpoint-dir");
+  }
+  if (!o.checkpoint_dir.empty() && o.consistency.kind != ps::Consistency::kBsp) {
+    return InvalidArgument(
+        "--checkpoint-dir needs --consistency bsp (only a bsp clock boundary "
+        "is the same point on every server)");
+  }
   return Status::Ok();
 }
 
@@ -137,7 +147,8 @@ Result<ModelDef> DefineModel(const TrainOptions& o) {
         d.tables.push_back(Table("wide", 1, Ftrl(o)));
         d.linear = 0;
       }
-      ps::TableSpec e = Table("embeddings", o.embed_dim, Adagrad(Or(o.learning_rate, 0.05f), 1e-5f));
+      ps::TableSpec e =
+          Table("embeddings", o.embed_dim, Adagrad(Or(o.learning_rate, 0.05f), 1e-5f));
       e.init.kind = ps::InitializerSpec::Kind::kNormal;
       e.init.b = o.init_std;
       e.init.seed = o.seed;
@@ -204,6 +215,12 @@ Result<ps::JobSpec> MakeJob(const TrainOptions& o, const ModelDef& def) {
   job.secret = o.secret;
   job.fp16_push = o.fp16_push;
   job.push_filter = o.push_filter;
+  job.restore_dir = o.resume;
+  job.checkpoint_dir = o.checkpoint_dir;
+  if (!o.checkpoint_dir.empty()) {
+    job.checkpoint_every =
+        o.checkpoint_every > 0 ? o.checkpoint_every : TrainOptions::kDefaultCheckpointEvery;
+  }
   // Requests of a batch: its unique ids (at most every feature occurrence) fit one request.
   job.max_keys_per_request = 1u << 16;
   uint64_t widest = 1;

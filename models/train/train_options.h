@@ -31,8 +31,8 @@ struct TrainOptions {
   float learning_rate = -1.0f;        // sgd / adagrad / the FM factors / the MLP embeddings
   float l1 = -1.0f;                   // ftrl (and the linear parts of fm and mlp)
   float l2 = -1.0f;
-  float alpha = -1.0f;  // ftrl
-  float beta = -1.0f;   // ftrl
+  float alpha = -1.0f;                // ftrl
+  float beta = -1.0f;                 // ftrl
   float dense_learning_rate = 1e-3f;  // mlp: Adam on the dense layers
   uint32_t factors = 8;               // fm: k
   uint32_t embed_dim = 8;             // mlp: E
@@ -55,12 +55,23 @@ struct TrainOptions {
   bool fp16_push = false;
   float push_filter = 0.0f;
 
+  // Checkpoints (ps/checkpoint.h). Every checkpoint_every batches (bsp: one clock per batch),
+  // a consistent checkpoint of every server into checkpoint_dir/clock-C with each worker's data
+  // position; 0 with a directory: kDefaultCheckpointEvery. `resume`: a checkpoint, or a
+  // directory of periodic ones (its newest): the job restores the model and, from a periodic
+  // checkpoint, goes on from its clock with each worker at its recorded data position, so that
+  // the final model is the one an uninterrupted run makes, bit for bit.
+  std::string checkpoint_dir;
+  uint64_t checkpoint_every = 0;
+  std::string resume;
+  static constexpr uint64_t kDefaultCheckpointEvery = 1000;
+
   // Output.
   std::string model_out;
   ModelFormat model_format = ModelFormat::kBinary;
   std::string metrics_json;
-  uint64_t eval_every = 0;        // batches (of worker 0) between streaming evaluations; 0: none
-  uint64_t eval_samples = 100000; // test samples a streaming evaluation reads
+  uint64_t eval_every = 0;         // batches (of worker 0) between streaming evaluations; 0: none
+  uint64_t eval_samples = 100000;  // test samples a streaming evaluation reads
   enum class Progress { kAuto, kAlways, kNever };
   Progress progress = Progress::kAuto;
   bool quiet = false;

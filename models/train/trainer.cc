@@ -102,7 +102,11 @@ class WorkerLoop {
   // per epoch, else the total is estimated from this shard.
   Status CountSteps(bool share);
   Status TrainEpoch(uint32_t epoch);
-  Status TrainSequential(uint32_t epoch);
+  // Steps [first_step, steps_per_epoch) of `epoch` (the reader stands at first_step's batch).
+  Status TrainSequential(uint32_t epoch, uint64_t first_step);
+  // A job restored from a periodic checkpoint: reads this worker's data up to the checkpoint's
+  // clock and checks that it lands on the position the checkpoint recorded. Returns the clock.
+  Result<uint64_t> SeekToCheckpoint();
   Status TrainPipelined(uint32_t epoch);
   void Account(double loss, size_t n);
   Status MaybeEvaluate(uint32_t epoch);
@@ -119,6 +123,8 @@ class WorkerLoop {
   bool lead_;
   std::unique_ptr<Reader> reader_;
   uint64_t steps_per_epoch_ = 0;  // bsp/ssp
+  uint64_t my_samples_ = 0;       // this worker's shard, one epoch (bsp/ssp)
+  uint64_t position_ = 0;         // samples read since the start of the training, all epochs
   uint64_t total_samples_ = 0;    // all workers, one epoch (0: unknown)
   uint64_t batches_ = 0;          // this worker's batches so far
   uint64_t samples_ = 0;          // this worker's trained samples so far
@@ -168,6 +174,7 @@ Status WorkerLoop::CountSteps(bool share) {
     n += got;
   }
   FERRY_RETURN_IF_ERROR(reader_->Rewind());
+  my_samples_ = n;
   if (!share) {
     total_samples_ = n * w_.num_workers();
     return Status::Ok();
@@ -189,19 +196,53 @@ Status WorkerLoop::CountSteps(bool share) {
   return Status::Ok();
 }
 
-Status WorkerLoop::TrainSequential(uint32_t epoch) {
+Result<uint64_t> WorkerLoop::SeekToCheckpoint() {
+  const ps::Worker::Restored& r = *w_.restored();
+  if (o_.consistency.kind != ps::Consistency::kBsp) {
+    return InvalidArgument(
+        "the checkpoint was taken at a bsp clock boundary: resume it with "
+        "--consistency bsp, as the run that wrote it");
+  }
+  const uint64_t total = steps_per_epoch_ * o_.epochs;
+  if (r.clock > total) {
+    return InvalidArgument("the checkpoint is at batch " + std::to_string(r.clock) +
+                           " but this training has " + std::to_string(total) +
+                           " (other data, --epochs or --batch-size than the run that wrote it?)");
+  }
+  const uint64_t epoch_index = steps_per_epoch_ > 0 ? r.clock / steps_per_epoch_ : 0;
+  position_ = epoch_index * my_samples_;
+  if (epoch_index < o_.epochs) {
+    Batch b;
+    for (uint64_t step = 0; step < r.clock % steps_per_epoch_; ++step) {
+      b.Clear();
+      FERRY_ASSIGN_OR_RETURN(size_t n, reader_->Next(o_.batch_size, &b));
+      position_ += n;
+    }
+  }
+  if (position_ != *r.position) {
+    return InvalidArgument(
+        "worker " + std::to_string(w_.index()) + " had read " + std::to_string(*r.position) +
+        " samples at the checkpoint's batch " + std::to_string(r.clock) + ", but these files " +
+        "give " + std::to_string(position_) +
+        " there (other data, --batch-size or --workers than the run that wrote it?)");
+  }
+  return r.clock;
+}
+
+Status WorkerLoop::TrainSequential(uint32_t epoch, uint64_t first_step) {
   Batch batch;
   Stepper::Slot slot;
-  for (uint64_t step = 0; step < steps_per_epoch_; ++step) {
+  for (uint64_t step = first_step; step < steps_per_epoch_; ++step) {
     batch.Clear();
     FERRY_ASSIGN_OR_RETURN(size_t n, reader_->Next(o_.batch_size, &batch));
+    position_ += n;
     if (n > 0) {
       FERRY_RETURN_IF_ERROR(step_.Begin(batch, &slot));
       FERRY_ASSIGN_OR_RETURN(double loss, step_.Finish(&slot, true, nullptr));
       Account(loss, n);
     }
     // An empty step still counts: every worker makes steps_per_epoch clocks.
-    FERRY_RETURN_IF_ERROR(w_.Clock());
+    FERRY_RETURN_IF_ERROR(w_.Clock(position_));
     FERRY_RETURN_IF_ERROR(MaybeEvaluate(epoch));
     ShowProgress();
   }
@@ -358,11 +399,27 @@ Status WorkerLoop::Run(TrainReport* report) {
     progress_ = std::make_unique<ProgressDisplay>(std::cerr, po);
   }
   FERRY_RETURN_IF_ERROR(LoadEvalSet());
+  // A periodic checkpoint's job goes on at its clock: one batch per clock under bsp.
+  uint64_t first_step = 0;
+  if (w_.restored() && w_.restored()->position) {
+    FERRY_ASSIGN_OR_RETURN(first_step, SeekToCheckpoint());
+    if (lead_ && !o_.quiet) {
+      std::fprintf(stderr, "ferry-train: resumed at batch %llu of %llu\n",
+                   static_cast<unsigned long long>(first_step),
+                   static_cast<unsigned long long>(steps_per_epoch_ * o_.epochs));
+    }
+  }
   start_ = Clock::now();
   const bool pipelined = o_.consistency.kind == ps::Consistency::kAsp;
-  for (uint32_t epoch = 1; epoch <= o_.epochs; ++epoch) {
-    if (epoch > 1) FERRY_RETURN_IF_ERROR(reader_->Rewind());
-    FERRY_RETURN_IF_ERROR(pipelined ? TrainPipelined(epoch) : TrainSequential(epoch));
+  const uint32_t first_epoch =
+      steps_per_epoch_ > 0 ? static_cast<uint32_t>(first_step / steps_per_epoch_) + 1 : 1;
+  for (uint32_t epoch = first_epoch; epoch <= o_.epochs; ++epoch) {
+    // The first epoch's reader stands at its first batch (CountSteps rewound it, and a resumed
+    // one was moved on by SeekToCheckpoint).
+    if (epoch > first_epoch) FERRY_RETURN_IF_ERROR(reader_->Rewind());
+    const uint64_t skip =
+        epoch == first_epoch ? first_step % std::max<uint64_t>(steps_per_epoch_, 1) : 0;
+    FERRY_RETURN_IF_ERROR(pipelined ? TrainPipelined(epoch) : TrainSequential(epoch, skip));
   }
   FERRY_RETURN_IF_ERROR(step_.Drain());
   train_seconds_ = Seconds(start_);

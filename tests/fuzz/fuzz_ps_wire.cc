@@ -34,9 +34,9 @@ void Request(std::span<const uint8_t> in) {
   uint64_t sum = 0;
   for (uint32_t i = 0; i < v.header.num_keys; ++i) sum += v.keys[i];
   if (v.grads != nullptr) {
-    const size_t bytes = ferry::ps::RequestPayloadBytes(v.type(), v.header.flags,
-                                                        v.header.num_keys, v.header.dim) -
-                         size_t{v.header.num_keys} * 8;
+    const size_t bytes =
+        ferry::ps::RequestPayloadBytes(v.type(), v.header.flags, v.header.num_keys, v.header.dim) -
+        size_t{v.header.num_keys} * 8;
     for (size_t i = 0; i < bytes; ++i) sum += v.grads[i];
   }
   g_sink = sum;
@@ -47,8 +47,8 @@ void Control(std::span<const uint8_t> in) {
   if (!m.ok()) return;
   // What decodes must encode and decode to the same message.
   auto again = ferry::ps::DecodeControl(ferry::ps::EncodeControl(*m));
-  if (!again.ok() || again->kind != m->kind || again->text != m->text ||
-      again->data != m->data || again->members != m->members) {
+  if (!again.ok() || again->kind != m->kind || again->text != m->text || again->data != m->data ||
+      again->members != m->members) {
     __builtin_trap();
   }
 }
@@ -69,7 +69,8 @@ void Manifest(std::span<const uint8_t> in) {
   auto m = ferry::ps::ParseManifest(text);
   if (!m.ok()) return;
   auto again = ferry::ps::ParseManifest(ferry::ps::EncodeManifest(*m));
-  if (!again.ok() || again->tables != m->tables || again->servers != m->servers) {
+  if (!again.ok() || again->tables != m->tables || again->servers != m->servers ||
+      again->clock != m->clock || again->positions != m->positions) {
     __builtin_trap();
   }
 }

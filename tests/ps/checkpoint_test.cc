@@ -2,16 +2,17 @@
 // different server count. Rows must move to their new owners with their optimizer state: pulls
 // after the restore return the same bits, and further pushes give the same results as in a job
 // that never stopped.
-#include <gtest/gtest.h>
+#include "ps/checkpoint.h"
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
 
-#include "ps/checkpoint.h"
 #include "tests/ps/cluster.h"
 
 namespace ferry::ps::testing {
@@ -185,6 +186,61 @@ TEST(CheckpointManifest, RoundTripsAndRefusesGarbage) {
   for (const char* bad : {"ferry-checkpoint 2\n", "servers 0\n", "table a/b 1 1\n"}) {
     EXPECT_FALSE(ParseManifest(std::string("ferry-checkpoint 1\n") + bad).ok()) << bad;
   }
+}
+
+TEST(CheckpointManifest, WorkerPositionsRoundTripAndMustBeComplete) {
+  CheckpointManifest m;
+  m.servers = 2;
+  m.clock = 80;
+  m.tables = {{"w", 1, 2}};
+  m.positions = {5120, 5118, 0};
+  const std::string text = EncodeManifest(m);
+  auto back = ParseManifest(text);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->positions, m.positions);
+  const std::string head = text.substr(0, text.find("workers"));
+  for (const std::string bad :
+       {"workers 3\nposition 0 1\nposition 2 1\nend\n",                // worker 1 missing
+        "workers 2\nposition 0 1\nposition 0 2\nposition 1 1\nend\n",  // twice
+        "position 0 1\nworkers 1\nend\n",                              // before its count
+        "workers 1\nposition 1 7\nend\n", "workers 0\nend\n", "workers 1\nposition 0 -1\nend\n"}) {
+    auto r = ParseManifest(head + bad);
+    EXPECT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), Code::kProtocol) << bad;
+  }
+}
+
+TEST(PeriodicCheckpoints, LatestNamesTheNewestAndOldOnesGo) {
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / ("ferry_periodic_" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  EXPECT_EQ(ResolveCheckpoint(dir.string()).status().code(), Code::kNotFound);
+  CheckpointManifest m;
+  m.servers = 1;
+  m.tables = {{"w", 1, 2}};
+  for (uint64_t c : {40, 80, 120}) {
+    const std::string sub = (dir / PeriodicCheckpointName(c)).string();
+    std::filesystem::create_directories(sub);
+    m.clock = c;
+    ASSERT_TRUE(WriteManifest(sub, m).ok());
+    ASSERT_TRUE(CommitLatest(dir.string(), PeriodicCheckpointName(c), 2).ok());
+    auto at = ResolveCheckpoint(dir.string());
+    ASSERT_TRUE(at.ok()) << at.status().ToString();
+    EXPECT_EQ(*at, sub);
+    EXPECT_EQ(ReadManifest(*at)->clock, c);
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir / "clock-40")) << "beyond the two kept";
+  EXPECT_TRUE(std::filesystem::exists(dir / "clock-80"));
+  // A directory that is itself a checkpoint resolves to itself.
+  EXPECT_EQ(*ResolveCheckpoint((dir / "clock-80").string()), (dir / "clock-80").string());
+  // A LATEST that names something else is refused, not followed.
+  {
+    std::ofstream latest(dir / "LATEST", std::ios::trunc);
+    latest << "../../etc\n";
+  }
+  EXPECT_EQ(ResolveCheckpoint(dir.string()).status().code(), Code::kProtocol);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -87,6 +87,25 @@ TEST_F(Snapshot, RoundTripRestoresRowsIndexFreeListAndTick) {
   EXPECT_NE(m.Find(0 + (1ull << 40)), nullptr);
 }
 
+// Asynchronous checkpoints: the copy taken now is written later, after the table changed, and
+// the file is the one SaveSnapshot wrote at the capture, byte for byte.
+TEST_F(Snapshot, CaptureWritesTheTableAsItWasAtTheCapture) {
+  auto img = m_->CaptureSnapshot();
+  ASSERT_TRUE(img.ok()) << img.status().ToString();
+  EXPECT_GE(img->bytes(), m_->high_water() * m_->layout().stride);
+  for (uint64_t k = 1; k < 5000; k += 3) {
+    if (uint8_t* row = m_->Find(k * 1000003)) m_->Embedding(row)[0] = -1.0f;
+  }
+  for (uint64_t k = 0; k < 30000; ++k) ASSERT_TRUE(m_->Insert(k + (1ull << 41)).ok());  // grows
+  const std::string later = path_ + ".bad";
+  ASSERT_TRUE(img->WriteTo(later).ok());
+  EXPECT_EQ(ReadFile(later), ReadFile(path_));
+  auto back = ArrayHashMap::LoadSnapshot(later, o_);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ((*back)->size(), 5000u - 715u);
+  EXPECT_EQ((*back)->Find(1ull << 41), nullptr);
+}
+
 TEST_F(Snapshot, LayoutMismatchIsRefused) {
   TableOptions other = o_;
   other.dim = 6;

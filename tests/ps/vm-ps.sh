@@ -32,4 +32,29 @@ assert m["auc"] > 0.6, f"AUC {m['auc']} over verbs is not a trained model"
 PY
 "$ferry_predict" "$work/fm.model" "$work/te.svm" -o "$work/p.txt" --summary
 test "$(wc -l <"$work/p.txt")" -eq 4000
+
+echo "== ferry-train over verbs: kill -9 of server 1 after a checkpoint, --resume, same model bytes"
+"$ferry_gen" --samples 8000 --test-samples 100 --features 5000 --out "$work/ck.svm" \
+  --test-out "$work/ck-te.svm" --seed 9 -q
+job=(--transport verbs --model ftrl --train "$work/ck.svm" --consistency bsp --batch-size 64
+  --epochs 2 --progress never -q)
+"$ferry_train" "${job[@]}" --model-out "$work/ref.model"
+"$ferry_train" "${job[@]}" --checkpoint-dir "$work/ck" --checkpoint-every 20 \
+  --model-out "$work/killed.model" >"$work/killed.log" 2>&1 &
+launcher=$!
+for _ in $(seq 600); do [ -f "$work/ck/LATEST" ] && break; sleep 0.05; done
+test -f "$work/ck/LATEST" || { cat "$work/killed.log"; echo "no checkpoint appeared"; exit 1; }
+killed=0
+for p in $(pgrep -P "$launcher"); do
+  if { tr '\0' '\n' <"/proc/$p/environ"; } 2>/dev/null | grep -qx FERRY_RANK=1; then
+    kill -9 "$p" && killed=1
+  fi
+done
+if wait "$launcher"; then status=0; else status=$?; fi
+cat "$work/killed.log"
+test "$killed" = 1 || { echo "the job ended before server 1 was killed"; exit 1; }
+test "$status" != 0 || { echo "the job survived its server's SIGKILL without replicas"; exit 1; }
+echo "killed at $(cat "$work/ck/LATEST")"
+"$ferry_train" "${job[@]}" --resume "$work/ck" --model-out "$work/resumed.model"
+cmp "$work/ref.model" "$work/resumed.model"
 echo "PS OVER VERBS OK"

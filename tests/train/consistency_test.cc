@@ -1,13 +1,10 @@
 // Consistency modes: bsp and ssp:2 train as well as asp, and bsp is deterministic.
 //
-// bsp determinism, measured: two runs with the same seeds export the same rows with bit-identical
-// values (every model kind), but the model FILES differ, because rows are written in the
-// servers' slot order (ps/checkpoint.cc ForEachCheckpointRow walks ArrayHashMap::ForEach), and a
-// row's slot is taken when its key is first pulled, in whatever order the two workers' first
-// pulls of it reach the server. BspSameRowsAndValues checks the model content (rows sorted by key);
-// ConsistencyBytes.BspExportIsByteIdentical checks the files themselves and fails until the
-// export writes rows in a deterministic order (for example sorted by key in
-// models/train/export.cc).
+// bsp determinism: two runs with the same seeds export the same rows with bit-identical values
+// (every model kind), and the same model FILES: the export writes each table's rows sorted by key
+// (models/train/export.cc), not in the servers' slot order, which follows whichever worker's
+// first pull of a key reached the server first. BspSameRowsAndValues checks the content;
+// ConsistencyBytes.BspExportIsByteIdentical the files (tests/train/resume_test.cc relies on it).
 #include <gtest/gtest.h>
 
 #include <algorithm>

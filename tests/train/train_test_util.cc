@@ -50,7 +50,8 @@ std::string Slurp(const std::string& path) {
   return ss.str();
 }
 
-Proc Exec(const std::vector<std::string>& argv, double timeout_s) {
+Proc Exec(const std::vector<std::string>& argv, double timeout_s,
+          const std::function<void(pid_t)>& while_running) {
   Proc r;
   TempDir io;
   const std::string out = io / "out", err = io / "err";
@@ -81,6 +82,7 @@ Proc Exec(const std::vector<std::string>& argv, double timeout_s) {
   const auto deadline = start + std::chrono::duration<double>(timeout_s);
   bool done = false;
   while (!(done = Reap(pid, &status)) && Clock::now() < deadline) {
+    if (while_running) while_running(pid);
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   if (!done) {
@@ -157,14 +159,43 @@ Bayes Generate(const std::string& train, const std::string& test,
   return b;
 }
 
+pid_t RankPid(pid_t parent, int rank) {
+  const std::string want = "FERRY_RANK=" + std::to_string(rank);
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    // /proc/PID/stat: "pid (comm) state ppid ..."; comm may hold spaces, so from the last ')'.
+    const std::string stat = Slurp(e.path().string() + "/stat");
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 1));
+    std::string state;
+    long ppid = -1;
+    rest >> state >> ppid;
+    if (ppid != parent) continue;
+    const std::string env = Slurp(e.path().string() + "/environ");
+    size_t at = 0;
+    while (at < env.size()) {
+      const size_t end = env.find('\0', at);
+      if (env.compare(at, (end == std::string::npos ? env.size() : end) - at, want) == 0) {
+        return static_cast<pid_t>(std::stol(name));
+      }
+      if (end == std::string::npos) break;
+      at = end + 1;
+    }
+  }
+  return -1;
+}
+
 TrainRun Train(const TempDir& dir, const std::string& tag, const std::vector<std::string>& args,
-               double timeout_s) {
+               double timeout_s, const std::function<void(pid_t)>& while_running) {
   const std::string metrics = dir / (tag + ".jsonl");
   std::vector<std::string> argv = {TrainBin()};
   argv.insert(argv.end(), args.begin(), args.end());
   argv.insert(argv.end(), {"--metrics-json", metrics, "--progress", "never", "-q"});
   TrainRun r;
-  r.proc = Exec(argv, timeout_s);
+  r.proc = Exec(argv, timeout_s, while_running);
   const std::vector<std::string> lines = Lines(Slurp(metrics));
   if (!lines.empty()) {
     r.final_line = nlohmann::json::parse(lines.back(), nullptr, /*allow_exceptions=*/false);

@@ -11,7 +11,10 @@
 // Thread-safety: none (gtest runs the cases of one binary sequentially).
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -27,7 +30,14 @@ struct Proc {
 };
 
 // Runs argv[0] (a path, or a name looked up in PATH) with argv[1..] and stdin from /dev/null.
-Proc Exec(const std::vector<std::string>& argv, double timeout_s);
+// `while_running`, when given, is called with the process's pid about every 10 ms until it
+// exits (to signal it, or the processes it started, at chosen moments).
+Proc Exec(const std::vector<std::string>& argv, double timeout_s,
+          const std::function<void(pid_t)>& while_running = nullptr);
+
+// The pid of the child of `parent` whose environment holds FERRY_RANK=`rank` (a rank that
+// ferry-train's local cluster started), or -1.
+pid_t RankPid(pid_t parent, int rank);
 
 // The paths from the environment ("" when unset).
 std::string TrainBin();
@@ -70,7 +80,7 @@ struct TrainRun {
 
 // ferry-train ARGS... --metrics-json <dir>/<tag>.jsonl --progress never -q, deadline timeout_s.
 TrainRun Train(const TempDir& dir, const std::string& tag, const std::vector<std::string>& args,
-               double timeout_s = 120);
+               double timeout_s = 120, const std::function<void(pid_t)>& while_running = nullptr);
 
 std::string Slurp(const std::string& path);
 std::vector<std::string> Lines(const std::string& text);
