@@ -214,6 +214,10 @@ struct Capabilities {
   // When false, only the initiator's checks against the descriptor protect the target. (Every
   // built-in backend checks; ucx over CMA does so against the target's published region table.)
   bool target_checks = false;
+  // Narrower: once DeregisterMemory returns, the target refuses every access through the old
+  // key (one already on the wire may still land). Implied by target_checks; ucx over RDMA
+  // lanes has this one alone (its HCA registrations keep full rights: see ucx_transport.h).
+  bool final_deregistration = false;
   uint64_t max_message_size = 0;  // largest Send / Write / Read
   uint64_t max_segments = 0;      // largest sparse list per Op
 };

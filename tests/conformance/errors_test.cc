@@ -3,9 +3,9 @@
 // With genuine descriptors the initiator already knows the op is bad: ValidateOp makes Post()
 // fail, naming the op, and nothing is posted. A deregistered region or a forged descriptor
 // (length, access or rkey edited, then imported) can only be caught by the target; that is
-// promised only where Capabilities::target_checks is true, and then the op must complete with an
-// error on the initiator without a single byte changing on the target (or, for a read, in the
-// initiator's destination).
+// promised only where Capabilities::target_checks is true (a deregistered key also where
+// final_deregistration is), and then the op must complete with an error on the initiator
+// without a single byte changing on the target (or, for a read, in the initiator's destination).
 #include <cstring>
 #include <functional>
 #include <random>
@@ -106,7 +106,8 @@ class TargetChecks : public Conformance {
     PairOptions po;
     po.b_bytes = 4096;
     ASSERT_NO_FATAL_FAILURE(MakePair(&p_, po));
-    if (!p_.a->capabilities().target_checks) return;
+    const Capabilities caps = p_.a->capabilities();
+    if (!caps.target_checks && !caps.final_deregistration) return;
     mem_ = Buffer(kTotal);
     FillPattern(mem_.data(), kTotal, 77);
     ASSERT_OK_AND_ASSIGN(r_, p_.b->RegisterMemory(mem_.data() + kROff, kSize, kAccessRemote));
@@ -151,9 +152,8 @@ class TargetChecks : public Conformance {
 
 TEST_P(TargetChecks, DeregisteredRegionIsRefusedByTheTarget) {
   ASSERT_NO_FATAL_FAILURE(SetUpTarget());
-  if (!p_.a->capabilities().target_checks) {
-    GTEST_SKIP() << config().name
-                 << " lacks target_checks (deregistered keys: target_checks=false)";
+  if (!p_.a->capabilities().final_deregistration) {
+    GTEST_SKIP() << config().name << " lacks final_deregistration";
   }
   const MemoryRegion* a_mr = p_.a_mr.get();
   const RemoteRegion old = r_->descriptor();

@@ -94,6 +94,7 @@ TEST(UcxDevices, ListsTheTransportsOfThisHost) {
   EXPECT_TRUE(caps.send_recv && caps.write && caps.read && caps.sparse_write && caps.sparse_read &&
               caps.notify && caps.shared_recv && caps.zero_copy_sparse);
   EXPECT_TRUE(caps.target_checks) << "every one-sided path checks (region table, HCA, AM target)";
+  EXPECT_TRUE(caps.final_deregistration);
 }
 
 TEST_P(UcxConfigTest, SendRecvOrderedSharedAndTruncated) {

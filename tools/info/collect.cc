@@ -24,6 +24,7 @@ json CapabilitiesJson(const Capabilities& c) {
               {"zero_copy_sparse", c.zero_copy_sparse},
               {"shared_recv", c.shared_recv},
               {"target_checks", c.target_checks},
+              {"final_deregistration", c.final_deregistration},
               {"max_message_size", c.max_message_size},
               {"max_segments", c.max_segments}};
 }

@@ -62,7 +62,8 @@ TcpTransport::TcpTransport(const TransportOptions& options, Params params)
     : options_(options), params_(params), advertise_(options.advertise) {
   caps_.send_recv = caps_.write = caps_.read = true;
   caps_.sparse_write = caps_.sparse_read = true;
-  caps_.notify = caps_.zero_copy_sparse = caps_.shared_recv = caps_.target_checks = true;
+  caps_.notify = caps_.zero_copy_sparse = caps_.shared_recv = caps_.target_checks =
+      caps_.final_deregistration = true;
   caps_.max_message_size = options.max_message_size;
   caps_.max_segments = options.max_segments;
   limits_ = {options.max_message_size, options.max_segments};

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <set>
 
 #include "transport/ucx/ucx_status.h"
@@ -40,8 +41,29 @@ bool UserSet(const TransportOptions& o, const char* key) {
   return o.params.count(std::string(kParamPrefix) + key) != 0;
 }
 
+// Registrations on RDMA devices are made and dropped at once, unless the caller chose
+// UCX_IB_REG_METHODS (as a parameter or in the environment): UCX 1.13's default registration
+// cache ("rcache" first) keeps an MR alive after ucp_mem_unmap, so a deregistered key still
+// reached the memory (measured on rxe in the VM; with "direct" the conformance case
+// DeregisteredRegionIsRefusedByTheTarget passes over ucx-rc). Ferry registers each region once
+// and hands UCX its memh on every operation, so the cache saves nothing on Ferry's data path.
+// (ucp_config_modify takes an md setting under its name without the md's prefix: "REG_METHODS"
+// is UCX_IB_REG_METHODS; "IB_REG_METHODS" is stored, never applied, and warned about.)
+constexpr const char* kRegMethods = "REG_METHODS";
+constexpr const char* kRegMethodsEnv = "UCX_IB_REG_METHODS";
+constexpr const char* kDirectRegistration = "direct";
+
+// Any RDMA device (verbs' sysfs class), whatever UCX_TLS allows.
+bool HasRdmaDevices() {
+  std::error_code ec;
+  std::filesystem::directory_iterator it("/sys/class/infiniband", ec);
+  return !ec && it != std::filesystem::directory_iterator();
+}
+
 // Applies TransportOptions::params (and this backend's defaults) to a UCX configuration.
-Status ApplyParams(const TransportOptions& options, ucp_config_t* config) {
+// *direct_registration: RDMA registrations bypass UCX's cache (see kRegMethods).
+Status ApplyParams(const TransportOptions& options, ucp_config_t* config,
+                   bool* direct_registration) {
   for (const auto& [key, value] : options.params) {
     if (key.rfind(kParamPrefix, 0) != 0 || key.size() == std::strlen(kParamPrefix)) {
       return InvalidArgument("ucx: unknown parameter '" + key +
@@ -88,6 +110,19 @@ Status ApplyParams(const TransportOptions& options, ucp_config_t* config) {
       tls.find("all") != std::string::npos || tls.find('^') != std::string::npos;
   const bool maybe_tcp = tls.find("tcp") != std::string::npos ||
                          tls.find("all") != std::string::npos || tls.find('^') != std::string::npos;
+  bool maybe_rdma = tls.find("all") != std::string::npos || tls.find('^') != std::string::npos;
+  for (const char* t : {"rc", "ud", "dc", "ib", "verbs", "mlx"}) {
+    maybe_rdma = maybe_rdma || tls.find(t) != std::string::npos;
+  }
+  if (auto it = options.params.find(kRegMethodsEnv); it != options.params.end()) {
+    *direct_registration = it->second == kDirectRegistration;
+  } else if (const char* env = std::getenv(kRegMethodsEnv); env != nullptr) {
+    *direct_registration = std::string_view(env) == kDirectRegistration;
+  } else if (maybe_rdma && HasRdmaDevices()) {
+    // (Where no RDMA transport is opened UCX warns, on stdout, that the setting went unused.)
+    // Fails only where UCX was built without IB support (no RDMA lanes either): nothing to do.
+    *direct_registration = ucp_config_modify(config, kRegMethods, kDirectRegistration) == UCS_OK;
+  }
   for (const Default& d : defaults) {
     if (UserSet(options, d.name)) continue;
     if (!maybe_shm && std::strncmp(d.name, "MM_", 3) == 0) continue;
@@ -235,6 +270,7 @@ UcxTransport::UcxTransport(const TransportOptions& options)
   caps_.zero_copy_sparse = true;  // per-segment put/get or direct copies; never packed
   caps_.shared_recv = true;
   caps_.target_checks = true;  // paths 1 and 3 check; Init() clears it where path 2 may run
+  caps_.final_deregistration = true;
   caps_.max_message_size = options.max_message_size;
   caps_.max_segments = options.max_segments;
 }
@@ -247,7 +283,8 @@ Status UcxTransport::Init() {
   // Ferry's own parameter of this backend; the rest must be UCX variables.
   TransportOptions ucx_options = options_;
   ucx_options.params.erase(kTableParam);
-  FERRY_RETURN_IF_ERROR(ApplyParams(ucx_options, config.get()));
+  bool direct_registration = false;
+  FERRY_RETURN_IF_ERROR(ApplyParams(ucx_options, config.get(), &direct_registration));
 
   ucp_params_t params = ContextParams();
   ucp_context_h ctx = nullptr;
@@ -256,7 +293,14 @@ Status UcxTransport::Init() {
   context_ = ContextHandle(ctx);
   FERRY_RETURN_IF_ERROR(CheckParamNames(ucx_options));
   verbs_lanes_ = HasVerbsRmaLane(context_.get());
-  if (verbs_lanes_) caps_.target_checks = false;
+  // Over an RDMA lane (path 2) the HCA is the target's only check, and UCX 1.13 registers every
+  // region with full remote rights (measured on rxe: a read-only region took writes, an rkey
+  // with its first byte flipped still worked), so target_checks cannot hold. Deregistration is
+  // final when registrations bypass UCX's cache (kRegMethods).
+  if (verbs_lanes_) {
+    caps_.target_checks = false;
+    caps_.final_deregistration = direct_registration;
+  }
 
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;

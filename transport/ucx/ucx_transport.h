@@ -102,9 +102,11 @@
 // target's AM handler. Deregistration removes the table entry and the AM lookup entry before
 // ~UcxMemoryRegion returns; an access checked before that may still land, exactly like an RDMA
 // write already on the wire when an HCA deregisters. Where UCX has an RDMA RMA lane (rc/dc,
-// path 2) target_checks is FALSE (context.cc HasVerbsRmaLane): UCX 1.13's registration cache
-// keeps an MR alive after ucp_mem_unmap and registers every region with full remote rights, so
-// the HCA enforces neither deregistration nor Ferry's read-only access (seen on rxe in the VM).
+// path 2) target_checks is FALSE (context.cc HasVerbsRmaLane): UCX 1.13 registers every region
+// with full remote rights and accepts an rkey with its first byte edited, so the HCA enforces
+// neither Ferry's read-only access nor key integrity (seen on rxe in the VM). Deregistration is
+// final there too (final_deregistration), because registrations bypass UCX's registration cache
+// (UCX_IB_REG_METHODS=direct by default, context.cc), which would keep the MR alive.
 //
 // Parameters: UCX_* variables, plus Ferry's "region_table_entries" (capacity of the region
 // table, default 16384; RegisterMemory fails with kResourceExhausted beyond it). The table

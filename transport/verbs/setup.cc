@@ -209,7 +209,8 @@ Status VerbsTransport::Init() {
   caps_.notify = true;
   caps_.zero_copy_sparse = true;
   caps_.shared_recv = true;
-  caps_.target_checks = true;  // the HCA checks rkey, bounds and rights (REM_ACCESS_ERR)
+  caps_.target_checks = true;         // the HCA checks rkey, bounds and rights (REM_ACCESS_ERR)
+  caps_.final_deregistration = true;  // ibv_dereg_mr invalidates the rkey
   caps_.max_message_size = std::min<uint64_t>(options_.max_message_size, port_.max_msg_sz);
   caps_.max_segments = options_.max_segments;
 
