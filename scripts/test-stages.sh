@@ -78,10 +78,13 @@ ferry_asan_stage() {
   # the sanitizers still see everything (ASan's documented recommendation is -O1). No -g: debug
   # info is a large share of a sanitized build's compile and link time on 2 cores, and reports
   # still name the functions (symbol tables); rebuild with -Ddebug=true to get line numbers.
+  # Unity sources (up to 6 files compiled as one): most of a file's compile time here is
+  # parsing the same headers; measured on ps + transport, 25 % less CPU (246+16 s against
+  # 309+40 s). The main stage builds file by file, as users do.
   if [ ! -f "$build/build.ninja" ]; then
     meson setup "$build" -Dwerror=true -Db_sanitize=address,undefined -Db_lundef=false \
       -Doptimization=1 -Ddebug=false -Djemalloc=false -Dbenchmarks=false -Dverbs=disabled \
-      >/dev/null || return 1
+      -Dunity=on -Dunity_size=6 >/dev/null || return 1
   fi
   ferry_ninja "$build" || return 1
   (
@@ -95,11 +98,10 @@ ferry_asan_stage() {
 FERRY_TSAN_RUNS=(
   "tests/conformance/conformance|*TwoThreadsPostAndPollOneTransport*:*IntegrityWithTargetProgressThread*:*PeerKilled*:*CloseCancels*"
   "tests/tcp/tcp_test|TcpStream.TwoThreads*:TcpStream.Deregister*:TcpStream.SilentPeer*:TcpStream.CloseCancels*:TcpHostile.*"
-  # ps Threading.* is not run here: ArrayHashMap grows with a raw mremap syscall (UCX's mremap
-  # hook drops MREMAP_FIXED's fifth argument), which TSan cannot see, so an address another
-  # thread's table used before a move is reported as a race (a false positive). Those tests run
-  # under ASan and in the main stage.
-  "tests/ps/ps_test|TcpGather.*"
+  # ArrayHashMap's Threading.* (one table per thread, concurrent readers): TSan builds grow
+  # tables with calls TSan intercepts (MappedBuffer::GrowVisibly) instead of the raw mremap
+  # syscall it cannot see, so moved tables no longer look like races.
+  "tests/ps/ps_test|TcpGather.*:Threading.*"
   # Parameter-server jobs in one process (every rank a thread: coordinator, control pumps,
   # servers, workers) over tcp. Tables of different servers grow here; TSan builds move them
   # with calls it intercepts (MappedBuffer::GrowVisibly) rather than the raw mremap.
@@ -113,7 +115,8 @@ ferry_tsan_stage() {
   local build=${FERRY_TSAN_BUILD_DIR:-build-tsan} run exe filter targets=() rc=0
   if [ ! -f "$build/build.ninja" ]; then
     meson setup "$build" -Dwerror=true -Db_sanitize=thread -Db_lundef=false -Djemalloc=false \
-      -Doptimization=1 -Ddebug=false -Dbenchmarks=false -Dverbs=disabled >/dev/null || return 1
+      -Doptimization=1 -Ddebug=false -Dbenchmarks=false -Dverbs=disabled -Dunity=on \
+      -Dunity_size=6 >/dev/null || return 1
   fi
   for run in "${FERRY_TSAN_RUNS[@]}"; do
     exe=${run%%|*}
