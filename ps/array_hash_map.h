@@ -118,12 +118,16 @@ static_assert(sizeof(RowMeta) == 16);
 
 // A table's buffers copied at one instant (ArrayHashMap::CaptureSnapshot), written to a file
 // later, from any thread, while the table goes on changing: asynchronous checkpoints. Move-only;
-// owns the copy.
+// owns the copy's memory, which the next capture into the same image reuses (a fresh buffer
+// costs a page fault per 4 KiB: on the 2-core VM 0.5 s for 154 MiB, longer than the copy).
 class SnapshotImage {
  public:
   SnapshotImage() = default;
-  SnapshotImage(SnapshotImage&&) noexcept = default;
-  SnapshotImage& operator=(SnapshotImage&&) noexcept = default;
+  ~SnapshotImage();
+  SnapshotImage(SnapshotImage&& o) noexcept;
+  SnapshotImage& operator=(SnapshotImage&& o) noexcept;
+  SnapshotImage(const SnapshotImage&) = delete;
+  SnapshotImage& operator=(const SnapshotImage&) = delete;
   // The file ArrayHashMap::SaveSnapshot would have written at the capture (same format,
   // checksums and atomic rename).
   Status WriteTo(const std::string& path) const;
@@ -132,7 +136,8 @@ class SnapshotImage {
  private:
   friend class SnapshotIo;
   std::array<uint8_t, 160> header_{};
-  std::unique_ptr<uint8_t[]> data_;  // rows, live bitmap, index, back to back
+  uint8_t* data_ = nullptr;  // rows, live bitmap, index, back to back (mmap, capacity_ bytes)
+  size_t capacity_ = 0;
   size_t rows_ = 0, live_ = 0, index_ = 0;
 };
 
@@ -287,11 +292,12 @@ class ArrayHashMap {
   // refused with Code::kProtocol naming the damaged section.
   static Result<std::unique_ptr<ArrayHashMap>> LoadSnapshot(const std::string& path,
                                                             const TableOptions& options);
-  // A copy of the buffers as they are now (one memcpy of rows, bitmap and index: the only
-  // pause an asynchronous checkpoint takes), to be written later by SnapshotImage::WriteTo on
-  // any thread while this table goes on changing. kResourceExhausted when the copy's memory
-  // cannot be had.
-  Result<SnapshotImage> CaptureSnapshot() const;
+  // Copies the buffers as they are now into `image` (one memcpy of rows, bitmap and index: the
+  // only pause an asynchronous checkpoint takes; its memory is reused when large enough, else
+  // mapped anew with its pages populated up front), to be written later by
+  // SnapshotImage::WriteTo on any thread while this table goes on changing.
+  // kResourceExhausted when the copy's memory cannot be had.
+  Status CaptureSnapshot(SnapshotImage* image) const;
 
   static uint32_t ShardOf(uint64_t key, uint32_t shards) {
     const uint64_t low = HashIndex::Hash(key) & 0xffffffffu;  // independent of the index's fp

@@ -113,17 +113,16 @@ void Server::StartCheckpoint(const ControlMessage& command, ControlClient* contr
   // The copy is the pause: serving resumes as soon as every table is copied, and the copies are
   // consistent with each other (nothing is applied in between).
   const auto start = Clock::now();
-  std::vector<SnapshotImage> images;
+  checkpoint_images_.resize(tables_.size());  // kept: the next capture reuses their memory
   uint64_t bytes = 0;
-  for (const Table& t : tables_) {
-    auto img = t.map->CaptureSnapshot();
-    if (!img.ok()) {
-      done.text = img.status().Annotate("checkpoint table '" + t.spec.name + "'").ToString();
+  for (size_t i = 0; i < tables_.size(); ++i) {
+    Status s = tables_[i].map->CaptureSnapshot(&checkpoint_images_[i]);
+    if (!s.ok()) {
+      done.text = s.Annotate("checkpoint table '" + tables_[i].spec.name + "'").ToString();
       (void)control->Send(done);
       return;
     }
-    bytes += img->bytes();
-    images.push_back(std::move(img).value());
+    bytes += checkpoint_images_[i].bytes();
   }
   const auto pause = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start);
   ++stats_.checkpoints;
@@ -132,13 +131,13 @@ void Server::StartCheckpoint(const ControlMessage& command, ControlClient* contr
   stats_.checkpoint_bytes = bytes;
   std::vector<std::string> paths;
   for (const Table& t : tables_) paths.push_back(ShardPath(command.text, t.spec.name, index_));
-  checkpoint_writer_ =
-      std::thread([control, done, images = std::move(images), paths = std::move(paths)]() mutable {
-        for (size_t i = 0; i < images.size() && done.text.empty(); ++i) {
-          Status s = images[i].WriteTo(paths[i]);
+  // The images are the writer's until it is joined (the next checkpoint, Serve's end).
+  checkpoint_writer_ = std::thread(
+      [control, done, images = &checkpoint_images_, paths = std::move(paths)]() mutable {
+        for (size_t i = 0; i < images->size() && done.text.empty(); ++i) {
+          Status s = (*images)[i].WriteTo(paths[i]);
           if (!s.ok()) done.text = s.ToString();
         }
-        images.clear();  // the memory goes before the answer: the next checkpoint may follow
         (void)control->Send(done);  // ControlClient::Send is thread-safe
       });
 }

@@ -152,9 +152,10 @@ class Server {
   Status ResolveSlots(Table& t, const uint64_t* keys, uint32_t n, std::vector<uint32_t>* slots);
   Status ApplyClock(uint64_t clock);
   Status ServeLoop(ControlClient* control);
-  // Checkpoints (ps/checkpoint.h): copies this server's shard of every table, and writes the
-  // copies into the command's directory on checkpoint_writer_ (which answers the coordinator);
-  // a second command first waits for the previous write. At startup, RestoreShard brings the
+  // Checkpoints (ps/checkpoint.h): copies this server's shard of every table into
+  // checkpoint_images_, and writes the copies into the command's directory on
+  // checkpoint_writer_ (which answers the coordinator); a second command first waits for the
+  // previous write. At startup, RestoreShard brings the
   // rows of table `t` this server owns from every shard of JobSpec::restore_dir.
   void StartCheckpoint(const ControlMessage& command, ControlClient* control);
   void JoinCheckpointWriter();
@@ -197,6 +198,7 @@ class Server {
   std::vector<float> grad_scratch_;  // fp16 gradients converted for one row
   std::unique_ptr<OneSided, OneSidedDeleter> one_sided_;  // on first use; dies before data_
   std::thread checkpoint_writer_;
+  std::vector<SnapshotImage> checkpoint_images_;  // one per table, reused by every checkpoint
   std::atomic<bool> stop_{false};
   Status fatal_;           // ends Serve at once (a broken invariant, a protocol violation)
   Status worker_failure_;  // a worker's connection failed; ends Serve after a grace period

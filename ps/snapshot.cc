@@ -23,6 +23,7 @@
 // file with valid checksums but inconsistent content is refused instead of crashing a lookup.
 // The free list is not saved; it is rebuilt from the live bitmap.
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -30,7 +31,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <new>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -126,7 +126,7 @@ Status Corrupt(const std::string& path, const std::string& what) {
 class SnapshotIo {
  public:
   static Status Save(const ArrayHashMap& m, const std::string& path);
-  static Result<SnapshotImage> Capture(const ArrayHashMap& m);
+  static Status Capture(const ArrayHashMap& m, SnapshotImage* img);
   static Status WriteImage(const SnapshotImage& img, const std::string& path);
   static Result<std::unique_ptr<ArrayHashMap>> Load(const std::string& path,
                                                     const TableOptions& options);
@@ -202,35 +202,43 @@ Status SnapshotIo::Save(const ArrayHashMap& m, const std::string& path) {
                reinterpret_cast<const uint8_t*>(m.index_.buckets()), path);
 }
 
-Result<SnapshotImage> SnapshotIo::Capture(const ArrayHashMap& m) {
+Status SnapshotIo::Capture(const ArrayHashMap& m, SnapshotImage* img) {
   const SnapshotHeader h = MakeHeader(m);
-  SnapshotImage img;
-  img.rows_ = h.rows_bytes;
-  img.live_ = h.live_bytes;
-  img.index_ = h.index_bytes;
-  const size_t total = img.rows_ + img.live_ + img.index_;
-  // Uninitialised: the copy below is the only pass over these bytes (a zero-fill would double
-  // the pause this copy exists to keep short).
-  img.data_.reset(new (std::nothrow) uint8_t[std::max<size_t>(total, 1)]);
-  if (img.data_ == nullptr) {
-    return Status(Code::kResourceExhausted,
-                  "no memory for a " + std::to_string(total) + "-byte snapshot copy");
+  const size_t total = h.rows_bytes + h.live_bytes + h.index_bytes;
+  if (total > img->capacity_ || img->data_ == nullptr) {
+    if (img->data_ != nullptr) munmap(img->data_, img->capacity_);
+    img->data_ = nullptr;
+    img->capacity_ = 0;
+    // Room to grow (the table will be larger next time), pages populated in one system call:
+    // faulting them in one by one during the copy took longer than the copy itself.
+    const size_t capacity = std::max<size_t>(AlignUp(total + total / 4), kAlign);
+    void* p = mmap(nullptr, capacity, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (p == MAP_FAILED) {
+      return Status(Code::kResourceExhausted,
+                    "no memory for a " + std::to_string(total) + "-byte snapshot copy");
+    }
+    img->data_ = static_cast<uint8_t*>(p);
+    img->capacity_ = capacity;
   }
-  if (img.rows_ > 0) std::memcpy(img.data_.get(), m.rows_.data(), img.rows_);
-  if (img.live_ > 0) std::memcpy(img.data_.get() + img.rows_, m.live_.data(), img.live_);
-  if (img.index_ > 0) {
-    std::memcpy(img.data_.get() + img.rows_ + img.live_, m.index_.buckets(), img.index_);
+  img->rows_ = h.rows_bytes;
+  img->live_ = h.live_bytes;
+  img->index_ = h.index_bytes;
+  if (img->rows_ > 0) std::memcpy(img->data_, m.rows_.data(), img->rows_);
+  if (img->live_ > 0) std::memcpy(img->data_ + img->rows_, m.live_.data(), img->live_);
+  if (img->index_ > 0) {
+    std::memcpy(img->data_ + img->rows_ + img->live_, m.index_.buckets(), img->index_);
   }
-  static_assert(sizeof h == std::tuple_size_v<decltype(img.header_)>);
-  std::memcpy(img.header_.data(), &h, sizeof h);
-  return img;
+  static_assert(sizeof h == std::tuple_size_v<decltype(img->header_)>);
+  std::memcpy(img->header_.data(), &h, sizeof h);
+  return Status::Ok();
 }
 
 Status SnapshotIo::WriteImage(const SnapshotImage& img, const std::string& path) {
   if (img.data_ == nullptr) return InvalidArgument("empty snapshot image");
   SnapshotHeader h;
   std::memcpy(&h, img.header_.data(), sizeof h);
-  const uint8_t* d = img.data_.get();
+  const uint8_t* d = img.data_;
   return Write(h, d, d + img.rows_, d + img.rows_ + img.live_, path);
 }
 
@@ -361,8 +369,33 @@ Status ArrayHashMap::SaveSnapshot(const std::string& path) const {
   return SnapshotIo::Save(*this, path);
 }
 
-Result<SnapshotImage> ArrayHashMap::CaptureSnapshot() const {
-  return SnapshotIo::Capture(*this);
+Status ArrayHashMap::CaptureSnapshot(SnapshotImage* image) const {
+  return SnapshotIo::Capture(*this, image);
+}
+
+SnapshotImage::~SnapshotImage() {
+  if (data_ != nullptr) munmap(data_, capacity_);
+}
+
+SnapshotImage::SnapshotImage(SnapshotImage&& o) noexcept
+    : header_(o.header_),
+      data_(std::exchange(o.data_, nullptr)),
+      capacity_(std::exchange(o.capacity_, 0)),
+      rows_(o.rows_),
+      live_(o.live_),
+      index_(o.index_) {}
+
+SnapshotImage& SnapshotImage::operator=(SnapshotImage&& o) noexcept {
+  if (this != &o) {
+    if (data_ != nullptr) munmap(data_, capacity_);
+    header_ = o.header_;
+    data_ = std::exchange(o.data_, nullptr);
+    capacity_ = std::exchange(o.capacity_, 0);
+    rows_ = o.rows_;
+    live_ = o.live_;
+    index_ = o.index_;
+  }
+  return *this;
 }
 
 Status SnapshotImage::WriteTo(const std::string& path) const {
