@@ -118,9 +118,14 @@ ferry_tsan_stage() {
       -Doptimization=1 -Ddebug=false -Dbenchmarks=false -Dverbs=disabled -Dunity=on \
       -Dunity_size=6 >/dev/null || return 1
   fi
+  # The target list is read whole first: `ninja -t targets | grep -q` under test.sh's pipefail
+  # failed whenever grep quit before ninja finished writing (SIGPIPE), which silently dropped
+  # tcp_test from this stage.
+  local all_targets
+  all_targets=$(ninja -C "$build" -t targets all 2>/dev/null)
   for run in "${FERRY_TSAN_RUNS[@]}"; do
     exe=${run%%|*}
-    if ninja -C "$build" -t targets all 2>/dev/null | grep -q "^$exe:"; then targets+=("$exe"); fi
+    if grep -q "^$exe:" <<<"$all_targets"; then targets+=("$exe"); fi
   done
   # Peers the conformance and netns harnesses spawn.
   targets+=(tests/common/ferry_test_peer)
@@ -131,7 +136,10 @@ ferry_tsan_stage() {
     for run in "${FERRY_TSAN_RUNS[@]}"; do
       exe=${run%%|*}
       filter=${run#*|}
-      [ -x "$build/$exe" ] || continue  # a backend this machine lacks (e.g. no UCX)
+      if [ ! -x "$build/$exe" ]; then  # a backend this build lacks (e.g. no UCX)
+        echo "tsan $(basename "$exe"): skipped (not built here)"
+        continue
+      fi
       local log
       log="$build/tsan-$(basename "$exe").log"
       if timeout 900 "$build/$exe" --gtest_filter="$filter" >"$log" 2>&1; then
