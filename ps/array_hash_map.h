@@ -122,12 +122,6 @@ static_assert(sizeof(RowMeta) == 16);
 // costs a page fault per 4 KiB: on the 2-core VM 0.5 s for 154 MiB, longer than the copy).
 class SnapshotImage {
  public:
-  SnapshotImage() = default;
-  ~SnapshotImage();
-  SnapshotImage(SnapshotImage&& o) noexcept;
-  SnapshotImage& operator=(SnapshotImage&& o) noexcept;
-  SnapshotImage(const SnapshotImage&) = delete;
-  SnapshotImage& operator=(const SnapshotImage&) = delete;
   // The file ArrayHashMap::SaveSnapshot would have written at the capture (same format,
   // checksums and atomic rename).
   Status WriteTo(const std::string& path) const;
@@ -136,8 +130,7 @@ class SnapshotImage {
  private:
   friend class SnapshotIo;
   std::array<uint8_t, 160> header_{};
-  uint8_t* data_ = nullptr;  // rows, live bitmap, index, back to back (mmap, capacity_ bytes)
-  size_t capacity_ = 0;
+  MappedBuffer buffer_;  // rows, live bitmap, index, back to back
   size_t rows_ = 0, live_ = 0, index_ = 0;
 };
 

@@ -205,40 +205,35 @@ Status SnapshotIo::Save(const ArrayHashMap& m, const std::string& path) {
 Status SnapshotIo::Capture(const ArrayHashMap& m, SnapshotImage* img) {
   const SnapshotHeader h = MakeHeader(m);
   const size_t total = h.rows_bytes + h.live_bytes + h.index_bytes;
-  if (total > img->capacity_ || img->data_ == nullptr) {
-    if (img->data_ != nullptr) munmap(img->data_, img->capacity_);
-    img->data_ = nullptr;
-    img->capacity_ = 0;
+  if (img->buffer_.data() == nullptr || total > img->buffer_.size()) {
     // Room to grow (the table will be larger next time), pages populated in one system call:
-    // faulting them in one by one during the copy took longer than the copy itself.
-    const size_t capacity = std::max<size_t>(AlignUp(total + total / 4), kAlign);
-    void* p = mmap(nullptr, capacity, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-    if (p == MAP_FAILED) {
-      return Status(Code::kResourceExhausted,
-                    "no memory for a " + std::to_string(total) + "-byte snapshot copy");
-    }
-    img->data_ = static_cast<uint8_t*>(p);
-    img->capacity_ = capacity;
+    // faulting them in one by one during the copy took longer than the copy itself. (A kernel
+    // without MADV_POPULATE_WRITE, before 5.14, faults them during the copy instead.)
+    auto buffer = MappedBuffer::Create(GrowthMode::kRemap, total + total / 4);
+    if (!buffer.ok())
+      return buffer.status().Annotate("snapshot copy of " + std::to_string(total) + " bytes");
+    img->buffer_ = std::move(buffer).value();
+#ifdef MADV_POPULATE_WRITE
+    (void)madvise(img->buffer_.data(), img->buffer_.size(), MADV_POPULATE_WRITE);
+#endif
   }
   img->rows_ = h.rows_bytes;
   img->live_ = h.live_bytes;
   img->index_ = h.index_bytes;
-  if (img->rows_ > 0) std::memcpy(img->data_, m.rows_.data(), img->rows_);
-  if (img->live_ > 0) std::memcpy(img->data_ + img->rows_, m.live_.data(), img->live_);
-  if (img->index_ > 0) {
-    std::memcpy(img->data_ + img->rows_ + img->live_, m.index_.buckets(), img->index_);
-  }
+  uint8_t* d = img->buffer_.data();
+  if (img->rows_ > 0) std::memcpy(d, m.rows_.data(), img->rows_);
+  if (img->live_ > 0) std::memcpy(d + img->rows_, m.live_.data(), img->live_);
+  if (img->index_ > 0) std::memcpy(d + img->rows_ + img->live_, m.index_.buckets(), img->index_);
   static_assert(sizeof h == std::tuple_size_v<decltype(img->header_)>);
   std::memcpy(img->header_.data(), &h, sizeof h);
   return Status::Ok();
 }
 
 Status SnapshotIo::WriteImage(const SnapshotImage& img, const std::string& path) {
-  if (img.data_ == nullptr) return InvalidArgument("empty snapshot image");
+  if (img.buffer_.data() == nullptr) return InvalidArgument("empty snapshot image");
   SnapshotHeader h;
   std::memcpy(&h, img.header_.data(), sizeof h);
-  const uint8_t* d = img.data_;
+  const uint8_t* d = img.buffer_.data();
   return Write(h, d, d + img.rows_, d + img.rows_ + img.live_, path);
 }
 
@@ -371,31 +366,6 @@ Status ArrayHashMap::SaveSnapshot(const std::string& path) const {
 
 Status ArrayHashMap::CaptureSnapshot(SnapshotImage* image) const {
   return SnapshotIo::Capture(*this, image);
-}
-
-SnapshotImage::~SnapshotImage() {
-  if (data_ != nullptr) munmap(data_, capacity_);
-}
-
-SnapshotImage::SnapshotImage(SnapshotImage&& o) noexcept
-    : header_(o.header_),
-      data_(std::exchange(o.data_, nullptr)),
-      capacity_(std::exchange(o.capacity_, 0)),
-      rows_(o.rows_),
-      live_(o.live_),
-      index_(o.index_) {}
-
-SnapshotImage& SnapshotImage::operator=(SnapshotImage&& o) noexcept {
-  if (this != &o) {
-    if (data_ != nullptr) munmap(data_, capacity_);
-    header_ = o.header_;
-    data_ = std::exchange(o.data_, nullptr);
-    capacity_ = std::exchange(o.capacity_, 0);
-    rows_ = o.rows_;
-    live_ = o.live_;
-    index_ = o.index_;
-  }
-  return *this;
 }
 
 Status SnapshotImage::WriteTo(const std::string& path) const {
