@@ -10,7 +10,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,6 +20,7 @@
 #include "ps/admission.h"
 #include "ps/optimizer.h"
 #include "transport/status.h"
+#include "transport/transport.h"
 
 namespace ferry::ps {
 
@@ -49,6 +52,12 @@ struct TableSpec {
 enum class RoleRule : uint8_t { kServersFirst, kColocated };
 Result<RoleRule> ParseRoleRule(std::string_view text);  // "servers-first" | "colocated"
 std::string_view RoleRuleName(RoleRule rule);
+
+enum class Role : uint8_t;  // ps/control.h
+
+// A test hook: see JobSpec::wrap_data_transport.
+using DataTransportWrapper =
+    std::function<std::unique_ptr<Transport>(std::unique_ptr<Transport>, Role, uint32_t index)>;
 
 struct JobSpec {
   std::vector<TableSpec> tables;
@@ -92,6 +101,14 @@ struct JobSpec {
 
   // Hash of everything above that must match across ranks.
   uint64_t Fingerprint() const;
+
+  // Test hook, local to this process and not part of the fingerprint: when set, each role's data
+  // transport (server `index` or worker `index`) is handed to it right after creation, before
+  // any memory is registered or connection made, and the role uses what it returns (e.g. a
+  // transport/fault/ wrapper owning the one passed in; returning it unchanged is allowed). It
+  // runs on the rank's starting thread; the returned transport must honour the Transport
+  // contract. Control traffic (ps/control.h) is never wrapped.
+  DataTransportWrapper wrap_data_transport;
 };
 
 // Checks ranges and consistency (names unique, dims > 0, sizes sane); names the bad field.

@@ -147,7 +147,13 @@ Result<std::unique_ptr<Transport>> Node::CreateDataTransport(const JobSpec& job,
     return t.status().Annotate(std::string(RoleName(role)) + " " + std::to_string(index) +
                                ": create the " + name + " data transport");
   }
-  return t;
+  if (!job.wrap_data_transport) return t;
+  std::unique_ptr<Transport> wrapped = job.wrap_data_transport(std::move(*t), role, index);
+  if (wrapped == nullptr) {
+    return InvalidArgument(std::string(RoleName(role)) + " " + std::to_string(index) +
+                           ": JobSpec::wrap_data_transport returned no transport");
+  }
+  return wrapped;
 }
 
 Result<ControlClient*> Node::RegisterRole(const JobSpec& job, Role role, uint32_t index,

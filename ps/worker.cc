@@ -255,6 +255,20 @@ void Worker::OnSendDone(const Completion& c) {
   TicketState& tk = *it->second;
   --tk.unsent;
   if (!c.ok() && tk.error.ok()) tk.error = Status(c.code, c.error);
+  if (!c.ok()) {
+    // The request's write failed on a connection that may still look healthy (an error
+    // completion need not fail the endpoint): the server may never have seen it, so its reply
+    // may never come, and nothing sends a request twice. Fail the link now, so that waiting
+    // calls end with this cause (and the coordinator hears it) instead of waiting out their
+    // timeout for the reply.
+    const uint64_t index = c.context & ((uint64_t{1} << kContextShift) - 1);
+    if (index < tk.requests.size()) {
+      ServerLink& l = st_->servers[tk.requests[index].server];
+      if (l.failed.ok()) {
+        l.failed = Status(c.code, "a request write to it failed: " + c.error);
+      }
+    }
+  }
   if (c.ok()) stats_.bytes_sent += c.bytes;
   Retire(t);
 }

@@ -39,6 +39,9 @@ const std::vector<BackendConfig>& AllConfigs() {
        "ucx",
        {{"UCX_TLS", "rc_verbs,ud_verbs,self"}, {"UCX_UD_ETH_DGID_CHECK", "n"}},
        true},
+      {"fault+tcp", "tcp", {}, false, true},
+      {"fault+ucx-shm", "ucx", {{"UCX_TLS", "shm,self"}}, false, true},
+      {"fault+ucx-tcp", "ucx", {{"UCX_TLS", "tcp,self"}}, false, true},
   };
   return kConfigs;
 }
@@ -98,6 +101,7 @@ ConfigSelection Compute() {
     return sel;
   }
   for (const BackendConfig& c : AllConfigs()) {
+    if (c.fault_wrapped) continue;  // on request only (see backends.h)
     std::string why = unavailable(c);
     if (why.empty()) {
       sel.run.push_back(c);

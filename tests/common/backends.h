@@ -5,6 +5,13 @@
 // available (ferry::ListBackends()) and, for configurations that need RDMA hardware, when
 // /sys/class/infiniband lists a device.
 //
+// A "fault+" configuration ("fault+tcp", "fault+ucx-shm", ...) is its base configuration with
+// every transport a suite creates through its harness wrapped in a FaultTransport
+// (transport/fault/fault.h) whose plan starts clean: the suite must pass unchanged (the wrapper
+// is transparent), and cases that inject faults run only there. They double a suite's run time
+// and test the wrapper rather than a backend, so they run only when FERRY_TEST_BACKENDS names
+// them (tests/conformance/meson.build does, for the error and failure cases).
+//
 // FERRY_TEST_BACKENDS=name,name,... narrows the list (e.g. FERRY_TEST_BACKENDS=verbs,verbs-oob in
 // the soft-RoCE VM). A configuration named there that is unknown or unavailable is an error the
 // suite reports as a failing test, never a silent skip.
@@ -24,6 +31,7 @@ struct BackendConfig {
   std::string backend;  // "ucx"
   std::map<std::string, std::string> params;
   bool needs_rdma = false;
+  bool fault_wrapped = false;  // a "fault+" configuration: see above
 
   // TransportOptions with params filled in; other fields at their defaults.
   TransportOptions Options() const;

@@ -10,7 +10,14 @@ namespace ferry::testing {
 Result<std::unique_ptr<Transport>> MakeTransport(const BackendConfig& config,
                                                  TransportOptions options) {
   for (const auto& [k, v] : config.params) options.params[k] = v;
-  return CreateTransport(config.backend, options);
+  auto t = CreateTransport(config.backend, options);
+  if (!t.ok() || !config.fault_wrapped) return t;
+  // A clean plan: the wrapper must be invisible until a case sets one (FaultOf()).
+  return std::unique_ptr<Transport>(std::make_unique<FaultTransport>(std::move(*t), FaultPlan{}));
+}
+
+FaultTransport* FaultOf(Transport* t) {
+  return dynamic_cast<FaultTransport*>(t);
 }
 
 Result<Connection> ConnectPair(Transport& client, Transport& server, const std::string& address,

@@ -16,6 +16,7 @@
 #include "tests/common/pattern.h"
 #include "tests/common/print.h"
 #include "tests/common/tally.h"
+#include "transport/fault/fault.h"
 #include "transport/transport.h"
 
 namespace ferry::testing {
@@ -49,9 +50,12 @@ std::string StatusText(const Result<T>& r) {
 #define ASSERT_OK_AND_ASSIGN(lhs, expr) \
   ASSERT_OK_AND_ASSIGN_IMPL_(FERRY_TEST_CONCAT(ferry_test_r_, __LINE__), lhs, expr)
 
-// Creates a transport of `config`, with config.params merged over options.params.
+// Creates a transport of `config`, with config.params merged over options.params; for a "fault+"
+// configuration, wrapped in a FaultTransport with a clean plan.
 Result<std::unique_ptr<Transport>> MakeTransport(const BackendConfig& config,
                                                  TransportOptions options);
+// The FaultTransport `t` is (made by MakeTransport for a "fault+" configuration), or nullptr.
+FaultTransport* FaultOf(Transport* t);
 
 struct Connection {
   std::shared_ptr<Endpoint> client;  // on the connecting transport

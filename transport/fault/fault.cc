@@ -1,7 +1,5 @@
 #include "transport/fault/fault.h"
 
-#include <thread>
-
 #include "transport/backend.h"
 
 namespace ferry {
@@ -11,7 +9,14 @@ using Clock = std::chrono::steady_clock;
 FaultTransport::FaultTransport(std::unique_ptr<Transport> inner, FaultPlan plan)
     : inner_(std::move(inner)), plan_(plan), rng_(plan.seed) {}
 
-FaultTransport::~FaultTransport() = default;
+FaultTransport::~FaultTransport() {
+  if (on_destroy_) on_destroy_(counters());
+}
+
+void FaultTransport::OnDestroy(std::function<void(const FaultCounters&)> fn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  on_destroy_ = std::move(fn);
+}
 
 void FaultTransport::SetPlan(const FaultPlan& plan) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -30,6 +35,10 @@ void FaultTransport::HoldLocked(Completion c) {
   held_.push_back({std::move(c), Clock::now() + plan_.delay});
 }
 
+void FaultTransport::NoteInjectionLocked() {
+  if (counters_.first_injection == Clock::time_point()) counters_.first_injection = Clock::now();
+}
+
 Status FaultTransport::Post(std::span<const Op> ops) {
   // Validate the caller's ops as they are, so a malformed batch fails exactly as it would without
   // the wrapper (nothing posted).
@@ -44,6 +53,7 @@ Status FaultTransport::Post(std::span<const Op> ops) {
     ++counters_.ops_posted;
     if (counters_.ops_posted > plan_.fail_after_ops) {
       ++counters_.ops_failed_injected;
+      NoteInjectionLocked();
       Completion c;
       c.context = op.context;
       c.type = op.type;
@@ -57,8 +67,8 @@ Status FaultTransport::Post(std::span<const Op> ops) {
     pending->user_context = op.context;
     Op fwd = op;
     fwd.context = next_tag_++;
-    const bool readish = op.type == OpType::kRead || op.type == OpType::kRecv ||
-                         op.type == OpType::kSparseRead;
+    const bool readish =
+        op.type == OpType::kRead || op.type == OpType::kRecv || op.type == OpType::kSparseRead;
     if (plan_.short_reads && readish) {
       pending->short_read = true;
       if (op.type == OpType::kSparseRead) {
@@ -85,6 +95,10 @@ Status FaultTransport::Post(std::span<const Op> ops) {
 }
 
 size_t FaultTransport::Poll(std::span<Completion> out) {
+  // An empty Poll only drives progress, as the contract lets a second thread do to keep
+  // connections alive (ps/node.cc's idle hook does). Taking the inner completions here would
+  // park them in held_ while the owner sleeps in the inner Wait(), which they no longer wake.
+  if (out.empty()) return inner_->Poll(out);
   std::vector<Completion> got(std::max<size_t>(out.size(), 16));
   size_t n = inner_->Poll(got);
   std::lock_guard<std::mutex> lock(mu_);
@@ -98,6 +112,7 @@ size_t FaultTransport::Poll(std::span<Completion> out) {
         c.context = p.user_context;
         if (p.short_read && c.ok()) {
           ++counters_.short_reads;
+          NoteInjectionLocked();
           c.code = Code::kIoError;
           c.error = "injected short read: " + std::to_string(c.bytes) + " bytes moved";
           c.bytes /= 2;
@@ -107,6 +122,7 @@ size_t FaultTransport::Poll(std::span<Completion> out) {
     }
     if (c.ok() && plan_.error_rate > 0 && coin(rng_) < plan_.error_rate) {
       ++counters_.completions_corrupted;
+      NoteInjectionLocked();
       c.code = Code::kIoError;
       c.error = "injected error completion";
     }
@@ -122,17 +138,19 @@ size_t FaultTransport::Poll(std::span<Completion> out) {
 }
 
 Status FaultTransport::Wait(Millis timeout) {
+  Millis budget = timeout;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!held_.empty()) {
-      auto left = held_.front().release - Clock::now();
-      if (left > Clock::duration::zero()) {
-        std::this_thread::sleep_for(std::min<Clock::duration>(left, timeout));
-      }
-      return Status::Ok();
+      const auto left = held_.front().release - Clock::now();
+      if (left <= Clock::duration::zero()) return Status::Ok();
+      budget = std::min(timeout, std::chrono::ceil<Millis>(left));
     }
   }
-  return inner_->Wait(timeout);
+  // Waiting in the inner transport rather than sleeping keeps driving its progress (a peer
+  // waiting on us, or a passive target's accesses, must not stall for a whole delay) and lets
+  // Wake() cut the wait short, as the contract promises.
+  return inner_->Wait(budget);
 }
 
 }  // namespace ferry

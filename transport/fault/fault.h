@@ -12,12 +12,18 @@
 //    a contiguous op; the first half of a sparse op's segments) and complete with kIoError.
 // Counters of what was injected are readable for reports.
 //
+// Progress: an empty Poll only drives the inner transport's progress (it takes no completions),
+// and Wait blocks in the inner transport's Wait, at most until the first held completion is due,
+// so Wake() and the inner progress keep working while completions are held back.
+//
 // Threading and lifetimes follow the Transport contract; the wrapper owns the inner transport.
 // Endpoints, regions and keys are the inner transport's own objects.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -38,10 +44,13 @@ struct FaultPlan {
 
 struct FaultCounters {
   uint64_t ops_posted = 0;
-  uint64_t ops_failed_injected = 0;   // by fail_after_ops
-  uint64_t completions_corrupted = 0; // by error_rate
+  uint64_t ops_failed_injected = 0;    // by fail_after_ops
+  uint64_t completions_corrupted = 0;  // by error_rate
   uint64_t short_reads = 0;
   uint64_t completions_delayed = 0;
+  // When the first fault of any kind but delay was injected (epoch: none yet), so that a test
+  // can bound how long its caller took to notice.
+  std::chrono::steady_clock::time_point first_injection{};
 };
 
 class FaultTransport final : public Transport {
@@ -52,13 +61,17 @@ class FaultTransport final : public Transport {
   // Changes the plan for ops posted from now on.
   void SetPlan(const FaultPlan& plan);
   FaultCounters counters() const;
+  // `fn` runs once with the final counters when this wrapper is destroyed: for a test whose
+  // wrapper is owned, and destroyed, by the code under test (ps/ via
+  // JobSpec::wrap_data_transport). Runs on the destroying thread.
+  void OnDestroy(std::function<void(const FaultCounters&)> fn);
   Transport& inner() { return *inner_; }
 
   std::string_view name() const override { return inner_->name(); }
   const Capabilities& capabilities() const override { return inner_->capabilities(); }
   std::vector<DeviceInfo> devices() const override { return inner_->devices(); }
   Result<std::unique_ptr<MemoryRegion>> RegisterMemory(void* addr, size_t length,
-                                                        uint32_t access) override {
+                                                       uint32_t access) override {
     return inner_->RegisterMemory(addr, length, access);
   }
   void Advertise(std::vector<RemoteRegion> regions) override {
@@ -91,6 +104,7 @@ class FaultTransport final : public Transport {
     std::vector<Segment> segments;  // short sparse read: the first half of the caller's list
   };
   void HoldLocked(Completion c);
+  void NoteInjectionLocked();
 
   std::unique_ptr<Transport> inner_;
   mutable std::mutex mu_;
@@ -100,6 +114,7 @@ class FaultTransport final : public Transport {
   std::deque<Held> held_;  // completions waiting for their release time, in order
   std::unordered_map<uint64_t, std::unique_ptr<Pending>> pending_;  // by wrapper tag
   uint64_t next_tag_ = 1;
+  std::function<void(const FaultCounters&)> on_destroy_;
 };
 
 }  // namespace ferry
