@@ -6,6 +6,8 @@ set -euo pipefail
 FERRY_PACKAGES=(
   # build
   g++ meson ninja-build pkg-config
+  # packaging (scripts/make-deb.sh: dpkg-shlibdeps; tests/install builds examples/ with make)
+  dpkg-dev make
   # transports and services
   libibverbs-dev librdmacm-dev rdma-core libucx-dev ucx-utils libhwloc-dev libjemalloc-dev
   libflatbuffers-dev flatbuffers-compiler libssl-dev

@@ -3,7 +3,7 @@
 # ferry_stage_summary at the end and exits non-zero if any stage failed.
 #
 #   main  gcc, -Dwerror=true: every suite (with 'rdma' in the soft-RoCE VM and 'netns' as root).
-#   asan  gcc, ASan+UBSan, no jemalloc, no benchmarks, no verbs backend: every suite but 'rdma'
+#   asan  gcc, ASan+UBSan, no jemalloc, no benchmarks, no verbs backend: every suite but 'rdma' and 'install'
 #         (the VM's time budget: verbs in the VM run without sanitizers, and the host has no
 #         RDMA device for verbs code to run on). Any report aborts the test: fail.
 #   tsan  gcc, TSan: only the multi-threaded tests (progress threads, two threads posting on one
@@ -65,8 +65,9 @@ ferry_tsan_ucx_env() {
 
 ferry_main_stage() {
   local build=${FERRY_TEST_BUILD_DIR:-build-test}
+  # --prefix=/usr: Debian's layout, so suite 'install' can also build the .deb from this tree.
   if [ ! -f "$build/build.ninja" ]; then
-    meson setup "$build" -Dwerror=true >/dev/null || return 1
+    meson setup "$build" -Dwerror=true --prefix=/usr >/dev/null || return 1
   fi
   ferry_ninja "$build" || return 1
   meson test -C "$build" --print-errorlogs "$@"
@@ -90,7 +91,7 @@ ferry_asan_stage() {
   (
     ferry_sanitizer_env
     # Sanitized code runs 2-3x slower: give every test three times its timeout.
-    meson test -C "$build" --print-errorlogs --no-suite rdma --timeout-multiplier 3
+    meson test -C "$build" --print-errorlogs --no-suite rdma --no-suite install --timeout-multiplier 3
   )
 }
 

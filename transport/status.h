@@ -7,6 +7,11 @@
 //  - Thread-safety: value types, no shared state.
 #pragma once
 
+// Every public header includes this one: say what is wrong before the first std::span error.
+#if __cplusplus < 202002L
+#error "Ferry's headers need C++20: compile with -std=c++20 (or later)"
+#endif
+
 #include <cstdint>
 #include <string>
 #include <string_view>

@@ -1,15 +1,21 @@
 #!/usr/bin/env python3
-"""Turn perf/compare/run.sh samples into docs/perf/transport.md and SVG plots (gnuplot).
+"""Turn perf/compare/run.sh samples into docs/perf/transport.md and SVG plots.
+
+The plots are drawn by Ferry's own plot writer (tools/plot): this script writes each plot as a
+spec JSON next to the samples and runs `ferry-plot --spec SPEC -o SVG` (--plotter, which run.sh
+points at its build), so there is one plot writer in the project and no gnuplot dependency.
 
 Ratios are Ferry ÷ reference per pair (a pair = one Ferry run next to one reference run),
 reported as the median of the pairs with the min–max spread.
 """
 import argparse
 import csv
+import json
 import os
 import shutil
 import statistics
 import subprocess
+import sys
 from collections import defaultdict
 
 p = argparse.ArgumentParser()
@@ -19,6 +25,8 @@ p.add_argument("--start", default="")
 p.add_argument("--end", default="")
 p.add_argument("--pairs", default="5")
 p.add_argument("--sections", default="")
+p.add_argument("--plotter", default="",
+               help="ferry-plot binary (default: build-perfcmp's, build's, then PATH)")
 a = p.parse_args()
 DOC = os.path.join(a.root, "docs", "perf")
 os.makedirs(DOC, exist_ok=True)
@@ -305,45 +313,58 @@ if os.path.exists(fl) and os.path.getsize(fl):
             break
     md += ["```", ""]
 
-# ---- plots
+# ---- plots (tools/plot through `ferry-plot --spec`)
+def find_plotter():
+    for cand in (a.plotter, os.path.join(a.root, "build-perfcmp", "tools", "plot", "ferry-plot"),
+                 os.path.join(a.root, "build", "tools", "plot", "ferry-plot")):
+        if cand and os.access(cand, os.X_OK):
+            return cand
+    return shutil.which("ferry-plot")
+
+
 plots = []
-if shutil.which("gnuplot"):
-    def plot(name, series, ylabel, logy):
-        dat = []
-        cmds = []
+plotter = find_plotter()
+if not plotter:
+    print("report.py: no ferry-plot binary (build tools/plot/ferry-plot or pass --plotter); "
+          "plots left out", file=sys.stderr)
+else:
+    def plot(name, series, title, ylabel, logy):
+        spec_series = []
         for i, (label, sec, test) in enumerate(series):
             for side, nm in (("ferry", "Ferry"), ("ref", "reference")):
-                pts = []
-                for (s2, t2, size), d in sorted(vals.items(), key=lambda kv: int(kv[0][2]) if kv[0][2].isdigit() else 0):
-                    if s2 == sec and t2 == test and d.get(side):
-                        pts.append((int(size), med(list(d[side].values()))))
-                if not pts:
-                    continue
-                fn = os.path.join(a.out, f"{name}-{i}-{side}.dat")
-                with open(fn, "w") as f:
-                    for x, y in sorted(pts):
-                        f.write(f"{x} {y}\n")
-                dt = 1 if side == "ferry" else 2
-                cmds.append(f"'{fn}' using 1:2 with linespoints lc {i + 1} dt {dt} pt {6 + dt} title '{nm} {label}'")
-        if not cmds:
+                pts = sorted((int(size), med(list(d[side].values())))
+                             for (s2, t2, size), d in vals.items()
+                             if s2 == sec and t2 == test and size.isdigit() and d.get(side))
+                if pts:
+                    # A pair shares its colour; the reference is the dashed one.
+                    spec_series.append({"name": f"{nm} {label}", "points": pts,
+                                        "dashed": side == "ref", "color": i})
+        if not spec_series:
             return
+        spec = {"title": title, "xlabel": "message size (bytes)", "ylabel": ylabel,
+                "log_x": True, "log_y": logy, "x_unit_format": "bytes",
+                "width": 900, "height": 540, "series": spec_series}
+        spec_path = os.path.join(a.out, f"plot-{name}.json")
+        with open(spec_path, "w") as f:
+            json.dump(spec, f, indent=1)
         svg = os.path.join(DOC, f"transport-{name}.svg")
-        gp = (f"set terminal svg size 900,540 dynamic background rgb 'white'\nset output '{svg}'\n"
-              "set logscale x 2\n" + ("set logscale y 10\n" if logy else "") +
-              f"set xlabel 'message size (bytes)'\nset ylabel '{ylabel}'\nset key outside right\n"
-              "set grid\nset format x '%.0s%cB'\n"
-              "plot " + ", ".join(cmds) + "\n")
-        subprocess.run(["gnuplot"], input=gp, text=True, check=False)
+        r = subprocess.run([plotter, "--spec", spec_path, "-o", svg], capture_output=True, text=True)
+        if r.returncode != 0:
+            print(f"report.py: {plotter} --spec {spec_path} failed: {r.stderr.strip()}",
+                  file=sys.stderr)
+            return
         plots.append(f"transport-{name}.svg")
-    plot("latency", lat_plot, "latency, median (µs; Ferry solid, reference dashed)", True)
-    plot("bandwidth", bw_plot, "bandwidth, median (MiB/s; Ferry solid, reference dashed)", False)
+    plot("latency", lat_plot, "Ferry vs reference tools: latency",
+         "latency, median (µs; Ferry solid, reference dashed)", True)
+    plot("bandwidth", bw_plot, "Ferry vs reference tools: bandwidth",
+         "bandwidth, median (MiB/s; Ferry solid, reference dashed)", False)
 if plots:
     md += ["## Plots", ""] + [f"![{p_}]({p_})" for p_ in plots] + [""]
 
 cmds = open(os.path.join(a.out, "commands.txt")).read().strip() if os.path.exists(os.path.join(a.out, "commands.txt")) else ""
 md += ["## Exact commands", "",
-       "Reproduce: `perf/compare/run.sh [--pairs N] [--with-vm]` (installs iperf3, sockperf, ucx-utils, "
-       "gnuplot-nox if missing; builds build-perfcmp). PORT is a fresh port per run; Ferry's runs add "
+       "Reproduce: `perf/compare/run.sh [--pairs N] [--with-vm]` (installs iperf3, sockperf, ucx-utils "
+       "if missing; builds build-perfcmp, whose `ferry-plot --spec` draws the plots). PORT is a fresh port per run; Ferry's runs add "
        "`-p PORT --csv FILE`. Ferry's MB/s are MiB/s (2^20), as are ucx_perftest's; iperf3's bits/s are "
        "converted to MiB/s. Raw samples: [transport-samples.csv](transport-samples.csv).", "", "```", cmds, "```", ""]
 

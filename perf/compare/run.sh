@@ -4,7 +4,8 @@
 # Runs ferry-lat/ferry-bw and the reference tool for the same transport ALTERNATELY
 # (ferry, reference, ferry, reference, ...) for PAIRS pairs, records every sample in
 # $OUT/samples.csv, then perf/compare/report.py writes docs/perf/transport.md (ratio tables:
-# Ferry ÷ reference, median of the pairs with min–max spread) and SVG plots (gnuplot).
+# Ferry ÷ reference, median of the pairs with min–max spread) and SVG plots (drawn by the
+# build's own `ferry-plot --spec`, tools/plot: no gnuplot).
 #
 # Sections: ucx-shm, ucx-tcp (ucx_perftest), tcp (iperf3, sockperf), sparse (memcpy gather,
 # pack-then-send), verbs (perftest inside the soft-RoCE VM; only with --with-vm).
@@ -45,6 +46,7 @@ done
 
 LAT="$BUILD/tools/bench/ferry-lat"
 BW="$BUILD/tools/bench/ferry-bw"
+PLOT="$BUILD/tools/plot/ferry-plot"
 GATHER="$OUT/gather"
 SAMPLES="$OUT/samples.csv"
 CMDS="$OUT/commands.txt"
@@ -59,7 +61,6 @@ setup() {
   command -v iperf3 >/dev/null || need+=(iperf3)
   command -v sockperf >/dev/null || need+=(sockperf)
   command -v ucx_perftest >/dev/null || need+=(ucx-utils)
-  command -v gnuplot >/dev/null || need+=(gnuplot-nox)
   command -v g++ >/dev/null || need+=(g++)
   command -v python3 >/dev/null || need+=(python3)
   if [ ${#need[@]} -gt 0 ]; then
@@ -69,14 +70,14 @@ setup() {
   fi
   # Always run ninja (a no-op when up to date): a stale binary from an older tree would be
   # measured silently otherwise.
-  log "building ferry-lat/ferry-bw in $BUILD"
+  log "building ferry-lat/ferry-bw/ferry-plot in $BUILD"
   [ -d "$BUILD" ] || meson setup "$BUILD" --buildtype=release -Dtests=false -Dbenchmarks=false >&2
   local i built=0
   for i in 1 2 3; do
-    ninja -C "$BUILD" tools/bench/ferry-lat tools/bench/ferry-bw tools/info/ferry-info >&2 && { built=1; break; }
+    ninja -C "$BUILD" tools/bench/ferry-lat tools/bench/ferry-bw tools/plot/ferry-plot tools/info/ferry-info >&2 && { built=1; break; }
     log "build failed (attempt $i); retrying in 60 s"; sleep 60
   done
-  [ "$built" = 1 ] && [ -x "$LAT" ] && [ -x "$BW" ] || { echo "run.sh: could not build the Ferry tools" >&2; exit 1; }
+  [ "$built" = 1 ] && [ -x "$LAT" ] && [ -x "$BW" ] && [ -x "$PLOT" ] || { echo "run.sh: could not build the Ferry tools" >&2; exit 1; }
   g++ -O2 -std=c++20 -o "$GATHER" "$HERE/gather.cc" || { echo "run.sh: gather.cc did not build" >&2; exit 1; }
 }
 
@@ -290,5 +291,6 @@ END=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 load_mark "end of ${SECTIONS}"
 log "samples in $SAMPLES"
 if [ "$WRITE_DOC" = 1 ]; then
-  python3 "$HERE/report.py" --out "$OUT" --root "$ROOT" --start "$START" --end "$END" --pairs "$PAIRS" --sections "$SECTIONS"
+  python3 "$HERE/report.py" --out "$OUT" --root "$ROOT" --start "$START" --end "$END" --pairs "$PAIRS" --sections "$SECTIONS" \
+    --plotter "$PLOT"
 fi

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
-#include <optional>
 #include <fstream>
+#include <optional>
 #include <thread>
 
 #include "tools/bench/local.h"
@@ -43,8 +43,7 @@ void AddFlags(CLI::App& app, ToolOptions& o, Mode mode) {
   app.add_option("--bind", o.bind, "server: address to listen on")->capture_default_str();
   app.add_flag("--local", o.local,
                "start a server process on 127.0.0.1 and run against it (single command)");
-  app.add_flag("--report-port", o.report_port, "internal: print the listen banner")
-      ->group("");
+  app.add_flag("--report-port", o.report_port, "internal: print the listen banner")->group("");
   app.add_option("--accept-timeout", o.accept_timeout_s,
                  "server: seconds to wait for a client (0: forever)")
       ->check(CLI::NonNegativeNumber);
@@ -66,8 +65,8 @@ void AddFlags(CLI::App& app, ToolOptions& o, Mode mode) {
   app.add_option("--threads", o.config.threads, "worker threads per side")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
-  app.add_flag_callback("--no-verify", [&o] { o.config.verify = false; },
-                        "do not pattern-check transfers");
+  app.add_flag_callback(
+      "--no-verify", [&o] { o.config.verify = false; }, "do not pattern-check transfers");
   app.add_option("--rows", o.config.rows, "sparse ops: rows per operation")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
@@ -84,6 +83,13 @@ void AddFlags(CLI::App& app, ToolOptions& o, Mode mode) {
                "let the transport drive progress on an internal thread");
   app.add_option("--json", o.json_path, "write results as JSON to FILE (- for stdout)");
   app.add_option("--csv", o.csv_path, "write results as CSV to FILE (- for stdout)");
+  app.add_option("--plot", o.plot_path,
+                 mode == Mode::kLatency
+                     ? "draw the sweep as an SVG plot to FILE: median and p99 latency vs "
+                       "message size, log-log (ferry-plot draws --json files the same way)"
+                     : "draw the sweep as an SVG plot to FILE: average bandwidth (MiB/s) vs "
+                       "message size, log x (ferry-plot draws --json files the same way)")
+      ->type_name("FILE.svg");
   if (mode == Mode::kBandwidth) {
     app.add_option("-t,--depth", o.config.depth, "outstanding operations per endpoint")
         ->capture_default_str()
@@ -146,20 +152,28 @@ Status Resolve(ToolOptions& o) {
     return InvalidArgument("--report-port is for server mode only");
   }
   const bool server = o.address.empty() && !o.local;
-  if (server && (!o.json_path.empty() || !o.csv_path.empty())) {
-    return InvalidArgument("--json/--csv are written by the client (the side that prints results)");
+  if (server && (!o.json_path.empty() || !o.csv_path.empty() || !o.plot_path.empty())) {
+    return InvalidArgument(
+        "--json/--csv/--plot are written by the client (the side that prints results)");
   }
-  if (o.json_path == "-" && o.csv_path == "-") {
-    return InvalidArgument("only one of --json and --csv can go to stdout");
+  if ((o.json_path == "-") + (o.csv_path == "-") + (o.plot_path == "-") > 1) {
+    return InvalidArgument("only one of --json, --csv and --plot can go to stdout");
   }
   return ValidateConfig(c);
 }
 
 std::vector<std::string> LocalServerArgs(const ToolOptions& o) {
-  std::vector<std::string> args = {"--transport", o.peer.transport, "--bind", "127.0.0.1",
-                                   "--port",      "0",              "--report-port",
-                                   "--accept-timeout", std::to_string(o.timeout_s),
-                                   "--timeout", std::to_string(o.timeout_s)};
+  std::vector<std::string> args = {"--transport",
+                                   o.peer.transport,
+                                   "--bind",
+                                   "127.0.0.1",
+                                   "--port",
+                                   "0",
+                                   "--report-port",
+                                   "--accept-timeout",
+                                   std::to_string(o.timeout_s),
+                                   "--timeout",
+                                   std::to_string(o.timeout_s)};
   for (const auto& [k, v] : o.peer.params) {
     args.push_back("--param");
     args.push_back(k + "=" + v);
@@ -242,7 +256,7 @@ int Execute(const ToolOptions& o) {
     address = ClientAddress(o);
   }
   // Text goes to stdout unless a machine-readable format claims it.
-  FILE* text = (o.json_path == "-" || o.csv_path == "-") ? stderr : stdout;
+  FILE* text = (o.json_path == "-" || o.csv_path == "-" || o.plot_path == "-") ? stderr : stdout;
   RunCallbacks cb;
   cb.on_header = [text](const RunHeader& h) {
     std::fputs(FormatTextHeader(h).c_str(), text);
@@ -280,6 +294,14 @@ int Execute(const ToolOptions& o) {
     Status s = WriteOutput(o.csv_path, FormatCsv(*report));
     if (!s.ok()) {
       Error(o, s.ToString());
+      return 1;
+    }
+  }
+  // Last, so a plot that cannot be drawn or written never costs the numbers above.
+  if (!o.plot_path.empty()) {
+    Status s = WritePlot(*report, o.plot_path);
+    if (!s.ok()) {
+      Error(o, "--plot: " + s.ToString());
       return 1;
     }
   }

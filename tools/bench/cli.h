@@ -6,10 +6,9 @@
 // 2 bad usage. It never throws.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "tools/bench/config.h"
 #include "tools/bench/runner.h"
@@ -20,12 +19,12 @@ struct ToolOptions {
   Mode mode = Mode::kLatency;
   PeerOptions peer;
   BenchConfig config;
-  std::string address;          // peer to connect to; empty: be the server
-  uint16_t port = 18515;        // perftest's default port
+  std::string address;    // peer to connect to; empty: be the server
+  uint16_t port = 18515;  // perftest's default port
   std::string bind = "127.0.0.1";
   bool local = false;
-  bool report_port = false;     // internal: print the listen banner (used by --local)
-  std::string json_path, csv_path;
+  bool report_port = false;  // internal: print the listen banner (used by --local)
+  std::string json_path, csv_path, plot_path;
   double accept_timeout_s = 0;  // server: 0 waits for a client indefinitely
 
   // Raw flag values, turned into `peer` and `config` by Resolve().

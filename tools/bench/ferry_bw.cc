@@ -10,18 +10,25 @@
 #include <CLI/CLI.hpp>
 
 #include "tools/bench/cli.h"
+#include "tools/common/command.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{
-      "ferry-bw: bandwidth of Ferry transport operations (columns as perftest).\n"
-      "Without an address it is the server; with one, the client; --local runs both."};
-  app.footer(
-      "Examples:\n"
-      "  ferry-bw --transport tcp --local -a\n"
-      "  ferry-bw --transport tcp --local --op write -s 64K,1M --csv results.csv\n"
-      "  ferry-bw --transport ucx --param UCX_TLS=shm,self --local --op read -b\n"
-      "  ferry-bw --transport tcp --local --op sparse_read --rows 128 --row-size 1K");
+  CLI::App app;
   ferry::bench::ToolOptions options;
   ferry::bench::AddFlags(app, options, ferry::bench::Mode::kBandwidth);
+  ferry::tools::SetUpCommand(
+      app,
+      {.name = "ferry-bw",
+       .summary = "bandwidth of Ferry transport operations (columns as perftest)",
+       .description = "Without an address it is the server; with one, the client; --local runs "
+                      "both.\nEach endpoint keeps --depth operations outstanding; --bidir makes "
+                      "both sides send.\nTransfers are pattern-checked unless --no-verify.",
+       .examples = {"ferry-bw --transport tcp --local -a",
+                    "ferry-bw --transport tcp --local -a --plot bw.svg",
+                    "ferry-bw --transport tcp --local --op write -s 64K,1M --csv results.csv",
+                    "ferry-bw --transport ucx --param UCX_TLS=shm,self --local --op read -b",
+                    "ferry-bw --transport tcp --local --op sparse_read --rows 128 --row-size "
+                    "1K"},
+       .see_also = {"ferry-lat", "ferry-plot", "ferry-info", "ib_write_bw(1)", "docs/tools.md"}});
   return ferry::bench::ParseAndExecute(app, options, argc, argv);
 }

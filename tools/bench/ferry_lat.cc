@@ -9,19 +9,27 @@
 #include <CLI/CLI.hpp>
 
 #include "tools/bench/cli.h"
+#include "tools/common/command.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{
-      "ferry-lat: latency of Ferry transport operations (ping-pong; columns as perftest).\n"
-      "Without an address it is the server; with one, the client; --local runs both."};
-  app.footer(
-      "Examples:\n"
-      "  ferry-lat --transport tcp --local\n"
-      "  ferry-lat --transport tcp --local -a --op write --json -\n"
-      "  ferry-lat --transport ucx --param UCX_TLS=shm,self --local --op sparse_read --rows 32\n"
-      "  ferry-lat --transport verbs -d rxe0 -x 1      (server)\n"
-      "  ferry-lat --transport verbs -d rxe0 -x 1 HOST (client)");
+  CLI::App app;
   ferry::bench::ToolOptions options;
   ferry::bench::AddFlags(app, options, ferry::bench::Mode::kLatency);
+  ferry::tools::SetUpCommand(
+      app,
+      {.name = "ferry-lat",
+       .summary = "latency of Ferry transport operations (ping-pong; columns as perftest)",
+       .description = "Without an address it is the server; with one, the client; --local runs "
+                      "both.\nsend/write/write_imm/sparse_write report half the round trip; "
+                      "read/sparse_read the full\nround trip (as ib_read_lat). Transfers are "
+                      "pattern-checked unless --no-verify.",
+       .examples = {"ferry-lat --transport tcp --local",
+                    "ferry-lat --transport tcp --local -a --op write --json -",
+                    "ferry-lat --transport tcp --local -a --plot lat.svg",
+                    "ferry-lat --transport ucx --param UCX_TLS=shm,self --local --op "
+                    "sparse_read --rows 32",
+                    "ferry-lat --transport verbs -d rxe0 -x 1        (server)",
+                    "ferry-lat --transport verbs -d rxe0 -x 1 HOST   (client)"},
+       .see_also = {"ferry-bw", "ferry-plot", "ferry-info", "ib_write_lat(1)", "docs/tools.md"}});
   return ferry::bench::ParseAndExecute(app, options, argc, argv);
 }

@@ -3,9 +3,11 @@
 #include <cmath>
 #include <cstdio>
 #include <initializer_list>
+#include <nlohmann/json.hpp>
 #include <utility>
 
-#include <nlohmann/json.hpp>
+#include "tools/plot/json.h"
+#include "tools/plot/plot.h"
 
 namespace ferry::bench {
 namespace {
@@ -14,7 +16,9 @@ constexpr const char* kRule =
     "---------------------------------------------------------------------------------------\n";
 
 // A finite number for JSON/CSV (the formats have no NaN or infinity).
-double Finite(double v) { return std::isfinite(v) ? v : 0.0; }
+double Finite(double v) {
+  return std::isfinite(v) ? v : 0.0;
+}
 
 std::string Printf(const char* fmt, auto... args) {
   char buf[512];
@@ -54,19 +58,23 @@ std::string Line(const char* key, const std::string& value) {
   return Printf(" %-16s: %s\n", key, value.c_str());
 }
 
-std::string OnOff(bool b) { return b ? "ON" : "OFF"; }
+std::string OnOff(bool b) {
+  return b ? "ON" : "OFF";
+}
 
-std::string Csv(double v) { return Printf("%.6f", Finite(v)); }
+std::string Csv(double v) {
+  return Printf("%.6f", Finite(v));
+}
 
 }  // namespace
 
 std::vector<std::string> CsvColumns(Mode mode) {
   if (mode == Mode::kLatency) {
-    return {"transport",  "op",         "bytes",       "iterations", "t_min_usec",
-            "t_max_usec", "t_typical_usec", "t_avg_usec", "t_stdev_usec", "p99_usec",
-            "p99_9_usec"};
+    return {"transport",    "op",         "bytes",          "iterations",
+            "t_min_usec",   "t_max_usec", "t_typical_usec", "t_avg_usec",
+            "t_stdev_usec", "p99_usec",   "p99_9_usec"};
   }
-  return {"transport",    "op",         "bytes",          "iterations",
+  return {"transport",    "op",          "bytes",         "iterations",
           "bw_peak_mb_s", "bw_avg_mb_s", "msg_rate_mpps", "rows_per_sec"};
 }
 
@@ -83,8 +91,8 @@ std::string FormatTextHeader(const RunHeader& h) {
   out += Line("Device", devs.empty() ? "n/a" : devs);
   out += Line("MTU", FindAttribute(h.devices, {"active_mtu", "mtu", "max_mtu"}));
   out += Line("GID index", FindAttribute(h.devices, {"gid_index", "sgid_index"}));
-  out += Line("Inline size", FindAttribute(h.devices, {"max_inline", "inline_size",
-                                                       "max_inline_data"}));
+  out += Line("Inline size",
+              FindAttribute(h.devices, {"max_inline", "inline_size", "max_inline_data"}));
   out += Line("Operation", std::string(BenchOpName(c.op)));
   out += Line("Endpoints", std::to_string(c.endpoints) + (c.bidir ? " per direction" : ""));
   out += Line("Threads", std::to_string(c.threads));
@@ -93,8 +101,8 @@ std::string FormatTextHeader(const RunHeader& h) {
     out += Line("Bidirectional", OnOff(c.bidir));
   }
   if (IsSparse(c.op)) {
-    out += Line("Rows", std::to_string(c.rows) + " x " + std::to_string(c.row_size) +
-                            " B in a " + std::to_string(c.region_size) + " B region");
+    out += Line("Rows", std::to_string(c.rows) + " x " + std::to_string(c.row_size) + " B in a " +
+                            std::to_string(c.region_size) + " B region");
   }
   out += Line("Iterations", c.duration_s > 0 ? Printf("%g s per size", c.duration_s)
                                              : std::to_string(c.iters) + " per size");
@@ -105,8 +113,9 @@ std::string FormatTextHeader(const RunHeader& h) {
   }
   out += kRule;
   if (c.mode == Mode::kLatency) {
-    out += " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]"
-           "    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] \n";
+    out +=
+        " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]"
+        "    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] \n";
   } else {
     out += " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]";
     out += IsSparse(c.op) ? "    Rows/s\n" : "\n";
@@ -116,11 +125,11 @@ std::string FormatTextHeader(const RunHeader& h) {
 
 std::string FormatTextRow(const RunHeader&, const LatencyRow& r) {
   const LatencySummary& s = r.usec;
-  return Printf(" %-7llu %-10llu %-7.2f        %-7.2f        %-7.2f          %-7.2f        "
-                "%-7.2f          %-7.2f                %-7.2f\n",
-                static_cast<unsigned long long>(r.bytes),
-                static_cast<unsigned long long>(r.iterations), s.min, s.max, s.typical, s.avg,
-                s.stdev, s.p99, s.p999);
+  return Printf(
+      " %-7llu %-10llu %-7.2f        %-7.2f        %-7.2f          %-7.2f        "
+      "%-7.2f          %-7.2f                %-7.2f\n",
+      static_cast<unsigned long long>(r.bytes), static_cast<unsigned long long>(r.iterations),
+      s.min, s.max, s.typical, s.avg, s.stdev, s.p99, s.p999);
 }
 
 std::string FormatTextRow(const RunHeader& h, const BandwidthRow& r) {
@@ -132,7 +141,9 @@ std::string FormatTextRow(const RunHeader& h, const BandwidthRow& r) {
   return out + "\n";
 }
 
-std::string FormatTextFooter() { return kRule; }
+std::string FormatTextFooter() {
+  return kRule;
+}
 
 std::string FormatText(const Report& report) {
   std::string out = FormatTextHeader(report.header);
@@ -148,8 +159,8 @@ std::string FormatJson(const Report& report) {
   for (const DeviceInfo& d : h.devices) {
     nlohmann::json attrs = nlohmann::json::object();
     for (const auto& [k, v] : d.attributes) attrs[k] = v;
-    devices.push_back({{"name", d.name}, {"kind", d.kind}, {"numa_node", d.numa_node},
-                       {"attributes", attrs}});
+    devices.push_back(
+        {{"name", d.name}, {"kind", d.kind}, {"numa_node", d.numa_node}, {"attributes", attrs}});
   }
   nlohmann::json results = nlohmann::json::array();
   for (const LatencyRow& r : report.latency) {
@@ -199,6 +210,14 @@ std::string FormatJson(const Report& report) {
   return j.dump(2) + "\n";
 }
 
+Status WritePlot(const Report& report, const std::string& path) {
+  // Through the JSON form on purpose: one conversion (tools/plot/json.h) serves both this and
+  // ferry-plot, so the two can never draw the same run differently.
+  FERRY_ASSIGN_OR_RETURN(plot::PlotSpec spec,
+                         plot::SpecFromRuns({{"", "", FormatJson(report)}}, plot::Metric::kAuto));
+  return plot::WriteSvg(spec, path);
+}
+
 std::string FormatCsv(const Report& report) {
   const RunHeader& h = report.header;
   std::string out;
@@ -215,8 +234,8 @@ std::string FormatCsv(const Report& report) {
   }
   for (const BandwidthRow& r : report.bandwidth) {
     out += prefix + std::to_string(r.bytes) + "," + std::to_string(r.iterations) + "," +
-           Csv(r.bw.bw_peak_mb) + "," + Csv(r.bw.bw_avg_mb) + "," + Csv(r.bw.msg_rate_mpps) +
-           "," + Csv(r.bw.rows_per_sec) + "\n";
+           Csv(r.bw.bw_peak_mb) + "," + Csv(r.bw.bw_avg_mb) + "," + Csv(r.bw.msg_rate_mpps) + "," +
+           Csv(r.bw.rows_per_sec) + "\n";
   }
   return out;
 }

@@ -16,6 +16,7 @@
 
 #include "tools/bench/config.h"
 #include "tools/bench/stats.h"
+#include "transport/status.h"
 #include "transport/transport.h"
 
 namespace ferry::bench {
@@ -55,6 +56,12 @@ std::string FormatText(const Report& report);
 
 std::string FormatJson(const Report& report);
 std::string FormatCsv(const Report& report);
+
+// Draws the sweep as an SVG plot to `path` ("-": stdout) with tools/plot, exactly as
+// `ferry-plot` draws this report's FormatJson output: latency runs as median and p99 vs message
+// size (log-log), bandwidth runs as average MiB/s vs message size (log x). IoError naming the
+// path when it cannot be written.
+Status WritePlot(const Report& report, const std::string& path);
 
 // The CSV header's column names, in order (tests check rows against it).
 std::vector<std::string> CsvColumns(Mode mode);

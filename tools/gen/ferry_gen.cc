@@ -17,6 +17,7 @@
 #include <string>
 
 #include "models/data/gen.h"
+#include "tools/common/command.h"
 
 namespace {
 
@@ -59,16 +60,18 @@ ferry::Result<uint64_t> ParseCount(const std::string& flag, const std::string& t
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{
-      "ferry-gen: synthetic CTR data (Zipf-distributed categorical fields, optional numeric\n"
-      "features) labelled by a hidden lr / fm / mlp truth model, as LIBSVM, libffm or Criteo TSV."};
-  app.footer(
-      "Examples:\n"
-      "  ferry-gen --samples 1M --out train.svm\n"
-      "  ferry-gen --samples 10M --test-samples 1M --test-out test.svm --out train.svm \\\n"
-      "            --features 16777216 --truth fm --truth-out truth.txt --gzip\n"
-      "  ferry-gen --format criteo --samples 100K --out day_0.tsv\n"
-      "Formats and the truth file: docs/data-formats.md");
+  CLI::App app;
+  ferry::tools::SetUpCommand(
+      app, {.name = "ferry-gen",
+            .summary = "synthetic CTR data for ferry-train",
+            .description = "Zipf-distributed categorical fields and optional numeric features, "
+                           "labelled by a hidden\nlr / fm / mlp truth model, written as LIBSVM, "
+                           "libffm or Criteo TSV (plain or gzip).",
+            .examples = {"ferry-gen --samples 1M --out train.svm",
+                         "ferry-gen --samples 10M --test-samples 1M --test-out test.svm --out "
+                         "train.svm --features 16777216 --truth fm --truth-out truth.txt --gzip",
+                         "ferry-gen --format criteo --samples 100K --out day_0.tsv"},
+            .see_also = {"ferry-train", "docs/data-formats.md"}});
   GenOptions o;
   std::string samples = "", test_samples = "0", features = "0", format = "libsvm", truth = "lr";
   bool quiet = false;

@@ -12,11 +12,22 @@
 #include <iostream>
 #include <string>
 
+#include "tools/common/command.h"
 #include "tools/info/info.h"
 #include "transport/transport.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"ferry-info: Ferry backends, devices and machine topology"};
+  CLI::App app;
+  ferry::tools::SetUpCommand(
+      app,
+      {.name = "ferry-info",
+       .summary = "Ferry backends, devices and machine topology",
+       .description = "Which backends are built and usable here (with the reason when not), "
+                      "their capabilities\nand devices, and the NUMA topology.",
+       .examples = {"ferry-info", "ferry-info --json", "ferry-info --backend ucx"},
+       .exit_status = "0 success; 3 unknown backend name; 1 internal failure; CLI11's non-zero "
+                      "code for a bad\ncommand line.",
+       .see_also = {"ferry-lat", "ferry-bw", "ibv_devinfo(1)", "ucx_info(1)"}});
   bool as_json = false;
   std::string backend;
   app.add_flag("--json", as_json, "print strictly valid JSON instead of text sections");

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "config.h"
 #include "ps/local_cluster.h"
+#include "tools/common/command.h"
 
 namespace {
 
@@ -27,14 +27,6 @@ int Fail(const std::string& message, int code) {
   return code;
 }
 
-// CLI11's usage line lists only [OPTIONS]; ours says where PROGRAM goes.
-class UsageFormatter : public CLI::Formatter {
- public:
-  std::string make_usage(const CLI::App*, std::string) const override {
-    return std::string("Usage: ") + kUsage + "\n";
-  }
-};
-
 ferry::Millis Ms(double seconds) {
   return ferry::Millis(static_cast<int64_t>(std::llround(seconds * 1000.0)));
 }
@@ -42,25 +34,28 @@ ferry::Millis Ms(double seconds) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{
-      "ferry-launch: run a parameter-server job on this host, one process per rank.\n"
-      "Rank 0 starts first and publishes the coordinator's address; then the other ranks start.\n"
-      "The first rank to fail stops the job; signals to ferry-launch are forwarded to every rank."};
-  app.formatter(std::make_shared<UsageFormatter>());
-  app.footer(
-      "Every rank gets FERRY_RANK, FERRY_SIZE, FERRY_LOCAL_RANK, FERRY_LOCAL_SIZE, FERRY_SERVERS,\n"
-      "FERRY_WORKERS, FERRY_TRANSPORT, FERRY_ROLE_RULE and the --env variables; rank 0\n"
-      "FERRY_COORDINATOR_FILE, the others FERRY_COORDINATOR (docs/launchers.md).\n"
-      "\n"
-      "Examples:\n"
-      "  ferry-launch --servers 2 --workers 2 -- ferry-train --data train.svm\n"
-      "  ferry-launch -s 4 -w 4 --rule colocated --tag-output -- ./my_job --steps 100\n"
-      "  ferry-launch -s 1 -w 3 --transport tcp --timeout 600 --env UCX_TLS=shm,self -- ./my_job\n"
-      "\n"
-      "Exit status: the job's (0 if every rank exited 0, else the first failing rank's status or\n"
-      "128+signal; 128+signal if ferry-launch was signalled; 124 after --timeout); 2 bad command\n"
-      "line; 126 PROGRAM not executable; 127 PROGRAM not found; 1 other launcher failures.");
-  app.set_version_flag("--version", std::string("ferry-launch ") + FERRY_VERSION);
+  CLI::App app;
+  ferry::tools::SetUpCommand(
+      app,
+      {.name = "ferry-launch",
+       .summary = "run a parameter-server job on this host, one process per rank",
+       .description =
+           "Rank 0 starts first and publishes the coordinator's address; then the other ranks "
+           "start.\nThe first rank to fail stops the job; signals to ferry-launch are forwarded "
+           "to every rank.\nEvery rank gets FERRY_RANK, FERRY_SIZE, FERRY_LOCAL_RANK, "
+           "FERRY_LOCAL_SIZE, FERRY_SERVERS,\nFERRY_WORKERS, FERRY_TRANSPORT, FERRY_ROLE_RULE and "
+           "the --env variables; rank 0\nFERRY_COORDINATOR_FILE, the others FERRY_COORDINATOR "
+           "(docs/launchers.md).",
+       .synopsis = kUsage,
+       .examples = {"ferry-launch --servers 2 --workers 2 -- ferry-train --data train.svm",
+                    "ferry-launch -s 4 -w 4 --rule colocated --tag-output -- ./my_job --steps 100",
+                    "ferry-launch -s 1 -w 3 --transport tcp --timeout 600 --env "
+                    "UCX_TLS=shm,self -- ./my_job"},
+       .exit_status = "The job's: 0 if every rank exited 0, else the first failing rank's status "
+                      "or 128+signal;\n128+signal if ferry-launch was signalled; 124 after "
+                      "--timeout; 2 bad command line;\n126 PROGRAM not executable; 127 PROGRAM not "
+                      "found; 1 other launcher failures.",
+       .see_also = {"mpirun(1)", "srun(1)", "ferry-train", "docs/launchers.md"}});
   // Everything from PROGRAM on (or after "--") is the command, not ferry-launch's flags.
   app.prefix_command();
 

@@ -40,7 +40,7 @@ case $case_name in
                 FERRY_VM_ACCEL 'the VM failed to boot' 'timed out' 'never came up'; do
       expect 0 "$word" "$vm" --help
     done
-    expect 125 'Usage' "$vm"
+    expect 125 'SYNOPSIS' "$vm"
     ;;
   vm_usage)
     expect 125 'unknown command' "$vm" frobnicate
@@ -61,7 +61,7 @@ case $case_name in
     bash -n "$rxe" || { echo "FAIL: bash -n $rxe"; exit 1; }
     expect 0 'ferry-rxe up \[--netdev IF\]' "$rxe" --help
     expect 0 'ferry-vm' "$rxe" --help
-    expect 2 'Usage' "$rxe"
+    expect 2 'SYNOPSIS' "$rxe"
     expect 2 'unknown command' "$rxe" frobnicate
     expect 2 'not a device name' "$rxe" up --name 'a b'
     expect 2 'unknown option' "$rxe" down --bogus

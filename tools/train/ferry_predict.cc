@@ -6,18 +6,20 @@
 #include <cstring>
 #include <string>
 
-#include "config.h"
 #include "models/io/model_reader.h"
 #include "models/train/predict.h"
+#include "tools/common/command.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"ferry-predict: score samples with a model exported by ferry-train --model-out.\n"
-               "Writes one probability per line, in input order."};
-  app.footer(
-      "Example:\n"
-      "  ferry-train --model fm --train tr.txt --model-out fm.model\n"
-      "  ferry-predict fm.model te.txt > p.txt");
-  app.set_version_flag("--version", std::string("ferry-predict ") + FERRY_VERSION);
+  CLI::App app;
+  ferry::tools::SetUpCommand(
+      app, {.name = "ferry-predict",
+            .summary = "score samples with a model exported by ferry-train --model-out",
+            .description = "Writes one probability per line, in input order. Runs in one process; "
+                           "no parameter server.",
+            .examples = {"ferry-train --model fm --train tr.txt --model-out fm.model",
+                         "ferry-predict fm.model te.txt > p.txt"},
+            .see_also = {"ferry-train", "docs/model-format.md"}});
   std::string model_path, out_path = "-";
   ferry::models::PredictOptions o;
   bool summary = false;

@@ -15,13 +15,13 @@
 #include <string>
 #include <vector>
 
-#include "config.h"
 #include "models/train/flags.h"
 #include "models/train/model_def.h"
 #include "models/train/trainer.h"
 #include "ps/launch_env.h"
 #include "ps/local_cluster.h"
 #include "ps/node.h"
+#include "tools/common/command.h"
 
 namespace {
 
@@ -41,19 +41,22 @@ std::string SelfPath(const char* argv0) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{
-      "ferry-train: train LR, FTRL, FM or a field-embedding MLP on Ferry's parameter server.\n"
-      "Without a launcher it runs a local cluster (--servers, --workers); under mpirun or srun\n"
-      "it joins that job."};
-  app.footer(
-      "Examples:\n"
-      "  ferry-gen --samples 200000 --test-samples 20000 --out tr.txt --test-out te.txt\n"
-      "  ferry-train --model ftrl --train tr.txt --test te.txt\n"
-      "  ferry-train --model fm --factors 8 --train tr.txt --test te.txt --epochs 2 \\\n"
-      "              --metrics-json m.jsonl --model-out fm.model\n"
-      "  mpirun -np 4 ferry-train --servers 2 --model lr --train tr.txt --test te.txt\n"
-      "See docs/training.md.");
-  app.set_version_flag("--version", std::string("ferry-train ") + FERRY_VERSION);
+  CLI::App app;
+  ferry::tools::SetUpCommand(
+      app, {.name = "ferry-train",
+            .summary = "train LR, FTRL, FM or a field-embedding MLP on Ferry's parameter server",
+            .description = "Without a launcher it runs a local cluster (--servers, --workers); "
+                           "under mpirun or srun\nit joins that job.",
+            .examples = {"ferry-gen --samples 200000 --test-samples 20000 --out tr.txt --test-out "
+                         "te.txt",
+                         "ferry-train --model ftrl --train tr.txt --test te.txt",
+                         "ferry-train --model fm --factors 8 --train tr.txt --test te.txt --epochs "
+                         "2 --metrics-json m.jsonl --model-out fm.model",
+                         "mpirun -np 4 ferry-train --servers 2 --model lr --train tr.txt --test "
+                         "te.txt"},
+            .exit_status = "0 success; 2 bad command line; 1 the job failed (the reason is on "
+                           "stderr).",
+            .see_also = {"ferry-gen", "ferry-predict", "ferry-launch", "docs/training.md"}});
   ferry::models::TrainOptions o;
   ferry::models::TrainFlagText text;
   ferry::models::AddTrainFlags(app, &o, &text);
@@ -116,15 +119,15 @@ int main(int argc, char** argv) {
         "ferry-train: %s on %u servers + %u workers over %s: %llu samples in %.1f s "
         "(%.0f samples/s)",
         std::string(ferry::models::ModelKindName(o.model)).c_str(), job->servers, job->workers,
-        transport.ok() ? transport->c_str() : "?",
-        static_cast<unsigned long long>(report.samples), report.train_seconds,
-        report.samples_per_sec);
+        transport.ok() ? transport->c_str() : "?", static_cast<unsigned long long>(report.samples),
+        report.train_seconds, report.samples_per_sec);
     if (report.test_samples > 0) {
       std::printf("; test logloss %.5f, AUC %.5f (%llu samples)", report.test_logloss,
                   report.test_auc, static_cast<unsigned long long>(report.test_samples));
     }
     if (report.malformed > 0) {
-      std::printf("; %llu malformed lines skipped", static_cast<unsigned long long>(report.malformed));
+      std::printf("; %llu malformed lines skipped",
+                  static_cast<unsigned long long>(report.malformed));
     }
     std::printf("\n");
     std::fflush(stdout);
