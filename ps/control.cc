@@ -62,6 +62,10 @@ std::string_view ControlKindName(ControlKind kind) {
       return "checkpoint";
     case ControlKind::kCheckpointDone:
       return "checkpoint-done";
+    case ControlKind::kServerDown:
+      return "server-down";
+    case ControlKind::kSuspect:
+      return "suspect";
   }
   return "?";
 }
@@ -100,7 +104,7 @@ Result<ControlMessage> DecodeControl(std::span<const uint8_t> bytes) {
   ControlMessage m;
   const uint8_t kind = msg->kind();
   if (kind < static_cast<uint8_t>(ControlKind::kRegister) ||
-      kind > static_cast<uint8_t>(ControlKind::kCheckpointDone)) {
+      kind > static_cast<uint8_t>(ControlKind::kSuspect)) {
     return ProtocolError("control message kind " + std::to_string(kind) + " is unknown");
   }
   if (msg->role() > 1) return ProtocolError("control message role is unknown");

@@ -27,6 +27,15 @@
 //                           saves its shards and answers kCheckpointDone {value = id, text =
 //                           error or ""}; then the coordinator writes the manifest and answers
 //                           the worker kCheckpointDone
+//   coordinator -> servers  kClockUpdate {value}   with replicas > 1 too (forward rings hold BSP
+//                           pushes until every server applied their clock)
+//   member -> coordinator   kSuspect {index = server, text}: with replicas > 1, a member that
+//                           lost its data connection to a server asks for its removal instead of
+//                           failing the job; the coordinator decides (it may know already)
+//   coordinator -> all      kServerDown {index, text, value}: with replicas > 1, a server died
+//                           (its control connection failed) or was suspected, and every shard it
+//                           held still has a live replica: its chains close over it and the job
+//                           goes on (chain.h). The removed server itself stops serving if alive.
 //
 // ControlClient: one connection to the coordinator, driven by its own pump thread (which also
 // answers heartbeats while the owner computes). Messages queue up for the owner; `on_message`
@@ -77,6 +86,8 @@ enum class ControlKind : uint8_t {
   kFailure,
   kCheckpoint,      // worker -> coordinator -> servers {text = dir, value = id}
   kCheckpointDone,  // server -> coordinator -> worker {value = id, text = error or ""}
+  kServerDown,      // coordinator -> all {index = server, text = why, value = ms since start}
+  kSuspect,         // member -> coordinator {index = server, text = what the member saw}
 };
 std::string_view ControlKindName(ControlKind kind);
 

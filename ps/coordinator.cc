@@ -9,9 +9,11 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <unordered_map>
 
+#include "ps/chain.h"
 #include "ps/checkpoint.h"
 #include "ps/control.h"
 
@@ -27,6 +29,7 @@ struct Coordinator::Impl {
     bool ready = false;
     bool finished = false;  // worker sent kFinish
     bool gone = false;      // connection closed or failed
+    bool removed = false;   // a server taken out of the job (replicas: kServerDown)
     uint64_t clock = 0;     // workers: completed clocks
     uint64_t position = 0;  // workers: the data position reported with that clock
   };
@@ -52,11 +55,18 @@ struct Coordinator::Impl {
   } phase = Phase::kRegistering;
   std::map<uint64_t, size_t> barriers;  // id -> workers entered
   uint64_t min_clock = 0;
+  ChainMap chain;                                // which servers are dead (replicas > 1)
+  std::map<uint32_t, std::set<size_t>> accused;  // server -> conns indices of its accusers
+  std::map<uint32_t, Status> accused_why;        // server -> the first accusation
+  Clock::time_point judge_at{};                  // when the pending accusations are weighed
+  static constexpr Millis kJudgeWindow{250};
+  std::vector<uint64_t> server_applied;  // BSP: the last clock each server applied
   struct PendingCheckpoint {
     size_t requester = 0;  // conns index of the worker that asked; kPeriodic: none
     std::string dir;
-    size_t done = 0;
+    std::set<uint32_t> answered;  // servers that wrote their shards (or failed to)
     std::string error;
+    bool lost_server = false;         // a server was removed meanwhile: its shards may be missing
     uint64_t clock = 0;               // periodic: the clock boundary it was taken at
     std::vector<uint64_t> positions;  // periodic: each worker's data position there
     Clock::time_point started;
@@ -65,7 +75,6 @@ struct Coordinator::Impl {
   static constexpr uint64_t kPeriodicKey = uint64_t{1} << 63;  // worker keys use 56 bits
   std::map<uint64_t, PendingCheckpoint> checkpoints;           // by the requester's id
   uint64_t applying = 0;                                       // BSP: clock being applied (0: none)
-  size_t applied_count = 0;
   Clock::time_point finish_deadline;
   ControlMessage failure_notice;  // sent to members that register after the job failed
   Clock::time_point failed_at;
@@ -83,7 +92,7 @@ struct Coordinator::Impl {
   }
   void SendToRole(Role role, const ControlMessage& m) {
     for (int i : role == Role::kServer ? servers : workers) {
-      if (i >= 0 && !conns[i].gone) Send(conns[i].ep, m);
+      if (i >= 0 && !conns[i].gone && !conns[i].removed) Send(conns[i].ep, m);
     }
   }
   void SendToAll(const ControlMessage& m) {
@@ -122,6 +131,22 @@ struct Coordinator::Impl {
     }
   }
   void FailJob(const Member* who, const Status& why);
+  // Replicas: takes server `index` out of the job if every shard keeps a live replica
+  // (kServerDown to everyone, the server itself included); otherwise fails the job. `why`
+  // names what was seen. Returns true when the job goes on.
+  bool RemoveServer(uint32_t index, const Status& why);
+  // BSP: the clock being applied is done once every live server applied it.
+  void CheckApplied();
+  // Replicas: a member reports it lost its connection to a server (kSuspect). A server that lost
+  // every connection at once accuses all its peers while they all accuse it, so the accusations
+  // of a short window are weighed together: Judge() removes the server most members accuse,
+  // drops what that server said, and repeats while accusations remain. (A server whose control
+  // connection fails is removed at once: OnGone.)
+  void Accuse(size_t accuser, uint32_t server, const Status& why);
+  void Judge();
+  void ForgetAccusations(uint32_t server);
+  // A checkpoint is complete once every live server answered.
+  void CheckCheckpoints();
   void OnMessage(size_t ci, ControlMessage m);
   void OnGone(size_t ci, const Status& why);
   void AdvanceClocks();
@@ -159,10 +184,121 @@ void Coordinator::Impl::OnGone(size_t ci, const Status& why) {
   Member& m = conns[ci];
   if (m.gone) return;
   m.gone = true;
-  const bool expected = phase == Phase::kFinishing || phase == Phase::kDone ||
+  const bool expected = phase == Phase::kFinishing || phase == Phase::kDone || m.removed ||
                         (m.registered && m.info.role == Role::kWorker && m.finished);
-  if (!expected && m.registered) FailJob(&m, why);
+  if (expected || !m.registered) return;
+  if (m.info.role == Role::kServer && job.replicas > 1 && phase == Phase::kRunning) {
+    (void)RemoveServer(m.info.index, why);
+    return;
+  }
+  FailJob(&m, why);
   // An unregistered connection that goes away (a probe, a rejected member) is not a failure.
+}
+
+bool Coordinator::Impl::RemoveServer(uint32_t index, const Status& why) {
+  if (index >= servers.size() || servers[index] < 0) return true;
+  Member& m = conns[servers[index]];
+  if (m.removed || phase == Phase::kFailed || phase == Phase::kDone) return true;
+  if (!chain.AllShardsLive(static_cast<int>(index))) {
+    FailJob(&m, Status(why.code() == Code::kOk ? Code::kPeerFailure : why.code(),
+                       why.message() + " (and a shard it holds has no live replica left)"));
+    return false;
+  }
+  chain.MarkDead(index);
+  m.removed = true;
+  ForgetAccusations(index);
+  ControlMessage d;
+  d.kind = ControlKind::kServerDown;
+  d.index = index;
+  d.rank = m.info.rank;
+  d.value = ElapsedMs();
+  d.text = Describe(m) + ": " + why.ToString();
+  std::fprintf(stderr,
+               "ferry coordinator: server %u removed after %.1f s, its shards fail over to their "
+               "replicas (%u of %zu servers left): %s\n",
+               index, d.value / 1000.0, chain.live_servers(), servers.size(), d.text.c_str());
+  SendToRole(Role::kServer, d);
+  SendToRole(Role::kWorker, d);
+  if (!m.gone) Send(m.ep, d);  // a server that is alive but unreachable stops serving
+  for (auto& [id, p] : checkpoints) {
+    if (p.answered.count(index) == 0) p.lost_server = true;
+  }
+  CheckApplied();
+  CheckCheckpoints();
+  return true;
+}
+
+void Coordinator::Impl::Accuse(size_t accuser, uint32_t server, const Status& why) {
+  if (chain.dead(server)) return;  // removed already
+  accused[server].insert(accuser);
+  accused_why.emplace(server, why);
+  if (judge_at == Clock::time_point()) judge_at = Clock::now() + kJudgeWindow;
+}
+
+void Coordinator::Impl::ForgetAccusations(uint32_t server) {
+  accused.erase(server);
+  accused_why.erase(server);
+  if (server >= servers.size() || servers[server] < 0) return;
+  const size_t ci = static_cast<size_t>(servers[server]);
+  for (auto it = accused.begin(); it != accused.end();) {
+    it->second.erase(ci);  // what a removed server said counts no more
+    if (it->second.empty()) {
+      accused_why.erase(it->first);
+      it = accused.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Coordinator::Impl::Judge() {
+  judge_at = Clock::time_point();
+  while (!accused.empty() && phase == Phase::kRunning) {
+    auto most = accused.begin();
+    for (auto it = accused.begin(); it != accused.end(); ++it) {
+      if (it->second.size() > most->second.size()) most = it;
+    }
+    const uint32_t server = most->first;
+    Status why = accused_why[server];
+    if (most->second.size() > 1) {
+      why = Status(why.code(), why.message() + " (and " + std::to_string(most->second.size() - 1) +
+                                   " more members lost it)");
+    }
+    if (!RemoveServer(server, why)) return;  // the job failed
+  }
+}
+
+void Coordinator::Impl::CheckApplied() {
+  if (applying == 0) return;
+  for (size_t s = 0; s < servers.size(); ++s) {
+    if (!chain.dead(static_cast<uint32_t>(s)) && server_applied[s] < applying) return;
+  }
+  min_clock = applying;
+  applying = 0;
+  // The servers get the checkpoint command before any worker can push for the next clock: their
+  // copies hold exactly the clocks < min_clock.
+  MaybeStartPeriodicCheckpoint();
+  ControlMessage u;
+  u.kind = ControlKind::kClockUpdate;
+  u.value = min_clock;
+  SendToRole(Role::kWorker, u);
+  // Replicas: the servers free the forward-ring space of this clock's pushes (every server
+  // applied them now).
+  if (job.replicas > 1) SendToRole(Role::kServer, u);
+  AdvanceClocks();
+}
+
+void Coordinator::Impl::CheckCheckpoints() {
+  for (auto it = checkpoints.begin(); it != checkpoints.end();) {
+    bool all = true;
+    for (size_t s = 0; s < servers.size() && all; ++s) {
+      all = chain.dead(static_cast<uint32_t>(s)) ||
+            it->second.answered.count(static_cast<uint32_t>(s)) != 0;
+    }
+    auto next = std::next(it);
+    if (all) FinishCheckpoint(it);
+    it = next;
+  }
 }
 
 void Coordinator::Impl::ReleaseBarriers() {
@@ -191,7 +327,6 @@ void Coordinator::Impl::AdvanceClocks() {
   if (job.consistency.kind == Consistency::kBsp) {
     if (applying != 0) return;  // one clock at a time; the next is checked once this is applied
     applying = min_clock + 1;   // workers wait for each update, so lo == min_clock + 1
-    applied_count = 0;
     ControlMessage a;
     a.kind = ControlKind::kApplyClock;
     a.value = applying;
@@ -237,6 +372,17 @@ void Coordinator::Impl::MaybeStartPeriodicCheckpoint() {
 
 void Coordinator::Impl::FinishCheckpoint(std::map<uint64_t, PendingCheckpoint>::iterator it) {
   PendingCheckpoint& p = it->second;
+  if (p.lost_server && p.error.empty()) {
+    // The servers that took over a removed server's shards copied their tables before they
+    // knew: its shards may be missing. The checkpoint is not written (no manifest).
+    p.error = "a server was removed during the checkpoint (its shards may be missing): retry it";
+    if (p.requester == kPeriodic) {
+      std::fprintf(stderr, "ferry coordinator: checkpoint at clock %llu skipped: %s\n",
+                   static_cast<unsigned long long>(p.clock), p.error.c_str());
+      checkpoints.erase(it);
+      return;
+    }
+  }
   // Every shard is on disk: the manifest makes the checkpoint exist.
   if (p.error.empty()) {
     CheckpointManifest m = ManifestFor(job, p.requester == kPeriodic ? p.clock : min_clock);
@@ -313,6 +459,7 @@ void Coordinator::Impl::OnMessage(size_t ci, ControlMessage msg) {
     return;
   }
   if (msg.kind == ControlKind::kFailure) {
+    if (m.removed) return;  // it lost its peers because it was taken out
     if (m.registered && msg.value == ControlClient::kFailureWhileRunning) {
       // A clean shutdown has begun: a member's connections end anyway (see OnGone).
       if (phase == Phase::kFinishing) return;
@@ -328,7 +475,22 @@ void Coordinator::Impl::OnMessage(size_t ci, ControlMessage msg) {
     return;
   }
   if (!m.registered) return;  // ignore anything before registration
+  if (m.removed) return;      // a server out of the job: its shards have moved on
   switch (msg.kind) {
+    case ControlKind::kSuspect: {
+      // A member lost its data connection to a server: the server leaves the job (the chains
+      // close over it), or, when a shard would be left without a live replica, the job fails;
+      // Judge() decides which server once the accusations of a short window are in.
+      const Status why = PeerFailure(Describe(m) + " lost its connection to server " +
+                                     std::to_string(msg.index) + ": " + msg.text);
+      // Only members of a job with replicas send it, and only while it runs (connections end
+      // anyway while it finishes).
+      if (msg.index >= servers.size() || servers[msg.index] < 0 || phase != Phase::kRunning) {
+        return;
+      }
+      Accuse(ci, msg.index, why);
+      return;
+    }
     case ControlKind::kReady:
       if (!m.ready && phase == Phase::kConnecting) {
         m.ready = true;
@@ -356,18 +518,8 @@ void Coordinator::Impl::OnMessage(size_t ci, ControlMessage msg) {
       return;
     case ControlKind::kClockApplied:
       if (m.info.role != Role::kServer || msg.value != applying) return;
-      if (++applied_count == servers.size()) {
-        min_clock = applying;
-        applying = 0;
-        // The servers get the checkpoint command before any worker can push for the next
-        // clock: their copies hold exactly the clocks < min_clock.
-        MaybeStartPeriodicCheckpoint();
-        ControlMessage u;
-        u.kind = ControlKind::kClockUpdate;
-        u.value = min_clock;
-        SendToRole(Role::kWorker, u);
-        AdvanceClocks();
-      }
+      server_applied[m.info.index] = applying;
+      CheckApplied();
       return;
     case ControlKind::kGather: {
       if (m.info.role != Role::kWorker || workers.empty()) return;
@@ -385,7 +537,10 @@ void Coordinator::Impl::OnMessage(size_t ci, ControlMessage msg) {
       if (m.info.role != Role::kWorker) return;
       // Ids are the requester's; two workers asking at once get distinct keys.
       const uint64_t key = (uint64_t{m.info.index} << 40) | (msg.value & ((uint64_t{1} << 40) - 1));
-      checkpoints[key] = PendingCheckpoint{ci, msg.text, 0, ""};
+      PendingCheckpoint p;
+      p.requester = ci;
+      p.dir = msg.text;
+      checkpoints[key] = std::move(p);
       ControlMessage c;
       c.kind = ControlKind::kCheckpoint;
       c.value = key;
@@ -401,8 +556,8 @@ void Coordinator::Impl::OnMessage(size_t ci, ControlMessage msg) {
       if (!msg.text.empty() && p.error.empty()) {
         p.error = "server " + std::to_string(m.info.index) + ": " + msg.text;
       }
-      if (++p.done < servers.size()) return;
-      FinishCheckpoint(it);
+      p.answered.insert(m.info.index);
+      CheckCheckpoints();
       return;
     }
     case ControlKind::kFinish:
@@ -510,7 +665,13 @@ void Coordinator::Impl::Run() {
       DrainSends(now + Millis(1000));
       break;
     }
-    if (n == 0) (void)t->Wait(Millis(phase == Phase::kRunning ? 50 : 5));
+    if (judge_at != Clock::time_point() && Clock::now() >= judge_at) Judge();
+    Millis wait(phase == Phase::kRunning ? 50 : 5);
+    if (judge_at != Clock::time_point()) {
+      wait =
+          std::clamp(std::chrono::duration_cast<Millis>(judge_at - Clock::now()), Millis(1), wait);
+    }
+    if (n == 0) (void)t->Wait(wait);
   }
   std::lock_guard<std::mutex> lock(mu);
   ended = true;
@@ -536,6 +697,8 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Start(const JobSpec& job,
   impl->fingerprint = job.Fingerprint();
   impl->servers.assign(job.servers, -1);
   impl->workers.assign(job.workers, -1);
+  impl->chain = ChainMap(job.servers, job.replicas);
+  impl->server_applied.assign(job.servers, 0);
   if (!job.restore_dir.empty()) {
     // A restored job goes on from the checkpoint's clock (the workers start there too).
     FERRY_ASSIGN_OR_RETURN(CheckpointManifest m, ReadManifest(job.restore_dir));

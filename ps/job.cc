@@ -112,6 +112,7 @@ uint64_t JobSpec::Fingerprint() const {
   h.Add(partition_seed);
   h.Add(push_filter);
   h.Add(fp16_push);
+  h.Add(replicas);
   h.Add(checkpoint_dir);
   h.Add(checkpoint_every);
   h.Add(restore_dir);
@@ -157,6 +158,20 @@ Status ValidateJob(const JobSpec& job) {
     return InvalidArgument("max_outstanding must be 1..4096");
   }
   if (!(job.push_filter >= 0.0f)) return InvalidArgument("push_filter must be >= 0");
+  if (job.replicas == 0 || job.replicas > job.servers) {
+    return InvalidArgument("replicas " + std::to_string(job.replicas) + " must be 1.." +
+                           std::to_string(job.servers) + " (the number of servers)");
+  }
+  if (job.replicas > 1) {
+    for (const TableSpec& t : job.tables) {
+      if (t.admission.kind != AdmissionOptions::Kind::kAlways || t.max_rows != 0) {
+        // Admission and eviction decide per server from what it has seen (pulls reach the head
+        // only): replicas would keep different rows.
+        return InvalidArgument("table '" + t.name +
+                               "': replicas > 1 cannot be combined with admission or max_rows");
+      }
+    }
+  }
   if (job.peer_timeout.count() <= 0) return InvalidArgument("peer_timeout must be > 0");
   if (job.checkpoint_every > 0) {
     if (job.checkpoint_dir.empty()) {

@@ -67,7 +67,9 @@ struct JobSpec {
   RoleRule role_rule = RoleRule::kServersFirst;
   std::string transport = "auto";  // auto | verbs | ucx | tcp
   std::map<std::string, std::string> transport_params;
-  Millis peer_timeout{5000};
+  // A dead or silent member is reported to every survivor within this (plus about one progress
+  // interval: measured 4.1-4.2 s with the default on a black-holed link, docs/reliability.md).
+  Millis peer_timeout{4000};
   Millis startup_timeout{60000};  // registration, connections and the start barrier
   std::string secret;             // shared by every connection when set
 
@@ -93,6 +95,15 @@ struct JobSpec {
   std::string checkpoint_dir;
   uint64_t checkpoint_every = 0;
   uint32_t checkpoints_kept = 2;  // older periodic checkpoints are deleted
+
+  // Chain replication (ps/chain.h, docs/ps.md "Replicas"): each server's shard also lives on
+  // the next replicas-1 servers. A push is acknowledged once the chain's tail applied (BSP:
+  // staged) it; pulls are served by the head. A dead server's shards fail over to their next
+  // live member while the job runs: no restart, no acknowledged update lost, none applied twice.
+  // 1 = off. At most `servers`; tables with admission or a max_rows bound are refused (their
+  // replicas would evict differently). The coordinator (rank 0) is not replicated: losing rank 0
+  // ends the job (resume it from a checkpoint).
+  uint32_t replicas = 1;
 
   // Pushes: drop gradient rows whose largest |g| is below this (0: off; OSDI'14's significance
   // filter), and ship gradients as fp16.

@@ -105,6 +105,7 @@ void LinePrefixer::Finish(std::string* out) {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using process::AboveStdio;
 using process::Fd;
 using process::MakePipe;
 using process::ResolveProgram;
@@ -112,7 +113,6 @@ using process::SignalScope;
 using process::Spawn;
 using process::SpawnRequest;
 using process::WriteAll;
-using process::AboveStdio;
 
 std::atomic<bool> g_active{false};  // one local cluster per process at a time
 
@@ -376,6 +376,12 @@ void Launch::OnExit(Rank& r, int wstatus) {
   }
   if (ok && !(before_address && size_ > 1)) return;
   std::string what = Who(r) + " " + DescribeWaitStatus(wstatus);
+  if (o_.replicas > 1 && r.rank != 0 && r.roles.server >= 0 && r.roles.worker < 0 &&
+      !before_address) {
+    // A replicated server: the job decides whether it survives (ps/chain.h); its ranks say so.
+    Report(what + "; the job goes on without it (replicas " + std::to_string(o_.replicas) + ")");
+    return;
+  }
   if (before_address && size_ > 1) {
     what += " before writing its coordinator address to FERRY_COORDINATOR_FILE";
     if (ok) {

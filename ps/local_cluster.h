@@ -29,6 +29,13 @@
 //      are reported as consequences, one line each:
 //               "ferry-launch: rank 0 (server 0) stopped after rank 3 failed (was killed by ...)"
 //      Ranks that exit 0 are not reported.
+//      With options.replicas > 1 (the job's JobSpec::replicas) a rank that holds only a server
+//      and is not rank 0 may end without ending the job: its shards fail over to their replicas
+//      while the others run on. It is reported and nothing is stopped:
+//               "ferry-launch: rank 1 (server 1) was killed by signal 9 (SIGKILL); the job goes
+//                on without it (replicas 2)"
+//      and the job's result is the other ranks' (the job itself fails, and they exit non-zero,
+//      when a shard has no replica left).
 //   5. SIGINT, SIGTERM and SIGHUP sent to the launcher are forwarded to every running rank (each
 //      time they arrive); SIGKILL follows kill_grace after the first. A signal ignored when
 //      RunLocalCluster starts (nohup, a background job of a script) stays ignored, in the
@@ -97,6 +104,7 @@ struct LocalClusterOptions {
   Millis kill_grace{5000};  // SIGTERM -> SIGKILL grace for the ranks still running
   // Rank 0 must publish the coordinator address within it; 0 = for as long as rank 0 runs.
   Millis startup_timeout{120000};
+  uint32_t replicas = 1;              // the job's JobSpec::replicas (see 4)
   bool tag_output = false;            // prefix each line of a rank's stdout/stderr with "[rank R] "
   std::string name = "ferry-launch";  // how the launcher's own messages start
 };

@@ -140,7 +140,7 @@ Result<std::unique_ptr<Transport>> Node::CreateDataTransport(const JobSpec& job,
       job.arena_bytes,
       RequestRingBytes(RequestType::kPushPull, 0, job.max_keys_per_request, widest));
   o.max_segments = std::max<uint64_t>(1u << 20, job.max_keys_per_request + 8);
-  if (role == Role::kWorker) o.hello_info = EncodeWorkerHello(index);
+  o.hello_info = role == Role::kWorker ? EncodeWorkerHello(index) : EncodeServerHello(index);
   FERRY_ASSIGN_OR_RETURN(std::string name, ResolveTransportName(job));
   auto t = CreateTransport(name, o);
   if (!t.ok()) {
@@ -210,7 +210,19 @@ Status Node::StartRoles(const JobSpec& job) {
     server_thread_ = std::thread([this, who, timeout = job.startup_timeout] {
       auto mem = Expect(server_control_.get(), ControlKind::kMembership, timeout, who, stopping_);
       Status s = mem.status();
-      if (s.ok()) s = server_->AcceptWorkers(server_control_.get(), timeout);
+      if (s.ok()) {
+        // With replicas every server also connects to its successors while it accepts its
+        // predecessors: the connections form a ring, so both happen at once (the transport is
+        // thread-safe).
+        Status connected;
+        std::thread successors([&] {
+          connected = server_->ConnectSuccessors(mem->members, timeout);
+          if (!connected.ok()) server_->RequestStop();  // ends AcceptWorkers' wait
+        });
+        s = server_->AcceptWorkers(server_control_.get(), timeout);
+        successors.join();
+        if (!connected.ok()) s = connected;
+      }
       if (s.ok()) {
         ControlMessage ready;
         ready.kind = ControlKind::kReady;

@@ -180,21 +180,87 @@ Status DecodeErrorRecord(const ReplyRecord& r, uint32_t expected_seq) {
   return Status(static_cast<Code>(r.code), std::string(r.text, r.text_bytes));
 }
 
-std::vector<uint8_t> EncodeWorkerHello(uint32_t worker_index) {
+namespace {
+
+constexpr uint32_t kWorkerHelloMagic = 0x314b5746;  // "FWK1"
+constexpr uint32_t kServerHelloMagic = 0x31565346;  // "FSV1"
+
+std::vector<uint8_t> EncodeHello(uint32_t magic, uint32_t index) {
   std::vector<uint8_t> out(8);
-  const uint32_t magic = 0x314b5746;  // "FWK1"
   std::memcpy(out.data(), &magic, 4);
-  std::memcpy(out.data() + 4, &worker_index, 4);
+  std::memcpy(out.data() + 4, &index, 4);
   return out;
 }
 
-Result<uint32_t> DecodeWorkerHello(std::span<const uint8_t> bytes) {
-  uint32_t magic = 0, index = 0;
-  if (bytes.size() != 8) return ProtocolError("worker hello has the wrong size");
+}  // namespace
+
+std::vector<uint8_t> EncodeWorkerHello(uint32_t worker_index) {
+  return EncodeHello(kWorkerHelloMagic, worker_index);
+}
+
+std::vector<uint8_t> EncodeServerHello(uint32_t server_index) {
+  return EncodeHello(kServerHelloMagic, server_index);
+}
+
+Result<Hello> DecodeHello(std::span<const uint8_t> bytes) {
+  uint32_t magic = 0;
+  Hello h;
+  if (bytes.size() != 8) return ProtocolError("data connection hello has the wrong size");
   std::memcpy(&magic, bytes.data(), 4);
-  std::memcpy(&index, bytes.data() + 4, 4);
-  if (magic != 0x314b5746) return ProtocolError("worker hello has a bad magic");
-  return index;
+  std::memcpy(&h.index, bytes.data() + 4, 4);
+  if (magic != kWorkerHelloMagic && magic != kServerHelloMagic) {
+    return ProtocolError("data connection hello has a bad magic");
+  }
+  h.server = magic == kServerHelloMagic;
+  return h;
+}
+
+Status ParseForward(std::span<const uint8_t> ring, uint64_t offset,
+                    std::span<const TableShape> tables, const ForwardLimits& limits,
+                    ForwardView* out) {
+  *out = ForwardView{};
+  if (offset % kRequestAlign != 0 || offset > ring.size() ||
+      ring.size() - offset < sizeof(ForwardHeader)) {
+    return ProtocolError("forward at ring offset " + std::to_string(offset) + " is outside the " +
+                         std::to_string(ring.size()) + "-byte forward ring");
+  }
+  ForwardHeader& h = out->header;
+  std::memcpy(&h, ring.data() + offset, sizeof h);
+  auto bad = [&](const std::string& what) {
+    return ProtocolError("forward at ring offset " + std::to_string(offset) + ": " + what);
+  };
+  if (h.magic != kForwardMagic) return bad("bad magic (not a forward, or written over)");
+  if ((h.flags & ~kFlagFp16Grads) != 0) return bad("unknown flags");
+  if (h.table >= tables.size()) return bad("table " + std::to_string(h.table) + " unknown");
+  if (h.dim != tables[h.table].dim) return bad("width differs from the table's");
+  if (h.num_keys == 0 || h.num_keys > limits.max_keys) {
+    return bad(std::to_string(h.num_keys) + " keys (limit " + std::to_string(limits.max_keys) +
+               ")");
+  }
+  if (h.worker >= limits.workers) return bad("worker " + std::to_string(h.worker) + " unknown");
+  if (h.shard >= limits.servers) return bad("shard " + std::to_string(h.shard) + " unknown");
+  if (h.push_id == 0) return bad("push number 0");
+  const uint64_t payload = RequestPayloadBytes(RequestType::kPush, h.flags, h.num_keys, h.dim);
+  if (h.payload_bytes != payload) return bad("payload_bytes does not match keys and width");
+  if (ring.size() - offset - sizeof(ForwardHeader) < payload) {
+    return bad("payload runs past the end of the forward ring");
+  }
+  RequestView& v = out->push;
+  v.offset = offset;
+  v.header.type = static_cast<uint8_t>(RequestType::kPush);
+  v.header.flags = h.flags;
+  v.header.table = h.table;
+  v.header.seq = h.seq;
+  v.header.num_keys = h.num_keys;
+  v.header.dim = h.dim;
+  v.header.clock = h.clock;
+  v.header.payload_bytes = h.payload_bytes;
+  v.header.push_id = h.push_id;
+  v.header.shard = h.shard;
+  const uint8_t* base = ring.data() + offset + sizeof(ForwardHeader);
+  v.keys = reinterpret_cast<const uint64_t*>(base);
+  v.grads = base + uint64_t{h.num_keys} * 8;
+  return Status::Ok();
 }
 
 uint16_t FloatToHalf(float f) {

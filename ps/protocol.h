@@ -89,9 +89,18 @@ struct RequestHeader {
   // how many bytes the worker set aside there; the rows epoch the worker holds a descriptor of
   // (0: none), so the server sends descriptors only when they changed.
   uint64_t slots_offset = 0;
-  uint64_t known_epoch = 0;
+  union {
+    uint64_t known_epoch = 0;  // pulls with kFlagWantSlots
+    // Push types: the push's number in this worker's stream of pushes to `shard` (1, 2, ...).
+    // With replicas a push may reach a shard twice (re-sent to a new head after a failure, and
+    // forwarded by the old one): every member of the chain applies each number once.
+    uint64_t push_id;
+  };
   uint32_t slots_bytes = 0;
-  uint8_t reserved[4] = {};
+  // The shard the keys belong to (Partition::ServerOf); equal to the receiving server's index
+  // without replicas. With replicas (chain.h) a server serves each shard it hosts.
+  uint16_t shard = 0;
+  uint8_t reserved[2] = {};
 };
 static_assert(sizeof(RequestHeader) == kRequestAlign);
 
@@ -163,9 +172,17 @@ void MakeErrorRecord(uint32_t seq, const Status& status, ReplyRecord* out);
 // Reads an error record back; kProtocol if it is malformed or names another seq.
 Status DecodeErrorRecord(const ReplyRecord& record, uint32_t expected_seq);
 
-// What a worker's data connection says in its handshake (TransportOptions::hello_info).
+// What a data connection says in its handshake (TransportOptions::hello_info): a worker's
+// (every worker connects to every server), or a server's (with replicas, each server connects
+// to the next replicas-1 servers, its successors in the chains: chain.h).
+struct Hello {
+  bool server = false;
+  uint32_t index = 0;
+};
 std::vector<uint8_t> EncodeWorkerHello(uint32_t worker_index);
-Result<uint32_t> DecodeWorkerHello(std::span<const uint8_t> bytes);
+std::vector<uint8_t> EncodeServerHello(uint32_t server_index);
+// kProtocol for anything but the two encodings above (fuzzed).
+Result<Hello> DecodeHello(std::span<const uint8_t> bytes);
 
 // The worker arena's reply-slot area: [servers][max_outstanding] slots, rounded up to 4 KiB.
 inline uint64_t ReplySlotsBytes(uint32_t servers, uint32_t max_outstanding) {
@@ -244,6 +261,66 @@ struct SlotReplyView {
 // kProtocol when it is malformed (counts or lengths past the area).
 Status ReadSlotReply(std::span<const uint8_t> area, uint32_t seq, uint32_t num_keys,
                      SlotReplyView* out);
+
+// ---- Replication: forwarded pushes (chain.h, docs/ps.md "Replicas") -------------------------
+//
+// With JobSpec::replicas R > 1 every server advertises, after its worker rings and table rows,
+// one forward ring per predecessor (the servers 1..R-1 places before it) and an ack word:
+//
+//   server j, for predecessor j-d (d = 1..R-1): forward ring d (remote-write), forward_ring_bytes
+//     +-------------------+------------------+----------------------------+-- ... --+
+//     | ForwardHeader 64  | keys[n] (8 B)    | grads[n][dim] (4|2 B)      |  next   |
+//     +-------------------+------------------+----------------------------+-- ... --+
+//   server j: ack word (remote-write, kAckBytes): its successors write acks here
+//
+// A member that accepted a push (applied it, or staged it under BSP) forwards it to its
+// successor as ONE sparse write (the header from a scratch area, the keys and gradients straight
+// from where they arrived: the worker's staging ring, or its own forward ring), imm = ring offset
+// / 64. The successor parses it (ParseForward), applies it once per (shard, worker, push_id), and
+// forwards it on, or, as the tail, acknowledges it: an 8-byte write into the predecessor's ack
+// word with imm = ReplyImm(kOk, forward seq). Acks travel back up; the head answers the worker
+// when its successor acknowledged. Forward seqs count per (predecessor, successor) pair.
+inline constexpr uint32_t kForwardMagic = 0x31574646;  // "FFW1"
+inline constexpr uint64_t kAckBytes = 64;
+
+struct ForwardHeader {
+  uint32_t magic = kForwardMagic;
+  uint8_t flags = 0;  // kFlagFp16Grads only
+  uint8_t reserved0 = 0;
+  uint16_t table = 0;
+  uint32_t seq = 0;  // per (sender, receiver): 0, 1, 2, ... in posting order
+  uint32_t num_keys = 0;
+  uint32_t dim = 0;
+  uint32_t clock = 0;   // the pushing worker's clock (BSP applies it at that boundary)
+  uint32_t worker = 0;  // whose push it is
+  uint16_t shard = 0;
+  uint16_t reserved1 = 0;
+  uint64_t push_id = 0;  // the worker's number for it (RequestHeader::push_id)
+  uint32_t payload_bytes = 0;
+  uint8_t reserved[20] = {};
+};
+static_assert(sizeof(ForwardHeader) == kRequestAlign);
+
+struct ForwardLimits {
+  uint64_t ring_bytes = 0;
+  uint32_t max_keys = 0;
+  uint32_t workers = 0;
+  uint32_t servers = 0;
+};
+
+// A forwarded push parsed in place: `push` is a push RequestView of it (header.type kPush,
+// table, flags, num_keys, dim, clock, push_id, shard; keys and grads point into the ring).
+struct ForwardView {
+  ForwardHeader header;
+  RequestView push;
+};
+
+// Locates and checks the forward at `offset` of a forward ring. Every violation is kProtocol:
+// forwards come from a server of the same job, so a bad one is a bug or a corrupted peer and the
+// link is closed. Never reads outside `ring` (fuzzed).
+Status ParseForward(std::span<const uint8_t> ring, uint64_t offset,
+                    std::span<const TableShape> tables, const ForwardLimits& limits,
+                    ForwardView* out);
 
 // IEEE binary16 conversion (round to nearest even), portable (no F16C needed).
 uint16_t FloatToHalf(float f);

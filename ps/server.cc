@@ -30,7 +30,18 @@ Server::~Server() {
     if (l.ep) l.ep->Close();
     l.arena.reset();
   }
+  for (auto& [j, d] : downstream_) {
+    if (d.ep) d.ep->Close();
+    d.ring.reset();
+  }
+  for (auto& [p, u] : upstream_) {
+    if (u.ep) u.ep->Close();
+    u.ack.reset();
+  }
   for (Link& l : links_) l.ring.reset();
+  pred_ring_regions_.clear();
+  ack_region_.reset();
+  block_region_.reset();
   scratch_region_.reset();
   one_sided_.reset();  // one-sided pulls' registrations (server_onesided.cc)
   for (Table& t : tables_) t.map.reset();
@@ -50,29 +61,34 @@ Result<std::unique_ptr<Server>> Server::Create(const JobSpec& job, uint32_t inde
 
 Status Server::Init(const std::string& listen_host) {
   const uint32_t workers = job_.workers;
-  // Tables: rows registered for remote reads (one-sided pulls); the rows buffer is the source
-  // of every pull reply.
-  for (const TableSpec& spec : job_.tables) {
-    Table t;
-    t.spec = spec;
-    const TableOptions o = ServerTableOptions(spec);
-    FERRY_ASSIGN_OR_RETURN(t.map, ArrayHashMap::Create(o));
-    if (spec.fp16_pull) {
-      t.mirror_offset = t.map->layout().state_offset + 4 * StateFloats(spec.optimizer, spec.dim);
+  const uint32_t replicas = job_.replicas;
+  chain_ = ChainMap(job_.servers, replicas);
+  // Tables, per hosted shard (one without replicas): rows registered for remote reads (one-sided
+  // pulls); the rows buffer is the source of every pull reply.
+  for (uint32_t k = 0; k < replicas; ++k) {
+    const uint32_t shard = chain_.HostedShard(index_, k);
+    for (size_t i = 0; i < job_.tables.size(); ++i) {
+      const TableSpec& spec = job_.tables[i];
+      Table t;
+      t.spec = spec;
+      t.shard = shard;
+      const TableOptions o = ServerTableOptions(spec);
+      FERRY_ASSIGN_OR_RETURN(t.map, ArrayHashMap::Create(o));
+      if (spec.fp16_pull) {
+        t.mirror_offset = t.map->layout().state_offset + 4 * StateFloats(spec.optimizer, spec.dim);
+      }
+      if (!job_.restore_dir.empty()) {
+        FERRY_RETURN_IF_ERROR(RestoreShard(i, shard, o, t.map.get()));
+      }
+      Status st = t.map->AttachTransport(data_.get(), kAccessRemoteRead);
+      if (!st.ok()) {
+        return st.Annotate("server " + std::to_string(index_) + ": table " + spec.name);
+      }
+      if (k == 0) shapes_.push_back(TableShape{spec.dim, spec.fp16_pull});
+      tables_.push_back(std::move(t));
     }
-    if (!job_.restore_dir.empty()) {
-      FERRY_RETURN_IF_ERROR(RestoreShard(tables_.size(), o, t.map.get()));
-    }
-    Status st = t.map->AttachTransport(data_.get(), kAccessRemoteRead);
-    if (!st.ok()) return st.Annotate("server " + std::to_string(index_) + ": table " + spec.name);
-    shapes_.push_back(TableShape{spec.dim, spec.fp16_pull});
-    tables_.push_back(std::move(t));
   }
-  // Staging rings, one per worker.
-  ring_memory_ = std::make_unique<RingMemory>();
-  FERRY_ASSIGN_OR_RETURN(ring_memory_->memory,
-                         ShareableMemory::Allocate(job_.staging_bytes * workers));
-  rings_ = ring_memory_->memory.data();
+  FERRY_RETURN_IF_ERROR(InitMemory());
   links_.resize(workers);
   std::vector<RemoteRegion> advertised;
   for (uint32_t w = 0; w < workers; ++w) {
@@ -84,7 +100,22 @@ Status Server::Init(const std::string& listen_host) {
       links_[w].free_scratch.push_back(w * 2 * job_.max_outstanding + i);
     }
   }
-  for (const Table& t : tables_) advertised.push_back(t.map->descriptor());
+  // Own shard's rows only: the only ones a worker reads one-sided.
+  for (size_t i = 0; i < job_.tables.size(); ++i)
+    advertised.push_back(tables_[i].map->descriptor());
+  if (replicas > 1) {
+    // Forward rings (one per predecessor distance) and the ack word: protocol.h "Replication".
+    for (uint32_t d = 1; d < replicas; ++d) {
+      FERRY_ASSIGN_OR_RETURN(auto r,
+                             data_->RegisterMemory(pred_rings_ + (d - 1) * forward_ring_bytes_,
+                                                   forward_ring_bytes_, kAccessRemoteWrite));
+      advertised.push_back(r->descriptor());
+      pred_ring_regions_.push_back(std::move(r));
+    }
+    advertised.push_back(ack_region_->descriptor());
+  }
+  staged_.resize(size_t{replicas} * workers);
+  if (replicas > 1) seen_.resize(size_t{replicas} * workers);
   scratch_.resize(size_t{workers} * 2 * job_.max_outstanding);
   FERRY_ASSIGN_OR_RETURN(
       scratch_region_,
@@ -101,6 +132,64 @@ Status Server::Init(const std::string& listen_host) {
   return Status::Ok();
 }
 
+Status Server::InitMemory() {
+  // One block of shareable memory (a same-host worker over ucx then writes its requests with
+  // memcpy into a mapping of it instead of cross-memory attach):
+  //   [ W staging rings | replicas: forward rings | ack word | ack record | headers ]
+  // With replicas the whole block is also registered once for local access, so a forward is one
+  // sparse write whose segments come from anywhere in it (a header from the scratch, keys and
+  // gradients straight from the worker's ring or a forward ring).
+  const uint32_t replicas = job_.replicas;
+  const uint64_t worker_rings = job_.staging_bytes * job_.workers;
+  // A predecessor forwards at most what the workers can have outstanding at it for one clock:
+  // every worker's ring (under BSP the pushes of a clock stay until every server applied it).
+  forward_ring_bytes_ = replicas > 1 ? worker_rings : 0;
+  const uint64_t headers =
+      replicas > 1 ? std::max<uint64_t>(256, 2ull * job_.workers * job_.max_outstanding) : 0;
+  uint64_t bytes = worker_rings;
+  if (replicas > 1) bytes += forward_ring_bytes_ * (replicas - 1) + 2 * kAckBytes + headers * 64;
+  ring_memory_ = std::make_unique<RingMemory>();
+  FERRY_ASSIGN_OR_RETURN(ring_memory_->memory, ShareableMemory::Allocate(bytes));
+  rings_ = ring_memory_->memory.data();
+  if (replicas == 1) return Status::Ok();
+  pred_rings_ = rings_ + worker_rings;
+  const uint64_t ack_at = worker_rings + forward_ring_bytes_ * (replicas - 1);
+  ack_source_at_ = ack_at + kAckBytes;
+  headers_at_ = ack_source_at_ + kAckBytes;
+  header_space_ = RangeAllocator(headers_at_, headers_at_ + headers * 64, 64);
+  ReplyRecord ack;  // what every ack writes (its notification is what counts)
+  std::memcpy(rings_ + ack_source_at_, &ack, 8);
+  FERRY_ASSIGN_OR_RETURN(ack_region_,
+                         data_->RegisterMemory(rings_ + ack_at, kAckBytes, kAccessRemoteWrite));
+  FERRY_ASSIGN_OR_RETURN(block_region_, data_->RegisterMemory(rings_, bytes, kAccessLocal));
+  return Status::Ok();
+}
+
+Server::Table* Server::TableFor(uint32_t shard, uint32_t t) {
+  if (t >= job_.tables.size()) return nullptr;
+  // Without replicas every request is for this server's shard (the field is not checked).
+  if (job_.replicas == 1) return &tables_[t];
+  const int k = chain_.Position(shard, index_);
+  if (k < 0) return nullptr;
+  return &tables_[size_t(k) * job_.tables.size() + t];
+}
+
+uint32_t Server::HostedSlot(const Table& t) const {
+  return static_cast<uint32_t>((&t - tables_.data()) / job_.tables.size());
+}
+
+bool Server::FirstSight(uint32_t k, uint32_t w, uint64_t push_id) {
+  if (job_.replicas == 1) return true;
+  Seen& s = seen_[size_t{k} * job_.workers + w];
+  if (push_id <= s.upto || s.above.count(push_id) != 0) return false;
+  s.above.insert(push_id);
+  while (!s.above.empty() && *s.above.begin() == s.upto + 1) {
+    s.above.erase(s.above.begin());
+    ++s.upto;
+  }
+  return true;
+}
+
 void Server::JoinCheckpointWriter() {
   if (checkpoint_writer_.joinable()) checkpoint_writer_.join();
 }
@@ -113,12 +202,18 @@ void Server::StartCheckpoint(const ControlMessage& command, ControlClient* contr
   // The copy is the pause: serving resumes as soon as every table is copied, and the copies are
   // consistent with each other (nothing is applied in between).
   const auto start = Clock::now();
-  checkpoint_images_.resize(tables_.size());  // kept: the next capture reuses their memory
+  // The shards this server heads (its own; with replicas also those it took over), each written
+  // as that shard's file: a checkpoint holds every shard once, whoever heads it.
+  std::vector<const Table*> heads;
+  for (const Table& t : tables_) {
+    if (chain_.Head(t.shard) == static_cast<int>(index_)) heads.push_back(&t);
+  }
+  checkpoint_images_.resize(heads.size());  // kept: the next capture reuses their memory
   uint64_t bytes = 0;
-  for (size_t i = 0; i < tables_.size(); ++i) {
-    Status s = tables_[i].map->CaptureSnapshot(&checkpoint_images_[i]);
+  for (size_t i = 0; i < heads.size(); ++i) {
+    Status s = heads[i]->map->CaptureSnapshot(&checkpoint_images_[i]);
     if (!s.ok()) {
-      done.text = s.Annotate("checkpoint table '" + tables_[i].spec.name + "'").ToString();
+      done.text = s.Annotate("checkpoint table '" + heads[i]->spec.name + "'").ToString();
       (void)control->Send(done);
       return;
     }
@@ -130,7 +225,7 @@ void Server::StartCheckpoint(const ControlMessage& command, ControlClient* contr
       std::max<uint64_t>(stats_.checkpoint_pause_ns, static_cast<uint64_t>(pause.count()));
   stats_.checkpoint_bytes = bytes;
   std::vector<std::string> paths;
-  for (const Table& t : tables_) paths.push_back(ShardPath(command.text, t.spec.name, index_));
+  for (const Table* t : heads) paths.push_back(ShardPath(command.text, t->spec.name, t->shard));
   // The images are the writer's until it is joined (the next checkpoint, Serve's end).
   checkpoint_writer_ = std::thread(
       [control, done, images = &checkpoint_images_, paths = std::move(paths)]() mutable {
@@ -142,7 +237,8 @@ void Server::StartCheckpoint(const ControlMessage& command, ControlClient* contr
       });
 }
 
-Status Server::RestoreShard(size_t t, const TableOptions& options, ArrayHashMap* map) {
+Status Server::RestoreShard(size_t t, uint32_t shard, const TableOptions& options,
+                            ArrayHashMap* map) {
   if (!restore_manifest_) {
     FERRY_ASSIGN_OR_RETURN(CheckpointManifest m, ReadManifest(job_.restore_dir));
     FERRY_RETURN_IF_ERROR(CheckManifestMatches(m, job_));
@@ -159,7 +255,7 @@ Status Server::RestoreShard(size_t t, const TableOptions& options, ArrayHashMap*
   // optimizer state and metadata (same layout: CheckManifestMatches).
   return ForEachCheckpointRow(
       job_.restore_dir, m, index, options, [&](uint64_t key, const uint8_t* row) -> Status {
-        if (mine.ServerOf(key) != index_) return Status::Ok();
+        if (mine.ServerOf(key) != shard) return Status::Ok();
         FERRY_ASSIGN_OR_RETURN(ArrayHashMap::Insertion ins, map->Insert(key));
         std::memcpy(ins.row + 8, row + 8, row_bytes - 8);
         ++stats_.rows_restored;
@@ -169,11 +265,14 @@ Status Server::RestoreShard(size_t t, const TableOptions& options, ArrayHashMap*
 
 Status Server::AcceptWorkers(ControlClient* control, Millis timeout) {
   const auto deadline = Clock::now() + timeout;
-  uint32_t connected = 0;
-  while (connected < job_.workers) {
+  uint32_t connected = 0, preds = 0;
+  const uint32_t want_preds = job_.replicas - 1;
+  while (connected < job_.workers || preds < want_preds) {
     if (Clock::now() > deadline) {
       return Timeout("server " + std::to_string(index_) + ": only " + std::to_string(connected) +
-                     " of " + std::to_string(job_.workers) + " workers connected in time");
+                     " of " + std::to_string(job_.workers) + " workers and " +
+                     std::to_string(preds) + " of " + std::to_string(want_preds) +
+                     " predecessor servers connected in time");
     }
     if (stop_) return Cancelled("server " + std::to_string(index_) + ": stopped");
     if (control != nullptr) {
@@ -188,15 +287,26 @@ Status Server::AcceptWorkers(ControlClient* control, Millis timeout) {
                    ep.status().ToString().c_str());
       continue;
     }
-    auto w = DecodeWorkerHello((*ep)->peer_info());
-    if (!w.ok() || *w >= job_.workers || links_[*w].ep != nullptr) {
-      (*ep)->Close();
-      std::fprintf(
-          stderr, "ferry server %u: refused a data connection from %s: %s\n", index_,
-          (*ep)->peer_address().c_str(),
-          w.ok() ? "duplicate or out-of-range worker index" : w.status().ToString().c_str());
+    auto hello = DecodeHello((*ep)->peer_info());
+    if (hello.ok() && hello->server) {
+      Status s = AcceptPredecessor(hello->index, std::move(ep).value());
+      if (!s.ok()) {
+        std::fprintf(stderr, "ferry server %u: refused a data connection: %s\n", index_,
+                     s.ToString().c_str());
+        continue;
+      }
+      ++preds;
       continue;
     }
+    if (!hello.ok() || hello->index >= job_.workers || links_[hello->index].ep != nullptr) {
+      (*ep)->Close();
+      std::fprintf(stderr, "ferry server %u: refused a data connection from %s: %s\n", index_,
+                   (*ep)->peer_address().c_str(),
+                   hello.ok() ? "duplicate or out-of-range worker index"
+                              : hello.status().ToString().c_str());
+      continue;
+    }
+    const uint32_t* w = &hello->index;
     Link& l = links_[*w];
     if ((*ep)->peer_regions().size() != 1) {
       return ProtocolError("worker " + std::to_string(*w) + " advertised " +
@@ -207,7 +317,7 @@ Status Server::AcceptWorkers(ControlClient* control, Millis timeout) {
     FERRY_ASSIGN_OR_RETURN(l.arena, (*ep)->Import(arena));
     l.arena_bytes = arena.length;
     l.ep = std::move(ep).value();
-    worker_of_ep_[l.ep->id()] = *w;
+    peer_of_ep_[l.ep->id()] = Peer{PeerKind::kWorker, *w};
     ++connected;
   }
   return Status::Ok();
@@ -247,13 +357,37 @@ void Server::HandleCompletion(const Completion& c, bool defer_notifies) {
       deferred_.push_back(c);
       return;
     }
-    auto it = c.ep != nullptr ? worker_of_ep_.find(c.ep->id()) : worker_of_ep_.end();
-    if (it == worker_of_ep_.end()) return;  // not a worker's data connection
-    if (!c.ok()) {
-      FailWorker(it->second, Status(c.code, c.error));
-      return;
+    auto it = c.ep != nullptr ? peer_of_ep_.find(c.ep->id()) : peer_of_ep_.end();
+    if (it == peer_of_ep_.end()) return;  // not a data connection of this job
+    const Peer peer = it->second;
+    switch (peer.kind) {
+      case PeerKind::kWorker:
+        if (!c.ok()) {
+          FailWorker(peer.index, Status(c.code, c.error));
+          return;
+        }
+        HandleNotify(peer.index, c.imm);
+        return;
+      case PeerKind::kUpstream:
+        if (!c.ok()) {
+          Suspect(peer.index, Status(c.code, c.error));
+          return;
+        }
+        HandleForward(peer.index, c.imm);
+        return;
+      case PeerKind::kDownstream:
+        HandleAck(peer.index, c.imm, c.ok());
+        return;
     }
-    HandleNotify(it->second, c.imm);
+    return;
+  }
+  if ((c.context & kForwardContext) != 0) {
+    OnForwardWritten(c);
+    return;
+  }
+  if ((c.context & kAckContext) != 0) {
+    const uint32_t pred = static_cast<uint32_t>(c.context & 0xffffffffu);
+    if (!c.ok()) Suspect(pred, Status(c.code, "an ack write to it failed: " + c.error));
     return;
   }
   // A reply write finished: release what it held.
@@ -289,41 +423,72 @@ Status Server::DrainTable(Table& t) {
 }
 
 Status Server::ApplyClock(uint64_t clock) {
-  // Every worker's staged pushes of clocks < `clock`, in worker order, then each worker's
-  // posting order: the same order in every run.
-  for (uint32_t w = 0; w < links_.size(); ++w) {
-    Link& l = links_[w];
-    while (!l.staged.empty() && l.staged.front().clock < clock) {
-      const uint64_t offset = l.staged.front().offset;
-      l.staged.pop_front();
-      if (l.failed) continue;  // a worker closed for a violation: its pushes are void
-      std::span<const uint8_t> ring(rings_ + w * job_.staging_bytes, job_.staging_bytes);
-      RequestLimits limits{job_.staging_bytes, l.arena_bytes,
-                           ReplySlotsBytes(job_.servers, job_.max_outstanding),
-                           job_.max_keys_per_request};
-      RequestView req;
-      // The ring is the worker's to write: a staged push may have been rewritten since it was
-      // checked on arrival. Anything but a push now is that worker's protocol violation (close
-      // it, as HandleNotify would), not a reason to stop serving everyone else.
-      Status st = ParseRequest(ring, offset, shapes_, limits, &req);
-      if (st.ok() && req.type() != RequestType::kPush) {
-        st = ProtocolError("it now reads as a " + std::string(RequestTypeName(req.type())) +
-                           " request");
+  // Every worker's staged pushes of clocks < `clock`, shard by shard, in worker order, then in
+  // each worker's push order: the same order in every run, on every replica, and after a
+  // failover (a push may have reached a new head twice; it was staged once).
+  const uint32_t workers = job_.workers;
+  for (uint32_t k = 0; k < job_.replicas; ++k) {
+    for (uint32_t w = 0; w < workers; ++w) {
+      std::vector<Staged>& list = staged_[size_t{k} * workers + w];
+      // Arrivals from the worker and from a predecessor interleave after a failover.
+      if (!std::is_sorted(list.begin(), list.end(),
+                          [](const Staged& a, const Staged& b) { return a.push_id < b.push_id; })) {
+        std::stable_sort(list.begin(), list.end(),
+                         [](const Staged& a, const Staged& b) { return a.push_id < b.push_id; });
       }
-      if (!st.ok()) {
-        st = ProtocolError("staged push at ring offset " + std::to_string(offset) +
-                           " was overwritten before its clock was applied: " + st.message());
-        std::fprintf(stderr, "ferry server %u: closing worker %u: %s\n", index_, w,
-                     st.ToString().c_str());
-        l.ep->Close();
-        FailWorker(w, st);
-        l.staged.clear();
-        break;
+      size_t done = 0;
+      while (done < list.size() && list[done].clock < clock) {
+        const Staged st = list[done++];
+        if (st.pred < 0 && links_[w].failed) continue;  // a worker closed for a violation
+        Status s = ApplyStaged(k, w, st);
+        if (s.code() == Code::kProtocol && st.pred < 0) {
+          // The ring is the worker's to write: a staged push may have been rewritten since it
+          // was checked on arrival. That worker's protocol violation (close it, as HandleNotify
+          // would), not a reason to stop serving everyone else.
+          std::fprintf(stderr, "ferry server %u: closing worker %u: %s\n", index_, w,
+                       s.ToString().c_str());
+          links_[w].ep->Close();
+          FailWorker(w, s);
+          list.erase(std::remove_if(list.begin() + done, list.end(),
+                                    [](const Staged& x) { return x.pred < 0; }),
+                     list.end());
+          continue;
+        }
+        FERRY_RETURN_IF_ERROR(s);
       }
-      FERRY_RETURN_IF_ERROR(ApplyPush(w, req));
+      list.erase(list.begin(), list.begin() + done);
     }
   }
   return Status::Ok();
+}
+
+Status Server::ApplyStaged(uint32_t k, uint32_t w, const Staged& st) {
+  RequestView req;
+  if (st.pred < 0) {
+    Link& l = links_[w];
+    std::span<const uint8_t> ring(rings_ + w * job_.staging_bytes, job_.staging_bytes);
+    RequestLimits limits{job_.staging_bytes, l.arena_bytes,
+                         ReplySlotsBytes(job_.servers, job_.max_outstanding),
+                         job_.max_keys_per_request};
+    Status s = ParseRequest(ring, st.offset, shapes_, limits, &req);
+    if (s.ok() && req.type() != RequestType::kPush) {
+      s = ProtocolError("it now reads as a " + std::string(RequestTypeName(req.type())) +
+                        " request");
+    }
+    if (!s.ok()) {
+      return ProtocolError("staged push at ring offset " + std::to_string(st.offset) +
+                           " was overwritten before its clock was applied: " + s.message());
+    }
+  } else {
+    ForwardView fv;
+    std::span<const uint8_t> ring(pred_rings_ + size_t(st.pred - 1) * forward_ring_bytes_,
+                                  forward_ring_bytes_);
+    const ForwardLimits limits{forward_ring_bytes_, job_.max_keys_per_request, job_.workers,
+                               job_.servers};
+    FERRY_RETURN_IF_ERROR(ParseForward(ring, st.offset, shapes_, limits, &fv));
+    req = fv.push;
+  }
+  return ApplyPush(tables_[size_t{k} * job_.tables.size() + req.header.table], req);
 }
 
 Status Server::Serve(ControlClient* control) {
@@ -334,6 +499,8 @@ Status Server::Serve(ControlClient* control) {
 
 Status Server::ServeLoop(ControlClient* control) {
   Completion comps[64];
+  control_ = control;
+  for (auto& [j, d] : downstream_) peer_of_ep_[d.ep->id()] = Peer{PeerKind::kDownstream, j};
   while (true) {
     while (!deferred_.empty()) {
       Completion c = std::move(deferred_.front());
@@ -352,12 +519,21 @@ Status Server::ServeLoop(ControlClient* control) {
     for (size_t i = 0; i < n; ++i) {
       if (comps[i].type == OpType::kNotify) HandleCompletion(comps[i], false);
     }
+    for (auto& [j, d] : downstream_) {
+      if (!d.queue.empty()) PostForwards(j);
+    }
     if (!fatal_.ok()) {
       control->ReportFailure(fatal_);
       return fatal_;
     }
     while (auto m = control->TryReceive()) {
       switch (m->kind) {
+        case ControlKind::kServerDown:
+          FERRY_RETURN_IF_ERROR(HandleServerDown(m->index, m->text));
+          break;
+        case ControlKind::kClockUpdate:
+          FreeHeldForwards(m->value);
+          break;
         case ControlKind::kApplyClock: {
           FERRY_RETURN_IF_ERROR(ApplyClock(m->value));
           ControlMessage done;
@@ -383,6 +559,7 @@ Status Server::ServeLoop(ControlClient* control) {
         FailWorker(w, links_[w].ep->status());
       }
     }
+    CheckPeers();
     // Calls control->TryReceive() at least every peer_timeout / 8 (half its idle hook's
     // threshold, Node): while this loop runs, it alone drives the data transport.
     Millis idle = std::clamp(job_.peer_timeout / 8, Millis(1), Millis(1000));

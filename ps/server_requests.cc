@@ -41,34 +41,51 @@ void Server::HandleNotify(uint32_t w, uint32_t imm) {
 }
 
 Status Server::HandleRequest(uint32_t w, const RequestView& req) {
-  Link& l = links_[w];
+  Table* t = TableFor(req.header.shard, req.header.table);
+  if (t == nullptr) {
+    return NotFound("shard " + std::to_string(req.header.shard) + " is not held by server " +
+                    std::to_string(index_));
+  }
+  const bool bsp = job_.consistency.kind == Consistency::kBsp;
   switch (req.type()) {
     case RequestType::kPull:
       ++stats_.pulls;
       stats_.keys_pulled += req.header.num_keys;
-      return ReplyRows(w, req);
-    case RequestType::kPush:
-      ++stats_.pushes;
-      stats_.keys_pushed += req.header.num_keys;
-      if (job_.consistency.kind == Consistency::kBsp) {
-        // Staged: applied with every other worker's pushes of this clock at the boundary. The
-        // ring bytes stay valid: the worker reuses them only after that clock's update.
-        l.staged.push_back({req.offset, req.header.clock});
-      } else {
-        FERRY_RETURN_IF_ERROR(ApplyPush(w, req));
-      }
-      return SendRecord(w, req.header.seq, Status::Ok());
+      return ReplyRows(w, req, *t);
     case RequestType::kPushPull:
-      if (job_.consistency.kind == Consistency::kBsp) {
+      if (bsp) {
         return Unsupported(
             "push-pull under BSP: a push is applied only at the clock boundary; "
             "push, call Clock(), then pull");
       }
       ++stats_.push_pulls;
-      stats_.keys_pushed += req.header.num_keys;
       stats_.keys_pulled += req.header.num_keys;
-      FERRY_RETURN_IF_ERROR(ApplyPush(w, req));
-      return ReplyRows(w, req);
+      [[fallthrough]];
+    case RequestType::kPush: {
+      if (req.type() == RequestType::kPush) ++stats_.pushes;
+      stats_.keys_pushed += req.header.num_keys;
+      // Applied (or, under BSP, staged: applied with every other worker's pushes of this clock
+      // at the boundary; the ring bytes stay valid, the worker reuses them only after that
+      // clock's update), forwarded down the chain with replicas, and answered once the chain's
+      // tail has it (AcceptPush).
+      Forward f;
+      f.shard = t->shard;
+      f.worker = w;
+      f.clock = req.header.clock;
+      f.push_id = req.header.push_id;
+      f.table = req.header.table;
+      f.flags = req.header.flags;
+      f.num_keys = req.header.num_keys;
+      f.dim = req.header.dim;
+      f.payload_at = w * job_.staging_bytes + req.offset + sizeof(RequestHeader);
+      f.payload_bytes = req.header.payload_bytes;
+      f.from_worker = true;
+      f.type = req.type();
+      f.from = w;
+      f.from_seq = req.header.seq;
+      f.from_offset = req.offset;
+      return AcceptPush(std::move(f), req, -1);
+    }
   }
   return Internal("unreachable request type");
 }
@@ -138,9 +155,7 @@ Status Server::ResolveSlots(Table& t, const uint64_t* keys, uint32_t n,
   return Status::Ok();
 }
 
-Status Server::ApplyPush(uint32_t w, const RequestView& req) {
-  (void)w;
-  Table& t = tables_[req.header.table];
+Status Server::ApplyPush(Table& t, const RequestView& req) {
   ArrayHashMap& m = *t.map;
   const uint32_t n = req.header.num_keys;
   const uint32_t dim = t.spec.dim;
@@ -169,9 +184,8 @@ Status Server::ApplyPush(uint32_t w, const RequestView& req) {
   return Status::Ok();
 }
 
-Status Server::ReplyRows(uint32_t w, const RequestView& req) {
+Status Server::ReplyRows(uint32_t w, const RequestView& req, Table& t) {
   Link& l = links_[w];
-  Table& t = tables_[req.header.table];
   ArrayHashMap& m = *t.map;
   const uint32_t n = req.header.num_keys;
   FERRY_RETURN_IF_ERROR(ResolveSlots(t, req.keys, n, &slots_));

@@ -38,6 +38,8 @@ Result<std::unique_ptr<Worker>> Worker::Create(const JobSpec& job, uint32_t inde
   std::unique_ptr<Worker> w(new Worker(job, index, std::move(data)));
   FERRY_ASSIGN_OR_RETURN(w->partition_,
                          Partition::Create(job.servers, job.virtual_nodes, job.partition_seed));
+  w->chain_ = ChainMap(job.servers, job.replicas);
+  w->st_->push_ids.assign(job.servers, 0);
   if (!job.restore_dir.empty()) {
     // The job goes on from the checkpoint's clock (the coordinator starts there too).
     FERRY_ASSIGN_OR_RETURN(CheckpointManifest m, ReadManifest(job.restore_dir));
@@ -99,10 +101,14 @@ Status Worker::ConnectServers(const std::vector<MemberInfo>& members, ControlCli
     }
     l.ep = std::move(ep).value();
     const auto& regions = l.ep->peer_regions();
-    if (regions.size() != job_.workers + job_.tables.size()) {
+    // Rings per worker, rows per table; with replicas also forward rings and the ack word
+    // (protocol.h "Replication"), which only servers use.
+    const size_t expect =
+        job_.workers + job_.tables.size() + (job_.replicas > 1 ? job_.replicas : 0);
+    if (regions.size() != expect) {
       return ProtocolError("server " + std::to_string(s) + " advertised " +
                            std::to_string(regions.size()) + " regions, expected " +
-                           std::to_string(job_.workers + job_.tables.size()));
+                           std::to_string(expect));
     }
     FERRY_ASSIGN_OR_RETURN(l.ring, l.ep->Import(regions[index_]));
     l.ring_bytes = regions[index_].length;
@@ -174,6 +180,9 @@ void Worker::DrainControl() {
       case ControlKind::kFailure:
         if (st.failure.ok()) st.failure = PeerFailure("job failed: " + m->text);
         break;
+      case ControlKind::kServerDown:
+        OnServerDown(m->index);
+        break;
       default:
         break;
     }
@@ -198,6 +207,7 @@ void Worker::Retire(Ticket t) {
 void Worker::OnNotify(uint32_t s, uint32_t imm) {
   State& st = *st_;
   ServerLink& l = st.servers[s];
+  if (l.dead) return;  // a removed server's late reply: its requests went elsewhere
   const uint32_t seq = ReplyImmSeq(imm);
   auto slot = std::find_if(l.slots.begin(), l.slots.end(), [&](const RingSlot& r) {
     return !r.replied && (r.seq & 0xffffffu) == seq;
@@ -254,6 +264,18 @@ void Worker::OnSendDone(const Completion& c) {
   if (it == st_->tickets.end()) return;
   TicketState& tk = *it->second;
   --tk.unsent;
+  const uint64_t index = c.context & ((uint64_t{1} << kContextShift) - 1);
+  if (!c.ok() && job_.replicas > 1 && index < tk.requests.size()) {
+    // The server may be gone: the request stays outstanding and goes to the shard's next head
+    // when the coordinator removes the server (or the job fails). Not the ticket's error.
+    const Request& q = tk.requests[index];
+    ServerLink& l = st_->servers[q.server];
+    if (!q.abandoned && !l.dead && l.failed.ok()) {
+      l.failed = Status(c.code, "a request write to it failed: " + c.error);
+    }
+    Retire(t);
+    return;
+  }
   if (!c.ok() && tk.error.ok()) tk.error = Status(c.code, c.error);
   if (!c.ok()) {
     // The request's write failed on a connection that may still look healthy (an error
@@ -261,7 +283,6 @@ void Worker::OnSendDone(const Completion& c) {
     // may never come, and nothing sends a request twice. Fail the link now, so that waiting
     // calls end with this cause (and the coordinator hears it) instead of waiting out their
     // timeout for the reply.
-    const uint64_t index = c.context & ((uint64_t{1} << kContextShift) - 1);
     if (index < tk.requests.size()) {
       ServerLink& l = st_->servers[tk.requests[index].server];
       if (l.failed.ok()) {
@@ -284,7 +305,7 @@ size_t Worker::Progress() {
       if (it == st.server_of_ep.end()) continue;
       if (!c.ok()) {
         ServerLink& l = st.servers[it->second];
-        if (l.failed.ok()) l.failed = Status(c.code, c.error);
+        if (l.failed.ok() && !l.dead) l.failed = Status(c.code, c.error);
         continue;
       }
       stats_.bytes_received += c.bytes;
@@ -296,8 +317,11 @@ size_t Worker::Progress() {
   DrainControl();
   for (uint32_t s = 0; s < st.servers.size(); ++s) {
     ServerLink& l = st.servers[s];
-    if (l.failed.ok() && l.ep && !l.ep->status().ok() && !st.shutdown) l.failed = l.ep->status();
+    if (l.failed.ok() && !l.dead && l.ep && !l.ep->status().ok() && !st.shutdown) {
+      l.failed = l.ep->status();
+    }
   }
+  if (!st.reroutes.empty()) PostReroutes();
   return n;
 }
 
@@ -309,6 +333,15 @@ Status Worker::WaitFor(const std::function<bool()>& pred, Millis timeout, std::s
     if (!st_->failure.ok()) return st_->failure;
     for (uint32_t s = 0; s < st_->servers.size(); ++s) {
       ServerLink& l = st_->servers[s];
+      if (l.dead) continue;
+      if (!l.failed.ok() && job_.replicas > 1 && !st_->shutdown) {
+        // A server of a replicated job may be gone for good: the coordinator decides whether
+        // it leaves the job (kServerDown: its requests move on) or the job fails (kFailure).
+        // Its word comes within moments; only a coordinator that says nothing lets the wait
+        // end in this server's failure.
+        SuspectServer(s);
+        if (Clock::now() - l.failed_at < 2 * job_.peer_timeout) continue;
+      }
       if (!l.failed.ok() && l.unreplied == 0 && !st_->shutdown) {
         // Nothing of ours is lost on an idle link. Servers close their connections when the job
         // shuts down, which can reach us before the coordinator's kShutdown does: wait for the
@@ -388,9 +421,11 @@ void Worker::Release(Ticket t) {
 
 Status Worker::WaitAllReplies(std::string_view what) {
   State& st = *st_;
+  // Requests waiting to be re-sent to a new head (replicas) are not answered either.
   return WaitFor(
       [&st] {
-        return std::all_of(st.servers.begin(), st.servers.end(),
+        return st.reroutes.empty() &&
+               std::all_of(st.servers.begin(), st.servers.end(),
                            [](const ServerLink& l) { return l.unreplied == 0; });
       },
       Millis(3600000), what);

@@ -35,8 +35,12 @@
 // Clock(), Barrier() and Finish() first wait for this worker's pushes to be acknowledged.
 //
 // Failures: a dead server, or any member the coordinator reports dead, makes every waiting
-// call return kPeerFailure naming it, within peer_timeout. A bad request (unknown table, wrong
-// width, too many keys) fails its ticket with the server's reason; nothing is changed.
+// call return kPeerFailure naming it, within peer_timeout. With replicas (JobSpec::replicas) a
+// dead server is not a failure: the worker reports the lost connection (kSuspect), and when the
+// coordinator removes the server (kServerDown) every request still waiting for it goes to its
+// shard's next live replica (worker_failover.cc); the caller sees its tickets complete. A bad
+// request (unknown table, wrong width, too many keys) fails its ticket with the server's reason;
+// nothing is changed.
 //
 // Lifetimes: rows stay valid until Release(ticket); a ticket id is never reused.
 // Threading: one thread drives a Worker (all calls from it). Progress happens inside the calls
@@ -56,6 +60,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "ps/chain.h"
 #include "ps/control.h"
 #include "ps/job.h"
 #include "ps/partition.h"
@@ -259,13 +264,25 @@ class Worker {
   // aside for fallbacks.
   Status PostRequests(TicketState& tk, const std::vector<RangePlan>* ranges = nullptr,
                       uint64_t spare_headers = 0);
-  // Fills the header of request `header` (ring offset `at`, `seq`) for positions
-  // [begin, begin + n) of `data` on `server`, records it in tk and returns its write.
-  Op BuildRequest(TicketState& tk, const SendData& data, uint32_t server, uint32_t begin,
-                  uint32_t n, uint64_t at, uint32_t seq, uint8_t flags);
-  // Ring space and a seq now, or nullopt (no waiting).
+  // Fills the header of a request (ring offset `at`, `seq`) for positions [begin, begin + n) of
+  // `data`, keys of `shard`, going to `server`, records it in tk and returns its write. The
+  // header goes into the ticket's next set-aside header, or at send-buffer offset `header_at`
+  // when given; a push type gets `push_id`, or the shard's next number when 0.
+  Op BuildRequest(TicketState& tk, const SendData& data, uint32_t shard, uint32_t server,
+                  uint32_t begin, uint32_t n, uint64_t at, uint32_t seq, uint8_t flags,
+                  uint64_t header_at = UINT64_MAX, uint64_t push_id = 0);
+  // Ring space and a seq now, or nullopt (no waiting; never on a removed server).
   std::optional<uint64_t> TryReserveRing(uint32_t server, uint64_t bytes, Ticket ticket,
                                          uint32_t* seq);
+  // The server that serves `shard` now (its own server without replicas).
+  uint32_t HeadOf(uint32_t shard) const;
+  // Replicas (worker_failover.cc): a server the coordinator removed; its waiting requests go to
+  // the new heads of their shards.
+  void OnServerDown(uint32_t server);
+  // Posts queued re-sent requests as ring space allows (no waiting).
+  void PostReroutes();
+  // Tells the coordinator once that the connection to `server` failed (replicas).
+  void SuspectServer(uint32_t server);
   // Keys per request for this ticket (max_keys_per_request, and at most half the ring).
   uint32_t KeysPerRequest(const TicketState& tk, bool grads) const;
 
@@ -283,14 +300,16 @@ class Worker {
   void FinishRead(TicketState& tk, size_t read);
   // Posts queued fallbacks as far as ring space allows (no waiting).
   void PostFallbacks();
-  // Ring space and a seq on `server`. Before it waits for space it posts `pending` (requests
-  // already holding earlier seqs must be on their way, or their replies never come).
-  Result<uint64_t> ReserveRing(uint32_t server, uint64_t bytes, Ticket ticket, uint32_t* seq,
-                               std::vector<Op>* pending);
+  // Ring space and a seq on the head of `shard` (stored in *server). Before it waits for space
+  // it posts `pending` (requests already holding earlier seqs must be on their way, or their
+  // replies never come). If the head is removed meanwhile, the shard's next head is used.
+  Result<uint64_t> ReserveRing(uint32_t shard, uint64_t bytes, Ticket ticket, uint32_t* server,
+                               uint32_t* seq, std::vector<Op>* pending);
 
   JobSpec job_;
   uint32_t index_;
   Partition partition_;
+  ChainMap chain_;
   std::unique_ptr<Transport> data_;
   ControlClient* control_ = nullptr;
   std::unique_ptr<State> st_;

@@ -70,7 +70,9 @@ bool DescriptorGone(Code code) {
 Result<Ticket> Worker::PullOneSided(uint32_t table, std::span<const uint64_t> keys,
                                     const PullOptions& options) {
   State& st = *st_;
-  if (!data_->capabilities().sparse_read || table >= job_.tables.size()) {
+  // With replicas a shard's rows may move to another server at any time (a failover): the
+  // request path follows the shard's head, cached slots would not.
+  if (!data_->capabilities().sparse_read || table >= job_.tables.size() || job_.replicas > 1) {
     PullOptions plain = options;
     plain.one_sided = false;
     return Pull(table, keys, plain);
@@ -179,7 +181,7 @@ Result<Ticket> Worker::PullOneSided(uint32_t table, std::span<const uint64_t> ke
     const RangePlan& r = cached[k];
     const SlotCache& c = taken[k];
     OneSidedRead rd;
-    rd.server = r.server;
+    rd.server = r.shard;
     rd.begin = r.begin;
     rd.end = r.end;
     rd.rows = c.rows;
@@ -190,7 +192,7 @@ Result<Ticket> Worker::PullOneSided(uint32_t table, std::span<const uint64_t> ke
     if (rd.check_generation) {
       auto at = st.rows_alloc.Allocate(8);
       if (!at) {
-        requests.push_back(RangePlan{r.server, r.begin, r.end, true});
+        requests.push_back(RangePlan{r.shard, r.begin, r.end, true});
         continue;
       }
       rd.generation_word = std::make_unique<Block>(&st.rows_alloc, *at, 8);
@@ -483,7 +485,8 @@ void Worker::PostFallbacks() {
         }
         break;
       }
-      const Op op = BuildRequest(tk, *tk.send, f->server, f->next, n, *at, seq, kFlagWantSlots);
+      const Op op =
+          BuildRequest(tk, *tk.send, f->server, f->server, f->next, n, *at, seq, kFlagWantSlots);
       Status s = data_->Post(std::span<const Op>(&op, 1));
       if (!s.ok()) {  // malformed, so never posted: no reply will come
         --tk.unreplied;

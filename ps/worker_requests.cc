@@ -270,6 +270,7 @@ std::optional<uint64_t> RingSpace(const ServerLink& l, uint64_t bytes, uint32_t 
 std::optional<uint64_t> Worker::TryReserveRing(uint32_t server, uint64_t bytes, Ticket ticket,
                                                uint32_t* seq) {
   ServerLink& l = st_->servers[server];
+  if (l.dead) return std::nullopt;
   const auto at = RingSpace(l, bytes, job_.max_outstanding);
   if (!at) return std::nullopt;
   RingSlot slot;
@@ -283,41 +284,56 @@ std::optional<uint64_t> Worker::TryReserveRing(uint32_t server, uint64_t bytes, 
   return at;
 }
 
-Result<uint64_t> Worker::ReserveRing(uint32_t server, uint64_t bytes, Ticket ticket, uint32_t* seq,
-                                     std::vector<Op>* pending) {
-  ServerLink& l = st_->servers[server];
-  if (bytes > l.ring_bytes) {
-    return InvalidArgument("a request of " + std::to_string(bytes) +
-                           " bytes does not fit the staging ring (" + std::to_string(l.ring_bytes) +
-                           " bytes): lower max_keys_per_request or raise staging_bytes");
+Result<uint64_t> Worker::ReserveRing(uint32_t shard, uint64_t bytes, Ticket ticket,
+                                     uint32_t* server, uint32_t* seq, std::vector<Op>* pending) {
+  while (true) {
+    const uint32_t s = HeadOf(shard);
+    if (chain_.dead(s)) {
+      return PeerFailure("worker " + std::to_string(index_) + ": shard " + std::to_string(shard) +
+                         " has no live replica");
+    }
+    ServerLink& l = st_->servers[s];
+    if (bytes > l.ring_bytes) {
+      return InvalidArgument("a request of " + std::to_string(bytes) +
+                             " bytes does not fit the staging ring (" +
+                             std::to_string(l.ring_bytes) +
+                             " bytes): lower max_keys_per_request or raise staging_bytes");
+    }
+    *server = s;
+    if (auto at = TryReserveRing(s, bytes, ticket, seq)) return *at;
+    stats_.waits_for_space++;
+    if (!pending->empty()) {
+      FERRY_RETURN_IF_ERROR(data_->Post(*pending));
+      pending->clear();
+    }
+    // Space returns with replies. Under BSP, staged pushes hold their space until the clock
+    // is applied: if nothing is outstanding and still nothing fits, waiting cannot help. A head
+    // removed meanwhile (replicas) hands the shard to the next one: try again there.
+    std::optional<uint64_t> at;
+    bool moved = false;
+    FERRY_RETURN_IF_ERROR(WaitFor(
+        [&] {
+          if (l.dead) {
+            moved = true;
+            return true;
+          }
+          at = RingSpace(l, bytes, job_.max_outstanding);
+          return at.has_value() || (l.unreplied == 0 && !l.slots.empty() && !l.slots.front().free &&
+                                    l.slots.front().replied);
+        },
+        job_.peer_timeout * 4, "staging-ring space on server " + std::to_string(s)));
+    if (moved) continue;
+    if (!at) {
+      return ResourceExhausted(
+          "the staging ring on server " + std::to_string(s) + " (" + std::to_string(l.ring_bytes) +
+          " bytes) is full of pushes waiting for the BSP clock: call Clock() (or raise "
+          "staging_bytes)");
+    }
+    // Nothing else reserved meanwhile: this thread is the only one posting.
+    at = TryReserveRing(s, bytes, ticket, seq);
+    if (!at) return Internal("staging-ring space vanished while reserving it");
+    return *at;
   }
-  if (auto at = TryReserveRing(server, bytes, ticket, seq)) return *at;
-  stats_.waits_for_space++;
-  if (!pending->empty()) {
-    FERRY_RETURN_IF_ERROR(data_->Post(*pending));
-    pending->clear();
-  }
-  // Space returns with replies. Under BSP, staged pushes hold their space until the clock
-  // is applied: if nothing is outstanding and still nothing fits, waiting cannot help.
-  std::optional<uint64_t> at;
-  FERRY_RETURN_IF_ERROR(WaitFor(
-      [&] {
-        at = RingSpace(l, bytes, job_.max_outstanding);
-        return at.has_value() || (l.unreplied == 0 && !l.slots.empty() && !l.slots.front().free &&
-                                  l.slots.front().replied);
-      },
-      job_.peer_timeout * 4, "staging-ring space on server " + std::to_string(server)));
-  if (!at) {
-    return ResourceExhausted(
-        "the staging ring on server " + std::to_string(server) + " (" +
-        std::to_string(l.ring_bytes) +
-        " bytes) is full of pushes waiting for the BSP clock: call Clock() (or raise "
-        "staging_bytes)");
-  }
-  // Nothing else reserved meanwhile: this thread is the only one posting.
-  at = TryReserveRing(server, bytes, ticket, seq);
-  if (!at) return Internal("staging-ring space vanished while reserving it");
-  return *at;
 }
 
 uint32_t Worker::KeysPerRequest(const TicketState& tk, bool grads) const {
@@ -334,22 +350,30 @@ uint32_t Worker::KeysPerRequest(const TicketState& tk, bool grads) const {
       std::max<uint64_t>(1, std::min<uint64_t>(job_.max_keys_per_request, fit)));
 }
 
-Op Worker::BuildRequest(TicketState& tk, const SendData& data, uint32_t s, uint32_t b, uint32_t n,
-                        uint64_t at, uint32_t seq, uint8_t flags) {
+Op Worker::BuildRequest(TicketState& tk, const SendData& data, uint32_t shard, uint32_t s,
+                        uint32_t b, uint32_t n, uint64_t at, uint32_t seq, uint8_t flags,
+                        uint64_t header_at, uint64_t push_id) {
   State& st = *st_;
   const uint32_t dim = job_.tables[tk.table].dim;
   const bool pushes = tk.type != RequestType::kPull;
   const uint64_t grad_elem = (flags & kFlagFp16Grads) ? 2 : 4;
-  const uint64_t h = tk.headers_used++;
-  RequestHeader* hdr = reinterpret_cast<RequestHeader*>(st.send->data() + tk.headers->offset +
-                                                        h * sizeof(RequestHeader));
+  if (header_at == UINT64_MAX) {
+    header_at = tk.headers->offset + tk.headers_used++ * sizeof(RequestHeader);
+  }
+  RequestHeader* hdr = reinterpret_cast<RequestHeader*>(st.send->data() + header_at);
   *hdr = RequestHeader{};
   hdr->type = static_cast<uint8_t>(tk.type);
   hdr->table = static_cast<uint16_t>(tk.table);
   hdr->seq = seq;
   hdr->num_keys = n;
   hdr->dim = dim;
-  hdr->clock = static_cast<uint32_t>(clock_);
+  // A re-sent request keeps its ticket's clock: BSP applies it with the pushes of that clock.
+  hdr->clock = static_cast<uint32_t>(tk.clock);
+  hdr->shard = static_cast<uint16_t>(shard);
+  if (pushes) {
+    if (push_id == 0) push_id = ++st.push_ids[shard];
+    hdr->push_id = push_id;
+  }
   if (tk.rows != nullptr) {
     // One-sided pulls keep a prefix (key word, metadata) before each embedding: the request
     // path's rows land after it, where PulledRows points.
@@ -365,7 +389,12 @@ Op Worker::BuildRequest(TicketState& tk, const SendData& data, uint32_t s, uint3
   Request& r = tk.requests.back();
   r.server = s;
   r.seq = seq;
-  r.segs[0] = Segment{tk.headers->offset + h * sizeof(RequestHeader), at, sizeof(RequestHeader)};
+  r.shard = shard;
+  r.begin = b;
+  r.n = n;
+  r.flags = flags;
+  r.push_id = push_id;
+  r.segs[0] = Segment{header_at, at, sizeof(RequestHeader)};
   r.segs[1] =
       Segment{data.keys->offset + uint64_t{b} * 8, at + sizeof(RequestHeader), uint64_t{n} * 8};
   r.nsegs = 2;
@@ -418,6 +447,8 @@ Status Worker::PostRequests(TicketState& tk, const std::vector<RangePlan>* range
     if (tk.type == RequestType::kPushPull && data->n != tk.send->n) {
       return InvalidArgument("the significance filter cannot be combined with push-pull");
     }
+    // The ticket holds what its requests read (a re-sent request reads it again).
+    tk.send = data;
   }
   uint8_t flags = 0;
   if (pushes && data->fp16) flags |= kFlagFp16Grads;
@@ -448,13 +479,14 @@ Status Worker::PostRequests(TicketState& tk, const std::vector<RangePlan>* range
     const uint8_t f = flags | (range.want_slots ? kFlagWantSlots : 0);
     for (uint32_t b = range.begin; b < range.end; b += cap) {
       const uint32_t n = std::min(cap, range.end - b);
-      uint32_t seq = 0;
-      auto at = ReserveRing(range.server, RequestRingBytes(tk.type, f, n, dim), tk.id, &seq, &ops);
+      uint32_t seq = 0, server = 0;
+      auto at = ReserveRing(range.shard, RequestRingBytes(tk.type, f, n, dim), tk.id, &server, &seq,
+                            &ops);
       if (!at.ok()) {
         if (!ops.empty()) FERRY_RETURN_IF_ERROR(data_->Post(ops));
         return at.status();
       }
-      ops.push_back(BuildRequest(tk, *data, range.server, b, n, *at, seq, f));
+      ops.push_back(BuildRequest(tk, *data, range.shard, server, b, n, *at, seq, f));
       // Post in batches so that a long request list starts moving before it is complete.
       if (ops.size() == 16) {
         FERRY_RETURN_IF_ERROR(data_->Post(ops));
@@ -463,7 +495,6 @@ Status Worker::PostRequests(TicketState& tk, const std::vector<RangePlan>* range
     }
   }
   if (!ops.empty()) FERRY_RETURN_IF_ERROR(data_->Post(ops));
-  if (data != tk.send) tk.send = data;  // hold the copy the requests read
   return Status::Ok();
 }
 

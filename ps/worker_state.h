@@ -44,10 +44,23 @@ struct SendData {
 };
 
 struct Request {
-  uint32_t server = 0;
+  uint32_t server = 0;  // where it went: the head of `shard` then
   uint32_t seq = 0;
   Segment segs[3];
   uint32_t nsegs = 0;
+  // What it asks, so that it can be sent again to the shard's next head (replicas).
+  uint32_t shard = 0;
+  uint32_t begin = 0, n = 0;  // positions in the ticket's SendData
+  uint8_t flags = 0;
+  uint64_t push_id = 0;    // push types
+  bool abandoned = false;  // its server was removed; a copy went to the new head
+};
+
+// A request whose server was removed (replicas): re-sent to its shard's new head as ring space
+// allows (worker_failover.cc). The ticket's reply count stays held for it meanwhile.
+struct Reroute {
+  Ticket ticket = 0;
+  uint32_t request = 0;  // index in the ticket's requests
 };
 
 // ---- One-sided pulls (worker_onesided.cc; docs/ps.md "One-sided pulls") ----------------------
@@ -104,9 +117,10 @@ struct Fallback {
   uint32_t server = 0, next = 0, end = 0;
 };
 
-// A range of a ticket's positions on one server, for PostRequests.
+// A range of a ticket's positions of one shard (the keys one server owns without replicas),
+// for PostRequests.
 struct RangePlan {
-  uint32_t server = 0, begin = 0, end = 0;
+  uint32_t shard = 0, begin = 0, end = 0;
   bool want_slots = false;
 };
 
@@ -121,7 +135,8 @@ struct TicketState {
   std::unique_ptr<Block> rows;     // arena rows (pull types)
   std::unique_ptr<Block> headers;  // RequestHeader per request
   uint64_t headers_used = 0, headers_cap = 0;
-  uint32_t row_bytes = 0;           // arena stride of the rows
+  std::vector<std::unique_ptr<Block>> reroute_headers;  // one per re-sent request
+  uint32_t row_bytes = 0;                               // arena stride of the rows
   uint32_t row_prefix = 0;          // one-sided: key word and metadata before each embedding
   std::vector<OneSidedRead> reads;  // one-sided: per server read of the cached keys
   std::deque<Request> requests;
@@ -153,6 +168,8 @@ struct ServerLink {
   std::deque<RingSlot> slots;
   Status failed;
   std::chrono::steady_clock::time_point failed_at;  // when `failed` was first seen while idle
+  bool dead = false;       // removed from the job (replicas): its shards moved on
+  bool suspected = false;  // its failure was reported to the coordinator (kSuspect)
 };
 
 // Where a request of `bytes` fits in the staging ring `l` (FIFO of slots), or nullopt while it
@@ -226,6 +243,9 @@ struct Worker::State {
   std::deque<SlotLearning> learning;
   std::deque<Fallback> fallbacks;
   std::vector<uint32_t> slot_of;  // scratch: position -> cached slot
+  // Replicas (worker_failover.cc).
+  std::vector<uint64_t> push_ids;  // per shard: the last push number given out
+  std::deque<Reroute> reroutes;
   // Control-plane state.
   Status failure;  // the job failed (a member died): every call returns it
   bool shutdown = false;

@@ -22,6 +22,15 @@ void AddTrainFlags(CLI::App& app, TrainOptions* o, TrainFlagText* t) {
   app.add_option("--servers", o->servers, "servers of the local cluster (or of the launcher's job)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--replicas", o->replicas,
+                 "copies of each server's shard (chain replication): with 2 or more a server\n"
+                 "that dies fails over to its replicas while training goes on (1: off)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--peer-timeout", o->peer_timeout_s,
+                 "seconds: a dead or silent rank is reported to every other within it")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->capture_default_str();
   app.add_option("--workers", o->workers, "workers of the local cluster")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

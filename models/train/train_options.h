@@ -47,6 +47,8 @@ struct TrainOptions {
   // Job.
   uint32_t servers = 2;
   uint32_t workers = 2;
+  uint32_t replicas = 1;        // ps::JobSpec::replicas
+  double peer_timeout_s = 4.0;  // ps::JobSpec::peer_timeout
   std::string transport = "auto";
   ps::ConsistencySpec consistency;  // asp by default
   std::string secret;

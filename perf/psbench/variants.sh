@@ -3,7 +3,9 @@
 # against the default path side by side in one run: fp16 rows on pulls (--fp16-pull), fp16
 # gradients on pushes (--fp16-push), the significance filter (--push-filter, at a threshold that
 # drops almost nothing: its cost; and at one that drops ~70% of the rows: its benefit), and
-# one-sided pulls (--one-sided), in throughput (100k keys) and single-key latency modes.
+# one-sided pulls (--one-sided), in throughput (100k keys) and single-key latency modes, and
+# chain replication (--replicas 2: every push applied on two servers before it is acknowledged;
+# 2 servers 2 workers only).
 #
 # Variants run ALTERNATELY (base, fp16-pull, fp16-push, ..., base, ...), PAIRS rounds (default 3),
 # 1 server 1 worker and 2 servers 2 workers, on tcp and ucx over shared memory. Every run keeps
@@ -12,7 +14,7 @@
 # the raw samples in $OUT/variants.csv.
 #
 # Usage: perf/psbench/variants.sh [--pairs N] [--backends tcp,ucx-shm] [--build DIR] [--out DIR]
-#                                 [--doc FILE] [--quick]
+#                                 [--doc FILE] [--quick] [--variants base,replicas-2,...]
 # Run it on an IDLE machine (2 cores here: nothing else compiling).
 set -u -o pipefail
 
@@ -24,6 +26,7 @@ BACKENDS="tcp,ucx-shm"
 OUT="${PSBENCH_OUT:-/tmp/ferry-psbench-variants}"
 DOC="$ROOT/docs/perf/ps-variants.md"
 QUICK=0
+ONLY=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --pairs) PAIRS=$2; shift 2 ;;
@@ -32,7 +35,8 @@ while [ $# -gt 0 ]; do
     --out) OUT=$2; shift 2 ;;
     --doc) DOC=$2; shift 2 ;;
     --quick) QUICK=1; shift ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    --variants) ONLY=",$2,"; shift 2 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "variants.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -64,6 +68,7 @@ VARIANTS=(
   "one-sided|tp|pull|--one-sided"
   "base-lat|lat|pull|"
   "one-sided-lat|lat|pull|--one-sided"
+  "replicas-2|tp|push,push-pull|--replicas 2"
 )
 
 CSV="$OUT/variants.csv"
@@ -76,6 +81,9 @@ for p in $(seq 1 "$PAIRS"); do
     for be in "${bes[@]}"; do
       for v in "${VARIANTS[@]}"; do
         IFS='|' read -r name mode ops flags <<<"$v"
+        if [ -n "$ONLY" ] && [[ "$ONLY" != *",$name,"* ]]; then continue; fi
+        # Two replicas need two servers.
+        if [ "$name" = replicas-2 ] && [ "$s" -lt 2 ]; then continue; fi
         read -r -a bargs <<<"$(backend_args "$be")"
         read -r -a fargs <<<"$flags"
         if [ "$mode" = lat ]; then
@@ -149,7 +157,7 @@ out.append("| backend | shape | variant | op | keys/s (median) | ratio to base |
            "bytes sent / op | rows filtered / op |")
 out.append("|---|---|---|---|---:|---:|---:|---:|---:|")
 order = ["base", "fp16-pull", "fp16-push", "filter-0.03", "filter-0.049", "one-sided",
-         "base-lat", "one-sided-lat"]
+         "base-lat", "one-sided-lat", "replicas-2"]
 for key in sorted(groups, key=lambda k: (k[0], k[1], order.index(k[2]) if k[2] in order else 99, k[3])):
     be, shape, variant, op = key
     g = groups[key]

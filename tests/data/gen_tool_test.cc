@@ -34,7 +34,7 @@ TEST(FerryGen, Help) {
   const ToolRun r = Exec("--help");
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("--truth-out"), std::string::npos);
-  EXPECT_NE(r.out.find("Examples:"), std::string::npos);
+  EXPECT_NE(r.out.find("EXAMPLES"), std::string::npos);
 }
 
 TEST(FerryGen, BadFlagsExitWithTwo) {

@@ -1,7 +1,8 @@
 // Everything the parameter server decodes from a peer or from disk: request headers and key
 // arrays in a staging ring (ps/protocol.h ParseRequest), control messages (ps/control.h
-// DecodeControl), error reply records and worker hellos, and checkpoint manifests
-// (ps/checkpoint.h ParseManifest). The first input byte picks the decoder; the rest is its input.
+// DecodeControl), error reply records and connection hellos, checkpoint manifests
+// (ps/checkpoint.h ParseManifest), and pushes a replica forwards into a forward ring
+// (ParseForward). The first input byte picks the decoder; the rest is its input.
 // A decoder must either refuse with a clear status or hand out a view whose every byte lies in
 // the input: the keys and gradients of an accepted request are read in full (ASan checks).
 #include <cstdint>
@@ -42,6 +43,29 @@ void Request(std::span<const uint8_t> in) {
   g_sink = sum;
 }
 
+void Forward(std::span<const uint8_t> in) {
+  if (in.size() < 2) return;
+  const uint64_t offset = (uint64_t{in[0]} | (uint64_t{in[1]} << 8)) * ferry::ps::kRequestAlign;
+  std::vector<uint8_t> ring(in.begin() + 2, in.end());
+  const ferry::ps::TableShape tables[] = {{1, false}, {8, true}, {16, false}};
+  ferry::ps::ForwardLimits limits;
+  limits.ring_bytes = ring.size();
+  limits.max_keys = 4096;
+  limits.workers = 4;
+  limits.servers = 4;
+  ferry::ps::ForwardView v;
+  if (!ferry::ps::ParseForward(ring, offset, tables, limits, &v).ok()) return;
+  // An accepted forward hands out a push whose keys and gradients lie in the ring.
+  if (v.push.type() != ferry::ps::RequestType::kPush || v.push.header.shard >= limits.servers) {
+    __builtin_trap();
+  }
+  uint64_t sum = 0;
+  for (uint32_t i = 0; i < v.header.num_keys; ++i) sum += v.push.keys[i];
+  const size_t bytes = v.header.payload_bytes - size_t{v.header.num_keys} * 8;
+  for (size_t i = 0; i < bytes; ++i) sum += v.push.grads[i];
+  g_sink = sum;
+}
+
 void Control(std::span<const uint8_t> in) {
   auto m = ferry::ps::DecodeControl(in);
   if (!m.ok()) return;
@@ -54,7 +78,8 @@ void Control(std::span<const uint8_t> in) {
 }
 
 void Records(std::span<const uint8_t> in) {
-  (void)ferry::ps::DecodeWorkerHello(in.first(std::min<size_t>(in.size(), 8)));
+  auto hello = ferry::ps::DecodeHello(in.first(std::min<size_t>(in.size(), 8)));
+  if (hello.ok()) g_sink = hello->index + (hello->server ? 1 : 0);
   if (in.size() < sizeof(ferry::ps::ReplyRecord) + 4) return;
   ferry::ps::ReplyRecord r;
   std::memcpy(&r, in.data() + 4, sizeof r);
@@ -80,7 +105,7 @@ void Manifest(std::span<const uint8_t> in) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::span<const uint8_t> in(data + 1, size - 1);
-  switch (data[0] % 4) {
+  switch (data[0] % 5) {
     case 0:
       Request(in);
       break;
@@ -92,6 +117,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     case 3:
       Manifest(in);
+      break;
+    case 4:
+      Forward(in);
       break;
   }
   return 0;

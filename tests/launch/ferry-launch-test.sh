@@ -228,7 +228,7 @@ case $case_name in
     run 2 --servers 1 --workers 1 --no-such-flag -- true
     has err 'no-such-flag'
     run 0 --version
-    has out '^ferry-launch [0-9]+\.[0-9]+\.[0-9]+$'
+    has out '^ferry-launch \(Ferry\) [0-9]+\.[0-9]+\.[0-9]+$'
     run 0 --help
     for flag in --servers --workers --rule --transport --timeout --startup-timeout --kill-grace \
       --tag-output --env --version 'PROGRAM ARGS'; do

@@ -8,30 +8,21 @@
 #include <cstring>
 #include <vector>
 
+#include "tests/common/reliability.h"
+
 namespace ferry::netns {
 namespace {
 
-std::string Field(int64_t v) { return v < 0 ? "-" : std::to_string(v); }
-
-std::mutex g_report_mu;
+std::string Field(int64_t v) {
+  return v < 0 ? "-" : std::to_string(v);
+}
 
 void WriteLine(const std::string& line) {
-  std::lock_guard<std::mutex> lk(g_report_mu);
-  std::fputs(line.c_str(), stdout);
-  std::fflush(stdout);
-  if (const char* path = std::getenv("FERRY_RELIABILITY_RESULTS"); path && *path) {
-    if (FILE* f = std::fopen(path, "a")) {
-      std::fputs(line.c_str(), f);
-      std::fclose(f);
-    }
-  }
+  ferry::testing::WriteReliabilityLine(line);
 }
 
 std::string OneLine(std::string s) {
-  for (char& c : s) {
-    if (c == '\n' || c == '\r') c = ' ';
-  }
-  return s.empty() ? "-" : s;
+  return ferry::testing::ReliabilityText(std::move(s));
 }
 
 }  // namespace
@@ -155,8 +146,8 @@ Status OpenSession(const testing::BackendConfig& config, const NetnsPair& pair,
   if (s->ep->peer_regions().empty()) return Internal("the peer advertised no region");
   FERRY_ASSIGN_OR_RETURN(s->key, s->ep->Import(s->ep->peer_regions().front()));
   s->local_buf = testing::Buffer(options.region_bytes);
-  FERRY_ASSIGN_OR_RETURN(s->local, s->transport->RegisterMemory(
-                                       s->local_buf.data(), s->local_buf.size(), kAccessLocal));
+  FERRY_ASSIGN_OR_RETURN(s->local, s->transport->RegisterMemory(s->local_buf.data(),
+                                                                s->local_buf.size(), kAccessLocal));
   return Status::Ok();
 }
 

@@ -7,7 +7,7 @@
 #   loss (2 % of the packets each way), rate (a 20 mbit/s token bucket), each for 3 s
 #       the job finishes, and its model file equals the fault-free run's byte for byte (bsp);
 #   blackhole (nftables drops everything between A and B), linkdown (A's veth end down)
-#       every rank fails with an error naming the lost peer within peer_timeout (5 s) + 5 s of
+#       every rank fails with an error naming the lost peer within peer_timeout (4 s) + 5 s of
 #       the fault; nothing hangs, nothing exits 0.
 # Prints one RELIABILITY line per case (the format of tests/netns/harness.h), also appended to
 # $FERRY_RELIABILITY_RESULTS when set (scripts/reliability-report.sh collects them).

@@ -50,6 +50,7 @@
 #include <vector>
 
 #include "tests/common/peer.h"
+#include "tests/common/reliability.h"
 #include "transport/transport.h"
 
 extern char** environ;
@@ -251,23 +252,12 @@ RankLine ParseRankLine(const std::string& out) {
   return r;
 }
 
-// A value inside a key=value field: no spaces ("signal 9" -> "signal-9").
 std::string Word(std::string s) {
-  for (char& c : s) {
-    if (c == ' ' || c == '\n' || c == '\r') c = '-';
-  }
-  return s.empty() ? "-" : s;
+  return ferry::testing::ReliabilityWord(std::move(s));
 }
 
 void ReportLine(const std::string& line) {
-  std::fputs(line.c_str(), stdout);
-  std::fflush(stdout);
-  if (const char* path = std::getenv("FERRY_RELIABILITY_RESULTS"); path && *path) {
-    if (FILE* f = std::fopen(path, "a")) {
-      std::fputs(line.c_str(), f);
-      std::fclose(f);
-    }
-  }
+  ferry::testing::WriteReliabilityLine(line);
 }
 
 struct TransportConfig {

@@ -19,6 +19,7 @@
 #include <numeric>
 
 #include "tests/ps/job_util.h"
+#include "tests/ps/training_loop.h"
 
 namespace ferry::ps::testing {
 namespace {
@@ -31,7 +32,6 @@ constexpr Millis kPeerTimeout{1500};
 // coordinator and the roles each wait up to min(peer_timeout, 3 s) for the other's word.
 constexpr Millis kSlack{15000};
 constexpr uint32_t kDim = 4;
-constexpr int kIterations = 12;
 
 class PsFault : public ::testing::TestWithParam<BackendConfig> {
  protected:
@@ -44,100 +44,7 @@ class PsFault : public ::testing::TestWithParam<BackendConfig> {
     job.peer_timeout = kPeerTimeout;
     return job;
   }
-
-  // What the wrapper injected, read when the role destroyed it (the node owns it; RunJob joins
-  // the rank threads before returning, so reading this afterwards is safe).
-  struct Report {
-    bool wrapped = false;
-    FaultCounters counters;
-  };
-
-  // Wraps the data transport of `role` `index` in a FaultTransport running `plan` (the others
-  // stay unwrapped).
-  static std::shared_ptr<Report> Inject(JobSpec* job, Role role, uint32_t index, FaultPlan plan) {
-    auto report = std::make_shared<Report>();
-    job->wrap_data_transport = [=](std::unique_ptr<Transport> t, Role r,
-                                   uint32_t i) -> std::unique_ptr<Transport> {
-      if (r != role || i != index) return t;
-      auto f = std::make_unique<FaultTransport>(std::move(t), plan);
-      f->OnDestroy([report](const FaultCounters& c) {
-        report->wrapped = true;
-        report->counters = c;
-      });
-      return f;
-    };
-    return report;
-  }
 };
-
-std::vector<uint64_t> Keys() {
-  std::vector<uint64_t> keys(400);
-  for (size_t i = 0; i < keys.size(); ++i) keys[i] = i * 0x9e3779b97f4a7c15ull;
-  return keys;
-}
-
-// A training loop: each iteration pulls every key, pushes a gradient that depends on the rows,
-// the worker and the iteration, and ends its clock. Then every worker pulls the final rows into
-// `final_rows` (worker 0's copy).
-Status Train(Node& node, std::vector<float>* final_rows, std::mutex* mu) {
-  Worker* w = node.worker();
-  if (w == nullptr) return Status::Ok();
-  const std::vector<uint64_t> keys = Keys();
-  std::vector<float> grads(keys.size() * kDim);
-  for (int it = 0; it < kIterations; ++it) {
-    FERRY_ASSIGN_OR_RETURN(Ticket p, w->Pull(0, keys));
-    FERRY_RETURN_IF_ERROR(w->Wait(p));
-    FERRY_ASSIGN_OR_RETURN(PulledRows rows, w->Rows(p));
-    for (size_t i = 0; i < keys.size(); ++i) {
-      for (uint32_t d = 0; d < kDim; ++d) {
-        grads[i * kDim + d] = rows[i][d] * 0.5f + static_cast<float>(w->index() + it + d) * 0.01f;
-      }
-    }
-    w->Release(p);
-    FERRY_ASSIGN_OR_RETURN(Ticket q, w->Push(0, keys, grads));
-    FERRY_RETURN_IF_ERROR(w->Wait(q));
-    w->Release(q);
-    FERRY_RETURN_IF_ERROR(w->Clock());
-  }
-  FERRY_RETURN_IF_ERROR(w->Barrier());
-  FERRY_ASSIGN_OR_RETURN(Ticket r, w->Pull(0, keys));
-  FERRY_RETURN_IF_ERROR(w->Wait(r));
-  FERRY_ASSIGN_OR_RETURN(PulledRows rows, w->Rows(r));
-  if (w->index() == 0) {
-    std::lock_guard<std::mutex> lock(*mu);
-    final_rows->clear();
-    for (size_t i = 0; i < keys.size(); ++i) {
-      final_rows->insert(final_rows->end(), rows[i], rows[i] + kDim);
-    }
-  }
-  w->Release(r);
-  return w->Finish();
-}
-
-// Every rank's outcome on one line each, for failure messages.
-std::string Describe(const std::vector<RankOutcome>& out) {
-  std::string s;
-  for (size_t r = 0; r < out.size(); ++r) {
-    s += "\n  rank " + std::to_string(r) + ": " + out[r].ToString();
-  }
-  return s;
-}
-
-// Runs `job` with the training body; returns the outcomes, when the job ended and worker 0's
-// final rows.
-struct TrainingRun {
-  std::vector<RankOutcome> outcomes;
-  Clock::time_point ended;
-  std::vector<float> final_rows;
-};
-
-TrainingRun RunTraining(const JobSpec& job) {
-  TrainingRun run;
-  std::mutex mu;
-  run.outcomes = RunJob(job, [&](Node& node) { return Train(node, &run.final_rows, &mu); });
-  run.ended = Clock::now();
-  return run;
-}
 
 // From the first injected fault to the end of the whole job.
 Millis Noticed(const TrainingRun& run, const FaultCounters& c) {
@@ -154,9 +61,9 @@ TEST_P(PsFault, WorkerWhoseTransportBreaksFailsTheJobForEveryRank) {
   // Enough for the start and a few iterations; the break comes in the middle of the training.
   plan.fail_after_ops = 20;
   plan.fail_code = Code::kPeerFailure;
-  auto report = Inject(&job, Role::kWorker, 1, plan);
+  auto report = InjectFaults(&job, Role::kWorker, 1, plan);
   TrainingRun run = RunTraining(job);
-  const std::string all = Describe(run.outcomes);
+  const std::string all = DescribeOutcomes(run.outcomes);
   ASSERT_TRUE(report->wrapped);
   ASSERT_GT(report->counters.ops_failed_injected, 0u) << "the job ended before the break:" << all;
   // The ranks are servers 0-1 (ranks 0-1) and workers 0-1 (ranks 2-3).
@@ -177,16 +84,16 @@ TEST_P(PsFault, WorkerWhoseTransportBreaksFailsTheJobForEveryRank) {
 
 TEST_P(PsFault, SlowWorkerIsNotDeclaredDeadAndChangesNothing) {
   TrainingRun clean = RunTraining(Job());
-  ASSERT_TRUE(AllOk(clean.outcomes).ok()) << Describe(clean.outcomes);
+  ASSERT_TRUE(AllOk(clean.outcomes).ok()) << DescribeOutcomes(clean.outcomes);
   JobSpec job = Job();
   FaultPlan plan;
   plan.delay = Millis(20);
-  auto report = Inject(&job, Role::kWorker, 1, plan);
+  auto report = InjectFaults(&job, Role::kWorker, 1, plan);
   TrainingRun slow = RunTraining(job);
-  ASSERT_TRUE(AllOk(slow.outcomes).ok()) << Describe(slow.outcomes);
+  ASSERT_TRUE(AllOk(slow.outcomes).ok()) << DescribeOutcomes(slow.outcomes);
   ASSERT_TRUE(report->wrapped);
   EXPECT_GT(report->counters.completions_delayed, 0u);
-  ASSERT_EQ(slow.final_rows.size(), Keys().size() * kDim);
+  ASSERT_EQ(slow.final_rows.size(), TrainingSpec().keys * kDim);
   // BSP applies pushes in worker order at clock boundaries: the same run, bit for bit.
   EXPECT_EQ(slow.final_rows, clean.final_rows);
 }
@@ -196,9 +103,9 @@ TEST_P(PsFault, ServerCompletionErrorsFailTheJobCleanly) {
   FaultPlan plan;
   plan.error_rate = 0.05;
   plan.seed = 11;
-  auto report = Inject(&job, Role::kServer, 0, plan);
+  auto report = InjectFaults(&job, Role::kServer, 0, plan);
   TrainingRun run = RunTraining(job);
-  const std::string all = Describe(run.outcomes);
+  const std::string all = DescribeOutcomes(run.outcomes);
   ASSERT_TRUE(report->wrapped);
   ASSERT_GT(report->counters.completions_corrupted, 0u) << all;
   for (size_t r = 0; r < run.outcomes.size(); ++r) {

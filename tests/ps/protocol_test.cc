@@ -310,23 +310,101 @@ TEST(Protocol, ErrorRecordsRoundTripAndAreChecked) {
   EXPECT_EQ(DecodeErrorRecord(bad, 5).code(), Code::kProtocol);
 }
 
-TEST(Protocol, WorkerHello) {
+TEST(Protocol, Hellos) {
   for (uint32_t i : {0u, 1u, 65535u, UINT32_MAX}) {
-    auto d = DecodeWorkerHello(EncodeWorkerHello(i));
+    auto d = DecodeHello(EncodeWorkerHello(i));
     ASSERT_TRUE(d.ok());
-    EXPECT_EQ(*d, i);
+    EXPECT_FALSE(d->server);
+    EXPECT_EQ(d->index, i);
+    auto s = DecodeHello(EncodeServerHello(i));
+    ASSERT_TRUE(s.ok());
+    EXPECT_TRUE(s->server);
+    EXPECT_EQ(s->index, i);
   }
   std::vector<uint8_t> h = EncodeWorkerHello(3);
   for (size_t n : {0u, 4u, 7u}) {
-    EXPECT_EQ(DecodeWorkerHello(std::span<const uint8_t>(h.data(), n)).status().code(),
-              Code::kProtocol);
+    EXPECT_EQ(DecodeHello(std::span<const uint8_t>(h.data(), n)).status().code(), Code::kProtocol);
   }
   std::vector<uint8_t> longer = h;
   longer.push_back(0);
-  EXPECT_EQ(DecodeWorkerHello(longer).status().code(), Code::kProtocol);
+  EXPECT_EQ(DecodeHello(longer).status().code(), Code::kProtocol);
   std::vector<uint8_t> bad = h;
   bad[0] ^= 1;
-  EXPECT_EQ(DecodeWorkerHello(bad).status().code(), Code::kProtocol);
+  EXPECT_EQ(DecodeHello(bad).status().code(), Code::kProtocol);
+}
+
+// ---- Forwarded pushes (replicas) ----------------------------------------------------------------
+
+std::vector<uint8_t> ForwardRing(const ForwardHeader& h, size_t ring_bytes = 4096) {
+  std::vector<uint8_t> ring(ring_bytes, 0);
+  std::memcpy(ring.data(), &h, sizeof h);
+  return ring;
+}
+
+ForwardHeader GoodForward() {
+  ForwardHeader h;
+  h.table = 1;
+  h.dim = 8;
+  h.num_keys = 3;
+  h.worker = 1;
+  h.shard = 2;
+  h.push_id = 9;
+  h.payload_bytes = static_cast<uint32_t>(RequestPayloadBytes(RequestType::kPush, 0, 3, 8));
+  return h;
+}
+
+TEST(Protocol, ForwardParsesIntoAPushView) {
+  const TableShape tables[] = {{4, false}, {8, false}};
+  const ForwardLimits limits{4096, 16, 2, 3};
+  std::vector<uint8_t> ring = ForwardRing(GoodForward());
+  ForwardView v;
+  ASSERT_TRUE(ParseForward(ring, 0, tables, limits, &v).ok());
+  EXPECT_EQ(v.push.type(), RequestType::kPush);
+  EXPECT_EQ(v.push.header.table, 1u);
+  EXPECT_EQ(v.push.header.push_id, 9u);
+  EXPECT_EQ(v.push.header.shard, 2u);
+  EXPECT_EQ(v.push.keys, reinterpret_cast<const uint64_t*>(ring.data() + 64));
+  EXPECT_EQ(v.push.grads, ring.data() + 64 + 3 * 8);
+}
+
+TEST(Protocol, BadForwardsAreProtocolErrorsNeverReadsOutside) {
+  const TableShape tables[] = {{4, false}, {8, false}};
+  const ForwardLimits limits{4096, 16, 2, 3};
+  auto refused = [&](ForwardHeader h, uint64_t offset = 0, size_t ring_bytes = 4096) {
+    std::vector<uint8_t> ring = ForwardRing(h, ring_bytes);
+    ForwardView v;
+    return ParseForward(ring, offset, tables, limits, &v).code() == Code::kProtocol;
+  };
+  ForwardHeader h = GoodForward();
+  EXPECT_TRUE(refused(h, 32));             // unaligned
+  EXPECT_TRUE(refused(h, 4096));           // past the ring
+  EXPECT_TRUE(refused(h, 0, 64 + 3 * 8));  // payload runs past the end
+  h.magic ^= 1;
+  EXPECT_TRUE(refused(h));
+  h = GoodForward();
+  h.table = 2;
+  EXPECT_TRUE(refused(h));
+  h = GoodForward();
+  h.dim = 4;
+  EXPECT_TRUE(refused(h));
+  h = GoodForward();
+  h.worker = 2;
+  EXPECT_TRUE(refused(h));
+  h = GoodForward();
+  h.shard = 3;
+  EXPECT_TRUE(refused(h));
+  h = GoodForward();
+  h.push_id = 0;
+  EXPECT_TRUE(refused(h));
+  h = GoodForward();
+  h.num_keys = 17;
+  EXPECT_TRUE(refused(h));
+  h = GoodForward();
+  h.payload_bytes += 4;
+  EXPECT_TRUE(refused(h));
+  h = GoodForward();
+  h.flags = kFlagFp16Rows;
+  EXPECT_TRUE(refused(h));
 }
 
 // ---- Half floats ------------------------------------------------------------------------------

@@ -2,9 +2,9 @@
 # Runs inside the soft-RoCE VM (tools/softroce/ferry-vm): the parameter server and the trainer
 # over verbs on rxe0. The data transport listens on the rxe netdev's address (FERRY_DATA_HOST:
 # rdma_cm cannot use lo); the control plane stays on 127.0.0.1.
-#   vm-ps.sh PS_JOB_TEST FERRY_GEN FERRY_TRAIN FERRY_PREDICT
+#   vm-ps.sh PS_JOB_TEST FERRY_GEN FERRY_TRAIN FERRY_PREDICT PS_FAULT_TEST PS_REPLICA_TEST
 set -euo pipefail
-ps_job_test=$1 ferry_gen=$2 ferry_train=$3 ferry_predict=$4
+ps_job_test=$1 ferry_gen=$2 ferry_train=$3 ferry_predict=$4 ps_fault_test=$5 ps_replica_test=$6
 export FERRY_DATA_HOST=${FERRY_RDMA_ADDR:?run me inside tools/softroce/ferry-vm}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -15,6 +15,11 @@ echo "== ps_job_test over verbs"
 FERRY_TEST_BACKENDS=verbs "$ps_job_test" --gtest_filter='Backends/PsJob.*:Backends/OptimizerJob.*bsp2:*BspPullSeesExactly*:*PullsAreChunkedAcrossServers*:*Fp16*:*BadRequestsGetErrorReplies*:*TicketsReleasedOutOfOrder*:*ColocatedRoles*:Backends/PsOneSided.RowsEqualTheRequestPathsAcrossServers*:Backends/PsOneSided.MixedCachedAndUncachedKeys*:Backends/PsOneSided.StaleDescriptorAfterGrowthFallsBack*'
 echo "== ps_job_test over ucx on rc_verbs"
 FERRY_TEST_BACKENDS=ucx-rc "$ps_job_test" --gtest_filter='Backends/PsJob.*:*PullsAreChunkedAcrossServers*'
+
+echo "== the PS over the fault-injecting wrapper on verbs"
+FERRY_TEST_BACKENDS=verbs "$ps_fault_test"
+echo "== replicas over verbs: same rows, a severed server fails over (head, tail, middle)"
+FERRY_TEST_BACKENDS=verbs "$ps_replica_test" --gtest_filter='*ChainsChangeNoRowUnderBsp*:*SeveredServerFailsOverUnderBsp*:*SeveredMiddleOfAChainIsBridged*'
 
 echo "== ferry-train over verbs: fm on 2 servers + 2 workers"
 "$ferry_gen" --samples 20000 --test-samples 4000 --out "$work/tr.svm" --test-out "$work/te.svm" \
@@ -39,22 +44,37 @@ echo "== ferry-train over verbs: kill -9 of server 1 after a checkpoint, --resum
 job=(--transport verbs --model ftrl --train "$work/ck.svm" --consistency bsp --batch-size 64
   --epochs 2 --progress never -q)
 "$ferry_train" "${job[@]}" --model-out "$work/ref.model"
+# kill_rank_after LAUNCHER FILE RANK LOG: once FILE exists (training has begun), SIGKILLs the
+# launcher's child with FERRY_RANK=RANK; waits for the launcher. Sets killed (0/1) and status.
+kill_rank_after() {
+  local launcher=$1 file=$2 rank=$3 log=$4 p
+  for _ in $(seq 600); do [ -f "$file" ] && break; sleep 0.05; done
+  test -f "$file" || { cat "$log"; echo "$file never appeared"; exit 1; }
+  killed=0
+  for p in $(pgrep -P "$launcher"); do
+    if { tr '\0' '\n' <"/proc/$p/environ"; } 2>/dev/null | grep -qx "FERRY_RANK=$rank"; then
+      kill -9 "$p" && killed=1
+    fi
+  done
+  if wait "$launcher"; then status=0; else status=$?; fi
+  cat "$log"
+}
 "$ferry_train" "${job[@]}" --checkpoint-dir "$work/ck" --checkpoint-every 20 \
   --model-out "$work/killed.model" >"$work/killed.log" 2>&1 &
-launcher=$!
-for _ in $(seq 600); do [ -f "$work/ck/LATEST" ] && break; sleep 0.05; done
-test -f "$work/ck/LATEST" || { cat "$work/killed.log"; echo "no checkpoint appeared"; exit 1; }
-killed=0
-for p in $(pgrep -P "$launcher"); do
-  if { tr '\0' '\n' <"/proc/$p/environ"; } 2>/dev/null | grep -qx FERRY_RANK=1; then
-    kill -9 "$p" && killed=1
-  fi
-done
-if wait "$launcher"; then status=0; else status=$?; fi
-cat "$work/killed.log"
+kill_rank_after $! "$work/ck/LATEST" 1 "$work/killed.log"
 test "$killed" = 1 || { echo "the job ended before server 1 was killed"; exit 1; }
 test "$status" != 0 || { echo "the job survived its server's SIGKILL without replicas"; exit 1; }
 echo "killed at $(cat "$work/ck/LATEST")"
 "$ferry_train" "${job[@]}" --resume "$work/ck" --model-out "$work/resumed.model"
 cmp "$work/ref.model" "$work/resumed.model"
+
+echo "== ferry-train over verbs with --replicas 2: kill -9 of server 1 while training, no restart"
+rjob=("${job[@]}" --servers 3 --replicas 2)
+"$ferry_train" "${rjob[@]}" --checkpoint-dir "$work/rck" --checkpoint-every 20 \
+  --model-out "$work/replicated.model" >"$work/replicated.log" 2>&1 &
+kill_rank_after $! "$work/rck/LATEST" 1 "$work/replicated.log"
+test "$killed" = 1 || { echo "the job ended before server 1 was killed"; exit 1; }
+test "$status" = 0 || { echo "the replicated job did not survive its server's SIGKILL"; exit 1; }
+grep -q "server 1 removed" "$work/replicated.log"
+cmp "$work/ref.model" "$work/replicated.model"
 echo "PS OVER VERBS OK"

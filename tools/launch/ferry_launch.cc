@@ -72,6 +72,11 @@ int main(int argc, char** argv) {
                  "colocated (max(S,W) ranks; rank r is server r if r<S and worker r if r<W)")
       ->capture_default_str()
       ->check(CLI::IsMember({"servers-first", "colocated"}));
+  app.add_option("--replicas", o.replicas,
+                 "the job's replicas (the program's own flag sets them): with 2 or more, a\n"
+                 "rank that is only a server (not rank 0) may die without stopping the job")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
   app.add_option("--transport", o.transport, "data transport: auto, verbs, ucx or tcp")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "verbs", "ucx", "tcp"}));

@@ -78,6 +78,10 @@ void AddFlags(CLI::App& app, CliOptions& c) {
       ->capture_default_str();
   app.add_option("--servers", c.servers, "servers (default: FERRY_SERVERS, else from the ranks)");
   app.add_option("--workers", c.workers, "workers (default: FERRY_WORKERS, else from the ranks)");
+  app.add_option("--replicas", c.replicas,
+                 "copies of each server's shard (chain replication: pushes are acknowledged by "
+                 "the chain's tail)")
+      ->capture_default_str();
   app.add_option("--role-rule", c.role_rule, "auto, servers-first or colocated")
       ->capture_default_str();
   app.add_option("--transport", c.transport,
@@ -116,6 +120,7 @@ Result<BenchOptions> Resolve(const CliOptions& c, const ps::LaunchEnv& env,
   o.one_sided = c.one_sided;
   o.fp16_pull = c.fp16_pull;
   o.fp16_push = c.fp16_push;
+  o.replicas = c.replicas;
   if (!(c.push_filter >= 0.0f && c.push_filter < 1e30f)) {
     return InvalidArgument("--push-filter must be a finite number >= 0");
   }

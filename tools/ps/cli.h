@@ -42,6 +42,7 @@ struct CliOptions {
   bool populate = true, check = true;
   bool one_sided = false;
   bool fp16_pull = false, fp16_push = false;
+  uint32_t replicas = 1;
   float push_filter = 0.0f;
   uint64_t seed = 1;
   uint32_t servers = 0, workers = 0;  // 0: from the launcher or the rank count

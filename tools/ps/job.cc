@@ -72,13 +72,23 @@ Status ValidateOptions(const BenchOptions& o) {
   if (o.dim == 0 || o.dim > 4096) return InvalidArgument("--dim must be 1..4096");
   if (o.iters == 0) return InvalidArgument("--iters must be >= 1");
   if (o.pipeline == 0 || o.pipeline > 64) return InvalidArgument("--pipeline must be 1..64");
+  if (o.replicas == 0 || o.replicas > o.servers) {
+    return InvalidArgument("--replicas must be 1.." + std::to_string(o.servers) +
+                           " (the number of servers)");
+  }
+  if (o.replicas > 1 && o.one_sided) {
+    return InvalidArgument(
+        "--one-sided cannot be combined with --replicas (replicated jobs pull "
+        "through the shard's head)");
+  }
   if (o.dedupe && o.key_spec.dist != KeySpec::Dist::kUnique) {
     return InvalidArgument("--dedupe applies to --unique keys (Zipf keys are always deduped)");
   }
   if (o.push_filter > 0 &&
       std::find(o.ops.begin(), o.ops.end(), BenchOp::kPushPull) != o.ops.end()) {
-    return InvalidArgument("--push-filter cannot be combined with push-pull (the library refuses "
-                           "filtered push-pulls)");
+    return InvalidArgument(
+        "--push-filter cannot be combined with push-pull (the library refuses "
+        "filtered push-pulls)");
   }
   Status s = ValidateKeySpec(o.key_spec, o.keys);
   if (!s.ok()) return s;
@@ -107,6 +117,7 @@ ps::JobSpec BuildJob(const BenchOptions& o) {
   job.consistency = ps::ConsistencySpec{ps::Consistency::kAsp, 0};
   job.servers = o.servers;
   job.workers = o.workers;
+  job.replicas = o.replicas;
   job.role_rule = o.role_rule;
   job.transport = o.transport;
   job.transport_params = o.transport_params;

@@ -247,6 +247,11 @@ std::string FormatText(const BenchReport& r) {
     if (o.push_filter > 0) wire += Printf("push filter |g| < %g dropped", o.push_filter);
     out += Line("Wire", wire);
   }
+  if (o.replicas > 1) {
+    out += Line("Replicas", Printf("%u (each push is applied on %u servers before it is "
+                                   "acknowledged)",
+                                   o.replicas, o.replicas));
+  }
   out += Line("In flight", o.latency ? std::string("1 op per worker (synchronous)")
                                      : std::to_string(o.pipeline) + " ops per worker");
   out += Line("Iterations", Printf("%u per worker and op (+%u warmup)", o.iters, o.warmup));
@@ -352,6 +357,7 @@ std::string FormatJson(const BenchReport& r) {
         {"one_sided", o.one_sided},
         {"fp16_pull", o.fp16_pull},
         {"fp16_push", o.fp16_push},
+        {"replicas", o.replicas},
         {"push_filter", Finite(o.push_filter)},
         {"check", o.check},
         {"seed", o.seed},

@@ -80,6 +80,7 @@ int main(int argc, char** argv) {
     for (int i = 1; i < argc; ++i) lc.argv.push_back(argv[i]);
     lc.servers = o.servers;
     lc.workers = o.workers;
+    lc.replicas = o.replicas;
     lc.transport = o.transport;
     lc.name = "ferry-train";
     auto rc = ferry::ps::RunLocalCluster(lc);

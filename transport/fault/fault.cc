@@ -39,12 +39,40 @@ void FaultTransport::NoteInjectionLocked() {
   if (counters_.first_injection == Clock::time_point()) counters_.first_injection = Clock::now();
 }
 
+Result<std::shared_ptr<Endpoint>> FaultTransport::Track(Result<std::shared_ptr<Endpoint>> ep) {
+  if (ep.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    endpoints_.push_back(*ep);
+  }
+  return ep;
+}
+
+void FaultTransport::Sever() {
+  std::vector<std::shared_ptr<Endpoint>> live;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& w : endpoints_) {
+      if (auto ep = w.lock()) live.push_back(std::move(ep));
+    }
+    counters_.connections_severed += live.size();
+    NoteInjectionLocked();
+  }
+  for (auto& ep : live) ep->Close();  // non-blocking; pending ops complete as cancelled
+}
+
 Status FaultTransport::Post(std::span<const Op> ops) {
   // Validate the caller's ops as they are, so a malformed batch fails exactly as it would without
   // the wrapper (nothing posted).
   for (size_t i = 0; i < ops.size(); ++i) {
     FERRY_RETURN_IF_ERROR(ValidateOp(ops[i], capabilities(), UINT64_MAX, i));
   }
+  bool sever = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    sever = counters_.ops_posted < plan_.sever_after_ops &&
+            counters_.ops_posted + ops.size() >= plan_.sever_after_ops;
+  }
+  if (sever) Sever();  // the N-th op finds its connections already closed, as every later one
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<Op> forward;
   forward.reserve(ops.size());

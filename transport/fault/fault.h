@@ -9,7 +9,10 @@
 //    probability (the operation did run: a lost acknowledgement, as after a peer crash);
 //  - delay: every completion is held back at least this long (slow peer / slow link);
 //  - short_reads: kRead / kSparseRead / kRecv ops move only part of their bytes (the first half of
-//    a contiguous op; the first half of a sparse op's segments) and complete with kIoError.
+//    a contiguous op; the first half of a sparse op's segments) and complete with kIoError;
+//  - sever_after_ops: when the N-th op is posted, every connection the wrapper made or accepted
+//    is closed, as the kernel closes a killed process's (its peers see the connection end; its
+//    own pending and later ops on them fail). A process that dies, without dying.
 // Counters of what was injected are readable for reports.
 //
 // Progress: an empty Poll only drives the inner transport's progress (it takes no completions),
@@ -39,6 +42,7 @@ struct FaultPlan {
   double error_rate = 0.0;
   Millis delay{0};
   bool short_reads = false;
+  uint64_t sever_after_ops = UINT64_MAX;
   uint64_t seed = 1;
 };
 
@@ -48,6 +52,7 @@ struct FaultCounters {
   uint64_t completions_corrupted = 0;  // by error_rate
   uint64_t short_reads = 0;
   uint64_t completions_delayed = 0;
+  uint64_t connections_severed = 0;  // by sever_after_ops
   // When the first fault of any kind but delay was injected (epoch: none yet), so that a test
   // can bound how long its caller took to notice.
   std::chrono::steady_clock::time_point first_injection{};
@@ -81,10 +86,10 @@ class FaultTransport final : public Transport {
     return inner_->Listen(address);
   }
   Result<std::shared_ptr<Endpoint>> Accept(Millis timeout) override {
-    return inner_->Accept(timeout);
+    return Track(inner_->Accept(timeout));
   }
   Result<std::shared_ptr<Endpoint>> Connect(const std::string& address, Millis timeout) override {
-    return inner_->Connect(address, timeout);
+    return Track(inner_->Connect(address, timeout));
   }
   Status Post(std::span<const Op> ops) override;
   size_t Poll(std::span<Completion> out) override;
@@ -105,6 +110,10 @@ class FaultTransport final : public Transport {
   };
   void HoldLocked(Completion c);
   void NoteInjectionLocked();
+  // Remembers a connection for sever_after_ops.
+  Result<std::shared_ptr<Endpoint>> Track(Result<std::shared_ptr<Endpoint>> ep);
+  // Closes every remembered connection (sever_after_ops); called without mu_ held.
+  void Sever();
 
   std::unique_ptr<Transport> inner_;
   mutable std::mutex mu_;
@@ -115,6 +124,7 @@ class FaultTransport final : public Transport {
   std::unordered_map<uint64_t, std::unique_ptr<Pending>> pending_;  // by wrapper tag
   uint64_t next_tag_ = 1;
   std::function<void(const FaultCounters&)> on_destroy_;
+  std::vector<std::weak_ptr<Endpoint>> endpoints_;  // made or accepted, for sever_after_ops
 };
 
 }  // namespace ferry

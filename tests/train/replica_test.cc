@@ -1,0 +1,178 @@
+// Chain-replicated shards under load, with real processes (ferry-train --replicas; ps/chain.h).
+// A bsp run with fixed seeds on 3 servers and 2 workers, every shard on 2 servers, has one server
+// killed with SIGKILL at a random moment while it trains (after its first streaming evaluation,
+// so well past the start). The job must not stop: the dead server's shards fail over to their
+// replicas, ferry-train's local launcher reports the death and lets the others run on, and the
+// final model FILE equals that of a run without replicas and without a kill, byte for byte: no
+// acknowledged update lost, none applied twice, nothing reordered.
+//
+// The random moments come from one seed, printed; FERRY_REPLICA_SEED=N replays them. Each kill
+// prints a RELIABILITY line (tests/common/reliability.h) with the training's stall: the longest gap
+// between two streaming evaluations (every 25 batches) beyond the run's median gap, the time the
+// failover cost the training.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <string>
+
+#include "tests/common/reliability.h"
+#include "tests/train/train_test_util.h"
+
+namespace ferry::train_test {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+class Replicas : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    train_ = *dir_ / "train.svm";
+    test_ = *dir_ / "test.svm";
+    Generate(train_, test_,
+             {"--fields", "10", "--features", "20000", "--samples", "40000", "--test-samples",
+              "500", "--seed", "23"});
+    const char* s = std::getenv("FERRY_REPLICA_SEED");
+    seed_ = s != nullptr ? std::strtoull(s, nullptr, 10) : std::random_device()();
+    std::printf("FERRY_REPLICA_SEED=%llu\n", static_cast<unsigned long long>(seed_));
+    rng_.seed(seed_);
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+
+  static std::vector<std::string> Job(const std::string& model, const std::string& transport) {
+    return {"--model",       model,     "--train",      train_, "--test",   test_,
+            "--consistency", "bsp",     "--batch-size", "64",   "--epochs", "4",
+            "--workers",     "2",       "--servers",    "3",    "--seed",   "5",
+            "--transport",   transport, "--eval-every", "25",   "--hidden", "16,8"};
+  }
+
+  // The model of the run without replicas and without faults.
+  static std::string Reference(const std::string& model) {
+    const std::string out = *dir_ / (model + ".ref");
+    TrainRun r = Train(*dir_, model + "_ref", Cat(Job(model, "tcp"), {"--model-out", out}), 180);
+    EXPECT_TRUE(r.ok()) << r.proc.Describe();
+    reference_seconds_ = r.proc.seconds;
+    return reference_[model] = Slurp(out);
+  }
+
+  // Runs the job with --replicas 2 over `transport` and SIGKILLs `rank` (a server-only rank) a
+  // random 0-500 ms after the first streaming evaluation line appeared. Returns the model file.
+  static std::string KillOneServer(const std::string& model, const std::string& transport,
+                                   int rank) {
+    const std::string tag = model + "_" + transport + "_rank" + std::to_string(rank);
+    const std::string metrics = *dir_ / (tag + ".jsonl");
+    const int delay_ms = std::uniform_int_distribution<int>(0, 500)(rng_);
+    Clock::time_point training{};
+    pid_t killed = -1;
+    auto killer = [&](pid_t launcher) {
+      if (killed > 0) return;
+      if (training == Clock::time_point{}) {
+        if (!Lines(Slurp(metrics)).empty()) training = Clock::now();
+        return;
+      }
+      if (Clock::now() - training < std::chrono::milliseconds(delay_ms)) return;
+      const pid_t pid = RankPid(launcher, rank);
+      if (pid > 0 && kill(pid, SIGKILL) == 0) killed = pid;
+    };
+    const std::string out = *dir_ / (tag + ".model");
+    // Train() names its own metrics file <dir>/<tag>.jsonl: the killer watches that one.
+    TrainRun run =
+        Train(*dir_, tag, Cat(Job(model, transport), {"--replicas", "2", "--model-out", out}), 180,
+              killer);
+    const std::string bytes = Slurp(out);
+    Report(tag, transport, run, bytes == reference_[model], killed > 0);
+    std::printf(
+        "%s: rank %d killed %d ms into training; the job took %.1f s (%.1f s without "
+        "replicas or kill)\n",
+        tag.c_str(), rank, delay_ms, run.proc.seconds, reference_seconds_);
+    EXPECT_GT(killed, 0) << tag << ": the job ended before the kill: " << run.proc.Describe();
+    EXPECT_TRUE(run.ok()) << tag << ": the job did not survive: " << run.proc.Describe();
+    // The launcher reports the death and lets the job go on; the coordinator the failover.
+    EXPECT_NE(run.proc.err.find("rank " + std::to_string(rank) + " (server " +
+                                std::to_string(rank) + ") was killed by signal 9"),
+              std::string::npos)
+        << run.proc.Describe();
+    EXPECT_NE(run.proc.err.find("goes on without it"), std::string::npos) << run.proc.Describe();
+    EXPECT_NE(run.proc.err.find("server " + std::to_string(rank) + " removed"), std::string::npos)
+        << run.proc.Describe();
+    return bytes;
+  }
+
+  // The longest gap between consecutive evaluation lines beyond the median gap (ms), or -1.
+  static int64_t StallMs(const std::string& metrics) {
+    std::vector<double> at;
+    for (const std::string& l : Lines(Slurp(metrics))) {
+      auto j = nlohmann::json::parse(l, nullptr, false);
+      if (j.is_object() && j.contains("elapsed_s") && j.value("event", "") != "final") {
+        at.push_back(j["elapsed_s"].get<double>());
+      }
+    }
+    if (at.size() < 3) return -1;
+    std::vector<double> gaps;
+    for (size_t i = 1; i < at.size(); ++i) gaps.push_back(at[i] - at[i - 1]);
+    std::sort(gaps.begin(), gaps.end());
+    return static_cast<int64_t>((gaps.back() - gaps[gaps.size() / 2]) * 1000);
+  }
+
+  static void Report(const std::string& tag, const std::string& transport, const TrainRun& run,
+                     bool same_bytes, bool killed) {
+    const char* outcome = !killed       ? "not-killed"
+                          : !run.ok()   ? "job-failed"
+                          : !same_bytes ? "wrong-model"
+                                        : "ok";
+    const int64_t stall = StallMs(*dir_ / (tag + ".jsonl"));
+    ferry::testing::WriteReliabilityLine(
+        "RELIABILITY scenario=train-replicas-kill-" + tag.substr(0, tag.find('_')) +
+        " backend=" + transport + " outcome=" + outcome +
+        " ops=- errors=- bytes=- detect_ms=- drain_ms=- elapsed_ms=" +
+        std::to_string(static_cast<int64_t>(run.proc.seconds * 1000)) +
+        " proxy_bytes=- note=stall_ms=" + (stall < 0 ? std::string("-") : std::to_string(stall)) +
+        (same_bytes ? ",same-model-bytes" : ",model-differs") + " error=" +
+        ferry::testing::ReliabilityText(run.ok() ? "" : run.proc.err.substr(0, 200)) + "\n");
+  }
+
+  static TempDir* dir_;
+  static std::string train_, test_;
+  static uint64_t seed_;
+  static std::mt19937_64 rng_;
+  static double reference_seconds_;
+  static std::map<std::string, std::string> reference_;  // model -> its reference bytes
+};
+TempDir* Replicas::dir_ = nullptr;
+std::string Replicas::train_, Replicas::test_;
+uint64_t Replicas::seed_ = 0;
+std::mt19937_64 Replicas::rng_;
+double Replicas::reference_seconds_ = 0;
+std::map<std::string, std::string> Replicas::reference_;
+
+TEST_F(Replicas, FtrlSurvivesAKilledServerWithTheSameModelBytes) {
+  const std::string ref = Reference("ftrl");
+  ASSERT_FALSE(ref.empty());
+  EXPECT_EQ(KillOneServer("ftrl", "tcp", 1), ref) << "server 1 killed over tcp";
+  EXPECT_EQ(KillOneServer("ftrl", "ucx", 2), ref) << "server 2 killed over ucx";
+}
+
+TEST_F(Replicas, MlpSurvivesAKilledServerWithTheSameModelBytes) {
+  const std::string ref = Reference("mlp");
+  ASSERT_FALSE(ref.empty());
+  EXPECT_EQ(KillOneServer("mlp", "tcp", 2), ref) << "server 2 killed over tcp";
+}
+
+TEST_F(Replicas, RefusesMoreReplicasThanServers) {
+  TrainRun r = Train(*dir_, "too_many", Cat(Job("lr", "tcp"), {"--replicas", "4"}), 60);
+  EXPECT_NE(r.proc.exit_code, 0);
+  EXPECT_NE(r.proc.err.find("replicas 4 must be 1..3"), std::string::npos) << r.proc.Describe();
+}
+
+}  // namespace
+}  // namespace ferry::train_test
