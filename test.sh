@@ -10,6 +10,9 @@
 #   fuzz  each libFuzzer target for FERRY_FUZZ_SECONDS (default 10) seconds.
 # A failing stage does not stop the later ones; the script exits non-zero if any failed and ends
 # with a summary of outcomes and wall times. FERRY_TEST_STAGES picks stages (default: all four).
+# Last, docs/reliability.md is written from this run's own results (fault scenarios, reliability
+# tests, sanitizers, fuzzing: scripts/reliability_doc.py) when every stage ran over every suite;
+# a partial run writes it into FERRY_RESULTS_DIR (build-results) instead.
 # Extra arguments go to the main stage's `meson test` (e.g. ./test.sh --suite conformance) and
 # then only the main stage runs unless FERRY_TEST_STAGES says otherwise.
 set -euo pipefail
@@ -21,6 +24,7 @@ if [ -x tools/softroce/ferry-vm ]; then
 fi
 set +e  # from here every stage records its own failure
 source scripts/test-stages.sh
+ferry_results_init ./test.sh "$@"
 
 if [ $# -gt 0 ]; then stages=${FERRY_TEST_STAGES:-main}; else stages=${FERRY_TEST_STAGES:-main asan tsan fuzz}; fi
 for s in $stages; do
@@ -33,4 +37,7 @@ for s in $stages; do
   esac
 done
 ferry_stage_summary
+full=0
+if [ $# -eq 0 ] && [ "$stages" = "main asan tsan fuzz" ]; then full=1; fi
+ferry_reliability_doc "$full" || FERRY_STAGE_FAILED=1
 exit "$FERRY_STAGE_FAILED"

@@ -6,6 +6,8 @@ set -euo pipefail
 FERRY_PACKAGES=(
   # build
   g++ meson ninja-build pkg-config
+  # scripts (the reliability page, plots in the tests)
+  python3
   # packaging (scripts/make-deb.sh: dpkg-shlibdeps; tests/install builds examples/ with make)
   dpkg-dev make
   # transports and services

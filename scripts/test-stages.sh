@@ -15,9 +15,43 @@
 # FERRY_TSAN_BUILD_DIR (build-tsan), FERRY_FUZZ_BUILD_DIR (build-fuzz). FERRY_TEST_JOBS caps
 # ninja's parallelism (default: ninja's own). Sanitizer logs: <build>/meson-logs/ and
 # <build>/tsan-*.log.
+#
+# Results: every stage also records what the reliability page needs in FERRY_RESULTS_DIR
+# (default build-results; files listed in scripts/reliability_doc.py): the main stage's RELIABILITY
+# lines and meson results, the sanitizer stages' results, the fuzz stage's lines.
+# ferry_reliability_doc writes the page from them.
 
 FERRY_STAGE_RESULTS=()
 FERRY_STAGE_FAILED=0
+FERRY_RESULTS_DIR=${FERRY_RESULTS_DIR:-build-results}
+
+# Empties the results folder and records what this run is (before anything writes to the tree).
+ferry_results_init() {  # command line...
+  local tree=" (clean tree)"
+  if [ -n "$(git status --porcelain --untracked-files=no -- . ':!docs/reliability.md' ':!tests/fuzz' 2>/dev/null)" ]; then
+    tree=" plus uncommitted changes"
+  fi
+  rm -rf "$FERRY_RESULTS_DIR"
+  mkdir -p "$FERRY_RESULTS_DIR"
+  FERRY_RESULTS_DIR=$(cd "$FERRY_RESULTS_DIR" && pwd -P)
+  {
+    echo "command=$*"
+    echo "started=$(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    echo "tree=$tree"
+  } >"$FERRY_RESULTS_DIR/meta.txt"
+}
+
+# Writes the reliability page from the results: into docs/reliability.md for a full run (every
+# stage, no suite filter: what CI runs), else next to the results. Prints where.
+ferry_reliability_doc() {  # full (1/0)
+  local out="$FERRY_RESULTS_DIR/reliability.md"
+  [ "$1" = 1 ] && out=docs/reliability.md
+  python3 scripts/reliability_doc.py "$FERRY_RESULTS_DIR" "$out" >/dev/null
+  local rc=$?
+  echo "==== reliability page: $out (from this run's results$([ $rc -ne 0 ] && echo '; a fault scenario VIOLATED the rule'))"
+  return $rc
+}
 
 # ferry_stage NAME FUNCTION [ARGS...]: runs FUNCTION, records its outcome and wall time.
 ferry_stage() {
@@ -28,6 +62,9 @@ ferry_stage() {
   "$@"
   rc=$?
   local secs=$(($(date +%s) - start))
+  if [ -d "$FERRY_RESULTS_DIR" ]; then
+    echo "$name $([ $rc -eq 0 ] && echo ok || echo FAILED) $secs" >>"$FERRY_RESULTS_DIR/stages.txt"
+  fi
   if [ $rc -eq 0 ]; then
     FERRY_STAGE_RESULTS+=("$(printf '%-5s ok      %4ds' "$name" "$secs")")
   else
@@ -70,7 +107,11 @@ ferry_main_stage() {
     meson setup "$build" -Dwerror=true --prefix=/usr >/dev/null || return 1
   fi
   ferry_ninja "$build" || return 1
-  meson test -C "$build" --print-errorlogs "$@"
+  local rc=0
+  FERRY_RELIABILITY_RESULTS="$FERRY_RESULTS_DIR/reliability-lines.txt" \
+    meson test -C "$build" --print-errorlogs "$@" || rc=$?
+  cp "$build/meson-logs/testlog.json" "$FERRY_RESULTS_DIR/main-testlog.json" 2>/dev/null
+  return $rc
 }
 
 ferry_asan_stage() {
@@ -88,11 +129,20 @@ ferry_asan_stage() {
       -Dunity=on -Dunity_size=6 >/dev/null || return 1
   fi
   ferry_ninja "$build" || return 1
+  local rc=0
   (
     ferry_sanitizer_env
     # Sanitized code runs 2-3x slower: give every test three times its timeout.
     meson test -C "$build" --print-errorlogs --no-suite rdma --no-suite install --timeout-multiplier 3
-  )
+  ) | tee "$FERRY_RESULTS_DIR/asan-meson.txt" || rc=1
+  cp "$build/meson-logs/testlog.json" "$FERRY_RESULTS_DIR/asan-testlog.json" 2>/dev/null
+  local log="$build/meson-logs/testlog.txt" summary passed reports
+  summary=$(grep -E '^(Ok|Fail|Skipped|Timeout):' "$FERRY_RESULTS_DIR/asan-meson.txt" | tr -s ' ' | paste -sd ' ')
+  passed=$(grep -Eo '^\[  PASSED  \] [0-9]+' "$log" 2>/dev/null | awk '{s += $NF} END {print s + 0}')
+  reports=$(grep -cE 'ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:' "$log" 2>/dev/null)
+  echo "exit $rc: $passed gtest cases passed, ${reports:-0} sanitizer reports; meson: ${summary:-no summary}" \
+    >"$FERRY_RESULTS_DIR/asan-summary.txt"
+  return $rc
 }
 
 # Multi-threaded tests and the gtest filters that select them (binary relative to the build).
@@ -131,6 +181,7 @@ ferry_tsan_stage() {
   # Peers the conformance and netns harnesses spawn.
   targets+=(tests/common/ferry_test_peer)
   ferry_ninja "$build" "${targets[@]}" || return 1
+  local out=0
   (
     ferry_sanitizer_env
     ferry_tsan_ucx_env
@@ -152,9 +203,10 @@ ferry_tsan_stage() {
       fi
     done
     exit $rc
-  )
+  ) | tee "$FERRY_RESULTS_DIR/tsan.txt" || out=1
+  return $out
 }
 
 ferry_fuzz_stage() {
-  tests/fuzz/run.sh "${FERRY_FUZZ_SECONDS:-10}"
+  tests/fuzz/run.sh "${FERRY_FUZZ_SECONDS:-10}" "$FERRY_RESULTS_DIR/fuzz.txt"
 }
