@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <linux/netfilter_ipv4.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -36,8 +37,8 @@ struct Direction {
   int to = -1;
   std::deque<Piece> queue;
   size_t queued = 0;
-  bool eof = false;       // `from` reached end of stream
-  bool shut = false;      // shutdown(to, SHUT_WR) done after the queue drained
+  bool eof = false;   // `from` reached end of stream
+  bool shut = false;  // shutdown(to, SHUT_WR) done after the queue drained
   uint64_t* counter = nullptr;
 };
 
@@ -79,6 +80,7 @@ struct FaultProxy::Impl {
   int listen_fd = -1;
   int wake_fd = -1;
   sockaddr_in target{};
+  bool transparent = false;  // target: each connection's original destination (see proxy.h)
   std::mt19937_64 rng;
 
   mutable std::mutex mu;
@@ -106,7 +108,8 @@ Result<std::unique_ptr<FaultProxy>> FaultProxy::Start(const std::string& listen_
   p->impl_ = std::make_unique<Impl>();
   Impl& im = *p->impl_;
   im.rng.seed(seed);
-  FERRY_RETURN_IF_ERROR(ParseAddress(target, &im.target));
+  im.transparent = target.empty();
+  if (!im.transparent) FERRY_RETURN_IF_ERROR(ParseAddress(target, &im.target));
   sockaddr_in sa{};
   FERRY_RETURN_IF_ERROR(ParseAddress(listen_host + ":0", &sa));
   im.listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -204,8 +207,8 @@ void FaultProxy::Loop() {
       for (Direction* d : {&c.up, &c.down}) {
         while (!stalled && !c.dead && !d->queue.empty() && d->queue.front().due <= now) {
           Piece& p = d->queue.front();
-          ssize_t w = send(d->to, p.bytes.data() + p.written, p.bytes.size() - p.written,
-                           MSG_NOSIGNAL);
+          ssize_t w =
+              send(d->to, p.bytes.data() + p.written, p.bytes.size() - p.written, MSG_NOSIGNAL);
           if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
           if (w <= 0) {
             c.dead = true;
@@ -274,8 +277,18 @@ void FaultProxy::Loop() {
       int cfd = accept4(im.listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
       if (cfd >= 0) {
         int ufd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (ufd >= 0 && connect(ufd, reinterpret_cast<sockaddr*>(&im.target),
-                                sizeof(im.target)) == 0) {
+        sockaddr_in to = im.target;
+        bool have_target = true;
+        if (im.transparent) {
+          // The nat rule that brought the connection here kept its real destination; the
+          // relayed connection carries kProxyMark so that the rule lets it pass.
+          socklen_t len = sizeof(to);
+          have_target = getsockopt(cfd, SOL_IP, SO_ORIGINAL_DST, &to, &len) == 0;
+          const int mark = static_cast<int>(kProxyMark);
+          if (ufd >= 0) setsockopt(ufd, SOL_SOCKET, SO_MARK, &mark, sizeof(mark));
+        }
+        if (ufd >= 0 && have_target &&
+            connect(ufd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) == 0) {
           SetNoDelayNonBlock(cfd);
           SetNoDelayNonBlock(ufd);
           Connection& c = im.conns.emplace_back();
@@ -319,8 +332,7 @@ void FaultProxy::Loop() {
         if (max_chunk > 0) {
           take = std::min(take, 1 + static_cast<size_t>(im.rng() % max_chunk));
           if (!d->queue.empty()) {
-            due = std::max(due, d->queue.back().due) +
-                  std::chrono::microseconds(im.rng() % 1000);
+            due = std::max(due, d->queue.back().due) + std::chrono::microseconds(im.rng() % 1000);
           }
         }
         d->queue.push_back({due, std::string(buf + off, take), 0});

@@ -4,7 +4,11 @@
 //
 //   peer  --TCP-->  FaultProxy (listen_host:port)  --TCP-->  target (the transport's listener)
 //
-// Every accepted connection is relayed to `target`; bytes in each direction are queued with a
+// Every accepted connection is relayed to `target`, or, in transparent mode (an empty target),
+// to the destination the connection had before a nat rule redirected it to the proxy
+// (SO_ORIGINAL_DST): e.g. nftables `meta mark != 0x66 ip daddr A tcp redirect to :PORT` sends every
+// connection of a namespace toward A through the proxy, whose own connections carry mark
+// kProxyMark (0x66) and pass. Bytes in each direction are queued with a
 // release time (now + delay) and written in order. Stall() stops reading and writing on every
 // connection while keeping the sockets open (a silent peer; kernel ACKs keep TCP itself happy);
 // Cut() resets every current connection (SO_LINGER 0 + close: the peers see ECONNRESET).
@@ -33,9 +37,12 @@ struct ProxyCounters {
   uint64_t resets = 0;       // connections reset by Cut()
 };
 
+inline constexpr uint32_t kProxyMark = 0x66;
+
 class FaultProxy {
  public:
-  // Listens on listen_host (port chosen by the kernel); relays to target "host:port".
+  // Listens on listen_host (port chosen by the kernel); relays to target "host:port", or to each
+  // connection's original destination when `target` is empty (transparent mode).
   static Result<std::unique_ptr<FaultProxy>> Start(const std::string& listen_host,
                                                    const std::string& target, uint64_t seed);
   ~FaultProxy();

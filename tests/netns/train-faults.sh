@@ -6,14 +6,19 @@
 # mid-run and checks the rule:
 #   loss (2 % of the packets each way), rate (a 20 mbit/s token bucket), each for 3 s
 #       the job finishes, and its model file equals the fault-free run's byte for byte (bsp);
+#   delay: the whole run with every worker connection (data and control) relayed by a user-space
+#       proxy in the workers' namespace that holds each byte 2 ms and re-segments the streams
+#       into random pieces of up to 1400 bytes (the kernel has no netem; an nftables nat rule
+#       redirects the connections to netns_delay_proxy, which relays them to their original
+#       destination): it finishes with the fault-free model bytes;
 #   blackhole (nftables drops everything between A and B), linkdown (A's veth end down)
 #       every rank fails with an error naming the lost peer within peer_timeout (4 s) + 5 s of
 #       the fault; nothing hangs, nothing exits 0.
 # Prints one RELIABILITY line per case (the format of tests/netns/harness.h), also appended to
 # $FERRY_RELIABILITY_RESULTS when set (scripts/reliability-report.sh collects them).
-#   train-faults.sh FERRY_TRAIN FERRY_GEN       needs root, ip and nft (exit 77 = skipped)
+#   train-faults.sh FERRY_TRAIN FERRY_GEN DELAY_PROXY   needs root, ip and nft (77 = skipped)
 set -uo pipefail
-train=$1 gen=$2
+train=$1 gen=$2 delay_proxy=$3
 if [ "$(id -u)" != 0 ]; then echo "SKIP: needs root (network namespaces)"; exit 77; fi
 for p in ip nft; do
   command -v "$p" >/dev/null || { echo "SKIP: needs $p (iproute2, nftables)"; exit 77; }
@@ -161,6 +166,43 @@ for c in loss rate; do
       "$(tail -n2 "$work/$c.2.log" | tr '\n' ' ')"
   fi
 done
+
+# The delay case: the proxy and its nat rule are in place before the ranks start (connections are
+# redirected when they are made) and stay for the whole run.
+proxy_fifo=$work/proxy.stdin
+mkfifo "$proxy_fifo"
+ip netns exec "$ns_b" "$delay_proxy" 127.0.0.1 2 1400 <"$proxy_fifo" >"$work/proxy.out" 2>&1 &
+proxy_pid=$!
+exec {proxy_in}>"$proxy_fifo"
+for _ in $(seq 100); do grep -q '^ready ' "$work/proxy.out" 2>/dev/null && break; sleep 0.05; done
+proxy_port=$(sed -n 's/^ready .*:\([0-9]*\)$/\1/p' "$work/proxy.out")
+if [ -z "$proxy_port" ]; then
+  report delay setup - - - "the delay proxy did not start: $(head -c 200 "$work/proxy.out")"
+else
+  ip netns exec "$ns_b" nft "add table ip ferrynat; add chain ip ferrynat out { type nat hook output priority -100; }; add rule ip ferrynat out meta mark != 0x66 ip daddr $addr_a tcp dport != $proxy_port redirect to :$proxy_port"
+  # Every batch waits for round trips through the relay: a shorter job than the others (1 epoch
+  # of 15,000 samples: 4 ms more per round trip made the full job 30x slower).
+  mid_run_delay=$delay full_job=("${job[@]}")
+  "$gen" --samples 15000 --test-samples 100 --features 20000 --out "$work/small.svm" \
+    --test-out "$work/small-te.svm" --seed 4 -q || die "ferry-gen failed"
+  job=(--transport tcp --model ftrl --train "$work/small.svm" --consistency bsp --batch-size 64
+    --epochs 1 --servers 2 --workers 2 --progress never -q)
+  "$train" "${job[@]}" --model-out "$work/ref-small.bin" >/dev/null || die "the small local run failed"
+  delay=0 window=0
+  run_case delay fault_none
+  delay=$mid_run_delay job=("${full_job[@]}")
+  ip netns exec "$ns_b" nft delete table ip ferrynat
+  exec {proxy_in}>&-
+  wait "$proxy_pid"
+  relayed=$(grep -o 'relayed [0-9]* connections' "$work/proxy.out" | grep -o '[0-9]*')
+  if [ "${codes[*]}" = "0 0 0 0" ] && cmp -s "$work/ref-small.bin" "$work/delay.bin" &&
+     [ "${relayed:-0}" -ge 4 ]; then
+    report delay ok - "$run_ms" "same-model-bytes,${relayed}-connections-relayed" -
+  else
+    report delay wrong - "$run_ms" "codes=$(IFS=,; echo "${codes[*]}"),relayed=${relayed:-0}" \
+      "$(tail -n2 "$work/delay.2.log" | tr '\n' ' ')"
+  fi
+fi
 
 for c in blackhole linkdown; do
   window=0
