@@ -159,33 +159,50 @@ Bayes Generate(const std::string& train, const std::string& test,
   return b;
 }
 
-pid_t RankPid(pid_t parent, int rank) {
-  const std::string want = "FERRY_RANK=" + std::to_string(rank);
+namespace {
+
+// Whether the NUL-separated list `list` holds an entry equal to `want`, or containing it with
+// `substring`.
+bool HasEntry(const std::string& list, const std::string& want, bool substring) {
+  size_t at = 0;
+  while (at < list.size()) {
+    const size_t end = list.find('\0', at);
+    const std::string entry = list.substr(at, (end == std::string::npos ? list.size() : end) - at);
+    if (substring ? entry.find(want) != std::string::npos : entry == want) return true;
+    if (end == std::string::npos) break;
+    at = end + 1;
+  }
+  return false;
+}
+
+}  // namespace
+
+pid_t FindProcess(const std::string& env_entry, const std::string& arg, pid_t parent) {
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
     const std::string name = e.path().filename().string();
     if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    // /proc/PID/stat: "pid (comm) state ppid ..."; comm may hold spaces, so from the last ')'.
-    const std::string stat = Slurp(e.path().string() + "/stat");
-    const size_t close = stat.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(stat.substr(close + 1));
-    std::string state;
-    long ppid = -1;
-    rest >> state >> ppid;
-    if (ppid != parent) continue;
-    const std::string env = Slurp(e.path().string() + "/environ");
-    size_t at = 0;
-    while (at < env.size()) {
-      const size_t end = env.find('\0', at);
-      if (env.compare(at, (end == std::string::npos ? env.size() : end) - at, want) == 0) {
-        return static_cast<pid_t>(std::stol(name));
-      }
-      if (end == std::string::npos) break;
-      at = end + 1;
+    if (parent > 0) {
+      // /proc/PID/stat: "pid (comm) state ppid ..."; comm may hold spaces, so from the last ')'.
+      const std::string stat = Slurp(e.path().string() + "/stat");
+      const size_t close = stat.rfind(')');
+      if (close == std::string::npos) continue;
+      std::istringstream rest(stat.substr(close + 1));
+      std::string state;
+      long ppid = -1;
+      rest >> state >> ppid;
+      if (ppid != parent) continue;
+    }
+    if (!arg.empty() && !HasEntry(Slurp(e.path().string() + "/cmdline"), arg, true)) continue;
+    if (HasEntry(Slurp(e.path().string() + "/environ"), env_entry, false)) {
+      return static_cast<pid_t>(std::stol(name));
     }
   }
   return -1;
+}
+
+pid_t RankPid(pid_t parent, int rank) {
+  return FindProcess("FERRY_RANK=" + std::to_string(rank), "", parent);
 }
 
 TrainRun Train(const TempDir& dir, const std::string& tag, const std::vector<std::string>& args,

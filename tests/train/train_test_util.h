@@ -38,6 +38,9 @@ Proc Exec(const std::vector<std::string>& argv, double timeout_s,
 // The pid of the child of `parent` whose environment holds FERRY_RANK=`rank` (a rank that
 // ferry-train's local cluster started), or -1.
 pid_t RankPid(pid_t parent, int rank);
+// A process whose environment holds `env_entry` ("OMPI_COMM_WORLD_RANK=1"), with an argument
+// containing `arg` (when not empty), a child of `parent` (when > 0); -1 if none.
+pid_t FindProcess(const std::string& env_entry, const std::string& arg, pid_t parent = -1);
 
 // The paths from the environment ("" when unset).
 std::string TrainBin();
