@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "transport/copy_row.h"
+#include "transport/common/copy_row.h"
 #include "transport/tcp/tcp.h"
 
 namespace ferry::tcp {
@@ -113,7 +113,7 @@ void Cursor::CopyIn(const uint8_t* src, uint64_t n) {
     const uint64_t left = s.length - off;
     const uint64_t take = std::min(left, n);
     if (take > 0) {
-      internal::CopyRow(base + (remote ? s.remote_offset : s.local_offset) + off, src, take);
+      common::CopyRow(base + (remote ? s.remote_offset : s.local_offset) + off, src, take);
       src += take;
       n -= take;
     }

@@ -34,12 +34,15 @@
 #include <vector>
 
 #include "transport/backend.h"
+#include "transport/common/fd.h"
+#include "transport/common/ring.h"
 #include "transport/handshake.h"
-#include "transport/tcp/ring.h"
 #include "transport/tcp/wire.h"
 
 namespace ferry::tcp {
 
+using common::Ring;
+using common::UniqueFd;
 using Clock = std::chrono::steady_clock;
 
 inline constexpr size_t kMaxIov = 1024;  // IOV_MAX on Linux
@@ -181,7 +184,7 @@ inline Completion ErrorCompletion(uint64_t context, OpType type, Endpoint* ep, c
 struct Conn {
   enum class State : uint8_t { kConnecting, kHandshake, kOpen, kFailed };
   uint64_t id = 0;
-  int fd = -1;
+  UniqueFd fd;  // closed (reset) when the connection fails
   State state = State::kConnecting;
   bool server = false;
   bool want_out = false;  // EPOLLOUT registered
@@ -277,10 +280,13 @@ class TcpTransport final : public Transport {
   Result<std::string> Listen(const std::string& address) override;
   Result<std::shared_ptr<Endpoint>> Accept(Millis timeout) override;
   Result<std::shared_ptr<Endpoint>> Connect(const std::string& address, Millis timeout) override;
-  Status Post(std::span<const Op> ops) override;
   size_t Poll(std::span<Completion> out) override;
   Status Wait(Millis timeout) override;
   void Wake() override;
+
+ protected:
+  Status CheckOwnership(const Op& op, size_t index) const override;
+  Status PostValidated(std::span<const Op> ops) override;
 
  private:
   friend class TcpEndpoint;
@@ -301,7 +307,7 @@ class TcpTransport final : public Transport {
   void Complete(Completion c);
 
   // ---- connections (connect.cc)
-  Conn* NewConn(int fd, bool server, std::string peer_address);
+  Conn* NewConn(UniqueFd fd, bool server, std::string peer_address);
   void AcceptNew(int listen_fd);
   void HandleEvent(Conn& c, uint32_t events);
   void StartHandshake(Conn& c);
@@ -314,7 +320,6 @@ class TcpTransport final : public Transport {
   void ReleaseConn(Conn* c);
 
   // ---- data path (send.cc, receive.cc)
-  Status CheckOp(const Op& op, size_t index) const;
   void PostOne(const Op& op);
   void PostRecv(const Op& op);
   void FlushTx(Conn& c);
@@ -343,10 +348,10 @@ class TcpTransport final : public Transport {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;  // progress happened (completions, accepts, handshakes, drains)
-  int epfd_ = -1;
-  int wake_fd_ = -1;  // eventfd: stops the progress thread, interrupts a Wait (Wake)
-  std::atomic<bool> wake_requested_{false};  // Wake() called, not yet seen by a Wait
-  std::vector<std::pair<uint64_t, int>> listeners_;  // (event id, fd)
+  UniqueFd epfd_;
+  UniqueFd wake_fd_;  // eventfd: stops the progress thread, interrupts a Wait (Wake)
+  std::atomic<bool> wake_requested_{false};               // Wake() called, not yet seen by a Wait
+  std::vector<std::pair<uint64_t, UniqueFd>> listeners_;  // (event id, socket)
   std::unordered_map<uint64_t, std::unique_ptr<Conn>> conns_;
   uint64_t next_id_ = 1;  // event ids: wake = 0, listeners and conns from 1
   size_t open_conns_ = 0;
