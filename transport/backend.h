@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "transport/transport.h"
 
@@ -16,6 +17,15 @@ struct BackendEntry {
   std::string (*probe)();
   Result<std::unique_ptr<Transport>> (*create)(const TransportOptions& options);
 };
+
+// Each backend's entry, defined in its setup.cc.
+const BackendEntry& VerbsBackendEntry();
+const BackendEntry& UcxBackendEntry();
+const BackendEntry& TcpBackendEntry();
+
+// The one explicit list of the backends compiled in, highest priority first (backend.cc). The
+// public ListBackends / CreateTransport / CreateBestTransport (transport.h) walk it.
+std::vector<const BackendEntry*> CompiledBackends();
 
 // Checks an Op against what the initiator knows: region bounds (with overflow checks), the
 // imported descriptor's bounds and access bits, capabilities, and limits. `index` names the Op in

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "transport/common/segment_check.h"
-#include "transport/tcp/tcp.h"
+#include "transport/tcp/tcp_transport.h"
 
 namespace {
 

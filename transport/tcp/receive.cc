@@ -9,7 +9,7 @@
 #include <limits>
 
 #include "transport/common/segment_check.h"
-#include "transport/tcp/tcp.h"
+#include "transport/tcp/tcp_transport.h"
 
 namespace ferry::tcp {
 

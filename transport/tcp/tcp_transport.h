@@ -1,4 +1,4 @@
-// Internal declarations of the tcp backend (never included outside transport/tcp/ and its tests).
+// The tcp backend's hub header (never included outside transport/tcp/ and its tests).
 //
 // Architecture:
 //   One TcpTransport owns an epoll set, the listening sockets, every connection (Conn), the table
@@ -12,10 +12,12 @@
 //   A handle (TcpEndpoint) is the only owner of an established Conn's lifetime: destroying it
 //   closes the socket and frees the Conn.
 //
-// Files: transport.cc (setup, progress, registry entry), connect.cc (sockets, handshake,
-// failure), send.cc (Post, framing, sendmsg), receive.cc (the receive state machine),
-// regions.cc (registration, target-side checks, remote keys), wire.{h,cc} (frame layout),
-// cursor.cc (iovec walking), ring.h (the allocation-free queue).
+// Files (the names verbs and ucx use for the same concerns): setup.cc (options, progress,
+// Poll/Wait, registry entry), connect.cc (sockets, handshake, failure), datapath.cc (the
+// ownership hook, PostValidated, framing, sendmsg), receive.cc (the receive state machine),
+// memory.cc (registration, target-side key lookup, remote keys), wire.{h,cc} (frame layout),
+// cursor.{h,cc} (iovec walking). Shared plumbing (sockets, fds, the ring, the segment check)
+// is in transport/common/.
 #pragma once
 
 #include <sys/uio.h>
@@ -37,6 +39,7 @@
 #include "transport/common/fd.h"
 #include "transport/common/ring.h"
 #include "transport/handshake.h"
+#include "transport/tcp/cursor.h"
 #include "transport/tcp/wire.h"
 
 namespace ferry::tcp {
@@ -51,9 +54,7 @@ inline constexpr size_t kMaxIov = 1024;  // IOV_MAX on Linux
 // takes only kTailLookAhead, so that bulk streams copy little out of the look-ahead.
 inline constexpr size_t kCtrlSize = 8192;
 inline constexpr size_t kTailLookAhead = 512;
-inline constexpr size_t kScratchSize = 64 * 1024;  // sink for refused payloads
 inline constexpr uint64_t kDefaultUnexpectedLimit = 64ull << 20;
-inline constexpr uint64_t kFillBytes = 8ull << 20;  // Cursor::Fill stops merging runs here
 // Target of a sparse write whose rows average at most this many bytes: the payload is received
 // into the connection's scratch buffer and scattered with memcpy (see Rx::bounce). Measured
 // crossover of receiver CPU per row (docs/perf/tcp-profile.md): bounce wins up to ~96 B rows,
@@ -65,56 +66,6 @@ inline constexpr uint64_t kDefaultBounceMaxRow = 96;
 inline bool ShouldBounce(uint64_t total, size_t nsegs, uint64_t max_row) {
   return max_row > 0 && nsegs > 1 && total / nsegs <= max_row;
 }
-
-// Walks the bytes of one transfer: a contiguous range, a segment list (local or remote offsets
-// of ferry::Segment), or a discard sink that reuses one scratch buffer. Used both to gather
-// (sendmsg) and to scatter (readv).
-struct Cursor {
-  uint8_t* base = nullptr;
-  const Segment* segs = nullptr;  // null: contiguous [base + done, +remaining)
-  size_t nsegs = 0;
-  bool remote_side = false;  // segments: use remote_offset (target) instead of local_offset
-  bool discard = false;      // base is a scratch buffer of kScratchSize bytes
-  size_t idx = 0;            // current segment
-  uint64_t off = 0;          // bytes done in the current segment / contiguous range
-  uint64_t remaining = 0;
-
-  void SetContig(uint8_t* p, uint64_t n);
-  void SetSegments(uint8_t* b, const Segment* s, size_t n, bool remote, uint64_t total);
-  void SetDiscard(uint8_t* scratch, uint64_t n);
-  // Appends up to `max` iovecs from the current position; returns how many, adds their bytes.
-  // Segments adjacent in memory are merged into one iovec (at most kFillBytes per call).
-  size_t Fill(iovec* iov, size_t max, uint64_t* bytes) const;
-  void Advance(uint64_t n);
-  // Copies n bytes (n <= remaining) in at the current position and advances (a discard cursor
-  // only advances).
-  void CopyIn(const uint8_t* src, uint64_t n);
-};
-
-// One frame (or reply) waiting to be sent: header, optional segment table, payload.
-struct TxItem {
-  uint8_t header[kHeaderSize] = {};
-  uint32_t header_done = 0;
-  const uint8_t* table = nullptr;  // the initiator's Segment array (sparse requests)
-  uint64_t table_len = 0;
-  uint64_t table_done = 0;
-  Cursor data;
-  bool data_is_text = false;  // payload is `text` (error responses); pointer taken at Fill time
-  std::string text;
-  uint64_t text_done = 0;
-  // On completion of the send:
-  bool complete_send = false;  // a two-sided send: queue its completion
-  uint64_t context = 0;
-  uint64_t bytes = 0;
-  uint64_t pin_key = 0;              // target region pinned while this read response streams
-  std::vector<Segment> owned_table;  // sparse read response: the request's segments
-
-  bool started() const { return header_done > 0; }
-  size_t Fill(iovec* iov, size_t max, uint64_t* bytes_out) const;
-  // Consumes up to n sent bytes; returns how many belonged to this item.
-  uint64_t Advance(uint64_t n);
-  bool done() const;
-};
 
 // An initiator's one-sided op awaiting its reply (FIFO per connection, replies come in order).
 struct PendingOp {
@@ -296,7 +247,7 @@ class TcpTransport final : public Transport {
   TcpTransport(const TransportOptions& options, Params params);
   Status Init();
 
-  // ---- progress (transport.cc)
+  // ---- progress (setup.cc)
   // One round: epoll_wait (unlocked when timeout_ms > 0), socket events, timers.
   void Progress(Lock& lk, int timeout_ms);
   // Drives progress (or waits for the progress thread) until pred() or the deadline.
@@ -319,7 +270,7 @@ class TcpTransport final : public Transport {
   void Sweep();
   void ReleaseConn(Conn* c);
 
-  // ---- data path (send.cc, receive.cc)
+  // ---- data path (datapath.cc, receive.cc)
   void PostOne(const Op& op);
   void PostRecv(const Op& op);
   void FlushTx(Conn& c);
@@ -336,7 +287,7 @@ class TcpTransport final : public Transport {
   void QueueHandshakeOut(Conn& c);
   TxItem& PushFrame(Conn& c, const FrameHeader& h);
 
-  // ---- regions (regions.cc)
+  // ---- regions (memory.cc)
   Status CheckTarget(uint64_t key, uint32_t needed, RegionEntry** out);
   void Unpin(uint64_t key);
   void Deregister(uint64_t key);

@@ -1,4 +1,5 @@
-// tcp send side: Post (validation, framing, matching receives against buffered messages) and
+// tcp data path, send side: the ownership hook and PostValidated (framing, matching receives
+// against buffered messages) and
 // FlushTx, which gathers frames straight from registered memory with sendmsg().
 //
 // Steady state allocates nothing: queues are Rings, the iovec array lives in the Conn, and only
@@ -9,7 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "transport/tcp/tcp.h"
+#include "transport/tcp/tcp_transport.h"
 
 namespace ferry::tcp {
 namespace {

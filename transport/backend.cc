@@ -1,7 +1,12 @@
+// Shared rules for backends: the explicit backend list, ValidateOp, the ownership errors of
+// Transport::CheckOwnership hooks, and parameter parsing.
+#include "transport/backend.h"
+
+#include <algorithm>
 #include <charconv>
 #include <limits>
 
-#include "transport/backend.h"
+#include "ferry_config.h"
 #include "transport/common/segment_check.h"
 
 namespace ferry {
@@ -20,6 +25,21 @@ std::string Who(const Op& op, size_t index) {
 }
 
 }  // namespace
+
+std::vector<const BackendEntry*> CompiledBackends() {
+  std::vector<const BackendEntry*> entries;
+#if FERRY_HAVE_VERBS
+  entries.push_back(&VerbsBackendEntry());
+#endif
+#if FERRY_HAVE_UCX
+  entries.push_back(&UcxBackendEntry());
+#endif
+  entries.push_back(&TcpBackendEntry());
+  std::stable_sort(
+      entries.begin(), entries.end(),
+      [](const BackendEntry* a, const BackendEntry* b) { return a->priority > b->priority; });
+  return entries;
+}
 
 Status ValidateOp(const Op& op, const Capabilities& caps, uint64_t max_segments, size_t index) {
   // Built only on the error path: a std::string here would allocate on every posted op.
@@ -147,26 +167,6 @@ Result<uint64_t> ParamUint(const TransportOptions& options, const std::string& k
     return InvalidArgument("parameter " + key + "='" + s + "' is not a number");
   }
   return value;
-}
-
-std::string_view OpTypeName(OpType type) {
-  switch (type) {
-    case OpType::kSend:
-      return "send";
-    case OpType::kRecv:
-      return "recv";
-    case OpType::kWrite:
-      return "write";
-    case OpType::kRead:
-      return "read";
-    case OpType::kSparseWrite:
-      return "sparse_write";
-    case OpType::kSparseRead:
-      return "sparse_read";
-    case OpType::kNotify:
-      return "notify";
-  }
-  return "unknown";
 }
 
 }  // namespace ferry

@@ -11,7 +11,7 @@
 #include <cerrno>
 #include <map>
 
-#include "transport/tcp/tcp.h"
+#include "transport/tcp/tcp_transport.h"
 
 namespace ferry::tcp {
 namespace {
