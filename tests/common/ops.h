@@ -47,14 +47,11 @@ inline Op ReadOp(Endpoint* ep, const MemoryRegion* mr, uint64_t local_offset, co
 
 inline Op SparseOp(OpType type, Endpoint* ep, const MemoryRegion* mr, const RemoteKey* key,
                    const Segment* segs, size_t n, uint64_t ctx) {
-  Op op;
+  Op op = SendOp(ep, mr, 0, 0, ctx);
   op.type = type;
-  op.ep = ep;
-  op.local = mr;
   op.remote = key;
   op.segments = segs;
   op.num_segments = n;
-  op.context = ctx;
   return op;
 }
 

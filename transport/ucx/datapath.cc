@@ -398,12 +398,7 @@ void UcxTransport::SendNotify(OpState* st) {
   st->header.target_ep = st->ep->peer_tag_;
   st->header.imm = st->imm;
   st->header.bytes = st->bytes;
-  ucp_request_param_t p{};
-  p.op_attr_mask =
-      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
-  p.cb.send = &UcxTransport::OnSendDone;
-  p.user_data = st;
-  p.flags = UCP_AM_SEND_FLAG_EAGER;
+  ucp_request_param_t p = EagerAmParams(&UcxTransport::OnSendDone, st);
   ucs_status_ptr_t req = ucp_am_send_nbx(st->ep->ep_.get(), kAmNotify, &st->header,
                                          sizeof(st->header), nullptr, 0, &p);
   if (req == nullptr)

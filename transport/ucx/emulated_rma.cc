@@ -62,12 +62,8 @@ void UcxTransport::PostAm(OpState* st, const Op& op) {
   st->am.send_pending = true;
   st->am.reply_pending = true;
   am_ops_[st->am.rma.req_id] = st;
-  ucp_request_param_t p{};
-  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                   UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_DATATYPE;
-  p.cb.send = &UcxTransport::OnAmRmaSent;
-  p.user_data = st;
-  p.flags = UCP_AM_SEND_FLAG_EAGER;  // whole message in the target's handler, no rendezvous
+  ucp_request_param_t p = EagerAmParams(&UcxTransport::OnAmRmaSent, st);
+  p.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
   p.datatype = ucp_dt_make_iov();
   ucs_status_ptr_t req =
       ucp_am_send_nbx(ep->ep_.get(), kAmRmaRequest, &st->am.rma, sizeof(st->am.rma),
@@ -270,13 +266,8 @@ void UcxTransport::SendReplies() {
     if (it == live_.end() || it->second->state_ != UcxEndpoint::State::kReady) continue;
     UcxEndpoint* ep = it->second;
     r->header.target_ep = ep->peer_tag_;
-    ucp_request_param_t p{};
-    p.op_attr_mask =
-        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
-    p.cb.send = &UcxTransport::OnReplySent;
-    p.flags = UCP_AM_SEND_FLAG_EAGER;
     PendingReply* raw = r.get();
-    p.user_data = raw;
+    ucp_request_param_t p = EagerAmParams(&UcxTransport::OnReplySent, raw);
     const void* buffer = raw->data.data();
     size_t count = raw->data.size();
     if (!raw->iov.empty()) {

@@ -118,6 +118,18 @@ inline constexpr const char* kBackendName = "ucx";
 class UcxTransport;
 struct OpState;
 
+// Parameters of every active message this backend sends: eager (the whole message reaches the
+// target's handler: no rendezvous) with a completion callback.
+inline ucp_request_param_t EagerAmParams(ucp_send_nbx_callback_t cb, void* user_data) {
+  ucp_request_param_t p{};
+  p.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  p.cb.send = cb;
+  p.user_data = user_data;
+  p.flags = UCP_AM_SEND_FLAG_EAGER;
+  return p;
+}
+
 class UcxMemoryRegion final : public MemoryRegion {
  public:
   UcxMemoryRegion(UcxTransport* t, uint8_t* data, size_t size, uint32_t access, MemHandle memh,
