@@ -3,7 +3,8 @@
 // Architecture:
 //   One TcpTransport owns an epoll set, the listening sockets, every connection (Conn), the table
 //   of registered regions and the completion queue. One mutex (mu_) guards all of it; every
-//   public method takes it, so all are thread-safe. Progress (socket I/O) runs on whichever
+//   public method takes it, so all are thread-safe (Post's ownership hook reads only what is
+//   fixed while the objects live, and takes none). Progress (socket I/O) runs on whichever
 //   thread calls Poll/Wait/Accept/Connect, or on the internal progress thread when
 //   TransportOptions::progress_thread is set. epoll_wait itself runs with the mutex released.
 //
