@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "transport/transport.h"
 
@@ -17,19 +18,31 @@ struct BackendEntry {
   Result<std::unique_ptr<Transport>> (*create)(const TransportOptions& options);
 };
 
+// Each backend's entry, defined in its setup.cc.
+const BackendEntry& VerbsBackendEntry();
+const BackendEntry& UcxBackendEntry();
+const BackendEntry& TcpBackendEntry();
+
+// The one explicit list of the backends compiled in, highest priority first (backend.cc). The
+// public ListBackends / CreateTransport / CreateBestTransport (transport.h) walk it.
+std::vector<const BackendEntry*> CompiledBackends();
+
 // Checks an Op against what the initiator knows: region bounds (with overflow checks), the
 // imported descriptor's bounds and access bits, capabilities, and limits. `index` names the Op in
 // the message. The target side must enforce the same rules again on what arrives (a descriptor
-// can be forged); see CheckRemoteAccess().
+// can be forged); see common/segment_check.h.
 Status ValidateOp(const Op& op, const Capabilities& caps, uint64_t max_segments, size_t index);
 
-// Target-side rule, as an HCA applies it: [offset, offset+length) inside a region of `size`
-// bytes that grants `needed` access. Used by software backends on every remote request.
-Status CheckRemoteAccess(uint64_t size, uint32_t granted, uint64_t offset, uint64_t length,
-                         uint32_t needed);
-
-// Splits "host:port" (host may be a bracketed IPv6 literal). Port 0 is allowed.
-Status SplitHostPort(const std::string& address, std::string* host, uint16_t* port);
+// The failures of a Transport::CheckOwnership hook, worded once for every backend. Built only
+// on the failure path (a string per posted Op would allocate on the data path).
+enum class Foreign : uint8_t {
+  kEndpoint,     // op.ep was made by another transport (or its transport is gone)
+  kLocalRegion,  // op.local was registered with another transport
+  kRemoteKey,    // op.remote was not imported on op.ep
+};
+Status ForeignError(const Op& op, size_t index, Foreign what);
+// A send larger than the peer's max_message_size (from its handshake) is refused.
+Status CheckPeerMessageLimit(const Op& op, size_t index, uint64_t peer_max_message);
 
 // Parses a boolean/number parameter from TransportOptions::params with a clear error.
 Result<uint64_t> ParamUint(const TransportOptions& options, const std::string& key,

@@ -59,32 +59,6 @@ struct PoolStats {
   size_t bytes_in_use = 0;  // sum of capacities of live Buffers
 };
 
-// Shareable registrable memory (see "Shareable memory" in transport.h): a memfd of `length`
-// bytes (rounded up to pages), sealed against shrinking, mapped MAP_SHARED read/write and
-// published in the shareable-mapping index for its lifetime. Register it like any memory
-// (Transport::RegisterMemory(data(), size(), ...)); destroy the registrations first.
-// Move-only; the destructor withdraws, unmaps and closes. New bytes are zero.
-class ShareableMemory {
- public:
-  ShareableMemory() = default;
-  ~ShareableMemory() { Reset(); }
-  ShareableMemory(ShareableMemory&& other) noexcept { *this = std::move(other); }
-  ShareableMemory& operator=(ShareableMemory&& other) noexcept;
-  ShareableMemory(const ShareableMemory&) = delete;
-  ShareableMemory& operator=(const ShareableMemory&) = delete;
-
-  static Result<ShareableMemory> Allocate(size_t length);
-  uint8_t* data() const { return data_; }
-  size_t size() const { return size_; }
-  int fd() const { return fd_; }
-  void Reset();
-
- private:
-  uint8_t* data_ = nullptr;
-  size_t size_ = 0;
-  int fd_ = -1;
-};
-
 class RegisteredPool;
 
 // A block of registered memory. Move-only; destruction (or Reset) returns it to its pool.

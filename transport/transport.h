@@ -51,6 +51,7 @@
 #include <string_view>
 #include <vector>
 
+#include "transport/shareable.h"  // shareable memory: part of this interface
 #include "transport/status.h"
 
 namespace ferry {
@@ -275,10 +276,12 @@ class Transport {
   virtual Result<std::shared_ptr<Endpoint>> Connect(const std::string& address, Millis timeout) = 0;
 
   // Validates every Op first; if any is malformed (bad region bounds, missing key, capability the
-  // backend lacks, too many segments) nothing is posted and the error names the Op's index.
-  // Otherwise all are posted and each completes exactly once. Ops on a failed endpoint complete
-  // with its error. Non-blocking.
-  virtual Status Post(std::span<const Op> ops) = 0;
+  // backend lacks, too many segments, an endpoint, region or key of another transport) nothing
+  // is posted and the error names the Op's index. Otherwise all are posted and each completes
+  // exactly once. Ops on a failed endpoint complete with its error. Non-blocking.
+  // Not virtual: the checks are the same for every backend (ValidateOp, then the backend's
+  // CheckOwnership hook, op by op), and only then does the backend's PostValidated run.
+  Status Post(std::span<const Op> ops);
   // Drives progress once and returns up to out.size() completions. Non-blocking.
   virtual size_t Poll(std::span<Completion> out) = 0;
   // Blocks until Poll may return something, `timeout` passes, or Wake() is called (driving
@@ -292,41 +295,17 @@ class Transport {
 
  protected:
   Transport() = default;
-};
 
-// ---- Shareable memory ------------------------------------------------------------------------
-//
-// Memory that a same-host peer may map directly, so that one-sided transfers between processes
-// on one host become plain memory copies (ucx over shared memory; other backends ignore it).
-// It is a MAP_SHARED mapping of a memfd sealed against shrinking (F_SEAL_SHRINK, so a peer's
-// mapping can never lose its pages). ferry::ShareableMemory (transport/pool.h) allocates such
-// memory; ps::MappedBuffer can be created shareable.
-//
-// Owners publish each such mapping in a process-wide index while it exists; RegisterMemory of a
-// backend that can use it looks the registered range up there (nothing else to pass). Rules for
-// owners: publish after mapping, withdraw BEFORE unmapping, moving (mremap) or replacing pages of
-// the mapping (hole punching; publish again afterwards), keep `fd` open while published.
-// Thread-safe.
-struct MemoryBacking {
-  int fd = -1;          // -1: not shareable
-  uint64_t offset = 0;  // offset of the queried address inside the memfd
+  // Post's ownership hook, called once per Op after ValidateOp accepted it: Ok when the Op's
+  // endpoint, local region and remote key belong to this transport (and the Op fits what the
+  // peer announced in its handshake); otherwise an error naming Op `index`. Runs for every
+  // posted Op, so it must not allocate unless it fails (backend.h ForeignError words the common
+  // failures). Called without any backend lock: it may read only what stays fixed while the
+  // Op's objects are alive. Thread-safe, non-blocking.
+  virtual Status CheckOwnership(const Op& op, size_t index) const = 0;
+  // Posts a batch that passed Post's checks; the rest of Post's contract applies.
+  virtual Status PostValidated(std::span<const Op> ops) = 0;
 };
-// [addr, addr+length) is mapped MAP_SHARED from `fd` starting at `offset`.
-void PublishShareableMapping(const void* addr, size_t length, int fd, uint64_t offset);
-// Removes the mapping published at `addr` (no-op if none).
-void WithdrawShareableMapping(const void* addr);
-// The backing of [addr, addr+length) when one published mapping covers all of it.
-MemoryBacking FindShareableBacking(const void* addr, size_t length);
-
-// Listeners told when a published mapping is withdrawn, i.e. before its pages are unmapped or
-// moved (a backend that keeps registrations of published memory alive drops them there).
-// `fn(addr, length)` runs synchronously inside WithdrawShareableMapping, on the withdrawing thread,
-// after the index's lock is released; calls are serialised. A listener must not publish, withdraw
-// or add/remove listeners. After RemoveMappingWithdrawnListener returns, its listener is not
-// running and is never called again. Thread-safe.
-using MappingWithdrawnListener = std::function<void(const void* addr, size_t length)>;
-uint64_t AddMappingWithdrawnListener(MappingWithdrawnListener fn);  // returns an id > 0
-void RemoveMappingWithdrawnListener(uint64_t id);
 
 // ---- Backends -------------------------------------------------------------------------------
 

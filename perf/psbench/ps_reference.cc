@@ -32,7 +32,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "config.h"
+#include "ferry_config.h"
 #include "ps/array_hash_map.h"
 #include "ps/optimizer.h"
 #include "tools/bench/stats.h"

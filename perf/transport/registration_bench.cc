@@ -1,5 +1,5 @@
 // What registering and deregistering a region costs on one backend configuration: the price of
-// UCX_IB_REG_METHODS=direct (final deregistration, transport/ucx/context.cc) against UCX's
+// UCX_IB_REG_METHODS=direct (final deregistration, transport/ucx/setup.cc) against UCX's
 // registration cache, and the same for any backend. Ferry registers a region once, so this is a
 // set-up cost, not a per-operation one. Prints one line per size: the median of `rounds`
 // register+deregister pairs of a fresh, touched buffer (the cache would otherwise find it).

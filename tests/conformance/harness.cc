@@ -127,52 +127,6 @@ std::string Describe(const Completion& c) {
          << "no kNotify completion on " << t->name() << " after " << timeout.count() << " ms";
 }
 
-Op SendOp(Endpoint* ep, const MemoryRegion* mr, uint64_t offset, uint64_t length, uint64_t ctx) {
-  Op op;
-  op.type = OpType::kSend;
-  op.ep = ep;
-  op.local = mr;
-  op.local_offset = offset;
-  op.length = length;
-  op.context = ctx;
-  return op;
-}
-
-Op RecvOp(Endpoint* ep, const MemoryRegion* mr, uint64_t offset, uint64_t capacity, uint64_t ctx) {
-  Op op = SendOp(ep, mr, offset, capacity, ctx);
-  op.type = OpType::kRecv;
-  return op;
-}
-
-Op WriteOp(Endpoint* ep, const MemoryRegion* mr, uint64_t local_offset, const RemoteKey* key,
-           uint64_t remote_offset, uint64_t length, uint64_t ctx) {
-  Op op = SendOp(ep, mr, local_offset, length, ctx);
-  op.type = OpType::kWrite;
-  op.remote = key;
-  op.remote_offset = remote_offset;
-  return op;
-}
-
-Op ReadOp(Endpoint* ep, const MemoryRegion* mr, uint64_t local_offset, const RemoteKey* key,
-          uint64_t remote_offset, uint64_t length, uint64_t ctx) {
-  Op op = WriteOp(ep, mr, local_offset, key, remote_offset, length, ctx);
-  op.type = OpType::kRead;
-  return op;
-}
-
-Op SparseOp(OpType type, Endpoint* ep, const MemoryRegion* mr, const RemoteKey* key,
-            const Segment* segs, size_t n, uint64_t ctx) {
-  Op op;
-  op.type = type;
-  op.ep = ep;
-  op.local = mr;
-  op.remote = key;
-  op.segments = segs;
-  op.num_segments = n;
-  op.context = ctx;
-  return op;
-}
-
 void Conformance::MakePair(Pair* p, const PairOptions& o) {
   TransportOptions bo = o.b_options;
   bo.progress_thread = bo.progress_thread || o.b_progress_thread;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tests/common/backends.h"
+#include "tests/common/ops.h"
 #include "tests/common/pattern.h"
 #include "tests/common/print.h"
 #include "tests/common/tally.h"
@@ -92,15 +93,7 @@ class Poller {
   int idle_rounds_ = 0;
 };
 
-// Op builders.
-Op SendOp(Endpoint* ep, const MemoryRegion* mr, uint64_t offset, uint64_t length, uint64_t ctx);
-Op RecvOp(Endpoint* ep, const MemoryRegion* mr, uint64_t offset, uint64_t capacity, uint64_t ctx);
-Op WriteOp(Endpoint* ep, const MemoryRegion* mr, uint64_t local_offset, const RemoteKey* key,
-           uint64_t remote_offset, uint64_t length, uint64_t ctx);
-Op ReadOp(Endpoint* ep, const MemoryRegion* mr, uint64_t local_offset, const RemoteKey* key,
-          uint64_t remote_offset, uint64_t length, uint64_t ctx);
-Op SparseOp(OpType type, Endpoint* ep, const MemoryRegion* mr, const RemoteKey* key,
-            const Segment* segs, size_t n, uint64_t ctx);
+// Op builders: SendOp, RecvOp, WriteOp, ReadOp, SparseOp (tests/common/ops.h).
 
 // Registrations start this many bytes into their buffer, so that no region is page aligned.
 inline constexpr size_t kMisalign = 5;

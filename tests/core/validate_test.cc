@@ -1,5 +1,7 @@
-// ValidateOp, CheckRemoteAccess, SplitHostPort and ParamUint (transport/validate.cc): the checks
-// every backend runs before posting. Uses fake regions and keys; nothing is registered.
+// ValidateOp and ParamUint (transport/backend.h), common::CheckRemoteAccess
+// (transport/common/segment_check.h) and common::SplitHostPort (transport/common/socket.h): the
+// checks every backend runs before posting or on what arrives. Uses fake regions and keys; nothing
+// is registered.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -9,9 +11,14 @@
 
 #include "tests/common/print.h"
 #include "transport/backend.h"
+#include "transport/common/segment_check.h"
+#include "transport/common/socket.h"
 
 namespace ferry {
 namespace {
+
+using common::CheckRemoteAccess;
+using common::SplitHostPort;
 
 constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
 

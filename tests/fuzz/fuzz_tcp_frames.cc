@@ -13,7 +13,8 @@
 #include <span>
 #include <vector>
 
-#include "transport/tcp/tcp.h"
+#include "transport/common/segment_check.h"
+#include "transport/tcp/tcp_transport.h"
 
 namespace {
 
@@ -138,8 +139,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         region != nullptr ? ferry::Status::Ok() : ferry::PermissionDenied("key");
     if (verdict.ok()) {
       const uint64_t rsize = region->bytes.size();
-      verdict = sparse ? ferry::tcp::CheckSegmentsInRegion(table, rsize, region->access, needed)
-                       : ferry::CheckRemoteAccess(rsize, region->access, h.arg, h.length, needed);
+      verdict =
+          sparse ? ferry::common::CheckSegmentsInRegion(table, rsize, region->access, needed)
+                 : ferry::common::CheckRemoteAccess(rsize, region->access, h.arg, h.length, needed);
     }
     const bool target = h.kind == FrameKind::kWrite || h.kind == FrameKind::kRead || sparse;
     if (target && verdict.ok() && (region->access & needed) != needed) __builtin_trap();

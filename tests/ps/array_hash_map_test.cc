@@ -6,7 +6,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "tests/ps/fake_transport.h"
+#include "tests/common/fake_transport.h"
 
 namespace ferry::ps {
 namespace {

@@ -8,7 +8,7 @@
 #include <unordered_map>
 
 #include "ps/array_hash_map.h"
-#include "tests/ps/fake_transport.h"
+#include "tests/common/fake_transport.h"
 
 namespace ferry::ps {
 namespace {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "tests/tcp/tcp_test_util.h"
-#include "transport/tcp/tcp.h"
+#include "transport/tcp/tcp_transport.h"
 
 namespace ferry::tcp::testing {
 namespace {

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/common/ops.h"
 #include "transport/handshake.h"
 #include "transport/tcp/wire.h"
 #include "transport/transport.h"
@@ -200,19 +201,6 @@ inline HelloParams RawHello(std::vector<RemoteRegion> regions = {}) {
   return p;
 }
 
-inline Op MakeOp(OpType type, Endpoint* ep, const MemoryRegion* local, uint64_t local_offset,
-                 uint64_t length, uint64_t context, const RemoteKey* remote = nullptr,
-                 uint64_t remote_offset = 0) {
-  Op op;
-  op.type = type;
-  op.ep = ep;
-  op.local = local;
-  op.local_offset = local_offset;
-  op.length = length;
-  op.context = context;
-  op.remote = remote;
-  op.remote_offset = remote_offset;
-  return op;
-}
+using ferry::testing::MakeOp;  // tests/common/ops.h
 
 }  // namespace ferry::tcp::testing

@@ -11,7 +11,7 @@
 
 #include <gtest/gtest.h>
 
-#include "config.h"
+#include "ferry_config.h"
 #include "tools/bench/config.h"
 #include "tools/bench/runner.h"
 

@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "tests/topology/fake_transport.h"
+#include "tests/common/fake_transport.h"
 
 namespace ferry {
 namespace {

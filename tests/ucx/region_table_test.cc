@@ -2,7 +2,7 @@
 // the table itself (publish, remove, full, torn-read freedom, a peer that is gone) and the
 // transport refusing stale, forged and out-of-bounds descriptors on the CMA path without
 // touching memory.
-#include "transport/ucx/region_table.h"
+#include "transport/samehost/region_table.h"
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "ps/mapped_buffer.h"
+#include "tests/common/ops.h"
 #include "tests/ucx/ucx_test_util.h"
 #include "transport/pool.h"
 
@@ -23,19 +24,12 @@ namespace {
 
 Op SparseWrite(Endpoint* ep, MemoryRegion* local, RemoteKey* key,
                const std::vector<Segment>& segs) {
-  Op w;
-  w.type = OpType::kSparseWrite;
-  w.ep = ep;
-  w.local = local;
-  w.remote = key;
-  w.segments = segs.data();
-  w.num_segments = segs.size();
-  return w;
+  return testing::SparseOp(OpType::kSparseWrite, ep, local, key, segs.data(), segs.size(), 0);
 }
 
-using ucx::PeerRegionTable;
-using ucx::RegionEntry;
-using ucx::RegionTable;
+using samehost::PeerRegionTable;
+using samehost::RegionEntry;
+using samehost::RegionTable;
 
 RegionEntry MakeEntry(uint64_t epoch) {
   RegionEntry e;

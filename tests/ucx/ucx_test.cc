@@ -30,22 +30,8 @@ std::string ConfigName(const ::testing::TestParamInfo<UcxConfig>& info) {
   return info.param.name;
 }
 
-Op SendOp(Endpoint* ep, const MemoryRegion* mr, uint64_t off, uint64_t len, uint64_t ctx) {
-  Op op;
-  op.type = OpType::kSend;
-  op.ep = ep;
-  op.local = mr;
-  op.local_offset = off;
-  op.length = len;
-  op.context = ctx;
-  return op;
-}
-
-Op RecvOp(Endpoint* ep, const MemoryRegion* mr, uint64_t off, uint64_t len, uint64_t ctx) {
-  Op op = SendOp(ep, mr, off, len, ctx);
-  op.type = OpType::kRecv;
-  return op;
-}
+using testing::RecvOp;
+using testing::SendOp;
 
 TEST(UcxParams, RejectsKeysWithoutUcxPrefix) {
   TransportOptions o;

@@ -6,11 +6,12 @@
 #include <chrono>
 #include <future>
 #include <map>
-#include <ostream>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
+#include "tests/common/ops.h"
 #include "transport/transport.h"
 
 namespace ferry::ucx_test {
@@ -25,7 +26,9 @@ inline std::vector<UcxConfig> Configs() {
   return {{"shm", {{"UCX_TLS", "shm,self"}}}, {"tcp", {{"UCX_TLS", "tcp,self"}}}};
 }
 
-inline void PrintTo(const UcxConfig& c, std::ostream* os) { *os << c.name; }
+inline void PrintTo(const UcxConfig& c, std::ostream* os) {
+  *os << c.name;
+}
 
 inline TransportOptions Options(const UcxConfig& c, Millis peer_timeout = Millis(3000)) {
   TransportOptions o;
@@ -36,8 +39,7 @@ inline TransportOptions Options(const UcxConfig& c, Millis peer_timeout = Millis
 
 // Polls every transport in `drive` (to make progress on both sides of an in-process pair)
 // until `target` has produced `n` completions or `timeout` passes.
-inline std::vector<Completion> Reap(Transport& target, size_t n,
-                                    std::vector<Transport*> drive = {},
+inline std::vector<Completion> Reap(Transport& target, size_t n, std::vector<Transport*> drive = {},
                                     Millis timeout = Millis(20000)) {
   std::vector<Completion> got;
   std::vector<Completion> buf(64);
@@ -69,7 +71,8 @@ inline Result<Pair> Connect(const TransportOptions& server_opts,
   FERRY_ASSIGN_OR_RETURN(p.client, CreateTransport("ucx", client_opts));
   FERRY_ASSIGN_OR_RETURN(std::string addr, p.server->Listen("127.0.0.1:0"));
   Transport* server = p.server.get();
-  auto accepted = std::async(std::launch::async, [server] { return server->Accept(Millis(20000)); });
+  auto accepted =
+      std::async(std::launch::async, [server] { return server->Accept(Millis(20000)); });
   auto c = p.client->Connect(addr, Millis(20000));
   auto s = accepted.get();
   if (!c.ok()) return c.status();

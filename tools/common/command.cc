@@ -5,7 +5,7 @@
 #include <sstream>
 #include <utility>
 
-#include "config.h"
+#include "ferry_config.h"
 
 namespace ferry::tools {
 namespace {

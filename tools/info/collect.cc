@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "config.h"
+#include "ferry_config.h"
 #include "tools/info/info.h"
 #include "transport/topology.h"
 #include "transport/transport.h"

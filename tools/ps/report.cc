@@ -25,7 +25,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "config.h"
+#include "ferry_config.h"
 #include "tools/ps/ps_bench.h"
 
 namespace ferry::psbench {

@@ -11,61 +11,13 @@
 #include <cerrno>
 #include <cstring>
 
-#include "transport/tcp/tcp.h"
+#include "transport/common/socket.h"
+#include "transport/tcp/tcp_transport.h"
 
 namespace ferry::tcp {
-namespace {
 
-std::string FormatAddress(const sockaddr_storage& ss) {
-  char host[INET6_ADDRSTRLEN] = {};
-  uint16_t port = 0;
-  if (ss.ss_family == AF_INET) {
-    const auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
-    inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
-    port = ntohs(a->sin_port);
-    return std::string(host) + ":" + std::to_string(port);
-  }
-  const auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
-  inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
-  port = ntohs(a->sin6_port);
-  // Built by appending: GCC 12 at -O3 reports a false -Wrestrict for "[" + std::string(...).
-  std::string out = "[";
-  out += host;
-  out += "]:";
-  out += std::to_string(port);
-  return out;
-}
-
-// Resolves host:port (numeric or a name such as localhost) to the first stream address.
-Status Resolve(const std::string& address, bool passive, sockaddr_storage* out, socklen_t* len) {
-  std::string host;
-  uint16_t port = 0;
-  FERRY_RETURN_IF_ERROR(SplitHostPort(address, &host, &port));
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);
-  addrinfo* res = nullptr;
-  const std::string port_str = std::to_string(port);
-  int rc = getaddrinfo(host.c_str(), port_str.c_str(), &hints, &res);
-  if (rc != 0 || res == nullptr) {
-    return InvalidArgument("cannot resolve '" + address + "': " + gai_strerror(rc));
-  }
-  std::memcpy(out, res->ai_addr, res->ai_addrlen);
-  *len = res->ai_addrlen;
-  freeaddrinfo(res);
-  return Status::Ok();
-}
-
-Status SocketError(const std::string& what, int err) {
-  if (err == ECONNREFUSED || err == ECONNRESET || err == EPIPE || err == EHOSTUNREACH ||
-      err == ENETUNREACH || err == ETIMEDOUT) {
-    return PeerFailure(what + ": " + std::strerror(err));
-  }
-  return IoError(what, err);
-}
-
-}  // namespace
+using common::FormatAddress;
+using common::SocketError;
 
 void TcpTransport::ConfigureSocket(int fd) {
   int one = 1;
@@ -84,39 +36,31 @@ void TcpTransport::ConfigureSocket(int fd) {
   }
 }
 
+// Resolves "host:port" (numeric or a name such as localhost) to the first stream address.
+static Status ResolveAddress(const std::string& address, bool passive, sockaddr_storage* out,
+                             socklen_t* len) {
+  std::string host;
+  uint16_t port = 0;
+  FERRY_RETURN_IF_ERROR(common::SplitHostPort(address, &host, &port));
+  return common::Resolve(host, port, passive, out, len);
+}
+
 Result<std::string> TcpTransport::Listen(const std::string& address) {
   sockaddr_storage ss{};
   socklen_t len = 0;
-  FERRY_RETURN_IF_ERROR(Resolve(address, true, &ss, &len));
-  int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return IoError("tcp listen: socket", errno);
-  int one = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
-    int err = errno;
-    close(fd);
-    return IoError("tcp listen: bind " + address, err);
-  }
-  if (listen(fd, SOMAXCONN) != 0) {
-    int err = errno;
-    close(fd);
-    return IoError("tcp listen: listen " + address, err);
-  }
-  sockaddr_storage bound{};
-  socklen_t blen = sizeof(bound);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &blen);
+  FERRY_RETURN_IF_ERROR(ResolveAddress(address, true, &ss, &len));
+  auto listener = common::ListenStream(ss, len, SOMAXCONN);
+  if (!listener.ok()) return listener.status().Annotate("tcp listen " + address);
   Lock lk(mu_);
   const uint64_t id = next_id_++;
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.u64 = id;
-  if (epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
-    int err = errno;
-    close(fd);
-    return IoError("tcp listen: epoll_ctl", err);
+  if (epoll_ctl(epfd_.get(), EPOLL_CTL_ADD, listener->fd.get(), &ev) != 0) {
+    return IoError("tcp listen: epoll_ctl", errno);
   }
-  listeners_.emplace_back(id, fd);
-  return FormatAddress(bound);
+  listeners_.emplace_back(id, std::move(listener->fd));
+  return FormatAddress(listener->bound);
 }
 
 Result<std::shared_ptr<Endpoint>> TcpTransport::Accept(Millis timeout) {
@@ -138,23 +82,19 @@ Result<std::shared_ptr<Endpoint>> TcpTransport::Connect(const std::string& addre
                                                         Millis timeout) {
   sockaddr_storage ss{};
   socklen_t len = 0;
-  FERRY_RETURN_IF_ERROR(Resolve(address, false, &ss, &len));
+  FERRY_RETURN_IF_ERROR(ResolveAddress(address, false, &ss, &len));
   const auto deadline = Clock::now() + timeout;
   Lock lk(mu_);
   if (open_conns_ >= options_.max_endpoints) {
     return ResourceExhausted("tcp connect " + address + ": max_endpoints (" +
                              std::to_string(options_.max_endpoints) + ") reached");
   }
-  int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return IoError("tcp connect: socket", errno);
-  ConfigureSocket(fd);
-  int rc = connect(fd, reinterpret_cast<sockaddr*>(&ss), len);
-  if (rc != 0 && errno != EINPROGRESS) {
-    int err = errno;
-    close(fd);
-    return SocketError("tcp connect " + address, err);
-  }
-  Conn* c = NewConn(fd, false, address);
+  UniqueFd fd(socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd) return IoError("tcp connect: socket", errno);
+  ConfigureSocket(fd.get());
+  int rc = connect(fd.get(), reinterpret_cast<sockaddr*>(&ss), len);
+  if (rc != 0 && errno != EINPROGRESS) return SocketError("tcp connect " + address, errno);
+  Conn* c = NewConn(std::move(fd), false, address);
   c->deadline = deadline;
   if (rc == 0) {
     StartHandshake(*c);
@@ -175,11 +115,11 @@ Result<std::shared_ptr<Endpoint>> TcpTransport::Connect(const std::string& addre
   return why;
 }
 
-Conn* TcpTransport::NewConn(int fd, bool server, std::string peer_address) {
+Conn* TcpTransport::NewConn(UniqueFd fd, bool server, std::string peer_address) {
   auto owned = std::make_unique<Conn>();
   Conn* c = owned.get();
   c->id = next_id_++;
-  c->fd = fd;
+  c->fd = std::move(fd);
   c->server = server;
   c->peer_address = std::move(peer_address);
   c->last_rx = c->last_tx = Clock::now();
@@ -187,31 +127,23 @@ Conn* TcpTransport::NewConn(int fd, bool server, std::string peer_address) {
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.u64 = c->id;
-  epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev);
+  epoll_ctl(epfd_.get(), EPOLL_CTL_ADD, c->fd.get(), &ev);
   conns_.emplace(c->id, std::move(owned));
   ++open_conns_;
   return c;
 }
 
 void TcpTransport::AcceptNew(int listen_fd) {
-  for (;;) {
-    sockaddr_storage ss{};
-    socklen_t len = sizeof(ss);
-    int fd =
-        accept4(listen_fd, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      return;  // EAGAIN, or EMFILE and friends: the listener stays; retry on the next event
-    }
+  // EAGAIN, or EMFILE and friends: the listener stays; retry on the next event.
+  (void)common::AcceptEach(listen_fd, [&](UniqueFd fd, const sockaddr_storage& peer) {
     if (open_conns_ >= options_.max_endpoints) {
-      close(fd);
       last_refusal_ = "max_endpoints (" + std::to_string(options_.max_endpoints) + ") reached";
-      continue;
+      return;  // closing the socket tells the client
     }
-    ConfigureSocket(fd);
-    Conn* c = NewConn(fd, true, FormatAddress(ss));
+    ConfigureSocket(fd.get());
+    Conn* c = NewConn(std::move(fd), true, FormatAddress(peer));
     StartHandshake(*c);
-  }
+  });
 }
 
 void TcpTransport::QueueHandshakeOut(Conn& c) {
@@ -245,7 +177,7 @@ void TcpTransport::HandleEvent(Conn& c, uint32_t events) {
     if (!(events & (EPOLLOUT | EPOLLERR | EPOLLHUP))) return;
     int err = 0;
     socklen_t len = sizeof(err);
-    getsockopt(c.fd, SOL_SOCKET, SO_ERROR, &err, &len);
+    getsockopt(c.fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
     if (err != 0) {
       Fail(c, SocketError("tcp connect " + c.peer_address, err));
       return;
@@ -266,7 +198,7 @@ void TcpTransport::HandshakeRead(Conn& c) {
     const bool want_len = c.hs_len_done < 4;
     uint8_t* dst = want_len ? c.hs_len + c.hs_len_done : c.hs_in.data() + c.hs_in_done;
     const size_t want = want_len ? 4 - c.hs_len_done : c.hs_in.size() - c.hs_in_done;
-    ssize_t n = recv(c.fd, dst, want, 0);
+    ssize_t n = recv(c.fd.get(), dst, want, 0);
     if (n == 0) {
       Fail(c,
            PeerFailure("peer " + c.peer_address + " closed the connection during the handshake"));
@@ -331,12 +263,12 @@ Status TcpTransport::HandshakeFrame(Conn& c) {
 }
 
 void TcpTransport::SetWantOut(Conn& c, bool on) {
-  if (c.want_out == on || c.fd < 0) return;
+  if (c.want_out == on || !c.fd) return;
   c.want_out = on;
   epoll_event ev{};
   ev.events = EPOLLIN | (on ? static_cast<uint32_t>(EPOLLOUT) : 0u);
   ev.data.u64 = c.id;
-  epoll_ctl(epfd_, EPOLL_CTL_MOD, c.fd, &ev);
+  epoll_ctl(epfd_.get(), EPOLL_CTL_MOD, c.fd.get(), &ev);
 }
 
 void TcpTransport::Fail(Conn& c, Status why) {
@@ -344,10 +276,9 @@ void TcpTransport::Fail(Conn& c, Status why) {
   if (c.server && c.state != Conn::State::kOpen) last_refusal_ = why.ToString();
   c.state = Conn::State::kFailed;
   c.status = why;
-  if (c.fd >= 0) {
-    epoll_ctl(epfd_, EPOLL_CTL_DEL, c.fd, nullptr);
-    close(c.fd);
-    c.fd = -1;
+  if (c.fd) {
+    epoll_ctl(epfd_.get(), EPOLL_CTL_DEL, c.fd.get(), nullptr);
+    c.fd.reset();
     --open_conns_;
   }
   Endpoint* ep = c.handle;

@@ -1,14 +1,16 @@
-// Cursor and TxItem: turning transfers into iovecs without copying, and tracking partial
-// sendmsg()/readv() progress so that transfers of any size stream.
+// Cursor and TxItem (cursor.h): turning transfers into iovecs without copying, and tracking
+// partial sendmsg()/readv() progress so that transfers of any size stream.
 //
 // Worked example: a sparse write of segments {len 3, len 0, len 5} after 4 bytes were sent sits
 // at idx 2, off 1, remaining 4; Fill() then yields one iovec {base + seg[2].offset + 1, 4}.
 // Zero-length segments are skipped and never produce an iovec.
+#include "transport/tcp/cursor.h"
+
 #include <algorithm>
 #include <cstring>
 
-#include "transport/copy_row.h"
-#include "transport/tcp/tcp.h"
+#include "transport/common/copy_row.h"
+#include "transport/tcp/tcp_transport.h"
 
 namespace ferry::tcp {
 namespace {
@@ -113,7 +115,7 @@ void Cursor::CopyIn(const uint8_t* src, uint64_t n) {
     const uint64_t left = s.length - off;
     const uint64_t take = std::min(left, n);
     if (take > 0) {
-      internal::CopyRow(base + (remote ? s.remote_offset : s.local_offset) + off, src, take);
+      common::CopyRow(base + (remote ? s.remote_offset : s.local_offset) + off, src, take);
       src += take;
       n -= take;
     }

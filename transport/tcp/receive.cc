@@ -8,7 +8,8 @@
 #include <cstring>
 #include <limits>
 
-#include "transport/tcp/tcp.h"
+#include "transport/common/segment_check.h"
+#include "transport/tcp/tcp_transport.h"
 
 namespace ferry::tcp {
 
@@ -57,7 +58,7 @@ void TcpTransport::ReadData(Conn& c) {
         rx.ctrl_end = avail;
       }
       const size_t want = kCtrlSize - rx.ctrl_end;
-      const ssize_t n = recv(c.fd, rx.ctrl + rx.ctrl_end, want, 0);
+      const ssize_t n = recv(c.fd.get(), rx.ctrl + rx.ctrl_end, want, 0);
       if (!check(n)) break;
       rx.ctrl_end += static_cast<size_t>(n);
       drained = static_cast<size_t>(n) < want;
@@ -88,7 +89,7 @@ void TcpTransport::ReadData(Conn& c) {
         c.iov[n++] = {rx.ctrl, kTailLookAhead};
         want += kTailLookAhead;
       }
-      const ssize_t got = readv(c.fd, c.iov, static_cast<int>(n));
+      const ssize_t got = readv(c.fd.get(), c.iov, static_cast<int>(n));
       if (!check(got)) break;
       const uint64_t body = std::min<uint64_t>(static_cast<uint64_t>(got), rx.dst.remaining);
       if (rx.bounce) {
@@ -152,7 +153,8 @@ bool TcpTransport::OnHeader(Conn& c) {
     case FrameKind::kWrite:
       rx.verdict = CheckTarget(h.key, kAccessRemoteWrite, &e);
       if (rx.verdict.ok()) {
-        rx.verdict = CheckRemoteAccess(e->size, e->access, h.arg, h.length, kAccessRemoteWrite);
+        rx.verdict =
+            common::CheckRemoteAccess(e->size, e->access, h.arg, h.length, kAccessRemoteWrite);
       }
       if (rx.verdict.ok()) {
         rx.dst.SetContig(e->base + h.arg, h.length);
@@ -164,7 +166,8 @@ bool TcpTransport::OnHeader(Conn& c) {
       return true;
     case FrameKind::kRead: {
       Status v = CheckTarget(h.key, kAccessRemoteRead, &e);
-      if (v.ok()) v = CheckRemoteAccess(e->size, e->access, h.arg, h.length, kAccessRemoteRead);
+      if (v.ok())
+        v = common::CheckRemoteAccess(e->size, e->access, h.arg, h.length, kAccessRemoteRead);
       if (!v.ok()) {
         QueueResponse(c, h.req_id, v);
         return true;
@@ -237,7 +240,8 @@ bool TcpTransport::OnTable(Conn& c) {
   const uint32_t needed = write ? kAccessRemoteWrite : kAccessRemoteRead;
   RegionEntry* e = nullptr;
   rx.verdict = CheckTarget(h.key, needed, &e);
-  if (rx.verdict.ok()) rx.verdict = CheckSegmentsInRegion(rx.table, e->size, e->access, needed);
+  if (rx.verdict.ok())
+    rx.verdict = common::CheckSegmentsInRegion(rx.table, e->size, e->access, needed);
   if (write) {
     if (rx.verdict.ok()) {
       rx.dst.SetSegments(e->base, rx.table.data(), rx.table.size(), true, total);

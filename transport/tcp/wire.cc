@@ -4,35 +4,17 @@
 #include <limits>
 #include <string>
 
-#include "transport/backend.h"
+#include "transport/common/bytes.h"
 
 namespace ferry::tcp {
 namespace {
 
-void Put16(uint8_t* p, uint16_t v) {
-  std::memcpy(p, &v, sizeof(v));
-}
-void Put32(uint8_t* p, uint32_t v) {
-  std::memcpy(p, &v, sizeof(v));
-}
-void Put64(uint8_t* p, uint64_t v) {
-  std::memcpy(p, &v, sizeof(v));
-}
-uint16_t Get16(const uint8_t* p) {
-  uint16_t v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-uint32_t Get32(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-uint64_t Get64(const uint8_t* p) {
-  uint64_t v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
+using common::GetLe16;
+using common::GetLe32;
+using common::GetLe64;
+using common::PutLe16;
+using common::PutLe32;
+using common::PutLe64;
 
 Status Bad(const FrameHeader& h, const std::string& what) {
   return ProtocolError(std::string("bad ") + FrameKindName(h.kind) + " frame: " + what);
@@ -90,24 +72,24 @@ const char* FrameKindName(FrameKind kind) {
 void EncodeHeader(const FrameHeader& h, uint8_t out[kHeaderSize]) {
   out[0] = static_cast<uint8_t>(h.kind);
   out[1] = h.flags;
-  Put16(out + 2, h.reserved);
-  Put32(out + 4, h.imm);
-  Put64(out + 8, h.req_id);
-  Put64(out + 16, h.key);
-  Put64(out + 24, h.arg);
-  Put64(out + 32, h.length);
+  PutLe16(out + 2, h.reserved);
+  PutLe32(out + 4, h.imm);
+  PutLe64(out + 8, h.req_id);
+  PutLe64(out + 16, h.key);
+  PutLe64(out + 24, h.arg);
+  PutLe64(out + 32, h.length);
 }
 
 FrameHeader DecodeHeader(const uint8_t in[kHeaderSize]) {
   FrameHeader h;
   h.kind = static_cast<FrameKind>(in[0]);
   h.flags = in[1];
-  h.reserved = Get16(in + 2);
-  h.imm = Get32(in + 4);
-  h.req_id = Get64(in + 8);
-  h.key = Get64(in + 16);
-  h.arg = Get64(in + 24);
-  h.length = Get64(in + 32);
+  h.reserved = GetLe16(in + 2);
+  h.imm = GetLe32(in + 4);
+  h.req_id = GetLe64(in + 8);
+  h.key = GetLe64(in + 16);
+  h.arg = GetLe64(in + 24);
+  h.length = GetLe64(in + 32);
   return h;
 }
 
@@ -174,22 +156,6 @@ Result<uint64_t> SegmentTableTotal(FrameKind kind, std::span<const Segment> tabl
                          std::to_string(header_length));
   }
   return total;
-}
-
-Status CheckSegmentsInRegion(std::span<const Segment> table, uint64_t size, uint32_t granted,
-                             uint32_t needed) {
-  // Access first: a region without the right is refused even for an empty or zero-length table.
-  if ((granted & needed) != needed)
-    FERRY_RETURN_IF_ERROR(CheckRemoteAccess(size, granted, 0, 0, needed));
-  // Tight bounds loop (tens of thousands of rows per request); the Status with its message is
-  // built only for the first segment that fails.
-  for (size_t i = 0; i < table.size(); ++i) {
-    const Segment& s = table[i];
-    if (s.remote_offset <= size && s.length <= size - s.remote_offset) continue;
-    return CheckRemoteAccess(size, granted, s.remote_offset, s.length, needed)
-        .Annotate("segment " + std::to_string(i));
-  }
-  return Status::Ok();
 }
 
 }  // namespace ferry::tcp

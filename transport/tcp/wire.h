@@ -108,15 +108,11 @@ Status ValidateHeader(const FrameHeader& h, const WireLimits& limits);
 const char* FrameKindName(FrameKind kind);
 
 // Target side of a sparse request, once its segment table has arrived (the receive path calls
-// these in this order; tests/fuzz/fuzz_tcp_frames.cc drives them without sockets):
-// SegmentTableTotal: Σ segment lengths, Code::kProtocol if it overflows or differs from the
-// header's `length` (the initiator sums the same table).
+// SegmentTableTotal, then common::CheckSegmentsInRegion, whose failure is answered with a
+// refusal, not a connection failure; tests/fuzz/fuzz_tcp_frames.cc drives both without
+// sockets): Σ segment lengths, Code::kProtocol if it overflows or differs from the header's
+// `length` (the initiator sums the same table).
 Result<uint64_t> SegmentTableTotal(FrameKind kind, std::span<const Segment> table,
                                    uint64_t header_length);
-// CheckSegmentsInRegion: every [remote_offset, +length) inside a region of `size` bytes that
-// grants `needed` (CheckRemoteAccess per segment; the error names the segment). The caller
-// answers a failure with a refusal, not a connection failure.
-Status CheckSegmentsInRegion(std::span<const Segment> table, uint64_t size, uint32_t granted,
-                             uint32_t needed);
 
 }  // namespace ferry::tcp

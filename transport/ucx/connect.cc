@@ -18,7 +18,8 @@
 //   ucp_ep_create(peer address)                                    -> Accept() returns
 //   -> Connect() returns
 //   td (transport_data) = { u64 LE: my id of this connection; ucp worker address bytes }
-//   (td = { u64 id; HostIdentity (32 bytes, see cma.cc); worker address } in full)
+//   (td = { u64 id; samehost::HostIdentity (48 bytes, samehost/identity.h); worker address } in
+//   full)
 // A failed handshake (bad frame, wrong secret, wrong backend) sends the Reject frame, closes the
 // connection and leaves the listener running.
 //
@@ -39,7 +40,9 @@
 #include <cstring>
 #include <string_view>
 
-#include "transport/ucx/ucx_status.h"
+#include "transport/common/bytes.h"
+#include "transport/common/socket.h"
+#include "transport/ucx/errors.h"
 #include "transport/ucx/ucx_transport.h"
 
 namespace ferry::ucx {
@@ -56,43 +59,11 @@ Status Resolve(const std::string& address, sockaddr_storage* out, socklen_t* len
                std::string* host_out, uint16_t* port_out) {
   std::string host;
   uint16_t port = 0;
-  FERRY_RETURN_IF_ERROR(SplitHostPort(address, &host, &port));
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res);
-  if (rc != 0 || res == nullptr) {
-    return InvalidArgument("cannot resolve '" + host + "': " + gai_strerror(rc));
-  }
-  std::memcpy(out, res->ai_addr, res->ai_addrlen);
-  *len = res->ai_addrlen;
-  freeaddrinfo(res);
-  if (out->ss_family == AF_INET) {
-    reinterpret_cast<sockaddr_in*>(out)->sin_port = htons(port);
-  } else if (out->ss_family == AF_INET6) {
-    reinterpret_cast<sockaddr_in6*>(out)->sin6_port = htons(port);
-  } else {
-    return InvalidArgument("'" + host + "' is not an IPv4/IPv6 address");
-  }
+  FERRY_RETURN_IF_ERROR(common::SplitHostPort(address, &host, &port));
+  FERRY_RETURN_IF_ERROR(common::Resolve(host, port, /*passive=*/false, out, len));
   *host_out = host;
   *port_out = port;
   return Status::Ok();
-}
-
-std::string FormatSockaddr(const sockaddr_storage& ss) {
-  char buf[INET6_ADDRSTRLEN] = {};
-  if (ss.ss_family == AF_INET) {
-    const auto* in = reinterpret_cast<const sockaddr_in*>(&ss);
-    inet_ntop(AF_INET, &in->sin_addr, buf, sizeof(buf));
-    return std::string(buf) + ":" + std::to_string(ntohs(in->sin_port));
-  }
-  if (ss.ss_family == AF_INET6) {
-    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&ss);
-    inet_ntop(AF_INET6, &in6->sin6_addr, buf, sizeof(buf));
-    return "[" + std::string(buf) + "]:" + std::to_string(ntohs(in6->sin6_port));
-  }
-  return "unknown";
 }
 
 // True when the endpoint has an RMA lane on an rc/dc verbs transport: memory registered with
@@ -123,11 +94,6 @@ bool HasVerbsRmaLane(ucp_ep_h ep) {
   }
   std::free(buf);
   return found;
-}
-
-void SetNoDelay(int fd) {
-  int one = 1;
-  (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
 }  // namespace
@@ -177,8 +143,7 @@ HelloParams UcxTransport::MakeHello(uint64_t my_id) const {
   h.secret = options_.secret;
   h.regions = advertise_;
   h.info = options_.hello_info;
-  h.transport_data.resize(8);
-  for (int i = 0; i < 8; ++i) h.transport_data[i] = static_cast<uint8_t>(my_id >> (8 * i));
+  common::AppendLe64(&h.transport_data, my_id);
   identity_.Append(&h.transport_data);
   h.transport_data.insert(h.transport_data.end(), worker_address_.begin(), worker_address_.end());
   h.max_message_size = options_.max_message_size;
@@ -220,39 +185,29 @@ void UcxTransport::PollSockets() {
 }
 
 void UcxTransport::AcceptSockets() {
-  while (true) {
-    sockaddr_storage ss{};
-    socklen_t len = sizeof(ss);
-    int fd = accept4(listen_fd_.get(), reinterpret_cast<sockaddr*>(&ss), &len,
-                     SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        last_accept_error_ = IoError("accept on " + listen_address_, errno);
-      }
-      if (errno == EINTR) continue;
-      return;
-    }
-    UniqueFd owned(fd);
-    const std::string peer = FormatSockaddr(ss);
-    if (live_.size() >= options_.max_endpoints) {
-      last_accept_error_ = ResourceExhausted("refused " + peer + ": max_endpoints (" +
-                                             std::to_string(options_.max_endpoints) + ") reached");
-      continue;  // closing the socket tells the client
-    }
-    SetNoDelay(fd);
-    auto ep = NewEndpoint(peer, /*server=*/true, std::move(owned));
-    if (ep->state_ == UcxEndpoint::State::kFailed) {
-      last_accept_error_ = ep->status_;
-      continue;
-    }
-    ep->handshake_ = std::make_unique<Handshake>(Handshake::Role::kServer, MakeHello(ep->id()));
-    ep->handshake_deadline_ = Clock::now() + AcceptBudget();
-  }
+  const int err =
+      common::AcceptEach(listen_fd_.get(), [&](UniqueFd fd, const sockaddr_storage& ss) {
+        const std::string peer = common::FormatAddress(ss);
+        if (live_.size() >= options_.max_endpoints) {
+          last_accept_error_ =
+              ResourceExhausted("refused " + peer + ": max_endpoints (" +
+                                std::to_string(options_.max_endpoints) + ") reached");
+          return;  // closing the socket tells the client
+        }
+        common::SetNoDelay(fd.get());
+        auto ep = NewEndpoint(peer, /*server=*/true, std::move(fd));
+        if (ep->state_ == UcxEndpoint::State::kFailed) {
+          last_accept_error_ = ep->status_;
+          return;
+        }
+        ep->handshake_ = std::make_unique<Handshake>(Handshake::Role::kServer, MakeHello(ep->id()));
+        ep->handshake_deadline_ = Clock::now() + AcceptBudget();
+      });
+  if (err != 0) last_accept_error_ = IoError("accept on " + listen_address_, err);
 }
 
 void UcxTransport::QueueFrame(UcxEndpoint* ep, std::span<const uint8_t> payload) {
-  const uint32_t n = static_cast<uint32_t>(payload.size());
-  for (int i = 0; i < 4; ++i) ep->wbuf_.push_back(static_cast<uint8_t>(n >> (8 * i)));
+  common::AppendLe32(&ep->wbuf_, static_cast<uint32_t>(payload.size()));
   ep->wbuf_.insert(ep->wbuf_.end(), payload.begin(), payload.end());
 }
 
@@ -304,8 +259,7 @@ void UcxTransport::ReadSocket(UcxEndpoint* ep) {
   size_t off = 0;
   while (ep->state_ != UcxEndpoint::State::kFailed && ep->rbuf_.size() - off >= 4) {
     const uint8_t* p = ep->rbuf_.data() + off;
-    const uint32_t len =
-        uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
+    const uint32_t len = common::GetLe32(p);
     if (len > kMaxHandshakeFrame) {
       Status s = ProtocolError("control frame of " + std::to_string(len) + " bytes from " +
                                ep->peer_address_ + " exceeds the limit of " +
@@ -363,7 +317,7 @@ void UcxTransport::OnFrame(UcxEndpoint* ep, std::span<const uint8_t> frame) {
 void UcxTransport::FinishHandshake(UcxEndpoint* ep) {
   const PeerHello& peer = ep->handshake_->peer();
   const std::string who = "handshake with " + ep->peer_address_;
-  constexpr size_t kHeader = 8 + HostIdentity::kWireSize;
+  constexpr size_t kHeader = 8 + samehost::HostIdentity::kWireSize;
   if (peer.transport_data.size() <= kHeader) {
     Status bad =
         ProtocolError(who + ": transport data of " + std::to_string(peer.transport_data.size()) +
@@ -372,8 +326,7 @@ void UcxTransport::FinishHandshake(UcxEndpoint* ep) {
     FailEndpoint(ep, bad, /*graceful=*/false);
     return;
   }
-  uint64_t tag = 0;
-  for (int i = 0; i < 8; ++i) tag |= uint64_t{peer.transport_data[i]} << (8 * i);
+  const uint64_t tag = common::GetLe64(peer.transport_data.data());
   ucp_ep_params_t p{};
   p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                  UCP_EP_PARAM_FIELD_ERR_HANDLER;
@@ -393,19 +346,12 @@ void UcxTransport::FinishHandshake(UcxEndpoint* ep) {
   }
   ep->ep_ = EpHandle(worker_.get(), handle);
   ep->peer_tag_ = tag;
-  const HostIdentity peer_id = HostIdentity::Parse(peer.transport_data.data() + 8);
-  if (cma_allowed_ && CmaUsable(identity_, peer_id)) {
-    // CMA only with the peer's region table mapped: without it nothing could check the
-    // target's rules, so such an endpoint uses the checked protocol of path (3) instead.
-    auto table =
-        peer_id.table_fd > uint64_t{INT32_MAX}
-            ? Result<PeerRegionTable>(InvalidArgument("no region table"))
-            : PeerRegionTable::Open(static_cast<pid_t>(peer_id.pid),
-                                    static_cast<int>(peer_id.table_fd), peer_id.table_token);
-    if (table.ok()) {
-      ep->peer_table_ = std::move(*table);
-      ep->cma_pid_ = static_cast<pid_t>(peer_id.pid);
-    }
+  const auto peer_id = samehost::HostIdentity::Parse(peer.transport_data.data() + 8);
+  if (cma_allowed_) {
+    // The same-host engine only with the peer's region table mapped: without it nothing could
+    // check the target's rules, so such an endpoint uses the checked protocol of path (3).
+    auto engine = samehost::Peer::Open(identity_, peer_id);
+    if (engine.ok()) ep->samehost_ = std::move(*engine);
   }
   ep->native_rma_ = HasVerbsRmaLane(handle);
   ep->peer_max_message_ = peer.max_message_size;
@@ -605,31 +551,17 @@ Result<std::string> UcxTransport::Listen(const std::string& address) {
   FERRY_RETURN_IF_ERROR(Resolve(address, &ss, &len, &host, &port));
   std::lock_guard<std::mutex> lock(mu_);
   if (listen_fd_) return InvalidArgument("ucx: already listening on " + listen_address_);
-  UniqueFd fd(::socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  if (!fd) return IoError("socket", errno);
-  int one = 1;
-  (void)setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&ss), len) != 0) {
-    return IoError("bind " + address, errno);
-  }
-  if (::listen(fd.get(), 128) != 0) return IoError("listen " + address, errno);
-  sockaddr_storage bound{};
-  socklen_t blen = sizeof(bound);
-  if (getsockname(fd.get(), reinterpret_cast<sockaddr*>(&bound), &blen) != 0) {
-    return IoError("getsockname", errno);
-  }
+  FERRY_ASSIGN_OR_RETURN(common::Listener listener, common::ListenStream(ss, len, 128));
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.u64 = kListenerKey;
-  if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd.get(), &ev) != 0) {
+  if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, listener.fd.get(), &ev) != 0) {
     return IoError("epoll_ctl(ADD listener)", errno);
   }
-  listen_fd_ = std::move(fd);
-  const uint16_t bound_port = bound.ss_family == AF_INET6
-                                  ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
-                                  : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  listen_fd_ = std::move(listener.fd);
+  // The host as the caller named it (a name stays a name), with the bound port.
   listen_address_ = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
-                    std::to_string(bound_port);
+                    std::to_string(listener.port);
   return listen_address_;
 }
 
@@ -665,26 +597,7 @@ Result<std::shared_ptr<Endpoint>> UcxTransport::Connect(const std::string& addre
   FERRY_RETURN_IF_ERROR(Resolve(address, &ss, &len, &host, &port));
   if (port == 0) return InvalidArgument("ucx: cannot connect to port 0 ('" + address + "')");
   // TCP connect without the lock (it may take a while).
-  UniqueFd fd(::socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  if (!fd) return IoError("socket", errno);
-  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&ss), len) != 0) {
-    if (errno != EINPROGRESS)
-      return PeerFailure("connect " + address + ": " + std::strerror(errno));
-    while (true) {
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-      if (left <= 0) return Timeout("connect " + address + ": no TCP connection in time");
-      pollfd pfd{fd.get(), POLLOUT, 0};
-      int rc = ::poll(&pfd, 1, static_cast<int>(left));
-      if (rc > 0) break;
-      if (rc < 0 && errno != EINTR) return IoError("poll", errno);
-    }
-    int err = 0;
-    socklen_t elen = sizeof(err);
-    (void)getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &elen);
-    if (err != 0) return PeerFailure("connect " + address + ": " + std::strerror(err));
-  }
-  SetNoDelay(fd.get());
+  FERRY_ASSIGN_OR_RETURN(UniqueFd fd, common::ConnectStream(ss, len, address, deadline));
 
   std::unique_lock<std::mutex> lock(mu_);
   if (live_.size() >= options_.max_endpoints) {

@@ -1,10 +1,11 @@
 // Registration (ucp_mem_map + ucp_rkey_pack + the region table entry) and import
-// (ucp_ep_rkey_unpack where a verbs RMA lane needs the rkey; a table lookup for CMA peers).
+// (ucp_ep_rkey_unpack where a verbs RMA lane needs the rkey; a table lookup for same-host
+// peers).
 #include <sys/stat.h>
 
 #include <atomic>
 
-#include "transport/ucx/ucx_status.h"
+#include "transport/ucx/errors.h"
 #include "transport/ucx/ucx_transport.h"
 
 namespace ferry::ucx {
@@ -24,7 +25,7 @@ UcxMemoryRegion::UcxMemoryRegion(UcxTransport* t, uint8_t* data, size_t size, ui
   descriptor_.access = access;
   descriptor_.epoch = epoch;
   descriptor_.rkey = std::move(packed_rkey);
-  key_ = KeyDigest(descriptor_.rkey);
+  key_ = samehost::KeyDigest(descriptor_.rkey);
 }
 
 UcxMemoryRegion::~UcxMemoryRegion() {
@@ -36,7 +37,7 @@ UcxMemoryRegion::~UcxMemoryRegion() {
   t_->regions_.erase(descriptor_.epoch);  // AM requests naming it are refused from now on
   if (replies_in_flight_ > 0) t_->DrainRepliesFrom(this);
   // CMA peers refuse it from now on (before the memory handle goes and the caller may free).
-  if (table_slot_ != PeerRegionTable::kNoSlot) t_->region_table_.Remove(table_slot_);
+  if (table_slot_ != samehost::PeerRegionTable::kNoSlot) t_->region_table_.Remove(table_slot_);
   memh_.reset();
 }
 
@@ -76,7 +77,7 @@ Result<std::unique_ptr<MemoryRegion>> UcxTransport::RegisterMemory(void* addr, s
       new UcxMemoryRegion(this, static_cast<uint8_t*>(addr), length, access, std::move(owned),
                           std::move(rkey), g_epoch.fetch_add(1)));
   if (region_table_.valid()) {
-    RegionEntry e;
+    samehost::RegionEntry e;
     e.epoch = region->descriptor().epoch;
     e.addr = region->descriptor().addr;
     e.length = length;
@@ -103,13 +104,13 @@ Result<std::unique_ptr<MemoryRegion>> UcxTransport::RegisterMemory(void* addr, s
 }
 
 UcxRemoteKey::UcxRemoteKey(UcxTransport* t, UcxEndpoint* ep, RemoteRegion region, RkeyHandle rkey,
-                           uint32_t table_slot)
+                           samehost::KeyState samehost)
     : RemoteKey(std::move(region)),
       t_(t),
       ep_(ep),
       rkey_(std::move(rkey)),
-      key_(KeyDigest(region_.rkey)),
-      table_slot_(table_slot) {}
+      key_(samehost::KeyDigest(region_.rkey)),
+      samehost_(std::move(samehost)) {}
 
 UcxRemoteKey::~UcxRemoteKey() {
   std::lock_guard<std::mutex> lock(t_->mu_);
@@ -140,10 +141,9 @@ Result<std::unique_ptr<RemoteKey>> UcxEndpoint::Import(const RemoteRegion& regio
     if (st != UCS_OK) return UcsError("ucp_ep_rkey_unpack", st);
     owned = RkeyHandle(rkey);
   }
-  // A descriptor whose epoch the peer's table does not hold is still imported (as an HCA would):
-  // its ops fail with kStale at the check.
-  const uint32_t slot = cma_pid_ > 0 ? peer_table_.Find(region.epoch) : PeerRegionTable::kNoSlot;
-  return std::unique_ptr<RemoteKey>(new UcxRemoteKey(t_, this, region, std::move(owned), slot));
+  samehost::KeyState local = samehost_.valid() ? samehost_.Import(region) : samehost::KeyState{};
+  return std::unique_ptr<RemoteKey>(
+      new UcxRemoteKey(t_, this, region, std::move(owned), std::move(local)));
 }
 
 }  // namespace ferry::ucx

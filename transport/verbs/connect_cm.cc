@@ -21,6 +21,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "transport/common/socket.h"
 #include "transport/verbs/errors.h"
 #include "transport/verbs/verbs_transport.h"
 
@@ -42,12 +43,11 @@ Result<sockaddr_in> Ipv4Address(const std::string& host, uint16_t port) {
 }
 
 std::string PeerOf(rdma_cm_id* id) {
-  sockaddr* sa = rdma_get_peer_addr(id);
+  const sockaddr* sa = rdma_get_peer_addr(id);
   if (sa == nullptr || sa->sa_family != AF_INET) return "unknown";
-  auto* in = reinterpret_cast<sockaddr_in*>(sa);
-  char buf[INET_ADDRSTRLEN] = {};
-  inet_ntop(AF_INET, &in->sin_addr, buf, sizeof(buf));
-  return std::string(buf) + ":" + std::to_string(ntohs(in->sin_port));
+  sockaddr_storage ss{};
+  std::memcpy(&ss, sa, sizeof(sockaddr_in));
+  return common::FormatAddress(ss);
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "transport/common/socket.h"
 #include "transport/verbs/errors.h"
 #include "transport/verbs/verbs_transport.h"
 
@@ -99,65 +100,16 @@ Result<std::vector<uint8_t>> RecvFrame(int fd, Clock::time_point deadline) {
   return frame;
 }
 
-Result<sockaddr_storage> TcpAddress(const std::string& host, uint16_t port, socklen_t* len) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV;
-  addrinfo* res = nullptr;
-  const std::string service = std::to_string(port);
-  int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &res);
-  if (rc != 0 || res == nullptr) {
-    return InvalidArgument("cannot resolve '" + host + "': " + gai_strerror(rc));
-  }
-  sockaddr_storage ss{};
-  std::memcpy(&ss, res->ai_addr, res->ai_addrlen);
-  *len = res->ai_addrlen;
-  freeaddrinfo(res);
-  return ss;
-}
-
-std::string FormatAddress(const sockaddr_storage& ss) {
-  char buf[INET6_ADDRSTRLEN] = {};
-  uint16_t port = 0;
-  if (ss.ss_family == AF_INET) {
-    const auto* in = reinterpret_cast<const sockaddr_in*>(&ss);
-    inet_ntop(AF_INET, &in->sin_addr, buf, sizeof(buf));
-    port = ntohs(in->sin_port);
-    return std::string(buf) + ":" + std::to_string(port);
-  }
-  const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&ss);
-  inet_ntop(AF_INET6, &in6->sin6_addr, buf, sizeof(buf));
-  port = ntohs(in6->sin6_port);
-  // Appended piecewise: GCC 12 at -O3 reports a false -Wrestrict on "[" + std::string(...).
-  std::string out = "[";
-  out += buf;
-  out += "]:";
-  out += std::to_string(port);
-  return out;
-}
-
 }  // namespace
 
 Result<std::string> VerbsTransport::ListenOob(const std::string& host, uint16_t port) {
+  sockaddr_storage ss{};
   socklen_t len = 0;
-  FERRY_ASSIGN_OR_RETURN(sockaddr_storage ss, TcpAddress(host, port, &len));
-  UniqueFd fd(::socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-  if (!fd) return IoError("socket", errno);
-  int one = 1;
-  (void)setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&ss), len) != 0) {
-    return IoError("bind " + host + ":" + std::to_string(port), errno);
-  }
-  if (::listen(fd.get(), 128) != 0) return IoError("listen", errno);
-  sockaddr_storage bound{};
-  socklen_t blen = sizeof(bound);
-  if (getsockname(fd.get(), reinterpret_cast<sockaddr*>(&bound), &blen) != 0) {
-    return IoError("getsockname", errno);
-  }
+  FERRY_RETURN_IF_ERROR(common::Resolve(host, port, /*passive=*/true, &ss, &len));
+  FERRY_ASSIGN_OR_RETURN(common::Listener listener, common::ListenStream(ss, len, 128));
   std::lock_guard<std::mutex> lock(mu_);
-  listen_fd_ = std::move(fd);
-  listen_address_ = FormatAddress(bound);
+  listen_fd_ = std::move(listener.fd);
+  listen_address_ = common::FormatAddress(listener.bound);
   return listen_address_;
 }
 
@@ -193,44 +145,42 @@ Result<std::shared_ptr<Endpoint>> VerbsTransport::AcceptOob(Millis timeout) {
 }
 
 void VerbsTransport::AcceptPendingOobLocked() {
-  while (true) {
-    sockaddr_storage peer{};
-    socklen_t plen = sizeof(peer);
-    int raw = ::accept4(listen_fd_.get(), reinterpret_cast<sockaddr*>(&peer), &plen,
-                        SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (raw < 0) return;  // EAGAIN (nothing pending) or a transient error: try again later
-    UniqueFd fd(raw);
-    if (!fatal_.ok() || endpoints_.size() >= options_.max_endpoints) continue;  // refuse: close
-    int one = 1;
-    (void)setsockopt(raw, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    auto ep = NewEndpointLocked(FormatAddress(peer));
-    ep->passive_ = true;
-    auto qp = CreateQp(nullptr);
-    if (!qp.ok()) {
-      DropEndpointLocked(ep.get());
-      continue;
-    }
-    ep->qp_ = std::move(qp).value();
-    by_qpn_[ep->qpn()] = ep.get();
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_INIT;
-    a.port_num = port_.port;
-    a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
-    if (ibv_modify_qp(ep->qp_.get(), &a,
-                      IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0) {
-      DropEndpointLocked(ep.get());
-      continue;
-    }
-    FillLocalData(ep.get());
-    ep->state_ = VerbsEndpoint::State::kHandshake;
-    auto s = std::make_unique<OobSession>();
-    s->fd = std::move(fd);
-    s->ep = ep;
-    s->handshake = std::make_unique<Handshake>(Handshake::Role::kServer, MakeHello(ep->local_));
-    // A connection that does not finish its handshake in this time is dropped.
-    s->deadline = Clock::now() + std::max<Millis>(options_.peer_timeout, Millis(10000));
-    oob_sessions_.push_back(std::move(s));
+  // Stops at EAGAIN (nothing pending) or a transient error: try again later.
+  (void)common::AcceptEach(listen_fd_.get(), [&](UniqueFd fd, const sockaddr_storage& peer) {
+    if (!fatal_.ok() || endpoints_.size() >= options_.max_endpoints) return;  // refuse: close
+    common::SetNoDelay(fd.get());
+    AcceptOobLocked(std::move(fd), common::FormatAddress(peer));
+  });
+}
+
+void VerbsTransport::AcceptOobLocked(UniqueFd fd, std::string peer) {
+  auto ep = NewEndpointLocked(std::move(peer));
+  ep->passive_ = true;
+  auto qp = CreateQp(nullptr);
+  if (!qp.ok()) {
+    DropEndpointLocked(ep.get());
+    return;
   }
+  ep->qp_ = std::move(qp).value();
+  by_qpn_[ep->qpn()] = ep.get();
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = port_.port;
+  a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
+  if (ibv_modify_qp(ep->qp_.get(), &a,
+                    IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0) {
+    DropEndpointLocked(ep.get());
+    return;
+  }
+  FillLocalData(ep.get());
+  ep->state_ = VerbsEndpoint::State::kHandshake;
+  auto s = std::make_unique<OobSession>();
+  s->fd = std::move(fd);
+  s->ep = ep;
+  s->handshake = std::make_unique<Handshake>(Handshake::Role::kServer, MakeHello(ep->local_));
+  // A connection that does not finish its handshake in this time is dropped.
+  s->deadline = Clock::now() + std::max<Millis>(options_.peer_timeout, Millis(10000));
+  oob_sessions_.push_back(std::move(s));
 }
 
 void VerbsTransport::DriveOobSessionsLocked() {
@@ -249,8 +199,9 @@ void VerbsTransport::DriveOobSessionsLocked() {
       accepted_.push_back(s->ep);
       accept_cv_.notify_all();
     } else {
-      if (!s->out.empty()) (void)::send(s->fd.get(), s->out.data(), s->out.size(),
-                                        MSG_NOSIGNAL | MSG_DONTWAIT);  // the Reject, if any
+      if (!s->out.empty())
+        (void)::send(s->fd.get(), s->out.data(), s->out.size(),
+                     MSG_NOSIGNAL | MSG_DONTWAIT);  // the Reject, if any
       if (refused) accept_errors_.push_back(st);
       DropEndpointLocked(s->ep.get());
     }
@@ -334,26 +285,14 @@ Status VerbsTransport::StepOobSessionLocked(OobSession* s, bool* refused) {
   return Status::Ok();
 }
 
-Result<std::shared_ptr<Endpoint>> VerbsTransport::ConnectOob(const std::string& host,
-                                                             uint16_t port,
+Result<std::shared_ptr<Endpoint>> VerbsTransport::ConnectOob(const std::string& host, uint16_t port,
                                                              const std::string& address,
                                                              Millis timeout) {
   const auto deadline = Clock::now() + timeout;
+  sockaddr_storage ss{};
   socklen_t len = 0;
-  FERRY_ASSIGN_OR_RETURN(sockaddr_storage ss, TcpAddress(host, port, &len));
-  UniqueFd fd(::socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-  if (!fd) return IoError("socket", errno);
-  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&ss), len) != 0) {
-    if (errno != EINPROGRESS) return PeerFailure("connect " + address + ": " + std::strerror(errno));
-    Status s = WaitFd(fd.get(), POLLOUT, deadline, "connect " + address);
-    if (!s.ok()) return s;
-    int err = 0;
-    socklen_t elen = sizeof(err);
-    (void)getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &elen);
-    if (err != 0) return PeerFailure("connect " + address + ": " + std::strerror(err));
-  }
-  int one = 1;
-  (void)setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  FERRY_RETURN_IF_ERROR(common::Resolve(host, port, /*passive=*/false, &ss, &len));
+  FERRY_ASSIGN_OR_RETURN(UniqueFd fd, common::ConnectStream(ss, len, address, deadline));
   auto ep = FinishOob(std::move(fd), Handshake::Role::kClient, address, deadline);
   if (!ep.ok()) return ep.status().Annotate("connect " + address);
   return ep;
@@ -385,11 +324,11 @@ Result<std::shared_ptr<Endpoint>> VerbsTransport::FinishOob(UniqueFd fd, Handsha
     a.pkey_index = 0;
     a.port_num = port_.port;
     a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
-    Status s = CheckCall("ibv_modify_qp(INIT)",
-                         ibv_modify_qp(ep->qp_.get(), &a,
-                                       IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-                                           IBV_QP_ACCESS_FLAGS),
-                         ep->qpn());
+    Status s = CheckCall(
+        "ibv_modify_qp(INIT)",
+        ibv_modify_qp(ep->qp_.get(), &a,
+                      IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
+        ep->qpn());
     if (!s.ok()) {
       DropEndpointLocked(ep.get());
       return s;
@@ -460,12 +399,12 @@ Status VerbsTransport::ConnectQpByHand(VerbsEndpoint* ep) {
     a.ah_attr.grh.sgid_index = static_cast<uint8_t>(port_.gid_index);
     a.ah_attr.grh.hop_limit = 64;
   }
-  FERRY_RETURN_IF_ERROR(CheckCall(
-      "ibv_modify_qp(RTR)",
-      ibv_modify_qp(ep->qp_.get(), &a,
-                    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                        IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
-      ep->qpn()));
+  FERRY_RETURN_IF_ERROR(
+      CheckCall("ibv_modify_qp(RTR)",
+                ibv_modify_qp(ep->qp_.get(), &a,
+                              IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                                  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
+                ep->qpn()));
   ibv_qp_attr s{};
   s.qp_state = IBV_QPS_RTS;
   s.timeout = AckTimeoutExponent();

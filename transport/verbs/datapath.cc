@@ -23,51 +23,51 @@ const char* WrName(OpType t, OpRecord::Kind kind) {
   if (kind == OpRecord::Kind::kHeartbeat) return "heartbeat RDMA WRITE";
   if (kind == OpRecord::Kind::kControl) return "handshake SEND";
   switch (t) {
-    case OpType::kSend: return "SEND";
+    case OpType::kSend:
+      return "SEND";
     case OpType::kWrite:
-    case OpType::kSparseWrite: return "RDMA WRITE";
+    case OpType::kSparseWrite:
+      return "RDMA WRITE";
     case OpType::kRead:
-    case OpType::kSparseRead: return "RDMA READ";
-    default: return "work request";
+    case OpType::kSparseRead:
+      return "RDMA READ";
+    default:
+      return "work request";
   }
 }
 
 }  // namespace
 
-void VerbsTransport::CompleteLocked(Completion c) { ready_.push_back(std::move(c)); }
+void VerbsTransport::CompleteLocked(Completion c) {
+  ready_.push_back(std::move(c));
+}
 
-Status VerbsTransport::Post(std::span<const Op> ops) {
-  std::lock_guard<std::mutex> lock(mu_);
-  // Validate everything first: nothing is posted if any Op is malformed.
-  for (size_t i = 0; i < ops.size(); ++i) {
-    const Op& op = ops[i];
-    FERRY_RETURN_IF_ERROR(ValidateOp(op, caps_, options_.max_segments, i));
-    const std::string who = "op " + std::to_string(i);
-    if (op.ep != nullptr) {
-      auto it = endpoints_.find(op.ep->id());
-      if (it == endpoints_.end() || it->second.get() != op.ep) {
-        return InvalidArgument(who + ": endpoint does not belong to this verbs transport");
-      }
-    }
-    const auto* mr = dynamic_cast<const VerbsMemoryRegion*>(op.local);
-    if (mr == nullptr || mr->pd() != pd_.get()) {
-      return InvalidArgument(who + ": local region was not registered with this transport");
-    }
-    if (op.remote != nullptr) {
-      const auto* key = dynamic_cast<const VerbsRemoteKey*>(op.remote);
-      if (key == nullptr || op.ep == nullptr || key->endpoint_id != op.ep->id()) {
-        return InvalidArgument(who + ": remote key was not imported on this op's endpoint");
-      }
-    }
-    if (op.type == OpType::kSend) {
-      auto* ep = static_cast<VerbsEndpoint*>(op.ep);
-      if (ep->peer_max_message_size_ != 0 && op.length > ep->peer_max_message_size_) {
-        return InvalidArgument(who + ": " + std::to_string(op.length) +
-                               " bytes exceed the peer's message limit of " +
-                               std::to_string(ep->peer_max_message_size_));
-      }
+// No lock: an endpoint's transport (t_) is fixed at creation, a transport's endpoints stay in
+// endpoints_ while the caller holds them (ReapLocked drops only endpoints nobody else holds),
+// and peer_max_message_size_ is set before the endpoint is handed out.
+Status VerbsTransport::CheckOwnership(const Op& op, size_t index) const {
+  const auto* ep = dynamic_cast<const VerbsEndpoint*>(op.ep);
+  if (op.ep != nullptr && (ep == nullptr || ep->t_ != this)) {
+    return ForeignError(op, index, Foreign::kEndpoint);
+  }
+  const auto* mr = dynamic_cast<const VerbsMemoryRegion*>(op.local);
+  if (mr == nullptr || mr->pd() != pd_.get()) {
+    return ForeignError(op, index, Foreign::kLocalRegion);
+  }
+  if (op.remote != nullptr) {
+    const auto* key = dynamic_cast<const VerbsRemoteKey*>(op.remote);
+    if (key == nullptr || op.ep == nullptr || key->endpoint_id != op.ep->id()) {
+      return ForeignError(op, index, Foreign::kRemoteKey);
     }
   }
+  if (ep != nullptr && ep->peer_max_message_size_ != 0) {
+    return CheckPeerMessageLimit(op, index, ep->peer_max_message_size_);
+  }
+  return Status::Ok();
+}
+
+Status VerbsTransport::PostValidated(std::span<const Op> ops) {
+  std::lock_guard<std::mutex> lock(mu_);
   for (const Op& op : ops) FERRY_RETURN_IF_ERROR(PostOneLocked(op));
   FlushRepostsLocked();
   return Status::Ok();
@@ -114,8 +114,8 @@ Status VerbsTransport::PostOneLocked(const Op& op) {
   const uint64_t max_wr = port_.max_msg_sz;
   switch (op.type) {
     case OpType::kSend:
-      PlanSend(local + op.local_offset, op.length, mr->lkey(), ep->peer_.recv_buffer_size,
-               kTagData, &rec.plan);
+      PlanSend(local + op.local_offset, op.length, mr->lkey(), ep->peer_.recv_buffer_size, kTagData,
+               &rec.plan);
       break;
     case OpType::kWrite:
     case OpType::kRead:
@@ -133,7 +133,8 @@ Status VerbsTransport::PostOneLocked(const Op& op) {
       PutFurthestFirst(&rec.plan);
       break;
     }
-    default: return Internal("unexpected op type in PostOneLocked");
+    default:
+      return Internal("unexpected op type in PostOneLocked");
   }
   if (op.flags & kOpNotify) {
     AddNotify(op.imm, key->region().addr + (op.type == OpType::kWrite ? op.remote_offset : 0),
@@ -152,8 +153,8 @@ Status VerbsTransport::PostOneLocked(const Op& op) {
 
 void VerbsTransport::PumpLocked(VerbsEndpoint* ep) {
   using State = VerbsEndpoint::State;
-  const bool can_post = ep->state_ == State::kReady || ep->state_ == State::kHandshake ||
-                        ep->lingering_;
+  const bool can_post =
+      ep->state_ == State::kReady || ep->state_ == State::kHandshake || ep->lingering_;
   std::vector<size_t> remaining;
   std::vector<ibv_send_wr> wrs;
   while (can_post && ep->qp_ && !ep->backlog_.empty()) {
@@ -162,8 +163,7 @@ void VerbsTransport::PumpLocked(VerbsEndpoint* ep) {
       const OpRecord& rec = records_.at(ep->backlog_[i]);
       remaining.push_back(rec.plan.wrs.size() - rec.next_wr);
     }
-    auto pieces = PlanPostBatch(remaining, ep->sq_depth_ - ep->sq_used_, cq_budget_,
-                                kMaxPostList);
+    auto pieces = PlanPostBatch(remaining, ep->sq_depth_ - ep->sq_used_, cq_budget_, kMaxPostList);
     if (pieces.empty()) {
       stats_.backlog_waits++;
       return;
@@ -204,8 +204,8 @@ void VerbsTransport::PumpLocked(VerbsEndpoint* ep) {
     int rc = ibv_post_send(ep->qp_.get(), wrs.data(), &bad);
     stats_.post_calls++;
     if (rc != 0) {
-      FailEndpointLocked(ep, VerbsError("ibv_post_send(" + std::to_string(total) + " WRs)", rc,
-                                        ep->qpn()));
+      FailEndpointLocked(
+          ep, VerbsError("ibv_post_send(" + std::to_string(total) + " WRs)", rc, ep->qpn()));
       return;
     }
     stats_.wrs_posted += total;
@@ -265,8 +265,8 @@ void VerbsTransport::OnSendCompletionLocked(const ibv_wc& wc) {
   OpRecord& rec = it->second;
   VerbsEndpoint* ep = rec.ep;
   if (wc.status != IBV_WC_SUCCESS) {
-    Status st = CompletionError(WrName(rec.completion.type, rec.kind), wc.status, wc.vendor_err,
-                                wc.qp_num);
+    Status st =
+        CompletionError(WrName(rec.completion.type, rec.kind), wc.status, wc.vendor_err, wc.qp_num);
     if (wc.status == IBV_WC_WR_FLUSH_ERR) {
       st = PeerFailure("queue pair flushed: " + st.message());
     }
@@ -341,10 +341,9 @@ void VerbsTransport::OnRecvCompletionLocked(const ibv_wc& wc) {
   if (wc.opcode != IBV_WC_RECV || (tag & ~0xffu) != kTagData ||
       ep->state_ != VerbsEndpoint::State::kReady) {
     RepostLocked(buffer);
-    FailEndpointLocked(ep, ProtocolError("peer " + ep->peer_address() +
-                                         " sent an unexpected message (opcode " +
-                                         std::to_string(wc.opcode) + ", tag " +
-                                         std::to_string(tag) + ")"));
+    FailEndpointLocked(
+        ep, ProtocolError("peer " + ep->peer_address() + " sent an unexpected message (opcode " +
+                          std::to_string(wc.opcode) + ", tag " + std::to_string(tag) + ")"));
     return;
   }
   ep->unexpected_.push_back(Fragment{buffer, wc.byte_len, tag});
@@ -388,8 +387,7 @@ void VerbsTransport::DeliverLocked(VerbsEndpoint* ep) {
     if (ep->assembled_ > options_.max_message_size) {
       FailEndpointLocked(ep, ProtocolError("peer " + ep->peer_address() + " sent a message of " +
                                            "more than max_message_size (" +
-                                           std::to_string(options_.max_message_size) +
-                                           " bytes)"));
+                                           std::to_string(options_.max_message_size) + " bytes)"));
       return;
     }
     if (f.tag & kLastFragment) {
@@ -411,15 +409,17 @@ void VerbsTransport::DeliverLocked(VerbsEndpoint* ep) {
   }
 }
 
-void VerbsTransport::RepostLocked(uint32_t buffer) { reposts_.push_back(buffer); }
+void VerbsTransport::RepostLocked(uint32_t buffer) {
+  reposts_.push_back(buffer);
+}
 
 void VerbsTransport::FlushRepostsLocked() {
   if (reposts_.empty() || !srq_) return;
   std::vector<ibv_sge> sges(reposts_.size());
   std::vector<ibv_recv_wr> wrs(reposts_.size());
   for (size_t i = 0; i < reposts_.size(); ++i) {
-    sges[i] = ibv_sge{reinterpret_cast<uintptr_t>(pool_.buffer(reposts_[i])), pool_.size(),
-                      pool_.lkey()};
+    sges[i] =
+        ibv_sge{reinterpret_cast<uintptr_t>(pool_.buffer(reposts_[i])), pool_.size(), pool_.lkey()};
     wrs[i].wr_id = kRecvBit | reposts_[i];
     wrs[i].sg_list = &sges[i];
     wrs[i].num_sge = 1;

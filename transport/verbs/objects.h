@@ -9,58 +9,49 @@
 // Thread-safety: none (owned by one object that is itself guarded).
 #pragma once
 
-#include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
-#include <unistd.h>
 
 #include <utility>
 
+#include "transport/common/fd.h"
+#include "transport/common/owned.h"
+
 namespace ferry::verbs {
 
-template <typename T, void (*Destroy)(T*)>
-class Owned {
- public:
-  Owned() = default;
-  explicit Owned(T* p) : p_(p) {}
-  Owned(Owned&& o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
-  Owned& operator=(Owned&& o) noexcept {
-    if (this != &o) {
-      reset();
-      p_ = std::exchange(o.p_, nullptr);
-    }
-    return *this;
-  }
-  Owned(const Owned&) = delete;
-  Owned& operator=(const Owned&) = delete;
-  ~Owned() { reset(); }
-
-  void reset() {
-    if (p_ != nullptr) Destroy(std::exchange(p_, nullptr));
-  }
-  // Gives up ownership without destroying (e.g. an rdma_cm id that must outlive its event).
-  T* release() { return std::exchange(p_, nullptr); }
-  T* get() const { return p_; }
-  T* operator->() const { return p_; }
-  explicit operator bool() const { return p_ != nullptr; }
-
- private:
-  T* p_ = nullptr;
-};
+using common::Owned;
+using common::SetNonBlocking;
+using common::UniqueFd;
 
 namespace detail {
 inline void FreeDevices(ibv_context* list) {
   // Owned<> stores the first element's address of the array rdma_get_devices() returned.
   rdma_free_devices(reinterpret_cast<ibv_context**>(list));
 }
-inline void ClosePd(ibv_pd* p) { (void)ibv_dealloc_pd(p); }
-inline void DeregMr(ibv_mr* p) { (void)ibv_dereg_mr(p); }
-inline void DestroyCq(ibv_cq* p) { (void)ibv_destroy_cq(p); }
-inline void DestroyChannel(ibv_comp_channel* p) { (void)ibv_destroy_comp_channel(p); }
-inline void DestroySrq(ibv_srq* p) { (void)ibv_destroy_srq(p); }
-inline void DestroyAh(ibv_ah* p) { (void)ibv_destroy_ah(p); }
-inline void DestroyCmId(rdma_cm_id* p) { (void)rdma_destroy_id(p); }
-inline void DestroyCmChannel(rdma_event_channel* p) { rdma_destroy_event_channel(p); }
+inline void ClosePd(ibv_pd* p) {
+  (void)ibv_dealloc_pd(p);
+}
+inline void DeregMr(ibv_mr* p) {
+  (void)ibv_dereg_mr(p);
+}
+inline void DestroyCq(ibv_cq* p) {
+  (void)ibv_destroy_cq(p);
+}
+inline void DestroyChannel(ibv_comp_channel* p) {
+  (void)ibv_destroy_comp_channel(p);
+}
+inline void DestroySrq(ibv_srq* p) {
+  (void)ibv_destroy_srq(p);
+}
+inline void DestroyAh(ibv_ah* p) {
+  (void)ibv_destroy_ah(p);
+}
+inline void DestroyCmId(rdma_cm_id* p) {
+  (void)rdma_destroy_id(p);
+}
+inline void DestroyCmChannel(rdma_event_channel* p) {
+  rdma_destroy_event_channel(p);
+}
 }  // namespace detail
 
 // librdmacm's device list: the ibv_context objects librdmacm itself uses, so a PD/CQ created on
@@ -68,24 +59,25 @@ inline void DestroyCmChannel(rdma_event_channel* p) { rdma_destroy_event_channel
 class DeviceList {
  public:
   DeviceList() = default;
-  DeviceList(ibv_context** list, int count) : list_(reinterpret_cast<ibv_context*>(list)), count_(count) {}
+  DeviceList(ibv_context** list, int count)
+      : list_(reinterpret_cast<ibv_context*>(list)), count_(count) {}
   ibv_context* at(int i) const { return reinterpret_cast<ibv_context**>(list_.get())[i]; }
   int size() const { return count_; }
   explicit operator bool() const { return static_cast<bool>(list_); }
 
  private:
-  Owned<ibv_context, detail::FreeDevices> list_;
+  Owned<ibv_context*, detail::FreeDevices> list_;
   int count_ = 0;
 };
 
-using ProtectionDomain = Owned<ibv_pd, detail::ClosePd>;
-using MemoryRegistration = Owned<ibv_mr, detail::DeregMr>;
-using CompletionQueue = Owned<ibv_cq, detail::DestroyCq>;
-using CompletionChannel = Owned<ibv_comp_channel, detail::DestroyChannel>;
-using SharedReceiveQueue = Owned<ibv_srq, detail::DestroySrq>;
-using AddressHandle = Owned<ibv_ah, detail::DestroyAh>;
-using CmId = Owned<rdma_cm_id, detail::DestroyCmId>;
-using CmEventChannel = Owned<rdma_event_channel, detail::DestroyCmChannel>;
+using ProtectionDomain = Owned<ibv_pd*, detail::ClosePd>;
+using MemoryRegistration = Owned<ibv_mr*, detail::DeregMr>;
+using CompletionQueue = Owned<ibv_cq*, detail::DestroyCq>;
+using CompletionChannel = Owned<ibv_comp_channel*, detail::DestroyChannel>;
+using SharedReceiveQueue = Owned<ibv_srq*, detail::DestroySrq>;
+using AddressHandle = Owned<ibv_ah*, detail::DestroyAh>;
+using CmId = Owned<rdma_cm_id*, detail::DestroyCmId>;
+using CmEventChannel = Owned<rdma_event_channel*, detail::DestroyCmChannel>;
 
 // A QP created either with ibv_create_qp (out-of-band mode) or with rdma_create_qp on an
 // rdma_cm id (cm mode; destroyed with rdma_destroy_qp, which must run before rdma_destroy_id).
@@ -125,36 +117,5 @@ class QueuePair {
   ibv_qp* qp_ = nullptr;
   rdma_cm_id* id_ = nullptr;
 };
-
-// A file descriptor (the out-of-band TCP control connection and listener).
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  UniqueFd(UniqueFd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  UniqueFd& operator=(UniqueFd&& o) noexcept {
-    if (this != &o) {
-      reset();
-      fd_ = std::exchange(o.fd_, -1);
-    }
-    return *this;
-  }
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  ~UniqueFd() { reset(); }
-  void reset() {
-    if (fd_ >= 0) ::close(std::exchange(fd_, -1));
-  }
-  int get() const { return fd_; }
-  explicit operator bool() const { return fd_ >= 0; }
-
- private:
-  int fd_ = -1;
-};
-
-inline bool SetNonBlocking(int fd) {
-  int flags = fcntl(fd, F_GETFL);
-  return flags >= 0 && fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0;
-}
 
 }  // namespace ferry::verbs

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "transport/common/socket.h"
 #include "transport/verbs/errors.h"
 #include "transport/verbs/events.h"
 #include "transport/verbs/verbs_transport.h"
@@ -362,7 +363,7 @@ std::optional<Stats> VerbsStats(const Transport& transport) {
 Result<std::string> VerbsTransport::Listen(const std::string& address) {
   std::string host;
   uint16_t port = 0;
-  FERRY_RETURN_IF_ERROR(SplitHostPort(address, &host, &port));
+  FERRY_RETURN_IF_ERROR(common::SplitHostPort(address, &host, &port));
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (listen_id_ || listen_fd_) {
@@ -376,7 +377,7 @@ Result<std::shared_ptr<Endpoint>> VerbsTransport::Connect(const std::string& add
                                                           Millis timeout) {
   std::string host;
   uint16_t port = 0;
-  FERRY_RETURN_IF_ERROR(SplitHostPort(address, &host, &port));
+  FERRY_RETURN_IF_ERROR(common::SplitHostPort(address, &host, &port));
   if (port == 0) return InvalidArgument("connect " + address + ": port 0");
   return config_.mode == ConnectMode::kCm ? ConnectCm(host, port, address, timeout)
                                           : ConnectOob(host, port, address, timeout);

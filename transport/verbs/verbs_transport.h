@@ -71,8 +71,8 @@ enum class ConnectMode { kCm, kOob };
 struct Config {
   ConnectMode mode = ConnectMode::kCm;
   std::string device;
-  uint64_t port = 0;          // 0: first ACTIVE port
-  int64_t gid_index = -1;     // -1: automatic
+  uint64_t port = 0;       // 0: first ACTIVE port
+  int64_t gid_index = -1;  // -1: automatic
   uint32_t sq_depth = 256;
   uint32_t cq_depth = 8192;
   uint32_t recv_buffers = 256;
@@ -84,13 +84,13 @@ Result<Config> ParseConfig(const TransportOptions& options);
 
 // Counters for tests and ferry-info; read with VerbsStats().
 struct Stats {
-  uint64_t post_calls = 0;       // ibv_post_send calls
+  uint64_t post_calls = 0;  // ibv_post_send calls
   uint64_t wrs_posted = 0;
   uint64_t inline_wrs = 0;
   uint64_t signaled_wrs = 0;
   uint64_t max_sges_in_wr = 0;
   uint64_t recv_reposts = 0;
-  uint64_t backlog_waits = 0;    // times the backlog could not be fully posted (SQ/CQ full)
+  uint64_t backlog_waits = 0;  // times the backlog could not be fully posted (SQ/CQ full)
   uint32_t max_inline = 0;
   uint32_t max_send_sge = 0;
   uint32_t max_read_sge = 0;
@@ -98,7 +98,7 @@ struct Stats {
   int gid_index = -1;
   std::string gid;
   std::string device;
-  int path_mtu = 0;              // bytes, of the most recently connected endpoint
+  int path_mtu = 0;  // bytes, of the most recently connected endpoint
 };
 // Stats of a transport created by the verbs backend; nullopt for any other transport.
 std::optional<Stats> VerbsStats(const Transport& transport);
@@ -155,9 +155,9 @@ struct OpRecord {
   VerbsEndpoint* ep = nullptr;
   Completion completion;
   WrPlan plan;
-  size_t next_wr = 0;         // first WR not yet posted
-  size_t unreleased = 0;      // posted WRs whose SQ slots are not yet released
-  std::vector<uint8_t> owned; // control frame bytes (kControl)
+  size_t next_wr = 0;          // first WR not yet posted
+  size_t unreleased = 0;       // posted WRs whose SQ slots are not yet released
+  std::vector<uint8_t> owned;  // control frame bytes (kControl)
   MemoryRegistration owned_mr;
 };
 
@@ -198,7 +198,7 @@ class VerbsEndpoint final : public Endpoint {
   // Verbs objects in construction order; destruction (reverse) frees the QP before its cm id.
   CmId cm_id_;
   QueuePair qp_;
-  UniqueFd control_fd_;  // oob mode: the TCP control connection (liveness backstop)
+  UniqueFd control_fd_;   // oob mode: the TCP control connection (liveness backstop)
   sockaddr_in cm_src_{};  // cm mode, active side: addresses for (re)resolution
   sockaddr_in cm_dst_{};
   bool cm_has_src_ = false;
@@ -209,21 +209,21 @@ class VerbsEndpoint final : public Endpoint {
   PeerData local_;
   PeerData peer_;
   uint64_t peer_max_message_size_ = 0;
-  bool passive_ = false;                  // created by Listen/Accept (server side)
-  bool lingering_ = false;                // failed, but a Reject frame is still being sent
+  bool passive_ = false;    // created by Listen/Accept (server side)
+  bool lingering_ = false;  // failed, but a Reject frame is still being sent
   Clock::time_point linger_until_;
   uint32_t sq_depth_ = 0;
   uint32_t sq_used_ = 0;
-  std::deque<uint64_t> backlog_;          // OpRecord ids with WRs still to post, in order
-  std::deque<PendingRecv> recvs_;         // kRecv ops naming this endpoint
-  std::deque<Fragment> unexpected_;       // arrived fragments not yet copied out
-  std::optional<PendingRecv> assembling_; // the recv the current message is copied into
-  uint64_t assembled_ = 0;                // bytes of the current message so far
-  bool discarding_ = false;               // current message did not fit; drop to its end
+  std::deque<uint64_t> backlog_;           // OpRecord ids with WRs still to post, in order
+  std::deque<PendingRecv> recvs_;          // kRecv ops naming this endpoint
+  std::deque<Fragment> unexpected_;        // arrived fragments not yet copied out
+  std::optional<PendingRecv> assembling_;  // the recv the current message is copied into
+  uint64_t assembled_ = 0;                 // bytes of the current message so far
+  bool discarding_ = false;                // current message did not fit; drop to its end
   Status discard_error_;
   Clock::time_point last_heard_;
-  Clock::time_point last_ack_;  // last send completion, or when the SQ last became busy
-  uint64_t inflight_bytes_ = 0; // bytes of posted WRs not yet acknowledged
+  Clock::time_point last_ack_;   // last send completion, or when the SQ last became busy
+  uint64_t inflight_bytes_ = 0;  // bytes of posted WRs not yet acknowledged
   bool hb_outstanding_ = false;
   Clock::time_point hb_posted_;
 };
@@ -237,18 +237,21 @@ class VerbsTransport final : public Transport {
   const Capabilities& capabilities() const override { return caps_; }
   std::vector<DeviceInfo> devices() const override;
   Result<std::unique_ptr<MemoryRegion>> RegisterMemory(void* addr, size_t length,
-                                                        uint32_t access) override;
+                                                       uint32_t access) override;
   void Advertise(std::vector<RemoteRegion> regions) override;
   Result<std::string> Listen(const std::string& address) override;
   Result<std::shared_ptr<Endpoint>> Accept(Millis timeout) override;
   Result<std::shared_ptr<Endpoint>> Connect(const std::string& address, Millis timeout) override;
-  Status Post(std::span<const Op> ops) override;
   size_t Poll(std::span<Completion> out) override;
   Status Wait(Millis timeout) override;
   void Wake() override;
 
   Stats stats() const;
   RegCacheStats reg_cache_stats() const;
+
+ protected:
+  Status CheckOwnership(const Op& op, size_t index) const override;
+  Status PostValidated(std::span<const Op> ops) override;
 
  private:
   friend class VerbsEndpoint;
@@ -271,19 +274,20 @@ class VerbsTransport final : public Transport {
   void OnCmEventLocked(rdma_cm_event* ev, std::vector<rdma_cm_id*>* destroy_after_ack);
   void StartCmHandshakeLocked(VerbsEndpoint* ep);
   void SendControlFramesLocked(VerbsEndpoint* ep);
-  void OnControlFragmentLocked(VerbsEndpoint* ep, const uint8_t* data, uint32_t length,
-                               bool last);
+  void OnControlFragmentLocked(VerbsEndpoint* ep, const uint8_t* data, uint32_t length, bool last);
 
   // ---- connect_oob.cc ----
   Result<std::string> ListenOob(const std::string& host, uint16_t port);
   Result<std::shared_ptr<Endpoint>> AcceptOob(Millis timeout);
   Result<std::shared_ptr<Endpoint>> ConnectOob(const std::string& host, uint16_t port,
                                                const std::string& address, Millis timeout);
-  Result<std::shared_ptr<Endpoint>> FinishOob(UniqueFd fd, Handshake::Role role,
-                                              std::string peer, Clock::time_point deadline);
+  Result<std::shared_ptr<Endpoint>> FinishOob(UniqueFd fd, Handshake::Role role, std::string peer,
+                                              Clock::time_point deadline);
   Status ConnectQpByHand(VerbsEndpoint* ep);
   void CheckControlSocketsLocked();
   void AcceptPendingOobLocked();
+  // One accepted control connection: its endpoint, QP (INIT) and handshake session.
+  void AcceptOobLocked(UniqueFd fd, std::string peer);
   void DriveOobSessionsLocked();
   // Ok: keep going; error: drop the session (`refused`: report it through Accept()).
   Status StepOobSessionLocked(OobSession* s, bool* refused);
@@ -358,7 +362,8 @@ class VerbsTransport final : public Transport {
   std::deque<PendingRecv> shared_recvs_;
   std::deque<std::shared_ptr<VerbsEndpoint>> accepted_;
   std::deque<Status> accept_errors_;
-  std::vector<std::unique_ptr<OobSession>> oob_sessions_;  // passive handshakes that failed (reported by Accept)
+  std::vector<std::unique_ptr<OobSession>>
+      oob_sessions_;  // passive handshakes that failed (reported by Accept)
   std::shared_ptr<struct AsyncInbox> inbox_;
   Clock::time_point next_housekeeping_{};
   Clock::time_point next_events_{};  // Poll() drains cm/async events from then on
@@ -368,13 +373,13 @@ class VerbsTransport final : public Transport {
   uint32_t max_inline_ = 0;
   uint32_t max_send_sge_ = 1;
   uint32_t max_read_sge_ = 1;
-  uint32_t cq_budget_ = 0;      // spare CQ entries for signaled send WRs
+  uint32_t cq_budget_ = 0;  // spare CQ entries for signaled send WRs
   uint64_t next_endpoint_id_ = 1;
   uint64_t next_record_id_ = 1;
   uint64_t next_recv_seq_ = 1;
   unsigned cq_events_unacked_ = 0;
   bool cq_armed_ = false;
-  Status fatal_;                // device-level failure: every endpoint and new connect fails
+  Status fatal_;  // device-level failure: every endpoint and new connect fails
   Stats stats_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> wake_requested_{false};  // Wake() called, not yet seen by a Wait

@@ -5,9 +5,9 @@
 // truncation, resource exhaustion, ...). Thread-safety: pure functions.
 #pragma once
 
-#include <string_view>
-
 #include <ucs/type/status.h>
+
+#include <string_view>
 
 #include "transport/status.h"
 

@@ -1,5 +1,5 @@
 // The shared-memory region table (see region_table.h for the contract).
-#include "transport/ucx/region_table.h"
+#include "transport/samehost/region_table.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -15,9 +15,10 @@
 #include <functional>
 #include <utility>
 
-#include "transport/backend.h"
+#include "transport/common/segment_check.h"
+#include "transport/samehost/identity.h"
 
-namespace ferry::ucx {
+namespace ferry::samehost {
 namespace {
 
 constexpr uint64_t kMagic = 0x3162745279726566ull;  // "ferryTb1"
@@ -125,7 +126,7 @@ void RegionTable::Reset() {
 
 Result<RegionTable> RegionTable::Create(uint32_t capacity) {
   if (capacity == 0 || capacity > kMaxCapacity) {
-    return InvalidArgument("ucx: region_table_entries must be in [1, " +
+    return InvalidArgument("region table: region_table_entries must be in [1, " +
                            std::to_string(kMaxCapacity) + "], got " + std::to_string(capacity));
   }
   RegionTable t;
@@ -159,7 +160,7 @@ Result<RegionTable> RegionTable::Create(uint32_t capacity) {
 Result<uint32_t> RegionTable::Add(const RegionEntry& e) {
   if (free_.empty()) {
     return Status(Code::kResourceExhausted,
-                  "ucx: the region table is full (" + std::to_string(capacity_) +
+                  "the region table is full (" + std::to_string(capacity_) +
                       " live registrations; raise the parameter region_table_entries)");
   }
   // free_ is a min-heap: the lowest free slot is reused first, so readers' scans stay short.
@@ -207,33 +208,24 @@ void PeerRegionTable::Reset() {
 }
 
 Result<PeerRegionTable> PeerRegionTable::Open(pid_t pid, int remote_fd, uint64_t token) {
-  const std::string who = "ucx: region table of pid " + std::to_string(pid);
+  const std::string who = "region table of pid " + std::to_string(pid);
   if (remote_fd < 0) return InvalidArgument(who + ": the peer published none");
-  const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
-  if (pidfd < 0) return IoError(who + ": pidfd_open", errno);
-  const int fd = static_cast<int>(syscall(SYS_pidfd_getfd, pidfd, remote_fd, 0));
-  const int getfd_errno = errno;
-  close(pidfd);
-  if (fd < 0) return IoError(who + ": pidfd_getfd", getfd_errno);
-  auto fail = [&](Status s) {
-    close(fd);
-    return s;
-  };
+  FERRY_ASSIGN_OR_RETURN(common::UniqueFd fd, TakePeerFd(pid, remote_fd, who));
   struct stat st {};
-  if (fstat(fd, &st) != 0) return fail(IoError(who + ": fstat", errno));
-  const int seals = fcntl(fd, F_GET_SEALS);
+  if (fstat(fd.get(), &st) != 0) return IoError(who + ": fstat", errno);
+  const int seals = fcntl(fd.get(), F_GET_SEALS);
   if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
-    return fail(
-        ProtocolError(who + ": fd " + std::to_string(remote_fd) + " is not a sealed region table"));
+    return ProtocolError(who + ": fd " + std::to_string(remote_fd) +
+                         " is not a sealed region table");
   }
   const auto size = static_cast<uint64_t>(st.st_size);
   if (size < kHeaderBytes || (size - kHeaderBytes) % sizeof(SharedEntry) != 0 ||
       (size - kHeaderBytes) / sizeof(SharedEntry) > RegionTable::kMaxCapacity) {
-    return fail(ProtocolError(who + ": bad size " + std::to_string(size)));
+    return ProtocolError(who + ": bad size " + std::to_string(size));
   }
-  void* p = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) return fail(IoError(who + ": mmap", errno));
-  close(fd);  // the mapping keeps the memfd alive
+  void* p = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd.get(), 0);
+  if (p == MAP_FAILED) return IoError(who + ": mmap", errno);
+  // The mapping keeps the memfd alive; fd closes here.
   PeerRegionTable t;
   t.base_ = static_cast<const uint8_t*>(p);
   t.bytes_ = size;
@@ -294,95 +286,26 @@ Status PeerRegionTable::Check(uint32_t slot, const RemoteRegion& desc, uint64_t 
   RegionEntry e;
   if (!Read(slot, &e) || e.epoch == 0 || e.epoch != desc.epoch || e.addr != desc.addr) {
     return Stale(
-        "ucx: the target has no current registration for this descriptor "
+        "the target has no current registration for this descriptor "
         "(deregistered or forged key)");
   }
   if (e.key != key) {
-    return PermissionDenied("ucx: the target refuses the descriptor's key (wrong rkey)");
+    return PermissionDenied("the target refuses the descriptor's key (wrong rkey)");
   }
-  // Bounds (then rights, the order of CheckRemoteAccess) inline (this loop runs over every segment
-  // of a sparse list on the fast path); the shared rule only to word the error.
-  auto inside = [&](uint64_t off, uint64_t len) {
-    return len == 0 || (off <= e.length && len <= e.length - off);
-  };
-  if (desc.length <= e.length) {
-    // ValidateOp has bounded every segment by desc.length, and the registration is at least
-    // that long at the same address: nothing can fall outside it (the common case; no pass
-    // over a long sparse list).
-  } else if (op.type == OpType::kWrite || op.type == OpType::kRead) {
-    if (!inside(op.remote_offset, op.length)) {
-      return CheckRemoteAccess(e.length, e.access, op.remote_offset, op.length, needed);
-    }
-  } else {
-    for (size_t i = 0; i < op.num_segments; ++i) {
-      const Segment& s = op.segments[i];
-      if (!inside(s.remote_offset, s.length)) {
-        return CheckRemoteAccess(e.length, e.access, s.remote_offset, s.length, needed);
-      }
-    }
-  }
-  if ((e.access & needed) != needed) {
-    return CheckRemoteAccess(e.length, e.access, 0, 0, needed);  // names the missing right
-  }
+  // When the registration is at least desc.length long at the same address, ValidateOp's
+  // bounds (every segment inside desc.length) hold for it too: only the right is checked, and a
+  // long sparse list is not walked again (the common case). Otherwise every segment is.
+  const bool sparse = op.type == OpType::kSparseWrite || op.type == OpType::kSparseRead;
+  const size_t count = desc.length <= e.length ? 0 : sparse ? op.num_segments : 1;
+  FERRY_RETURN_IF_ERROR(common::CheckSegmentTable(
+      count,
+      [&](size_t i) {
+        return sparse ? common::TargetSegment{op.segments[i].remote_offset, op.segments[i].length}
+                      : common::TargetSegment{op.remote_offset, op.length};
+      },
+      e.length, e.access, needed));
   *entry = e;
   return Status::Ok();
 }
 
-// ---- shareable regions ----
-
-PeerMapping::~PeerMapping() {
-  if (base_ != nullptr) munmap(base_, bytes_);
-}
-
-PeerMapping::PeerMapping(PeerMapping&& o) noexcept {
-  *this = std::move(o);
-}
-
-PeerMapping& PeerMapping::operator=(PeerMapping&& o) noexcept {
-  if (this != &o) {
-    if (base_ != nullptr) munmap(base_, bytes_);
-    base_ = std::exchange(o.base_, nullptr);
-    bytes_ = std::exchange(o.bytes_, 0);
-    data_ = std::exchange(o.data_, nullptr);
-    epoch_ = std::exchange(o.epoch_, 0);
-  }
-  return *this;
-}
-
-Result<PeerMapping> PeerMapping::Map(pid_t pid, const RegionEntry& e) {
-  const std::string who = "ucx: shareable region of pid " + std::to_string(pid);
-  if (e.shm_fd < 0 || e.length == 0) return InvalidArgument(who + ": not shareable");
-  const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
-  if (pidfd < 0) return IoError(who + ": pidfd_open", errno);
-  const int fd = static_cast<int>(syscall(SYS_pidfd_getfd, pidfd, e.shm_fd, 0));
-  const int getfd_errno = errno;
-  close(pidfd);
-  if (fd < 0) return IoError(who + ": pidfd_getfd", getfd_errno);
-  struct stat st {};
-  const int seals = fcntl(fd, F_GET_SEALS);
-  const bool ok_file = fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_ino) == e.shm_inode &&
-                       seals >= 0 && (seals & F_SEAL_SHRINK) != 0 &&
-                       e.shm_offset <= static_cast<uint64_t>(st.st_size) &&
-                       e.length <= static_cast<uint64_t>(st.st_size) - e.shm_offset;
-  if (!ok_file) {
-    close(fd);
-    return ProtocolError(who + ": fd " + std::to_string(e.shm_fd) +
-                         " is not the sealed memfd its table entry names");
-  }
-  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-  const uint64_t start = e.shm_offset / page * page;
-  const size_t bytes = static_cast<size_t>(e.shm_offset - start + e.length);
-  const int prot = PROT_READ | ((e.access & kAccessRemoteWrite) ? PROT_WRITE : 0);
-  void* p = mmap(nullptr, bytes, prot, MAP_SHARED, fd, static_cast<off_t>(start));
-  const int map_errno = errno;
-  close(fd);  // the mapping keeps the memfd alive
-  if (p == MAP_FAILED) return IoError(who + ": mmap", map_errno);
-  PeerMapping m;
-  m.base_ = p;
-  m.bytes_ = bytes;
-  m.data_ = static_cast<uint8_t*>(p) + (e.shm_offset - start);
-  m.epoch_ = e.epoch;
-  return m;
-}
-
-}  // namespace ferry::ucx
+}  // namespace ferry::samehost

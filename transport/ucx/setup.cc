@@ -14,7 +14,7 @@
 #include <filesystem>
 #include <set>
 
-#include "transport/ucx/ucx_status.h"
+#include "transport/ucx/errors.h"
 #include "transport/ucx/ucx_transport.h"
 
 namespace ferry::ucx {
@@ -29,7 +29,7 @@ Clock::time_point CoarseNow() {
 }
 
 constexpr const char* kParamPrefix = "UCX_";
-// Capacity of the region table published to CMA peers (region_table.h).
+// Capacity of the region table published to same-host peers (samehost/region_table.h).
 constexpr const char* kTableParam = "region_table_entries";
 
 // UCX reads time values with a unit suffix ("250ms").
@@ -323,13 +323,14 @@ Status UcxTransport::Init() {
   worker_address_.assign(addr, addr + wa.address_length);
   ucp_worker_release_address(worker_.get(), wa.address);
 
-  identity_ = HostIdentity::Local();
+  identity_ = samehost::HostIdentity::Local();
   cma_allowed_ = TlsAllowsCma(options_);
   if (cma_allowed_) {
-    FERRY_ASSIGN_OR_RETURN(uint64_t entries,
-                           ParamUint(options_, kTableParam, RegionTable::kDefaultCapacity));
-    if (entries > RegionTable::kMaxCapacity) entries = 0;  // Create() names the range
-    FERRY_ASSIGN_OR_RETURN(region_table_, RegionTable::Create(static_cast<uint32_t>(entries)));
+    FERRY_ASSIGN_OR_RETURN(uint64_t entries, ParamUint(options_, kTableParam,
+                                                       samehost::RegionTable::kDefaultCapacity));
+    if (entries > samehost::RegionTable::kMaxCapacity) entries = 0;  // Create() names the range
+    FERRY_ASSIGN_OR_RETURN(region_table_,
+                           samehost::RegionTable::Create(static_cast<uint32_t>(entries)));
     identity_.table_fd = static_cast<uint64_t>(region_table_.fd());
     identity_.table_token = region_table_.token();
   }

@@ -12,7 +12,7 @@
 
 #include <cstring>
 
-#include "transport/tcp/tcp.h"
+#include "transport/tcp/tcp_transport.h"
 
 namespace ferry::tcp {
 

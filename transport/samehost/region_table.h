@@ -1,7 +1,7 @@
-// The target-published region table: how path (1) (same host, cross-memory attach) gets the
+// The target-published region table: how the same-host engine (samehost.h) gets the
 // target-side checks an HCA would apply.
 //
-// Every UcxTransport that may serve CMA peers keeps its live registrations in a small
+// Every transport that may serve same-host peers keeps its live registrations in a small
 // shared-memory table (memfd_create + mmap, sealed against shrinking and growing). A peer on the
 // same host learns the table's fd number and a random token in the handshake, takes a duplicate
 // of the fd with pidfd_open + pidfd_getfd (the same ptrace permission process_vm_writev needs)
@@ -10,9 +10,10 @@
 // there, so a forged or stale descriptor is refused and no byte moves.
 //
 // Layout: a 64-byte header {magic, token, capacity} followed by `capacity` 64-byte entries.
-// Capacity is fixed at creation (param "region_table_entries", default 16384): registering
-// more live regions than that fails with kResourceExhausted, naming the parameter. Pages of the
-// memfd are only allocated once touched, so a large capacity costs address space, not memory.
+// Capacity is fixed at creation (the ucx parameter "region_table_entries", default 16384):
+// registering more live regions than that fails with kResourceExhausted, naming the parameter.
+// Pages of the memfd are only allocated once touched, so a large capacity costs address space, not
+// memory.
 //
 // Consistency: each entry has a sequence counter (a seqlock): the owner makes it odd, rewrites
 // the fields, makes it even again. A reader copies the fields between two reads of the counter
@@ -24,8 +25,8 @@
 // an RDMA write already on the wire when an HCA deregisters: it may still land (CMA) until the
 // memory is unmapped (then the kernel fails it with EFAULT).
 //
-// Threading: RegionTable is guarded by the transport's mutex; PeerRegionTable is read-only and
-// may be used from any thread.
+// Threading: RegionTable is guarded by the owning transport's mutex; PeerRegionTable is
+// read-only and may be used from any thread.
 #pragma once
 
 #include <sys/types.h>
@@ -39,7 +40,7 @@
 #include "transport/status.h"
 #include "transport/transport.h"
 
-namespace ferry::ucx {
+namespace ferry::samehost {
 
 // FNV-1a over the packed rkey bytes: the "key" a descriptor must present (a registration's
 // digest is published in the table and checked by the AM target; any edit of one byte changes
@@ -56,31 +57,6 @@ struct RegionEntry {
   int32_t shm_fd = -1;      // the owner's fd of a memfd backing the region, or -1
   uint64_t shm_offset = 0;  // offset of addr inside that memfd
   uint64_t shm_inode = 0;   // its inode (the fd number alone could be reused meanwhile)
-};
-
-// A peer's shareable region mapped into this process. Move-only; unmaps on destruction.
-class PeerMapping {
- public:
-  PeerMapping() = default;
-  ~PeerMapping();
-  PeerMapping(PeerMapping&& o) noexcept;
-  PeerMapping& operator=(PeerMapping&& o) noexcept;
-  PeerMapping(const PeerMapping&) = delete;
-  PeerMapping& operator=(const PeerMapping&) = delete;
-
-  // Duplicates the memfd `e.shm_fd` of process `pid` (pidfd_getfd), checks that it is the inode
-  // the entry names, sealed against shrinking and large enough, and maps the entry's range
-  // (writable only if the entry grants remote writes).
-  static Result<PeerMapping> Map(pid_t pid, const RegionEntry& e);
-  // The byte at the region's offset 0.
-  uint8_t* data() const { return data_; }
-  uint64_t epoch() const { return epoch_; }
-
- private:
-  void* base_ = nullptr;
-  size_t bytes_ = 0;
-  uint8_t* data_ = nullptr;
-  uint64_t epoch_ = 0;
 };
 
 // The owner's side. Move-only; unmaps and closes on destruction.
@@ -142,7 +118,8 @@ class PeerRegionTable {
   // at `slot`: the entry must still hold desc.epoch with the same key and address, and every
   // (remote_offset, length) must lie inside the registered range with the `needed` right.
   // Requires that `op` passed ValidateOp against `desc` (Post does that first): when the
-  // registration is at least desc.length long, the segments are not visited again.
+  // registration is at least desc.length long, the segments are not visited again; otherwise
+  // they go through common::CheckSegmentTable, the rule every software target applies.
   // Returns the entry on success. Errors: kStale (no such live registration), kPermissionDenied
   // (wrong key or right), kOutOfRange (bounds).
   Status Check(uint32_t slot, const RemoteRegion& desc, uint64_t key, uint32_t needed, const Op& op,
@@ -155,4 +132,4 @@ class PeerRegionTable {
   uint32_t capacity_ = 0;
 };
 
-}  // namespace ferry::ucx
+}  // namespace ferry::samehost

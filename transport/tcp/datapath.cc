@@ -1,4 +1,5 @@
-// tcp send side: Post (validation, framing, matching receives against buffered messages) and
+// tcp data path, send side: the ownership hook and PostValidated (framing, matching receives
+// against buffered messages) and
 // FlushTx, which gathers frames straight from registered memory with sendmsg().
 //
 // Steady state allocates nothing: queues are Rings, the iovec array lives in the Conn, and only
@@ -9,7 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "transport/tcp/tcp.h"
+#include "transport/tcp/tcp_transport.h"
 
 namespace ferry::tcp {
 namespace {
@@ -24,33 +25,28 @@ uint64_t SumLengths(const Segment* segs, size_t n) {
 
 // ---- Post ----------------------------------------------------------------------------------
 
-Status TcpTransport::CheckOp(const Op& op, size_t index) const {
-  FERRY_RETURN_IF_ERROR(ValidateOp(op, caps_, options_.max_segments, index));
+// Reads only what is fixed while the objects live (a handle's transport_ and conn_ change only
+// in ~TcpTransport; a Conn's peer limits are set before its handle exists), so no lock.
+Status TcpTransport::CheckOwnership(const Op& op, size_t index) const {
   // Built only on error: the happy path must not allocate.
   auto who = [index] { return "op " + std::to_string(index); };
   const TcpEndpoint* ep = nullptr;
   if (op.ep != nullptr) {
     ep = dynamic_cast<const TcpEndpoint*>(op.ep);
     if (ep == nullptr || ep->transport_ != this || ep->conn_ == nullptr) {
-      return InvalidArgument(who() + ": the endpoint does not belong to this tcp transport");
+      return ForeignError(op, index, Foreign::kEndpoint);
     }
   }
   const auto* local = dynamic_cast<const TcpRegion*>(op.local);
   if (local == nullptr || local->transport_ != this) {
-    return InvalidArgument(who() + ": the local region was not registered with this transport");
+    return ForeignError(op, index, Foreign::kLocalRegion);
   }
   if (op.type == OpType::kRecv) return Status::Ok();
-  if (op.type == OpType::kSend) {
-    if (op.length > ep->conn_->peer_max_message) {
-      return InvalidArgument(who() + ": a message of " + std::to_string(op.length) +
-                             " bytes exceeds the peer's max_message_size of " +
-                             std::to_string(ep->conn_->peer_max_message));
-    }
-    return Status::Ok();
-  }
+  if (op.type == OpType::kSend)
+    return CheckPeerMessageLimit(op, index, ep->conn_->peer_max_message);
   const auto* key = dynamic_cast<const TcpRemoteKey*>(op.remote);
   if (key == nullptr || key->conn_ != ep->conn_) {
-    return InvalidArgument(who() + ": the remote key was not imported on this endpoint");
+    return ForeignError(op, index, Foreign::kRemoteKey);
   }
   const Conn& c = *ep->conn_;
   const bool sparse = op.type == OpType::kSparseWrite || op.type == OpType::kSparseRead;
@@ -68,12 +64,8 @@ Status TcpTransport::CheckOp(const Op& op, size_t index) const {
   return Status::Ok();
 }
 
-Status TcpTransport::Post(std::span<const Op> ops) {
+Status TcpTransport::PostValidated(std::span<const Op> ops) {
   Lock lk(mu_);
-  for (size_t i = 0; i < ops.size(); ++i) {
-    const Op& op = ops[i];
-    FERRY_RETURN_IF_ERROR(CheckOp(op, i));
-  }
   const size_t before = completions_.size();
   touched_.clear();
   for (const Op& op : ops) {
@@ -215,7 +207,7 @@ void TcpTransport::PostRecv(const Op& op) {
 // ---- Send side -----------------------------------------------------------------------------
 
 void TcpTransport::FlushTx(Conn& c) {
-  if (c.fd < 0 || c.state == Conn::State::kConnecting) return;
+  if (!c.fd || c.state == Conn::State::kConnecting) return;
   for (;;) {
     size_t n = 0;
     uint64_t want = 0;
@@ -233,7 +225,7 @@ void TcpTransport::FlushTx(Conn& c) {
     msghdr m{};
     m.msg_iov = c.iov;
     m.msg_iovlen = n;
-    const ssize_t w = sendmsg(c.fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    const ssize_t w = sendmsg(c.fd.get(), &m, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (w < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {

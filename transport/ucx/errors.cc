@@ -1,4 +1,4 @@
-#include "transport/ucx/ucx_status.h"
+#include "transport/ucx/errors.h"
 
 #include <string>
 
@@ -7,26 +7,37 @@ namespace ferry::ucx {
 Code CodeFromUcs(ucs_status_t status) {
   switch (status) {
     case UCS_OK:
-    case UCS_INPROGRESS: return Code::kOk;
+    case UCS_INPROGRESS:
+      return Code::kOk;
     case UCS_ERR_INVALID_PARAM:
-    case UCS_ERR_INVALID_ADDR: return Code::kInvalidArgument;
-    case UCS_ERR_UNSUPPORTED: return Code::kUnsupported;
+    case UCS_ERR_INVALID_ADDR:
+      return Code::kInvalidArgument;
+    case UCS_ERR_UNSUPPORTED:
+      return Code::kUnsupported;
     case UCS_ERR_MESSAGE_TRUNCATED:
     case UCS_ERR_OUT_OF_RANGE:
-    case UCS_ERR_EXCEEDS_LIMIT: return Code::kOutOfRange;
+    case UCS_ERR_EXCEEDS_LIMIT:
+      return Code::kOutOfRange;
     case UCS_ERR_NO_MEMORY:
     case UCS_ERR_NO_RESOURCE:
-    case UCS_ERR_BUSY: return Code::kResourceExhausted;
+    case UCS_ERR_BUSY:
+      return Code::kResourceExhausted;
     case UCS_ERR_NO_ELEM:
-    case UCS_ERR_NO_DEVICE: return Code::kNotFound;
-    case UCS_ERR_TIMED_OUT: return Code::kTimeout;
-    case UCS_ERR_CANCELED: return Code::kCancelled;
-    case UCS_ERR_REJECTED: return Code::kPermissionDenied;
+    case UCS_ERR_NO_DEVICE:
+      return Code::kNotFound;
+    case UCS_ERR_TIMED_OUT:
+      return Code::kTimeout;
+    case UCS_ERR_CANCELED:
+      return Code::kCancelled;
+    case UCS_ERR_REJECTED:
+      return Code::kPermissionDenied;
     case UCS_ERR_UNREACHABLE:
     case UCS_ERR_CONNECTION_RESET:
     case UCS_ERR_NOT_CONNECTED:
-    case UCS_ERR_ENDPOINT_TIMEOUT: return Code::kPeerFailure;
-    case UCS_ERR_IO_ERROR: return Code::kIoError;
+    case UCS_ERR_ENDPOINT_TIMEOUT:
+      return Code::kPeerFailure;
+    case UCS_ERR_IO_ERROR:
+      return Code::kIoError;
     default:
       if (UCS_IS_LINK_ERROR(status) || UCS_IS_ENDPOINT_ERROR(status)) return Code::kPeerFailure;
       return Code::kInternal;

@@ -1,7 +1,13 @@
+// Shared rules for backends: the explicit backend list, ValidateOp, the ownership errors of
+// Transport::CheckOwnership hooks, and parameter parsing.
+#include "transport/backend.h"
+
+#include <algorithm>
 #include <charconv>
 #include <limits>
 
-#include "transport/backend.h"
+#include "ferry_config.h"
+#include "transport/common/segment_check.h"
 
 namespace ferry {
 namespace {
@@ -10,35 +16,54 @@ bool InBounds(uint64_t offset, uint64_t length, uint64_t size) {
   return offset <= size && length <= size - offset;
 }
 
-std::string OpName(size_t index) { return "op " + std::to_string(index); }
+std::string OpName(size_t index) {
+  return "op " + std::to_string(index);
+}
+
+std::string Who(const Op& op, size_t index) {
+  return OpName(index) + " (" + std::string(OpTypeName(op.type)) + ")";
+}
 
 }  // namespace
 
-Status CheckRemoteAccess(uint64_t size, uint32_t granted, uint64_t offset, uint64_t length,
-                         uint32_t needed) {
-  if (!InBounds(offset, length, size)) {
-    return OutOfRange("remote access [" + std::to_string(offset) + ", +" + std::to_string(length) +
-                      ") outside a region of " + std::to_string(size) + " bytes");
-  }
-  if ((granted & needed) != needed) {
-    return PermissionDenied(needed & kAccessRemoteWrite ? "region does not grant remote write"
-                                                        : "region does not grant remote read");
-  }
-  return Status::Ok();
+std::vector<const BackendEntry*> CompiledBackends() {
+  std::vector<const BackendEntry*> entries;
+#if FERRY_HAVE_VERBS
+  entries.push_back(&VerbsBackendEntry());
+#endif
+#if FERRY_HAVE_UCX
+  entries.push_back(&UcxBackendEntry());
+#endif
+  entries.push_back(&TcpBackendEntry());
+  std::stable_sort(
+      entries.begin(), entries.end(),
+      [](const BackendEntry* a, const BackendEntry* b) { return a->priority > b->priority; });
+  return entries;
 }
 
 Status ValidateOp(const Op& op, const Capabilities& caps, uint64_t max_segments, size_t index) {
   // Built only on the error path: a std::string here would allocate on every posted op.
-  auto who = [&] { return OpName(index) + " (" + std::string(OpTypeName(op.type)) + ")"; };
+  auto who = [&] { return Who(op, index); };
   bool supported = true;
   switch (op.type) {
     case OpType::kSend:
-    case OpType::kRecv: supported = caps.send_recv; break;
-    case OpType::kWrite: supported = caps.write; break;
-    case OpType::kRead: supported = caps.read; break;
-    case OpType::kSparseWrite: supported = caps.sparse_write; break;
-    case OpType::kSparseRead: supported = caps.sparse_read; break;
-    case OpType::kNotify: return InvalidArgument(who() + ": kNotify is a completion type, not an op");
+    case OpType::kRecv:
+      supported = caps.send_recv;
+      break;
+    case OpType::kWrite:
+      supported = caps.write;
+      break;
+    case OpType::kRead:
+      supported = caps.read;
+      break;
+    case OpType::kSparseWrite:
+      supported = caps.sparse_write;
+      break;
+    case OpType::kSparseRead:
+      supported = caps.sparse_read;
+      break;
+    case OpType::kNotify:
+      return InvalidArgument(who() + ": kNotify is a completion type, not an op");
   }
   if (!supported) return Unsupported(who() + ": not supported by this backend");
   if ((op.flags & kOpNotify) && op.type != OpType::kWrite && op.type != OpType::kSparseWrite) {
@@ -72,7 +97,7 @@ Status ValidateOp(const Op& op, const Capabilities& caps, uint64_t max_segments,
                               ? kAccessRemoteWrite
                               : kAccessRemoteRead;
   if (!sparse) {
-    Status s = CheckRemoteAccess(rr.length, rr.access, op.remote_offset, op.length, needed);
+    Status s = common::CheckRemoteAccess(rr.length, rr.access, op.remote_offset, op.length, needed);
     return s.Annotate(who());
   }
   if (op.num_segments == 0 || op.segments == nullptr) {
@@ -85,8 +110,8 @@ Status ValidateOp(const Op& op, const Capabilities& caps, uint64_t max_segments,
   }
   if ((rr.access & needed) != needed) {
     return PermissionDenied(who() + (needed & kAccessRemoteWrite
-                                       ? ": remote region does not grant remote write"
-                                       : ": remote region does not grant remote read"));
+                                         ? ": remote region does not grant remote write"
+                                         : ": remote region does not grant remote read"));
   }
   uint64_t total = 0;
   for (size_t i = 0; i < op.num_segments; ++i) {
@@ -109,24 +134,26 @@ Status ValidateOp(const Op& op, const Capabilities& caps, uint64_t max_segments,
   return Status::Ok();
 }
 
-Status SplitHostPort(const std::string& address, std::string* host, uint16_t* port) {
-  size_t colon = address.rfind(':');
-  if (colon == std::string::npos || colon + 1 == address.size()) {
-    return InvalidArgument("address '" + address + "' is not host:port");
+Status ForeignError(const Op& op, size_t index, Foreign what) {
+  switch (what) {
+    case Foreign::kEndpoint:
+      return InvalidArgument(Who(op, index) + ": the endpoint does not belong to this transport");
+    case Foreign::kLocalRegion:
+      return InvalidArgument(Who(op, index) +
+                             ": the local region was not registered with this transport");
+    case Foreign::kRemoteKey:
+      return InvalidArgument(Who(op, index) + ": the remote key was not imported on this endpoint");
   }
-  std::string h = address.substr(0, colon);
-  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
-  if (h.empty()) return InvalidArgument("address '" + address + "' has no host");
-  unsigned value = 0;
-  const char* first = address.data() + colon + 1;
-  const char* last = address.data() + address.size();
-  auto [ptr, ec] = std::from_chars(first, last, value);
-  if (ec != std::errc() || ptr != last || value > 65535) {
-    return InvalidArgument("address '" + address + "' has a bad port");
+  return Internal(Who(op, index) + ": unknown ownership failure");
+}
+
+Status CheckPeerMessageLimit(const Op& op, size_t index, uint64_t peer_max_message) {
+  if (op.type != OpType::kSend || op.length <= peer_max_message) {
+    return Status::Ok();
   }
-  *host = h;
-  *port = static_cast<uint16_t>(value);
-  return Status::Ok();
+  return InvalidArgument(Who(op, index) + ": a message of " + std::to_string(op.length) +
+                         " bytes exceeds the peer's max_message_size of " +
+                         std::to_string(peer_max_message));
 }
 
 Result<uint64_t> ParamUint(const TransportOptions& options, const std::string& key,
@@ -140,19 +167,6 @@ Result<uint64_t> ParamUint(const TransportOptions& options, const std::string& k
     return InvalidArgument("parameter " + key + "='" + s + "' is not a number");
   }
   return value;
-}
-
-std::string_view OpTypeName(OpType type) {
-  switch (type) {
-    case OpType::kSend: return "send";
-    case OpType::kRecv: return "recv";
-    case OpType::kWrite: return "write";
-    case OpType::kRead: return "read";
-    case OpType::kSparseWrite: return "sparse_write";
-    case OpType::kSparseRead: return "sparse_read";
-    case OpType::kNotify: return "notify";
-  }
-  return "unknown";
 }
 
 }  // namespace ferry

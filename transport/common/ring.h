@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-namespace ferry::tcp {
+namespace ferry::common {
 
 template <typename T>
 class Ring {
@@ -51,4 +51,4 @@ class Ring {
   size_t size_ = 0;
 };
 
-}  // namespace ferry::tcp
+}  // namespace ferry::common

@@ -11,7 +11,7 @@
 #include <cerrno>
 #include <map>
 
-#include "transport/tcp/tcp.h"
+#include "transport/tcp/tcp_transport.h"
 
 namespace ferry::tcp {
 namespace {
@@ -72,14 +72,14 @@ TcpTransport::TcpTransport(const TransportOptions& options, Params params)
 }
 
 Status TcpTransport::Init() {
-  epfd_ = epoll_create1(EPOLL_CLOEXEC);
-  if (epfd_ < 0) return IoError("tcp: epoll_create1", errno);
-  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (wake_fd_ < 0) return IoError("tcp: eventfd", errno);
+  epfd_ = UniqueFd(epoll_create1(EPOLL_CLOEXEC));
+  if (!epfd_) return IoError("tcp: epoll_create1", errno);
+  wake_fd_ = UniqueFd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!wake_fd_) return IoError("tcp: eventfd", errno);
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.u64 = kWakeId;
-  if (epoll_ctl(epfd_, EPOLL_CTL_ADD, wake_fd_, &ev) != 0) {
+  if (epoll_ctl(epfd_.get(), EPOLL_CTL_ADD, wake_fd_.get(), &ev) != 0) {
     return IoError("tcp: epoll_ctl(eventfd)", errno);
   }
   if (options_.progress_thread) progress_thread_ = std::thread([this] { ProgressThreadMain(); });
@@ -93,7 +93,7 @@ TcpTransport::~TcpTransport() {
   }
   if (progress_thread_.joinable()) {
     const uint64_t one = 1;
-    ssize_t ignored = write(wake_fd_, &one, sizeof(one));
+    ssize_t ignored = write(wake_fd_.get(), &one, sizeof(one));
     (void)ignored;
     progress_thread_.join();
   }
@@ -105,21 +105,17 @@ TcpTransport::~TcpTransport() {
         c->handle->transport_ = nullptr;
         c->handle->conn_ = nullptr;
       }
-      if (c->fd >= 0) close(c->fd);
-      c->fd = -1;
+      c->fd.reset();
     }
     conns_.clear();
     accepted.swap(accepted_);
     for (auto& [key, e] : regions_) {
       if (e.owner != nullptr) e.owner->transport_ = nullptr;
     }
-    for (auto& [id, fd] : listeners_) close(fd);
-    listeners_.clear();
+    listeners_.clear();  // closes the listening sockets
   }
   accepted.clear();  // handles are detached: their destructors do nothing
-  if (epfd_ >= 0) close(epfd_);
-  if (wake_fd_ >= 0) close(wake_fd_);
-}
+}  // epfd_ and wake_fd_ close with the members
 
 std::vector<DeviceInfo> TcpTransport::devices() const {
   std::map<std::string, DeviceInfo> by_name;
@@ -169,10 +165,10 @@ void TcpTransport::Progress(Lock& lk, int timeout_ms) {
   int n;
   if (timeout_ms > 0) {
     lk.unlock();
-    n = epoll_wait(epfd_, evs, kMaxEvents, timeout_ms);
+    n = epoll_wait(epfd_.get(), evs, kMaxEvents, timeout_ms);
     lk.lock();
   } else {
-    n = epoll_wait(epfd_, evs, kMaxEvents, 0);
+    n = epoll_wait(epfd_.get(), evs, kMaxEvents, 0);
   }
   // Events gathered while unlocked may name connections that are gone by now: ids are never
   // reused, so a lookup miss is simply skipped.
@@ -180,14 +176,14 @@ void TcpTransport::Progress(Lock& lk, int timeout_ms) {
     const uint64_t id = evs[i].data.u64;
     if (id == kWakeId) {
       uint64_t value;
-      ssize_t ignored = read(wake_fd_, &value, sizeof(value));
+      ssize_t ignored = read(wake_fd_.get(), &value, sizeof(value));
       (void)ignored;
       continue;
     }
     bool listener = false;
     for (auto& [lid, fd] : listeners_) {
       if (lid == id) {
-        AcceptNew(fd);
+        AcceptNew(fd.get());
         listener = true;
         break;
       }
@@ -281,7 +277,7 @@ void TcpTransport::Wake() {
     return;
   }
   const uint64_t one = 1;
-  ssize_t ignored = write(wake_fd_, &one, sizeof(one));  // interrupts epoll_wait
+  ssize_t ignored = write(wake_fd_.get(), &one, sizeof(one));  // interrupts epoll_wait
   (void)ignored;
 }
 

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <cstring>
 
-namespace ferry::internal {
+namespace ferry::common {
 
 // The first and the last N bytes of a row of N <= len <= 2N bytes: together they cover it.
 template <uint64_t N>
@@ -40,4 +40,4 @@ inline void CopyRow(uint8_t* dst, const uint8_t* src, uint64_t len) {
   }
 }
 
-}  // namespace ferry::internal
+}  // namespace ferry::common

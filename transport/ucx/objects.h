@@ -11,41 +11,17 @@
 // Thread-safety: none; the transport's mutex guards every owner that touches the worker.
 #pragma once
 
-#include <unistd.h>
+#include <ucp/api/ucp.h>
 
 #include <utility>
 
-#include <ucp/api/ucp.h>
+#include "transport/common/fd.h"
+#include "transport/common/owned.h"
 
 namespace ferry::ucx {
 
-// A generic move-only owner for handles released by a single free function.
-template <typename H, void (*Release)(H)>
-class Owned {
- public:
-  Owned() = default;
-  explicit Owned(H h) : h_(h) {}
-  ~Owned() { reset(); }
-  Owned(Owned&& o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
-  Owned& operator=(Owned&& o) noexcept {
-    if (this != &o) {
-      reset();
-      h_ = std::exchange(o.h_, nullptr);
-    }
-    return *this;
-  }
-  Owned(const Owned&) = delete;
-  Owned& operator=(const Owned&) = delete;
-
-  H get() const { return h_; }
-  explicit operator bool() const { return h_ != nullptr; }
-  void reset() {
-    if (h_ != nullptr) Release(std::exchange(h_, nullptr));
-  }
-
- private:
-  H h_ = nullptr;
-};
+using common::Owned;
+using common::UniqueFd;
 
 using ConfigHandle = Owned<ucp_config_t*, &ucp_config_release>;
 using ContextHandle = Owned<ucp_context_h, &ucp_cleanup>;
@@ -124,32 +100,6 @@ class EpHandle {
 
   ucp_worker_h worker_ = nullptr;
   ucp_ep_h ep_ = nullptr;
-};
-
-// A file descriptor (the Ferry control socket of a connection, the listening socket, epoll).
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  ~UniqueFd() { reset(); }
-  UniqueFd(UniqueFd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  UniqueFd& operator=(UniqueFd&& o) noexcept {
-    if (this != &o) {
-      reset();
-      fd_ = std::exchange(o.fd_, -1);
-    }
-    return *this;
-  }
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  int get() const { return fd_; }
-  explicit operator bool() const { return fd_ >= 0; }
-  void reset() {
-    if (fd_ >= 0) ::close(std::exchange(fd_, -1));
-  }
-
- private:
-  int fd_ = -1;
 };
 
 }  // namespace ferry::ucx

@@ -1,7 +1,6 @@
-// FlatBuffers encoding of region descriptors and the handshake state machine.
-//
-// Why FlatBuffers: every control message is verified in place before a single field is read, so
-// a malformed or truncated frame from a peer is a kProtocol error, never an out-of-bounds read.
+// The handshake state machine (handshake.h); frames are built and verified by frame.h.
+#include "transport/handshake.h"
+
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
@@ -9,68 +8,19 @@
 
 #include <cstring>
 
-#include "transport/handshake.h"
-#include "transport/schema/wire_generated.h"
+#include "transport/frame.h"
 
 namespace ferry {
 namespace {
 
+using frame::AlignedBytes;
+using frame::BuildRegion;
+using frame::Finish;
+using frame::ReadRegion;
+using frame::VerifyFrame;
+
 constexpr uint32_t kMagic = 0x59525246;  // "FRRY" little-endian
 constexpr size_t kNonceBytes = 16;
-
-flatbuffers::Offset<wire::Region> BuildRegion(flatbuffers::FlatBufferBuilder& b,
-                                              const RemoteRegion& r) {
-  auto rkey = b.CreateVector(r.rkey);
-  return wire::CreateRegion(b, r.addr, r.length, r.access, r.epoch, rkey);
-}
-
-RemoteRegion ReadRegion(const wire::Region& r) {
-  RemoteRegion out;
-  out.addr = r.addr();
-  out.length = r.length();
-  out.access = r.access();
-  out.epoch = r.epoch();
-  if (r.rkey()) out.rkey.assign(r.rkey()->begin(), r.rkey()->end());
-  return out;
-}
-
-std::vector<uint8_t> Finish(flatbuffers::FlatBufferBuilder& b, wire::Body type,
-                            flatbuffers::Offset<void> body) {
-  b.Finish(wire::CreateFrame(b, type, body));
-  return std::vector<uint8_t>(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
-}
-
-// FlatBuffers reads scalars in place and needs the buffer aligned; frames from the network sit at
-// any offset of a receive buffer, so a misaligned frame is first copied (control path only).
-class AlignedBytes {
- public:
-  explicit AlignedBytes(std::span<const uint8_t> bytes) : bytes_(bytes) {
-    if (!bytes.empty() && reinterpret_cast<uintptr_t>(bytes.data()) % alignof(uint64_t) != 0) {
-      storage_.resize((bytes.size() + 7) / 8);
-      std::memcpy(storage_.data(), bytes.data(), bytes.size());
-      bytes_ = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(storage_.data()),
-                                        bytes.size());
-    }
-  }
-  std::span<const uint8_t> bytes() const { return bytes_; }
-
- private:
-  std::span<const uint8_t> bytes_;
-  std::vector<uint64_t> storage_;
-};
-
-Result<const wire::Frame*> VerifyFrame(std::span<const uint8_t> bytes) {
-  if (bytes.size() > kMaxHandshakeFrame) {
-    return ProtocolError("control frame of " + std::to_string(bytes.size()) +
-                         " bytes exceeds the limit of " + std::to_string(kMaxHandshakeFrame));
-  }
-  flatbuffers::Verifier v(bytes.data(), bytes.size());
-  if (bytes.size() < 8 || !wire::VerifyFrameBuffer(v)) {
-    return ProtocolError("control frame failed verification (" + std::to_string(bytes.size()) +
-                         " bytes)");
-  }
-  return wire::GetFrame(bytes.data());
-}
 
 std::vector<uint8_t> Bytes(const flatbuffers::Vector<uint8_t>* v) {
   return v ? std::vector<uint8_t>(v->begin(), v->end()) : std::vector<uint8_t>();
@@ -99,20 +49,6 @@ bool ProofMatches(const std::vector<uint8_t>& expected, const std::vector<uint8_
 }
 
 }  // namespace
-
-std::vector<uint8_t> EncodeRemoteRegion(const RemoteRegion& region) {
-  flatbuffers::FlatBufferBuilder b(64 + region.rkey.size());
-  auto r = BuildRegion(b, region);
-  return Finish(b, wire::Body::Region, r.Union());
-}
-
-Result<RemoteRegion> DecodeRemoteRegion(std::span<const uint8_t> bytes) {
-  AlignedBytes aligned(bytes);
-  FERRY_ASSIGN_OR_RETURN(const wire::Frame* frame, VerifyFrame(aligned.bytes()));
-  const wire::Region* r = frame->body_as_Region();
-  if (r == nullptr) return ProtocolError("frame is not a region descriptor");
-  return ReadRegion(*r);
-}
 
 Handshake::Handshake(Role role, HelloParams params)
     : role_(role),
@@ -150,14 +86,14 @@ Status Handshake::OnFrame(std::span<const uint8_t> bytes) {
   if (state_ == State::kFailed) return Internal("handshake already failed");
   if (state_ == State::kDone) return ProtocolError("unexpected control frame after handshake");
   AlignedBytes aligned(bytes);
-  auto frame_or = VerifyFrame(aligned.bytes());
+  auto frame_or = VerifyFrame(aligned.bytes(), kMaxHandshakeFrame);
   if (!frame_or.ok()) return Fail(frame_or.status());
   const wire::Frame* frame = *frame_or;
   if (const wire::Reject* rej = frame->body_as_Reject()) {
     state_ = State::kFailed;
     std::string reason = rej->reason() ? rej->reason()->str() : "no reason given";
-    Code code = reason.find("secret") != std::string::npos ? Code::kPermissionDenied
-                                                             : Code::kProtocol;
+    Code code =
+        reason.find("secret") != std::string::npos ? Code::kPermissionDenied : Code::kProtocol;
     return Status(code, "peer refused the connection: " + reason);
   }
 
@@ -218,10 +154,9 @@ Status Handshake::OnFrame(std::span<const uint8_t> bytes) {
   for (const auto& r : params_.regions) regions.push_back(BuildRegion(b, r));
   auto proof = role_ == Role::kClient ? Proof(params_.secret, 'C', my_nonce_, peer_nonce_)
                                       : std::vector<uint8_t>();
-  auto welcome = wire::CreateWelcome(b, b.CreateVector(proof), b.CreateVector(regions),
-                                     b.CreateVector(params_.info),
-                                     b.CreateVector(params_.transport_data),
-                                     params_.max_message_size, params_.max_segments);
+  auto welcome = wire::CreateWelcome(
+      b, b.CreateVector(proof), b.CreateVector(regions), b.CreateVector(params_.info),
+      b.CreateVector(params_.transport_data), params_.max_message_size, params_.max_segments);
   outgoing_.push_back(Finish(b, wire::Body::Welcome, welcome.Union()));
   state_ = role_ == Role::kServer ? State::kDone : State::kWaitWelcome;
   return Status::Ok();

@@ -1,9 +1,10 @@
-// Internal declarations of the tcp backend (never included outside transport/tcp/ and its tests).
+// The tcp backend's hub header (never included outside transport/tcp/ and its tests).
 //
 // Architecture:
 //   One TcpTransport owns an epoll set, the listening sockets, every connection (Conn), the table
 //   of registered regions and the completion queue. One mutex (mu_) guards all of it; every
-//   public method takes it, so all are thread-safe. Progress (socket I/O) runs on whichever
+//   public method takes it, so all are thread-safe (Post's ownership hook reads only what is
+//   fixed while the objects live, and takes none). Progress (socket I/O) runs on whichever
 //   thread calls Poll/Wait/Accept/Connect, or on the internal progress thread when
 //   TransportOptions::progress_thread is set. epoll_wait itself runs with the mutex released.
 //
@@ -12,10 +13,12 @@
 //   A handle (TcpEndpoint) is the only owner of an established Conn's lifetime: destroying it
 //   closes the socket and frees the Conn.
 //
-// Files: transport.cc (setup, progress, registry entry), connect.cc (sockets, handshake,
-// failure), send.cc (Post, framing, sendmsg), receive.cc (the receive state machine),
-// regions.cc (registration, target-side checks, remote keys), wire.{h,cc} (frame layout),
-// cursor.cc (iovec walking), ring.h (the allocation-free queue).
+// Files (the names verbs and ucx use for the same concerns): setup.cc (options, progress,
+// Poll/Wait, registry entry), connect.cc (sockets, handshake, failure), datapath.cc (the
+// ownership hook, PostValidated, framing, sendmsg), receive.cc (the receive state machine),
+// memory.cc (registration, target-side key lookup, remote keys), wire.{h,cc} (frame layout),
+// cursor.{h,cc} (iovec walking). Shared plumbing (sockets, fds, the ring, the segment check)
+// is in transport/common/.
 #pragma once
 
 #include <sys/uio.h>
@@ -34,12 +37,16 @@
 #include <vector>
 
 #include "transport/backend.h"
+#include "transport/common/fd.h"
+#include "transport/common/ring.h"
 #include "transport/handshake.h"
-#include "transport/tcp/ring.h"
+#include "transport/tcp/cursor.h"
 #include "transport/tcp/wire.h"
 
 namespace ferry::tcp {
 
+using common::Ring;
+using common::UniqueFd;
 using Clock = std::chrono::steady_clock;
 
 inline constexpr size_t kMaxIov = 1024;  // IOV_MAX on Linux
@@ -48,9 +55,7 @@ inline constexpr size_t kMaxIov = 1024;  // IOV_MAX on Linux
 // takes only kTailLookAhead, so that bulk streams copy little out of the look-ahead.
 inline constexpr size_t kCtrlSize = 8192;
 inline constexpr size_t kTailLookAhead = 512;
-inline constexpr size_t kScratchSize = 64 * 1024;  // sink for refused payloads
 inline constexpr uint64_t kDefaultUnexpectedLimit = 64ull << 20;
-inline constexpr uint64_t kFillBytes = 8ull << 20;  // Cursor::Fill stops merging runs here
 // Target of a sparse write whose rows average at most this many bytes: the payload is received
 // into the connection's scratch buffer and scattered with memcpy (see Rx::bounce). Measured
 // crossover of receiver CPU per row (docs/perf/tcp-profile.md): bounce wins up to ~96 B rows,
@@ -62,56 +67,6 @@ inline constexpr uint64_t kDefaultBounceMaxRow = 96;
 inline bool ShouldBounce(uint64_t total, size_t nsegs, uint64_t max_row) {
   return max_row > 0 && nsegs > 1 && total / nsegs <= max_row;
 }
-
-// Walks the bytes of one transfer: a contiguous range, a segment list (local or remote offsets
-// of ferry::Segment), or a discard sink that reuses one scratch buffer. Used both to gather
-// (sendmsg) and to scatter (readv).
-struct Cursor {
-  uint8_t* base = nullptr;
-  const Segment* segs = nullptr;  // null: contiguous [base + done, +remaining)
-  size_t nsegs = 0;
-  bool remote_side = false;  // segments: use remote_offset (target) instead of local_offset
-  bool discard = false;      // base is a scratch buffer of kScratchSize bytes
-  size_t idx = 0;            // current segment
-  uint64_t off = 0;          // bytes done in the current segment / contiguous range
-  uint64_t remaining = 0;
-
-  void SetContig(uint8_t* p, uint64_t n);
-  void SetSegments(uint8_t* b, const Segment* s, size_t n, bool remote, uint64_t total);
-  void SetDiscard(uint8_t* scratch, uint64_t n);
-  // Appends up to `max` iovecs from the current position; returns how many, adds their bytes.
-  // Segments adjacent in memory are merged into one iovec (at most kFillBytes per call).
-  size_t Fill(iovec* iov, size_t max, uint64_t* bytes) const;
-  void Advance(uint64_t n);
-  // Copies n bytes (n <= remaining) in at the current position and advances (a discard cursor
-  // only advances).
-  void CopyIn(const uint8_t* src, uint64_t n);
-};
-
-// One frame (or reply) waiting to be sent: header, optional segment table, payload.
-struct TxItem {
-  uint8_t header[kHeaderSize] = {};
-  uint32_t header_done = 0;
-  const uint8_t* table = nullptr;  // the initiator's Segment array (sparse requests)
-  uint64_t table_len = 0;
-  uint64_t table_done = 0;
-  Cursor data;
-  bool data_is_text = false;  // payload is `text` (error responses); pointer taken at Fill time
-  std::string text;
-  uint64_t text_done = 0;
-  // On completion of the send:
-  bool complete_send = false;  // a two-sided send: queue its completion
-  uint64_t context = 0;
-  uint64_t bytes = 0;
-  uint64_t pin_key = 0;              // target region pinned while this read response streams
-  std::vector<Segment> owned_table;  // sparse read response: the request's segments
-
-  bool started() const { return header_done > 0; }
-  size_t Fill(iovec* iov, size_t max, uint64_t* bytes_out) const;
-  // Consumes up to n sent bytes; returns how many belonged to this item.
-  uint64_t Advance(uint64_t n);
-  bool done() const;
-};
 
 // An initiator's one-sided op awaiting its reply (FIFO per connection, replies come in order).
 struct PendingOp {
@@ -181,7 +136,7 @@ inline Completion ErrorCompletion(uint64_t context, OpType type, Endpoint* ep, c
 struct Conn {
   enum class State : uint8_t { kConnecting, kHandshake, kOpen, kFailed };
   uint64_t id = 0;
-  int fd = -1;
+  UniqueFd fd;  // closed (reset) when the connection fails
   State state = State::kConnecting;
   bool server = false;
   bool want_out = false;  // EPOLLOUT registered
@@ -277,10 +232,13 @@ class TcpTransport final : public Transport {
   Result<std::string> Listen(const std::string& address) override;
   Result<std::shared_ptr<Endpoint>> Accept(Millis timeout) override;
   Result<std::shared_ptr<Endpoint>> Connect(const std::string& address, Millis timeout) override;
-  Status Post(std::span<const Op> ops) override;
   size_t Poll(std::span<Completion> out) override;
   Status Wait(Millis timeout) override;
   void Wake() override;
+
+ protected:
+  Status CheckOwnership(const Op& op, size_t index) const override;
+  Status PostValidated(std::span<const Op> ops) override;
 
  private:
   friend class TcpEndpoint;
@@ -290,7 +248,7 @@ class TcpTransport final : public Transport {
   TcpTransport(const TransportOptions& options, Params params);
   Status Init();
 
-  // ---- progress (transport.cc)
+  // ---- progress (setup.cc)
   // One round: epoll_wait (unlocked when timeout_ms > 0), socket events, timers.
   void Progress(Lock& lk, int timeout_ms);
   // Drives progress (or waits for the progress thread) until pred() or the deadline.
@@ -301,7 +259,7 @@ class TcpTransport final : public Transport {
   void Complete(Completion c);
 
   // ---- connections (connect.cc)
-  Conn* NewConn(int fd, bool server, std::string peer_address);
+  Conn* NewConn(UniqueFd fd, bool server, std::string peer_address);
   void AcceptNew(int listen_fd);
   void HandleEvent(Conn& c, uint32_t events);
   void StartHandshake(Conn& c);
@@ -313,8 +271,7 @@ class TcpTransport final : public Transport {
   void Sweep();
   void ReleaseConn(Conn* c);
 
-  // ---- data path (send.cc, receive.cc)
-  Status CheckOp(const Op& op, size_t index) const;
+  // ---- data path (datapath.cc, receive.cc)
   void PostOne(const Op& op);
   void PostRecv(const Op& op);
   void FlushTx(Conn& c);
@@ -331,7 +288,7 @@ class TcpTransport final : public Transport {
   void QueueHandshakeOut(Conn& c);
   TxItem& PushFrame(Conn& c, const FrameHeader& h);
 
-  // ---- regions (regions.cc)
+  // ---- regions (memory.cc)
   Status CheckTarget(uint64_t key, uint32_t needed, RegionEntry** out);
   void Unpin(uint64_t key);
   void Deregister(uint64_t key);
@@ -343,10 +300,10 @@ class TcpTransport final : public Transport {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;  // progress happened (completions, accepts, handshakes, drains)
-  int epfd_ = -1;
-  int wake_fd_ = -1;  // eventfd: stops the progress thread, interrupts a Wait (Wake)
-  std::atomic<bool> wake_requested_{false};  // Wake() called, not yet seen by a Wait
-  std::vector<std::pair<uint64_t, int>> listeners_;  // (event id, fd)
+  UniqueFd epfd_;
+  UniqueFd wake_fd_;  // eventfd: stops the progress thread, interrupts a Wait (Wake)
+  std::atomic<bool> wake_requested_{false};               // Wake() called, not yet seen by a Wait
+  std::vector<std::pair<uint64_t, UniqueFd>> listeners_;  // (event id, socket)
   std::unordered_map<uint64_t, std::unique_ptr<Conn>> conns_;
   uint64_t next_id_ = 1;  // event ids: wake = 0, listeners and conns from 1
   size_t open_conns_ = 0;

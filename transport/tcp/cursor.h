@@ -1,0 +1,74 @@
+// Cursor and TxItem: how the tcp backend turns transfers into iovecs without copying, and
+// tracks partial sendmsg()/readv() progress so that transfers of any size stream (cursor.cc has
+// a worked example).
+//
+// Contract: plain state, no locking (the transport's mutex guards every instance); no allocation
+// except TxItem's error text and a sparse read response's table.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "transport/tcp/wire.h"
+#include "transport/transport.h"
+
+namespace ferry::tcp {
+
+inline constexpr size_t kScratchSize = 64 * 1024;   // sink for refused payloads
+inline constexpr uint64_t kFillBytes = 8ull << 20;  // Cursor::Fill stops merging runs here
+
+// Walks the bytes of one transfer: a contiguous range, a segment list (local or remote offsets
+// of ferry::Segment), or a discard sink that reuses one scratch buffer. Used both to gather
+// (sendmsg) and to scatter (readv).
+struct Cursor {
+  uint8_t* base = nullptr;
+  const Segment* segs = nullptr;  // null: contiguous [base + done, +remaining)
+  size_t nsegs = 0;
+  bool remote_side = false;  // segments: use remote_offset (target) instead of local_offset
+  bool discard = false;      // base is a scratch buffer of kScratchSize bytes
+  size_t idx = 0;            // current segment
+  uint64_t off = 0;          // bytes done in the current segment / contiguous range
+  uint64_t remaining = 0;
+
+  void SetContig(uint8_t* p, uint64_t n);
+  void SetSegments(uint8_t* b, const Segment* s, size_t n, bool remote, uint64_t total);
+  void SetDiscard(uint8_t* scratch, uint64_t n);
+  // Appends up to `max` iovecs from the current position; returns how many, adds their bytes.
+  // Segments adjacent in memory are merged into one iovec (at most kFillBytes per call).
+  size_t Fill(iovec* iov, size_t max, uint64_t* bytes) const;
+  void Advance(uint64_t n);
+  // Copies n bytes (n <= remaining) in at the current position and advances (a discard cursor
+  // only advances).
+  void CopyIn(const uint8_t* src, uint64_t n);
+};
+
+// One frame (or reply) waiting to be sent: header, optional segment table, payload.
+struct TxItem {
+  uint8_t header[kHeaderSize] = {};
+  uint32_t header_done = 0;
+  const uint8_t* table = nullptr;  // the initiator's Segment array (sparse requests)
+  uint64_t table_len = 0;
+  uint64_t table_done = 0;
+  Cursor data;
+  bool data_is_text = false;  // payload is `text` (error responses); pointer taken at Fill time
+  std::string text;
+  uint64_t text_done = 0;
+  // On completion of the send:
+  bool complete_send = false;  // a two-sided send: queue its completion
+  uint64_t context = 0;
+  uint64_t bytes = 0;
+  uint64_t pin_key = 0;              // target region pinned while this read response streams
+  std::vector<Segment> owned_table;  // sparse read response: the request's segments
+
+  bool started() const { return header_done > 0; }
+  size_t Fill(iovec* iov, size_t max, uint64_t* bytes_out) const;
+  // Consumes up to n sent bytes; returns how many belonged to this item.
+  uint64_t Advance(uint64_t n);
+  bool done() const;
+};
+
+}  // namespace ferry::tcp

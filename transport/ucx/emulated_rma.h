@@ -1,0 +1,78 @@
+// Path (3) of the ucx backend: Ferry's own one-sided protocol over active messages, for
+// endpoints without a same-host engine or an rc/dc verbs RMA lane (UCX over tcp, shm without
+// cma, self). Implemented by UcxTransport's methods in emulated_rma.cc; wire layout in wire.h.
+//
+// Why not UCX's own software RMA emulation (ucp/rma/rma_sw.c): its target writes to any address
+// the peer names, and when its ack cannot reach a dead peer UCX aborts the process
+// ("ucp_request.inl:346 Fatal: unexpected error: Endpoint timeout" from ucp_put_handler).
+//
+// The protocol:
+//   initiator  one kAmRmaRequest per Op, eager and whole (UCP_AM_SEND_FLAG_EAGER): RmaHeader
+//              (req id, region addr + epoch + key digest, kind, notify/imm), the segment table
+//              (runs merged by common::ForEachMergedRun), and a write's data as a
+//              UCP_DATATYPE_IOV straight from the local region: nothing is packed. The Op
+//              completes when both the request's send and the reply are done, or with the
+//              endpoint's status when the endpoint fails.
+//   target     finds ITS registration by epoch and address, checks the key digest and the whole
+//              table with common::CheckSegmentTable (rights, every segment's bounds) before
+//              touching memory, copies a write in (out of UCX's receive buffer: no rendezvous),
+//              queues the kNotify of a kOpNotify write, and answers kAmRmaReply: status code and
+//              error text, or a read's data as a UCP iov straight from the region (adjacent rows
+//              merged; no gather buffer). Replies go out after worker progress, never from inside
+//              a UCX callback; a reply that cannot be sent (dead peer) is dropped through its
+//              completion callback, never an abort. Requests that arrive while our side of the
+//              handshake is still running are copied (up to kMaxDeferred) and served once it is
+//              done.
+//   memory     a region counts the read replies sending from it; ~UcxMemoryRegion turns queued
+//              ones into kStale errors and waits for those UCX holds (up to peer_timeout, then
+//              fails their endpoints), so UCX never reads freed memory.
+//
+// Threading: everything runs under the transport's mu_ (handlers inside ucp_worker_progress).
+#pragma once
+
+#include <ucp/api/ucp.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "transport/ucx/wire.h"
+
+namespace ferry::ucx {
+
+class UcxTransport;
+class UcxMemoryRegion;
+
+// A reply owed to a request. A read's payload is NOT copied: `iov` points into the target
+// region (adjacent segments merged) and the reply is sent with a UCP iov datatype, so `region`
+// counts it in `replies_in_flight_` until UCX is done with the memory (OnReplySent or a failed
+// send); ~UcxMemoryRegion waits for that count. `data` carries only an error text.
+struct PendingReply {
+  UcxTransport* t = nullptr;
+  uint64_t ep_id = 0;
+  RmaReplyHeader header{};
+  std::vector<uint8_t> data;
+  std::vector<ucp_dt_iov_t> iov;
+  UcxMemoryRegion* region = nullptr;  // set while it holds a count on the region
+  ~PendingReply();
+};
+
+// A kAmRmaRequest copied out of UCX because its endpoint was still handshaking here.
+struct DeferredRequest {
+  RmaHeader header{};
+  std::vector<uint8_t> data;
+};
+
+// The initiator's half of an Op on this path (part of OpState): request header, segment table,
+// the write's iov, the read's local segments to scatter the reply into, and which halves are
+// still outstanding.
+struct EmulatedOp {
+  RmaHeader rma{};
+  std::vector<RmaSegment> table;
+  std::vector<ucp_dt_iov_t> iov;
+  std::vector<RmaSegment> local_segs;  // read: (local offset, length) per run
+  uint8_t* local_base = nullptr;
+  bool send_pending = false;
+  bool reply_pending = false;
+};
+
+}  // namespace ferry::ucx
