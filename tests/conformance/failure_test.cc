@@ -11,12 +11,13 @@
 namespace ferry::testing {
 namespace {
 
-// peer_timeout of both sides. Inside the soft-RoCE VM (FERRY_VM set by tools/softroce/ferry-vm)
-// rxe runs under TCG and does its protocol work inside the post system call: one 4 MiB Post over
-// ucx's rc lane took 0.31-1.09 s there, and this single-threaded test answers the peer's pings
-// only between calls, so 1.5 s let the PEER declare the test dead during the warm-up (2 of 16
-// runs). On real hardware a Post takes microseconds.
-const Millis kPeerTimeout{std::getenv("FERRY_VM") != nullptr ? 5000 : 1500};
+// peer_timeout of both sides. Inside the soft-RoCE VM rxe runs under TCG and does its protocol
+// work inside the post system call (one 4 MiB Post over ucx's rc lane took 0.31-1.09 s there),
+// and this test is single-threaded: the peer must not take it for dead while it sits in a Post.
+// verbs peers hear its HCA (rxe's kernel side) acknowledge; ucx peers its heartbeat thread
+// (transport/ucx/liveness.h). Until that thread existed this case needed 5 s in the VM (2 of 16
+// runs failed with 1.5 s).
+constexpr Millis kPeerTimeout{1500};
 // Slack on top of peer_timeout for a loaded 2-core machine; the point is "no hang".
 constexpr Millis kSlack{15000};
 

@@ -394,6 +394,37 @@ TEST_P(UcxConfigTest, CloseCancelsPendingRecv) {
   EXPECT_FALSE(got[0].ok());
 }
 
+// Alive but busy is not dead: the server's owner does not drive its transport for three times
+// peer_timeout (a Post that takes that long under emulated RDMA, a compute loop) while the
+// client waits on a Recv from it. The heartbeat thread (transport/ucx/liveness.h) keeps
+// answering, so the client's endpoint stays healthy and the message arrives once the server
+// sends it. (A stopped peer still fails: PeerStoppedOpsFailWithinBound.)
+TEST_P(UcxConfigTest, OwnerStuckLongerThanPeerTimeoutIsNotDeclaredDead) {
+  const Millis timeout(600);
+  auto pair = Connect(Options(GetParam(), timeout), Options(GetParam(), timeout));
+  ASSERT_TRUE(pair.ok()) << pair.status().ToString();
+  std::vector<uint8_t> cbuf(64, 0), sbuf(64, 0x5a);
+  auto cmr = pair->client->RegisterMemory(cbuf.data(), cbuf.size(), kAccessLocal);
+  auto smr = pair->server->RegisterMemory(sbuf.data(), sbuf.size(), kAccessLocal);
+  ASSERT_TRUE(cmr.ok() && smr.ok());
+  Op r = RecvOp(pair->client_ep.get(), cmr->get(), 0, 64, 7);
+  ASSERT_TRUE(pair->client->Post({&r, 1}).ok());
+  // Only the client drives progress meanwhile.
+  const auto until = steady_clock::now() + 3 * timeout;
+  Completion c;
+  while (steady_clock::now() < until) {
+    ASSERT_EQ(pair->client->Poll({&c, 1}), 0u) << "the Recv ended early: " << c.error;
+    (void)pair->client->Wait(Millis(5));
+  }
+  EXPECT_TRUE(pair->client_ep->status().ok()) << pair->client_ep->status().ToString();
+  Op send = SendOp(pair->server_ep.get(), smr->get(), 0, 64, 8);
+  ASSERT_TRUE(pair->server->Post({&send, 1}).ok());
+  auto got = Reap(*pair->client, 1, {pair->server.get()});
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_TRUE(got[0].ok()) << got[0].error;
+  EXPECT_EQ(cbuf[0], 0x5a);
+}
+
 TEST_P(UcxConfigTest, ProgressThreadServesOneSidedAndWakesWait) {
   auto server_opts = Options(GetParam());
   server_opts.progress_thread = true;

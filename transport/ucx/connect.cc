@@ -173,6 +173,7 @@ void UcxTransport::PollSockets() {
     auto it = live_.find(key);
     if (it != live_.end()) ReadSocket(it->second);
   }
+  if (adopt_pending_) AdoptReadySockets();
   // Retry frames that did not fit in the socket buffer (rare: handshake frames are small).
   if (pending_writes_) {
     pending_writes_ = false;
@@ -400,6 +401,10 @@ void UcxTransport::EnterReady(UcxEndpoint* ep) {
   ep->state_ = UcxEndpoint::State::kReady;
   --handshakes_;
   ep->last_heard_ = Clock::now();
+  // Its control connection goes to the heartbeat thread, not from here: a socket read may be in
+  // progress (EnterReady runs inside OnFrame, or a UCX callback).
+  ep->adopt_ = true;
+  adopt_pending_ = true;
   if (ep->server_) accepted_.push_back(by_id_.at(ep->id()));
 }
 
@@ -483,6 +488,7 @@ void UcxTransport::FailEndpoint(UcxEndpoint* ep, Status why, bool graceful) {
     // request of it (some never), so what is still in flight completes here, at once.
     if (force) OrphanOps(ep);
   }
+  if (ep->live_ != nullptr) liveness_->Drop(ep->live_);  // the peer sees EOF: fails at once
   if (ep->fd_) {
     if (graceful && !ep->wbuf_.empty()) {
       (void)::send(ep->fd_.get(), ep->wbuf_.data(), ep->wbuf_.size(), MSG_NOSIGNAL);
@@ -501,42 +507,70 @@ void UcxTransport::CloseEndpoint(UcxEndpoint* ep) {
                /*graceful=*/true);
 }
 
+void UcxTransport::AdoptReadySockets() {
+  adopt_pending_ = false;
+  std::vector<UcxEndpoint*> eps;
+  for (auto& [id, ep] : live_) {
+    if (ep->adopt_) eps.push_back(ep);
+  }
+  for (UcxEndpoint* ep : eps) {
+    ep->adopt_ = false;
+    (void)epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, ep->fd_.get(), nullptr);
+    auto live =
+        liveness_->Adopt(ep->id(), std::move(ep->fd_), std::move(ep->rbuf_), std::move(ep->wbuf_));
+    ep->rbuf_.clear();
+    ep->wbuf_.clear();
+    if (!live.ok()) {
+      FailEndpoint(ep, live.status(), /*graceful=*/false);
+      continue;
+    }
+    ep->live_ = std::move(live).value();
+  }
+}
+
 void UcxTransport::CheckLiveness(Clock::time_point now) {
   const auto timeout = options_.peer_timeout;
   next_liveness_ = now + std::clamp<Clock::duration>(timeout / 8, std::chrono::milliseconds(1),
                                                      std::chrono::milliseconds(50));
-  PollSockets();
+  PollSockets();  // handshakes; adopts the connections of endpoints that became ready
   std::vector<UcxEndpoint*> eps;
-  for (auto& [id, ep] : live_) {
-    if (ep->state_ == UcxEndpoint::State::kHandshaking ? now > ep->handshake_deadline_
-                                                       : ep->outstanding_ > 0) {
-      eps.push_back(ep);
-    }
-  }
+  for (auto& [id, ep] : live_) eps.push_back(ep);
   for (UcxEndpoint* ep : eps) {
     if (ep->state_ == UcxEndpoint::State::kHandshaking) {
+      if (now <= ep->handshake_deadline_) continue;
       Status s = Timeout((ep->wiring_ ? "ucx wireup with " : "handshake with ") +
                          ep->peer_address_ + " did not finish in time");
       if (ep->server_) last_accept_error_ = s;
       FailEndpoint(ep, s, /*graceful=*/false);
       continue;
     }
-    // One ping at a time. Silent = nothing heard for peer_timeout AND a ping unanswered for 3/4
-    // of it: when this process itself stalled (a long Post, a starved VM) and sent no ping, the
-    // peer had nothing to answer. A ping goes out timeout/4 after the last answer, so a hung
-    // peer still fails within peer_timeout of its last answer. (PollSockets above has already
-    // read any answer that arrived while we stalled.)
-    const bool unanswered = ep->last_ping_ > ep->last_heard_;
-    if (unanswered && now - ep->last_ping_ > timeout * 3 / 4 && now - ep->last_heard_ > timeout) {
+    if (ep->live_ == nullptr) continue;  // adopted at the next PollSockets
+    if (ep->live_->failed.load(std::memory_order_acquire)) {
+      // The control connection ended. Replies the peer sent before it closed travel on UCX's own
+      // connections and may arrive after the EOF: an endpoint with work outstanding gets a short
+      // grace (what polling the socket used to give by accident) before its Ops fail.
+      if (ep->eof_seen_ == Clock::time_point()) ep->eof_seen_ = now;
+      const auto grace = std::clamp<Clock::duration>(timeout / 8, std::chrono::milliseconds(1),
+                                                     std::chrono::milliseconds(50));
+      if (ep->outstanding_ > 0 && now - ep->eof_seen_ < grace) {
+        next_liveness_ = std::min(next_liveness_, ep->eof_seen_ + grace);
+        continue;
+      }
+      FailEndpoint(ep,
+                   PeerFailure("peer " + ep->peer_address_ + " " + liveness_->ErrorOf(ep->live_)),
+                   /*graceful=*/false);
+      continue;
+    }
+    // Silent = nothing heard for peer_timeout while we wait for it. The peer's heartbeat thread
+    // pings every peer_timeout/4 and answers ours whatever its process is doing, so silence means
+    // the process is stopped, hung or gone; data from it counts as heard too (last_heard_).
+    const Clock::time_point heard = std::max(
+        ep->last_heard_, Clock::time_point(std::chrono::nanoseconds(ep->live_->heard_ns.load())));
+    if (ep->outstanding_ > 0 && now - heard > timeout) {
       FailEndpoint(ep,
                    PeerFailure("peer " + ep->peer_address_ + " did not respond within " +
                                std::to_string(timeout.count()) + " ms (peer_timeout)"),
                    /*graceful=*/false);
-    } else if (!unanswered && now - ep->last_ping_ >= timeout / 4) {
-      ep->last_ping_ = now;
-      const uint8_t ping = kPing;
-      QueueFrame(ep, {&ping, 1});
-      FlushSocket(ep);
     }
   }
 }

@@ -337,6 +337,12 @@ Status UcxTransport::Init() {
 
   epoll_ = UniqueFd(epoll_create1(EPOLL_CLOEXEC));
   if (!epoll_) return IoError("epoll_create1", errno);
+  // A failed control connection is news for whoever drives progress: signal the worker (thread-
+  // safe, takes no lock: the heartbeat thread never waits for mu_).
+  FERRY_ASSIGN_OR_RETURN(liveness_, Liveness::Start(options_.peer_timeout, [this] {
+                           liveness_event_.store(true, std::memory_order_release);
+                           ucp_worker_signal(worker_.get());
+                         }));
 
   next_liveness_ = Clock::now();
   if (options_.progress_thread) {
@@ -382,6 +388,7 @@ UcxTransport::~UcxTransport() {
   while (!closing_.empty() && Clock::now() < deadline) ProgressLocked();
   for (void* req : closing_) ucp_request_free(req);
   closing_.clear();
+  liveness_.reset();  // its thread signals the worker: it stops before the worker goes
   // The worker goes here, not with the members: destroying it purges the requests UCX still
   // holds (a send to a peer that never answered, a wireup probe) and runs their callbacks, which
   // use Op states, endpoints and reply sets declared after the worker (as members they would
@@ -402,6 +409,10 @@ unsigned UcxTransport::ProgressLocked() {
     // steady_clock on every idle turn of a busy-polling caller was ~16 % of a ping-pong process's
     // samples (perf, ucx shm; docs/perf/transport-analysis.md). The check uses the real time.
     if (CoarseNow() >= next_liveness_) CheckLiveness(Clock::now());
+  }
+  if (liveness_event_.load(std::memory_order_relaxed)) {
+    liveness_event_.store(false, std::memory_order_relaxed);
+    CheckLiveness(Clock::now());
   }
   return n;
 }

@@ -1,7 +1,8 @@
 // Ferry's UCX backend: ferry::Transport over UCP (UCX 1.13). Internal to transport/ucx/.
 //
 // Files: setup.cc (context, worker, parameters, progress, registry entry), connect.cc (control
-// connection, handshake, endpoints, liveness, failure), datapath.cc (Post, tag send/recv, the
+// connection, handshake, endpoints, failure), liveness.{h,cc} (the control connections'
+// heartbeat thread), datapath.cc (Post, tag send/recv, the
 // one-sided dispatch, native RMA, completions, Poll/Wait), emulated_rma.{h,cc} (path 3 below),
 // memory.cc (registration, import), wire.h (what this backend puts on the wire), objects.h (one
 // RAII owner per UCX object), errors.{h,cc} (ucs_status_t -> Status).
@@ -46,8 +47,10 @@
 //                 data landed, and the Op completes with the reply.
 //   Peer failure  every ep uses UCP_ERR_HANDLING_MODE_PEER + an error callback; UCX keepalive is
 //                 configured from peer_timeout; the control connection's EOF fails the endpoint
-//                 at once; and pings on it fail an endpoint with work outstanding whose peer
-//                 stays silent for peer_timeout. When a failure force-closes the ucp_ep (all but
+//                 at once; and the heartbeat on it (liveness.h: a thread of its own pings and
+//                 answers, so a process stuck in one long call is still heard) fails an endpoint
+//                 with work outstanding whose peer stays silent for peer_timeout (a stopped or
+//                 hung process). When a failure force-closes the ucp_ep (all but
 //                 Close()), every Op in flight on it completes at once with the endpoint's
 //                 status (UCX 1.13 never completes some requests of a force-closed rc ep); the
 //                 Op's state stays allocated until UCX's callback for it runs, at the latest when
@@ -106,6 +109,7 @@
 #include "transport/samehost/samehost.h"
 #include "transport/transport.h"
 #include "transport/ucx/emulated_rma.h"
+#include "transport/ucx/liveness.h"
 #include "transport/ucx/objects.h"
 #include "transport/ucx/wire.h"
 
@@ -210,11 +214,15 @@ class UcxEndpoint final : public Endpoint {
   bool wiring_ = false;
   ucs_status_t wireup_error_ = UCS_OK;  // the wireup probe failed; handled after progress
   uint64_t peer_max_message_ = 0;
-  // Liveness (see UcxTransport::CheckLiveness).
+  // Liveness (see UcxTransport::CheckLiveness). Once ready, the control connection belongs to
+  // the transport's Liveness thread (live_; adopt_ until AdoptReadySockets hands it over).
   size_t outstanding_ = 0;
   Clock::time_point last_heard_;
   Clock::time_point last_ping_;
-  OpState* ops_ = nullptr;  // intrusive list of the Ops in flight on this endpoint
+  bool adopt_ = false;
+  std::shared_ptr<LiveSocket> live_;
+  Clock::time_point eof_seen_;  // when CheckLiveness first saw live_ failed (a grace, there)
+  OpState* ops_ = nullptr;      // intrusive list of the Ops in flight on this endpoint
 };
 
 class UcxTransport final : public Transport {
@@ -282,6 +290,9 @@ class UcxTransport final : public Transport {
   void FailEndpoint(UcxEndpoint* ep, Status why, bool graceful);
   void CloseEndpoint(UcxEndpoint* ep);
   void CheckLiveness(Clock::time_point now);
+  // Hands the control connections of endpoints that became ready to liveness_. Called where no
+  // socket read is in progress (the end of PollSockets, CheckLiveness).
+  void AdoptReadySockets();
 
   // ---- data path (datapath.cc) ----
   static void OnSendDone(void* request, ucs_status_t status, void* user_data);
@@ -344,7 +355,7 @@ class UcxTransport final : public Transport {
   bool cma_allowed_ = false;  // UCX_TLS permits cma (the same-host engine may serve peers)
   bool verbs_lanes_ = false;  // the context has an rc/dc verbs transport (setup.cc)
   samehost::RegionTable region_table_;  // our live registrations, for same-host peers
-  UniqueFd epoll_;                      // control connections + the listening socket
+  UniqueFd epoll_;  // control connections still handshaking + the listening socket
   UniqueFd listen_fd_;
   std::string listen_address_;
 
@@ -378,6 +389,11 @@ class UcxTransport final : public Transport {
   uint32_t tick_ = 0;
   Clock::time_point next_liveness_;
   Clock::time_point next_socket_poll_;
+
+  // The heartbeat of ready control connections (liveness.h); stopped before the worker goes.
+  std::unique_ptr<Liveness> liveness_;
+  std::atomic<bool> liveness_event_{false};  // it saw a connection fail: check at once
+  bool adopt_pending_ = false;               // some endpoint's adopt_ is set
 
   std::atomic<bool> stop_{false};
   std::atomic<bool> thread_sleeping_{false};

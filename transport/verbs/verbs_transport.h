@@ -85,6 +85,9 @@ Result<Config> ParseConfig(const TransportOptions& options);
 // Counters for tests and ferry-info; read with VerbsStats().
 struct Stats {
   uint64_t post_calls = 0;  // ibv_post_send calls
+  // The longest ibv_post_send call (coarse clock, ms). On a hardware HCA it is microseconds; soft
+  // RoCE (rxe) runs its protocol inside the call and can stay there long (datapath.cc).
+  uint64_t longest_post_ms = 0;
   uint64_t wrs_posted = 0;
   uint64_t inline_wrs = 0;
   uint64_t signaled_wrs = 0;
