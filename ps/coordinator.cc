@@ -170,7 +170,10 @@ void Coordinator::Impl::FailJob(const Member* who, const Status& why) {
     f.rank = UINT32_MAX;
   }
   f.value = ElapsedMs();
-  f.text = (who != nullptr ? Describe(*who) + ": " : std::string()) + why.ToString();
+  // Every survivor's error says who and when (the notice also carries the time in `value`).
+  char when[48];
+  std::snprintf(when, sizeof when, " [%.1f s into the job]", f.value / 1000.0);
+  f.text = (who != nullptr ? Describe(*who) + ": " : std::string()) + why.ToString() + when;
   std::fprintf(stderr, "ferry coordinator: job failed after %.1f s: %s\n", f.value / 1000.0,
                f.text.c_str());
   SendToAll(f);

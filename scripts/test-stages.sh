@@ -157,9 +157,13 @@ FERRY_TSAN_RUNS=(
   # servers, workers) over tcp. Tables of different servers grow here; TSan builds move them
   # with calls it intercepts (MappedBuffer::GrowVisibly) rather than the raw mremap.
   "tests/ps/ps_job_test|*/tcp:*/tcp_*"
+  # Replicated shards: forwards, acks and failovers between server threads, the coordinator's
+  # accusation window, workers re-sending to new heads (tcp).
+  "tests/ps/ps_replica_test|*/tcp"
   "tests/fault/fault_test|*"
   "tests/topology/pool_test|*Concurrent*"
-  "tests/ucx/ucx_test|*ProgressThread*"
+  # The progress thread, and the heartbeat thread that answers while the owner is stuck.
+  "tests/ucx/ucx_test|*ProgressThread*:*OwnerStuck*"
 )
 
 ferry_tsan_stage() {
