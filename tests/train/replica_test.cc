@@ -39,9 +39,7 @@ class Replicas : public ::testing::Test {
     Generate(train_, test_,
              {"--fields", "10", "--features", "20000", "--samples", "40000", "--test-samples",
               "500", "--seed", "23"});
-    const char* s = std::getenv("FERRY_REPLICA_SEED");
-    seed_ = s != nullptr ? std::strtoull(s, nullptr, 10) : std::random_device()();
-    std::printf("FERRY_REPLICA_SEED=%llu\n", static_cast<unsigned long long>(seed_));
+    seed_ = SeedFromEnv("FERRY_REPLICA_SEED");
     rng_.seed(seed_);
   }
   static void TearDownTestSuite() {

@@ -33,9 +33,7 @@ class Resume : public ::testing::Test {
     Generate(train_, *dir_ / "test.svm",
              {"--fields", "10", "--features", "20000", "--samples", "40000", "--test-samples",
               "1000", "--seed", "21"});
-    const char* s = std::getenv("FERRY_RESUME_SEED");
-    seed_ = s != nullptr ? std::strtoull(s, nullptr, 10) : std::random_device()();
-    std::printf("FERRY_RESUME_SEED=%llu\n", static_cast<unsigned long long>(seed_));
+    seed_ = SeedFromEnv("FERRY_RESUME_SEED");
     rng_.seed(seed_);
   }
   static void TearDownTestSuite() {

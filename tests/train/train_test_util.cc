@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <thread>
 
@@ -203,6 +204,13 @@ pid_t FindProcess(const std::string& env_entry, const std::string& arg, pid_t pa
 
 pid_t RankPid(pid_t parent, int rank) {
   return FindProcess("FERRY_RANK=" + std::to_string(rank), "", parent);
+}
+
+uint64_t SeedFromEnv(const char* var) {
+  const char* s = std::getenv(var);
+  const uint64_t seed = s != nullptr ? std::strtoull(s, nullptr, 10) : std::random_device()();
+  std::printf("%s=%llu\n", var, static_cast<unsigned long long>(seed));
+  return seed;
 }
 
 TrainRun Train(const TempDir& dir, const std::string& tag, const std::vector<std::string>& args,

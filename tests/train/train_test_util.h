@@ -90,6 +90,10 @@ std::vector<std::string> Lines(const std::string& text);
 std::vector<nlohmann::json> JsonLines(const std::string& path);  // throws on a non-JSON line
 std::vector<std::string> Cat(std::vector<std::string> a, const std::vector<std::string>& b);
 
+// The seed of a test's random moments: $VAR when set (to replay a run), else a fresh one; printed
+// as "VAR=N" either way.
+uint64_t SeedFromEnv(const char* var);
+
 // Pearson correlation of two equally long series (NaN when either is constant).
 double Correlation(const std::vector<double>& x, const std::vector<double>& y);
 
