@@ -128,6 +128,17 @@ TEST_F(Resume, FtrlKilledRankResumesToTheSameModelBytes) {
       << "worker 1 killed, resumed over ucx on 1 server";
 }
 
+// A checkpoint of a job without replicas restores into one with them (every server loads the
+// rows of each shard it hosts: its own and its predecessor's), and the run ends the same.
+TEST_F(Resume, ResumesIntoAReplicatedJob) {
+  const std::string ref = Reference("ftrl");
+  ASSERT_FALSE(ref.empty());
+  EXPECT_EQ(KillAndResume("ftrl", "tcp", 2,
+                          {"--transport", "tcp", "--servers", "3", "--replicas", "2"}),
+            ref)
+      << "worker 0 killed, resumed on 3 servers with 2 replicas";
+}
+
 // The mlp's dense layers (Adam state in one row each) and embeddings come back as well.
 TEST_F(Resume, MlpKilledWorkerResumesToTheSameModelBytes) {
   const std::string ref = Reference("mlp");
