@@ -268,6 +268,8 @@ struct TransportConfig {
 
 const TransportConfig kTcp{"tcp", "tcp", {}};
 const TransportConfig kUcxShm{"ucx-shm", "ucx", {{"UCX_TLS", "shm,self"}}};
+// Only where an RDMA device is (the soft-RoCE VM: tests/ps/vm-ps.sh, FERRY_DATA_HOST set).
+const TransportConfig kVerbs{"verbs", "verbs", {}};
 
 // Empty when the backend can run here, else why not.
 std::string Unavailable(const TransportConfig& t) {
@@ -560,6 +562,7 @@ std::string KillCaseName(const ::testing::TestParamInfo<KillCase>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Tcp, PsFailure, ::testing::ValuesIn(KillCases(kTcp)), KillCaseName);
 INSTANTIATE_TEST_SUITE_P(UcxShm, PsFailure, ::testing::ValuesIn(KillCases(kUcxShm)), KillCaseName);
+INSTANTIATE_TEST_SUITE_P(Verbs, PsFailure, ::testing::ValuesIn(KillCases(kVerbs)), KillCaseName);
 
 // ---- runs that must complete -------------------------------------------------------------------
 

@@ -3,8 +3,10 @@
 # over verbs on rxe0. The data transport listens on the rxe netdev's address (FERRY_DATA_HOST:
 # rdma_cm cannot use lo); the control plane stays on 127.0.0.1.
 #   vm-ps.sh PS_JOB_TEST FERRY_GEN FERRY_TRAIN FERRY_PREDICT PS_FAULT_TEST PS_REPLICA_TEST
+#            PS_FAILURE_TEST
 set -euo pipefail
 ps_job_test=$1 ferry_gen=$2 ferry_train=$3 ferry_predict=$4 ps_fault_test=$5 ps_replica_test=$6
+ps_failure_test=$7
 export FERRY_DATA_HOST=${FERRY_RDMA_ADDR:?run me inside tools/softroce/ferry-vm}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -20,6 +22,9 @@ echo "== the PS over the fault-injecting wrapper on verbs"
 FERRY_TEST_BACKENDS=verbs "$ps_fault_test"
 echo "== replicas over verbs: same rows, a severed server fails over (head, tail, middle)"
 FERRY_TEST_BACKENDS=verbs "$ps_replica_test" --gtest_filter='*ChainsChangeNoRowUnderBsp*:*SeveredServerFailsOverUnderBsp*:*SeveredMiddleOfAChainIsBridged*'
+
+echo "== failure detection over verbs: a server, a worker, the coordinator killed or stopped"
+"$ps_failure_test" --gtest_filter='Verbs/PsFailure.*'
 
 echo "== ferry-train over verbs: fm on 2 servers + 2 workers"
 "$ferry_gen" --samples 20000 --test-samples 4000 --out "$work/tr.svm" --test-out "$work/te.svm" \
