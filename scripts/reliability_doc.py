@@ -205,11 +205,13 @@ for fam, title, text in sections:
 w("## Reliability tests of the main stage\n")
 w("meson suites `reliability` (fault injection on every backend, replicas, PS failure detection), "
   "`netns` (network namespaces; skipped without root) and `fuzz` (every saved fuzz input "
-  "replayed by the normal build).\n")
+  "replayed by the normal build), the training kill/resume/replica tests, and `ps_vm` (the PS, "
+  "its failure detection, fault injection, replicas and ferry-train over verbs in the "
+  "soft-RoCE VM).\n")
 w("| Test | Result | Seconds |")
 w("|---|---|---|")
 rr = result_rows(main, lambda t, n: bool(suites_of(t) & {"reliability", "netns", "fuzz"}) or
-                 n.startswith("train_re"))
+                 n.startswith("train_re") or n == "ps_vm")
 w("\n".join(rr) if rr else "| (the main stage did not run) | | |")
 w("")
 
