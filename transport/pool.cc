@@ -15,6 +15,7 @@
 //
 // Lock order: a class mutex may be taken while grow_mu_ is held (GrowLocked counts buffers for
 // its error message), never the reverse.
+#include "transport/common/page.h"
 #include "transport/pool.h"
 
 #include <sys/mman.h>
@@ -38,10 +39,7 @@ size_t RoundUp(size_t v, size_t align) {
   return (v + align - 1) / align * align;
 }
 
-size_t PageSize() {
-  long p = sysconf(_SC_PAGESIZE);
-  return p > 0 ? static_cast<size_t>(p) : 4096;
-}
+using common::PageSize;
 
 }  // namespace
 

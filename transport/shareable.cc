@@ -10,14 +10,13 @@
 #include <mutex>
 #include <string>
 
+#include "transport/common/page.h"
+
 namespace ferry {
 
 namespace {
 
-size_t PageSize() {
-  long p = sysconf(_SC_PAGESIZE);
-  return p > 0 ? static_cast<size_t>(p) : 4096;
-}
+using common::PageSize;
 
 }  // namespace
 
