@@ -7,10 +7,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cmath>
 #include <fstream>
 #include <map>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -32,12 +32,41 @@ using ::testing::Not;
 // A strict XML well-formedness check for what the writer emits: one root element, balanced
 // tags, quoted unique attributes, only the five named and numeric entities, no raw '<', '&' or
 // '>' in text. Returns "" when well-formed, else what is wrong and where.
+// (No std::regex: gcc 12's <regex> trips -Wmaybe-uninitialized at -O1 under ASan.)
+bool IsNameStart(char c) {
+  return std::isalpha(static_cast<unsigned char>(c)) || c == '_' || c == ':';
+}
+bool IsNameChar(char c) {
+  return IsNameStart(c) || std::isdigit(static_cast<unsigned char>(c)) || c == '-' || c == '.';
+}
+
+// Length of the XML name at x[j], 0 when none starts there.
+size_t NameAt(const std::string& x, size_t j) {
+  if (j >= x.size() || !IsNameStart(x[j])) return 0;
+  size_t k = j + 1;
+  while (k < x.size() && IsNameChar(x[k])) ++k;
+  return k - j;
+}
+
+// Whether x[i] ('&') starts one of the five named entities or a numeric reference.
+bool EntityAt(const std::string& x, size_t i) {
+  for (const std::string named : {"&amp;", "&lt;", "&gt;", "&quot;", "&apos;"}) {
+    if (x.compare(i, named.size(), named) == 0) return true;
+  }
+  if (x.compare(i, 2, "&#") != 0) return false;
+  size_t k = i + 2;
+  const bool hex = k < x.size() && x[k] == 'x';
+  if (hex) ++k;
+  const size_t digits_from = k;
+  while (k < x.size() && (hex ? std::isxdigit(static_cast<unsigned char>(x[k]))
+                              : std::isdigit(static_cast<unsigned char>(x[k])))) {
+    ++k;
+  }
+  return k > digits_from && k < x.size() && x[k] == ';';
+}
+
 std::string XmlProblem(const std::string& x) {
-  static const std::regex kEntity("^&(amp|lt|gt|quot|apos|#[0-9]+|#x[0-9a-fA-F]+);");
-  static const std::regex kName("^[A-Za-z_:][-A-Za-z0-9_:.]*");
-  auto entity_ok = [&](size_t i) {
-    return std::regex_search(x.begin() + static_cast<long>(i), x.end(), kEntity);
-  };
+  auto entity_ok = [&](size_t i) { return EntityAt(x, i); };
   std::vector<std::string> open;
   int roots = 0;
   size_t i = 0;
@@ -55,11 +84,9 @@ std::string XmlProblem(const std::string& x) {
     }
     const bool closing = x.compare(i, 2, "</") == 0;
     size_t j = i + (closing ? 2 : 1);
-    std::smatch m;
-    if (!std::regex_search(x.cbegin() + static_cast<long>(j), x.cend(), m, kName)) {
-      return "bad tag name" + at;
-    }
-    const std::string name = m.str();
+    const size_t name_len = NameAt(x, j);
+    if (name_len == 0) return "bad tag name" + at;
+    const std::string name = x.substr(j, name_len);
     j += name.size();
     if (closing) {
       if (open.empty() || open.back() != name) return "unbalanced </" + name + ">" + at;
@@ -73,12 +100,12 @@ std::string XmlProblem(const std::string& x) {
       while (j < x.size() && std::isspace(static_cast<unsigned char>(x[j]))) ++j;
       if (j >= x.size()) return "unterminated <" + name + ">" + at;
       if (x[j] == '>' || x.compare(j, 2, "/>") == 0) break;
-      if (!std::regex_search(x.cbegin() + static_cast<long>(j), x.cend(), m, kName)) {
-        return "bad attribute in <" + name + ">" + at;
-      }
-      if (!attrs.insert(m.str()).second) return "duplicate attribute " + m.str() + at;
-      j += m.str().size();
-      if (x.compare(j, 2, "=\"") != 0) return "unquoted attribute " + m.str() + at;
+      const size_t attr_len = NameAt(x, j);
+      if (attr_len == 0) return "bad attribute in <" + name + ">" + at;
+      const std::string attr = x.substr(j, attr_len);
+      if (!attrs.insert(attr).second) return "duplicate attribute " + attr + at;
+      j += attr_len;
+      if (x.compare(j, 2, "=\"") != 0) return "unquoted attribute " + attr + at;
       j += 2;
       for (; j < x.size() && x[j] != '"'; ++j) {
         if (x[j] == '<' || (x[j] == '&' && !entity_ok(j))) return "bad attribute value" + at;
@@ -99,11 +126,17 @@ std::string XmlProblem(const std::string& x) {
 
 // data-x / data-y of every point marker, in document order.
 std::vector<std::pair<std::string, std::string>> Points(const std::string& svg) {
-  static const std::regex kPoint(
-      "<circle class=\"point\"[^>]*data-x=\"([^\"]*)\" data-y=\"([^\"]*)\"");
   std::vector<std::pair<std::string, std::string>> out;
-  for (std::sregex_iterator it(svg.begin(), svg.end(), kPoint), end; it != end; ++it) {
-    out.emplace_back((*it)[1], (*it)[2]);
+  const std::string marker = "<circle class=\"point\"";
+  for (size_t at = svg.find(marker); at != std::string::npos; at = svg.find(marker, at + 1)) {
+    const std::string tag = svg.substr(at, svg.find('>', at) - at);
+    const size_t x = tag.find(" data-x=\"");
+    const size_t y = tag.find("\" data-y=\"");
+    if (x == std::string::npos || y == std::string::npos || y < x) continue;
+    const size_t x_from = x + 9, y_from = y + 10;
+    const size_t y_end = tag.find('"', y_from);
+    if (y_end == std::string::npos) continue;
+    out.emplace_back(tag.substr(x_from, y - x_from), tag.substr(y_from, y_end - y_from));
   }
   return out;
 }
