@@ -43,6 +43,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "perf/ps/bench_report.h"
 #include "ps/array_hash_map.h"
 
 namespace {
@@ -413,151 +414,6 @@ int DispatchChild(const std::string& kind, size_t n) {
   return 2;
 }
 
-// ---- Results: collected from the reporter, printed as ratio tables ----
-
-struct Result {
-  double ns_per_op = 0;
-  std::map<std::string, double> counters;
-};
-std::map<std::string, Result> g_results;  // "insert/ferry/1000000/64"
-
-class CollectingReporter : public benchmark::ConsoleReporter {
- public:
-  void ReportRuns(const std::vector<Run>& runs) override {
-    for (const Run& r : runs) {
-      if (r.error_occurred || r.run_type != Run::RT_Iteration) continue;
-      std::string name = r.run_name.function_name;
-      Result res;
-      for (const auto& [k, c] : r.counters) res.counters[k] = c.value;
-      const double ops = res.counters.count("ops") ? res.counters["ops"] : 0;
-      // CPU time of this process: robust to being descheduled on a shared 2-core machine.
-      if (ops > 0) res.ns_per_op = r.cpu_accumulated_time * 1e9 / ops;
-      g_results[name] = res;
-    }
-    ConsoleReporter::ReportRuns(runs);
-  }
-};
-
-std::string Fmt(double v, int prec = 1) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", prec, v);
-  return buf;
-}
-
-// Median time and median ratio to absl in the same round of "<op>/<kind>/<n>/<w>".
-struct Cell {
-  double ns = 0;
-  double ratio = 0;  // 0: no absl figure
-};
-bool FindCell(const std::string& op, const std::string& kind, const std::string& suffix,
-              Cell* cell) {
-  std::vector<double> ns, ratios;
-  for (int r = 0; r < g_rounds; ++r) {
-    const std::string round = "/" + std::to_string(r);
-    auto it = g_results.find(op + "/" + kind + suffix + round);
-    if (it == g_results.end() || it->second.ns_per_op == 0) continue;
-    ns.push_back(it->second.ns_per_op);
-    // insert_batch and find_batch have no absl counterpart: absl's insert / find_hit stand in.
-    const std::string absl_op = op == "insert_batch" ? "insert"
-                                : op == "find_batch" ? "find_hit"
-                                                     : op;
-    auto a = g_results.find(absl_op + "/absl" + suffix + round);
-    if (a != g_results.end() && a->second.ns_per_op > 0) {
-      ratios.push_back(it->second.ns_per_op / a->second.ns_per_op);
-    }
-  }
-  if (ns.empty()) return false;
-  const auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-  };
-  cell->ns = median(ns);
-  cell->ratio = ratios.empty() ? 0 : median(ratios);
-  return true;
-}
-
-std::string Tables(const std::vector<size_t>& sizes, const std::vector<size_t>& widths) {
-  std::ostringstream out;
-  const std::vector<std::string> kinds(std::begin(kKinds), std::end(kKinds));
-  for (size_t n : sizes) {
-    out << "\n### " << n << " keys\n\n";
-    out << "Time per operation in ns, the median of " << g_rounds
-        << " alternating rounds (in parentheses: the median over rounds of the ratio to "
-           "absl::flat_hash_map in the same round).\n\n";
-    out << "| op | row B |";
-    for (const auto& k : kinds) out << " " << k << " |";
-    out << "\n|---|---|";
-    for (size_t i = 0; i < kinds.size(); ++i) out << "---|";
-    out << "\n";
-    for (const char* op :
-         {"insert", "insert_batch", "find_hit", "find_batch", "find_miss", "gather"}) {
-      for (size_t w : widths) {
-        const std::string suffix = "/" + std::to_string(n) + "/" + std::to_string(w);
-        out << "| " << op << " | " << w << " |";
-        for (const auto& k : kinds) {
-          Cell c;
-          if (!FindCell(op, k, suffix, &c)) {
-            out << " - |";
-            continue;
-          }
-          out << " " << Fmt(c.ns);
-          if (c.ratio > 0) out << " (" << Fmt(c.ratio, 2) << "x)";
-          out << " |";
-        }
-        out << "\n";
-      }
-    }
-    out << "\nMemory: RSS bytes per entry after " << n
-        << " inserts / peak RSS during growth relative to that steady state"
-           " (ArrayHashMap: + index bytes per key).\n\n";
-    out << "| row B |";
-    for (const auto& k : kinds) {
-      if (k != "ferry_pack") out << " " << k << " |";
-    }
-    out << "\n|---|";
-    for (size_t i = 0; i + 1 < kinds.size(); ++i) out << "---|";
-    out << "\n";
-    for (size_t w : widths) {
-      out << "| " << w << " |";
-      for (const auto& k : kinds) {
-        if (k == "ferry_pack") continue;
-        auto it = g_results.find("memory/" + k + "/" + std::to_string(n) + "/" + std::to_string(w));
-        if (it == g_results.end()) {
-          out << " - |";
-          continue;
-        }
-        auto& c = it->second.counters;
-        out << " " << Fmt(c["B_per_entry"]) << " B / " << Fmt(c["peak_ratio"], 2) << "x";
-        if (k.rfind("ferry", 0) == 0) out << " / idx " << Fmt(c["index_B_per_key"]) << " B";
-        out << " |";
-      }
-      out << "\n";
-    }
-  }
-  return out.str();
-}
-
-// One line per cell: op, kind, keys, row bytes, median ns, median ratio to absl (0: none).
-std::string Tsv(const std::vector<size_t>& sizes, const std::vector<size_t>& widths) {
-  std::ostringstream out;
-  for (size_t n : sizes) {
-    for (size_t w : widths) {
-      const std::string suffix = "/" + std::to_string(n) + "/" + std::to_string(w);
-      for (const char* op :
-           {"insert", "insert_batch", "find_hit", "find_batch", "find_miss", "gather"}) {
-        for (const char* k : kKinds) {
-          Cell c;
-          if (FindCell(op, k, suffix, &c)) {
-            out << op << "\t" << k << "\t" << n << "\t" << w << "\t" << Fmt(c.ns) << "\t"
-                << Fmt(c.ratio, 2) << "\n";
-          }
-        }
-      }
-    }
-  }
-  return out.str();
-}
-
 // Touches and frees `mib` MiB: a VM backs guest memory on first touch, slowly; after this the
 // containers all get memory the host already backs, whichever runs first.
 void Prefault(size_t mib) {
@@ -647,10 +503,12 @@ int main(int argc, char** argv) {
   int bargc = static_cast<int>(rest.size());
   benchmark::Initialize(&bargc, rest.data());
   if (benchmark::ReportUnrecognizedArguments(bargc, rest.data())) return 2;
-  CollectingReporter reporter;
+  ferry::perf::CollectingReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
-  const std::string tables = Tables(sizes, widths);
+  const ferry::perf::ReportShape shape{
+      sizes, widths, {std::begin(kKinds), std::end(kKinds)}, g_rounds};
+  const std::string tables = ferry::perf::MarkdownTables(reporter, shape);
   std::printf("%s", tables.c_str());
   if (!md.empty()) {
     std::ofstream out(md);
@@ -662,12 +520,12 @@ int main(int argc, char** argv) {
   }
   if (!tsv.empty()) {
     std::ofstream out(tsv);
-    out << Tsv(sizes, widths);
+    out << ferry::perf::CellsTsv(reporter, shape);
     if (!out) {
       std::fprintf(stderr, "cannot write %s\n", tsv.c_str());
       return 1;
     }
   }
   // A smoke run must fail loudly if any benchmark reported an error.
-  return g_results.empty() ? 1 : 0;
+  return reporter.empty() ? 1 : 0;
 }
