@@ -150,32 +150,7 @@ Status ArrayHashMap::FindBatch(std::span<const uint64_t> keys, std::span<uint32_
     return InvalidArgument("FindBatch: " + std::to_string(keys.size()) + " keys but " +
                            std::to_string(slots.size()) + " slots");
   }
-  // A three-stage pipeline, each key hashed once: key i+2D's home group (tags and slots, two
-  // lines) is prefetched, key i+D's first tag match names a row that is prefetched, and key i
-  // is resolved: usually by one compare against that row, now in cache, else by a full probe
-  // (a false tag match, an absent key, or a key past its home group). The dependent misses of
-  // one key (group, then row) thus overlap with ~2D other keys' instead of stalling the loop.
-  constexpr size_t kDist = 8;
-  constexpr size_t kRing = 4 * kDist;  // a power of two > 2 * kDist
-  uint32_t fp[kRing];
-  uint32_t cand[kRing];
-  const size_t n = keys.size();
-  const auto key_at = KeyAt();
-  for (size_t i = 0; i < n + 2 * kDist; ++i) {
-    if (i < n) fp[i % kRing] = index_.Prefetch(keys[i]);
-    if (i >= kDist && i - kDist < n) {
-      const size_t j = i - kDist;
-      cand[j % kRing] = index_.PeekFp(fp[j % kRing]);
-      if (cand[j % kRing] != kNoSlot) __builtin_prefetch(Row(cand[j % kRing]));
-    }
-    if (i >= 2 * kDist) {
-      const size_t j = i - 2 * kDist;
-      const uint32_t c = cand[j % kRing];
-      slots[j] = c != kNoSlot && key_at(c) == keys[j]
-                     ? c
-                     : index_.FindWithFp(keys[j], fp[j % kRing], key_at);
-    }
-  }
+  ResolveBatch(keys, [slots](size_t i, uint32_t slot) { slots[i] = slot; });
   return Status::Ok();
 }
 

@@ -176,7 +176,7 @@ class ArrayHashMap {
   }
   // Batched lookup for training kernels (a pull or push resolves a batch of keys at once):
   // slots[i] = FindSlot(keys[i]), kNoSlot if absent. Software-pipelined: the home groups (tags
-  // and slots) of keys a block ahead are prefetched, then the rows their first tag matches name,
+  // and slots) of keys 16 ahead are prefetched, then the rows their first tag matches name,
   // before the keys are resolved, so the cache misses of many keys overlap.
   // kInvalidArgument if the spans differ in length.
   Status FindBatch(std::span<const uint64_t> keys, std::span<uint32_t> slots) const;
@@ -304,6 +304,36 @@ class ArrayHashMap {
  private:
   explicit ArrayHashMap(const TableOptions& options);
   Status Init();
+  // Calls found(i, FindSlot(keys[i])) for every i in order, software-pipelined (FindBatch,
+  // Gather). Three stages, each key hashed once: key i+2D's home group (tags and slot line) is
+  // prefetched, key i+D's first tag match names a row that is prefetched, and key i is resolved,
+  // usually by one compare against that row, now in cache, else by a full probe (a false tag
+  // match, an absent key, a key past its home group). One key's dependent misses (group, then
+  // row) thus overlap with ~2D other keys' instead of stalling the loop.
+  template <typename Found>
+  void ResolveBatch(std::span<const uint64_t> keys, const Found& found) const {
+    constexpr size_t kDist = 8;
+    constexpr size_t kRing = 4 * kDist;  // a power of two > 2 * kDist
+    uint32_t fp[kRing];
+    uint32_t cand[kRing];
+    const size_t n = keys.size();
+    const auto key_at = KeyAt();
+    for (size_t i = 0; i < n + 2 * kDist; ++i) {
+      if (i < n) fp[i % kRing] = index_.Prefetch(keys[i]);
+      if (i >= kDist && i - kDist < n) {
+        const size_t j = i - kDist;
+        cand[j % kRing] = index_.PeekFp(fp[j % kRing]);
+        if (cand[j % kRing] != kNoSlot) __builtin_prefetch(Row(cand[j % kRing]));
+      }
+      if (i >= 2 * kDist) {
+        const size_t j = i - 2 * kDist;
+        const uint32_t c = cand[j % kRing];
+        found(j, c != kNoSlot && key_at(c) == keys[j]
+                     ? c
+                     : index_.FindWithFp(keys[j], fp[j % kRing], key_at));
+      }
+    }
+  }
   // Insert() with fp = HashIndex::Fingerprint(key) already computed (InsertBatch).
   Result<Insertion> InsertWithFp(uint64_t key, uint32_t fp);
   // Doubles the rows buffer (within the reservation for kReserve).
