@@ -48,25 +48,26 @@ buildtype=$(grep -o '"name": "buildtype", "value": "[a-z]*"' "$build/meson-info/
 # The goal cells (insert / find_hit, and the batch paths beside them) of this run next to the
 # earlier figures for the same op, size and row width.
 goal_table() {
-  echo "| op | keys | row B | ferry earlier | ferry now | ferry_reserve earlier | ferry_reserve now | robin now |"
-  echo "|---|---|---|---|---|---|---|---|"
+  echo "| op | keys | row B | ferry: 990cc59 page | ferry: 990cc59 rerun here | ferry now | ferry_reserve: rerun | ferry_reserve now | robin now |"
+  echo "|---|---|---|---|---|---|---|---|---|"
   awk -F'\t' -v earlier="$earlier" '
     BEGIN {
       while ((getline line < earlier) > 0) {
         if (line ~ /^#/) continue
-        split(line, e, "\t"); before[e[1] "/" e[4] "/" e[2] "/" e[3]] = e[5] " (" e[6] "x)"
+        split(line, e, "\t"); before[e[7] "/" e[1] "/" e[4] "/" e[2] "/" e[3]] = e[5] " (" e[6] "x)"
       }
     }
     { now[$1 "/" $2 "/" $3 "/" $4] = $5 " (" $6 "x)"; if (!($3 "/" $4 in seen)) { seen[$3 "/" $4] = 1; order[++n] = $3 "/" $4 } }
+    function get(a, k) { return (k in a) ? a[k] : "-" }
     END {
       split("insert insert_batch find_hit find_batch find_miss", ops, " ")
       for (o = 1; o <= 5; ++o) for (i = 1; i <= n; ++i) {
         split(order[i], nw, "/"); k = ops[o] "/%s/" order[i]
         fe = sprintf(k, "ferry"); re = sprintf(k, "ferry_reserve"); ro = sprintf(k, "robin")
         if (!(fe in now)) continue
-        printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n", ops[o], nw[1], nw[2],
-          (fe in before) ? before[fe] : "-", now[fe], (re in before) ? before[re] : "-",
-          (re in now) ? now[re] : "-", (ro in now) ? now[ro] : "-"
+        printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", ops[o], nw[1], nw[2],
+          get(before, "page/" fe), get(before, "rerun/" fe), now[fe], get(before, "rerun/" re),
+          get(now, re), get(now, ro)
       }
     }' "$cells"
 }
@@ -123,8 +124,10 @@ fi
   echo
   echo "## Goal cells: earlier and now"
   echo
-  echo "ns per op (ratio to absl::flat_hash_map). *Earlier*: the page as of commit 990cc59 (a"
-  echo "debugoptimized build, one pass, load 12-16; see perf/ps/earlier_990cc59.tsv). *Now*: this run."
+  echo "ns per op (ratio to absl::flat_hash_map). *990cc59 page*: this page before the change (another"
+  echo "machine, debugoptimized, one pass, load 12-16); *990cc59 rerun here*: that commit's ps_bench in a"
+  echo "release build on this machine, one pass (perf/ps/earlier_990cc59.tsv says when and at what"
+  echo "load); *now*: this run. Ratios are comparable across columns, times only within one."
   echo "Goals: find_hit <= 1.0x, insert <= 0.7x absl."
   echo
   goal_table
