@@ -330,6 +330,8 @@ double g_min_time = 0.2;  // seconds per timed benchmark (--min-time=)
 template <class A>
 void BM_Memory(benchmark::State& state, std::string kind, size_t n) {
   MemSample s;
+  g_table.reset();  // the child's peak plus a kept table could exceed the machine's memory
+  g_table_id.clear();
   for (auto _ : state) {
     const std::string cmd = g_self + " --memory-child=" + kind + "," + std::to_string(A::kWidth) +
                             "," + std::to_string(n);
