@@ -304,6 +304,14 @@ class ArrayHashMap {
  private:
   explicit ArrayHashMap(const TableOptions& options);
   Status Init();
+  // key_at for HashIndex probes: the key word of a row.
+  auto KeyAt() const {
+    return [rows = rows_.data(), stride = static_cast<size_t>(layout_.stride)](uint32_t slot) {
+      uint64_t k;
+      std::memcpy(&k, rows + static_cast<size_t>(slot) * stride, sizeof k);
+      return k;
+    };
+  }
   // Calls found(i, FindSlot(keys[i])) for every i in order, software-pipelined (FindBatch,
   // Gather). Three stages, each key hashed once: key i+2D's home group (tags and slot line) is
   // prefetched, key i+D's first tag match names a row that is prefetched, and key i is resolved,
@@ -340,14 +348,6 @@ class ArrayHashMap {
   Status GrowRows();
   // Inserts absent `key` at `at` (HashIndex::FindForInsert, no index mutation since).
   Result<Insertion> InsertAt(uint64_t key, const HashIndex::InsertPoint& at);
-  // key_at for HashIndex probes: the key word of a row.
-  auto KeyAt() const {
-    return [rows = rows_.data(), stride = static_cast<size_t>(layout_.stride)](uint32_t slot) {
-      uint64_t k;
-      std::memcpy(&k, rows + static_cast<size_t>(slot) * stride, sizeof k);
-      return k;
-    };
-  }
   // The rows as the index rebuilds from them (key words of live slots).
   RowKeys Keys() const {
     return RowKeys{rows_.data(), layout_.stride, reinterpret_cast<const uint64_t*>(live_.data()),
