@@ -101,27 +101,9 @@ Status ArrayHashMap::Init() {
                          MappedBuffer::Create(options_.growth, slots * layout_.stride, reserve,
                                               options_.huge_pages, options_.shareable_rows));
   FERRY_ASSIGN_OR_RETURN(live_, MappedBuffer::Create(GrowthMode::kRemap, BitmapBytes(slots)));
-  FERRY_ASSIGN_OR_RETURN(
-      index_,
-      HashIndex::Create(static_cast<size_t>(static_cast<double>(slots) / HashIndex::kMaxLoad) + 1,
-                        options_.huge_pages));
+  FERRY_ASSIGN_OR_RETURN(index_, HashIndex::Create(slots, options_.huge_pages));
   capacity_slots_ = std::min({rows_.size() / layout_.stride, live_.size() * 8, kMaxSlots});
   return Status::Ok();
-}
-
-void ArrayHashMap::SetLive(uint32_t slot, bool live) {
-  uint64_t* words = reinterpret_cast<uint64_t*>(live_.data());
-  const uint64_t bit = 1ull << (slot % 64);
-  if (live) {
-    words[slot / 64] |= bit;
-  } else {
-    words[slot / 64] &= ~bit;
-  }
-}
-
-bool ArrayHashMap::IsLive(uint32_t slot) const {
-  const uint64_t* words = reinterpret_cast<const uint64_t*>(live_.data());
-  return (words[slot / 64] >> (slot % 64)) & 1;
 }
 
 Status ArrayHashMap::ResizeRows(size_t slots) {
@@ -142,26 +124,18 @@ Status ArrayHashMap::ResizeRows(size_t slots) {
   return s;
 }
 
-Result<uint32_t> ArrayHashMap::AllocateSlot() {
-  if (free_head_ != kNoSlot) {
-    const uint32_t slot = free_head_;
-    free_head_ = static_cast<uint32_t>(RowKey(Row(slot)));
-    --free_count_;
-    return slot;
+Status ArrayHashMap::GrowRows() {
+  size_t want = std::min(std::max(capacity_slots_ * 2, kMinSlots), kMaxSlots);
+  if (options_.growth == GrowthMode::kReserve) {
+    want = std::min(want, rows_.reserved() / layout_.stride);
   }
-  if (high_water_ == capacity_slots_) {
-    size_t want = std::min(std::max(capacity_slots_ * 2, kMinSlots), kMaxSlots);
-    if (options_.growth == GrowthMode::kReserve) {
-      want = std::min(want, rows_.reserved() / layout_.stride);
-    }
-    if (want <= capacity_slots_) {
-      return ResourceExhausted("rows buffer is full at " + std::to_string(capacity_slots_) +
-                               " rows (reserve exhausted); raise TableOptions::reserve_rows");
-    }
-    FERRY_RETURN_IF_ERROR(ResizeRows(want));
-    ++growths_;
+  if (want <= capacity_slots_) {
+    return ResourceExhausted("rows buffer is full at " + std::to_string(capacity_slots_) +
+                             " rows (reserve exhausted); raise TableOptions::reserve_rows");
   }
-  return high_water_++;
+  FERRY_RETURN_IF_ERROR(ResizeRows(want));
+  ++growths_;
+  return Status::Ok();
 }
 
 void ArrayHashMap::FreeSlot(uint32_t slot) {
@@ -176,45 +150,46 @@ Status ArrayHashMap::FindBatch(std::span<const uint64_t> keys, std::span<uint32_
     return InvalidArgument("FindBatch: " + std::to_string(keys.size()) + " keys but " +
                            std::to_string(slots.size()) + " slots");
   }
-  // Same pipeline as Gather: a block of ~32 bucket lines + 32 rows stays well inside L1/L2.
-  constexpr size_t kBlock = 32;
-  for (size_t i = 0; i < keys.size(); i += kBlock) {
-    const size_t end = std::min(keys.size(), i + kBlock);
-    for (size_t j = i; j < end; ++j) index_.Prefetch(keys[j]);
-    for (size_t j = i; j < end; ++j) {
-      const uint32_t ahead = index_.Peek(keys[j]);
-      if (ahead != kNoSlot) __builtin_prefetch(Row(ahead));
-    }
-    for (size_t j = i; j < end; ++j) slots[j] = FindSlot(keys[j]);
-  }
+  ResolveBatch(keys, [slots](size_t i, uint32_t slot) { slots[i] = slot; });
   return Status::Ok();
 }
 
-Status ArrayHashMap::InsertBatch(std::span<const uint64_t> keys, std::span<uint32_t> slots) {
-  if (keys.size() != slots.size()) {
+Status ArrayHashMap::InsertBatch(std::span<const uint64_t> keys, std::span<uint32_t> slots,
+                                 std::span<uint8_t> inserted) {
+  if (keys.size() != slots.size() || (!inserted.empty() && inserted.size() != keys.size())) {
     return InvalidArgument("InsertBatch: " + std::to_string(keys.size()) + " keys but " +
-                           std::to_string(slots.size()) + " slots");
+                           std::to_string(slots.size()) + " slots and " +
+                           std::to_string(inserted.size()) + " flags");
   }
-  // 16 outstanding bucket lines: about what the core's fill buffers can track at once. A growth
-  // inside a block only wastes the block's prefetches (they are hints, never correctness).
-  constexpr size_t kBlock = 16;
-  for (size_t i = 0; i < keys.size(); i += kBlock) {
-    const size_t end = std::min(keys.size(), i + kBlock);
-    for (size_t j = i; j < end; ++j) index_.Prefetch(keys[j]);
-    for (size_t j = i; j < end; ++j) {
-      FERRY_ASSIGN_OR_RETURN(const Insertion ins, Insert(keys[j]));
-      slots[j] = ins.slot;
-    }
+  // Home groups are prefetched kAhead keys in advance: about what the core's fill buffers track
+  // at once (two lines per key). A rebuild in between only wastes some prefetches (they are
+  // hints, never correctness).
+  // Each key is hashed once, when its group is prefetched; the ring keeps the fingerprints.
+  constexpr size_t kAhead = 8;
+  uint32_t fp[kAhead];
+  const size_t n = keys.size();
+  for (size_t j = 0; j < std::min(n, kAhead); ++j) fp[j] = index_.Prefetch(keys[j]);
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t key_fp = fp[i % kAhead];
+    if (i + kAhead < n) fp[i % kAhead] = index_.Prefetch(keys[i + kAhead]);
+    FERRY_ASSIGN_OR_RETURN(const Insertion ins, InsertWithFp(keys[i], key_fp));
+    slots[i] = ins.slot;
+    if (!inserted.empty()) inserted[i] = ins.inserted ? 1 : 0;
   }
   return Status::Ok();
 }
 
 Result<ArrayHashMap::Insertion> ArrayHashMap::Insert(uint64_t key) {
-  // Index growth moves buckets, so it happens before the probe; row growth (AllocateSlot) does
-  // not touch the index, so the insertion point found by the probe stays valid across it.
-  FERRY_RETURN_IF_ERROR(index_.EnsureRoomForOne());
+  return InsertWithFp(key, HashIndex::Fingerprint(key));
+}
+
+Result<ArrayHashMap::Insertion> ArrayHashMap::InsertWithFp(uint64_t key, uint32_t fp) {
+  // An index rebuild moves every entry, so it happens before the probe (from the rows as they
+  // are: this key has no row yet); row growth (GrowRows) does not touch the index, so the
+  // insertion point found by the probe stays valid across it.
+  if (index_.growth_left() == 0) FERRY_RETURN_IF_ERROR(index_.EnsureRoomForOne(Keys()));
   HashIndex::InsertPoint at;
-  const uint32_t slot = index_.FindForInsert(key, KeyAt(), &at);
+  const uint32_t slot = index_.FindForInsertWithFp(key, fp, KeyAt(), &at);
   if (slot != kNoSlot) return Insertion{Row(slot), slot, false};
   return InsertAt(key, at);
 }
@@ -225,14 +200,23 @@ Result<ArrayHashMap::Insertion> ArrayHashMap::InsertAt(uint64_t key,
     return ResourceExhausted("table is at its max_rows bound of " +
                              std::to_string(options_.max_rows) + "; evict rows first");
   }
-  FERRY_ASSIGN_OR_RETURN(const uint32_t slot, AllocateSlot());
+  // The hot path builds no Status: an insert is ~100 instructions, and an ok Status or Result
+  // costs a handful each time it is made, moved and destroyed.
+  if (free_head_ == kNoSlot && high_water_ == capacity_slots_) FERRY_RETURN_IF_ERROR(GrowRows());
+  uint32_t slot;
+  if (free_head_ != kNoSlot) {
+    slot = free_head_;
+    free_head_ = static_cast<uint32_t>(RowKey(Row(slot)));
+    --free_count_;
+  } else {
+    slot = high_water_++;
+  }
   uint8_t* row = Row(slot);
   std::memset(row, 0, layout_.stride);
   std::memcpy(row, &key, sizeof key);
-  Status s = index_.InsertAt(at, slot);
-  if (!s.ok()) {
+  if (!index_.TryInsertAt(at, slot)) {
     FreeSlot(slot);
-    return s;
+    return Internal("index insertion point of key " + std::to_string(key) + " is stale");
   }
   SetLive(slot, true);
   ++size_;
@@ -247,7 +231,9 @@ float ArrayHashMap::DecayedScore(const uint8_t* row) const {
 }
 
 Result<ArrayHashMap::Insertion> ArrayHashMap::Access(uint64_t key) {
-  FERRY_RETURN_IF_ERROR(index_.EnsureRoomForOne());  // before the probe (see Insert)
+  if (index_.growth_left() == 0) {
+    FERRY_RETURN_IF_ERROR(index_.EnsureRoomForOne(Keys()));  // before the probe (see Insert)
+  }
   HashIndex::InsertPoint at;
   const uint32_t slot = index_.FindForInsert(key, KeyAt(), &at);
   Insertion result{nullptr, slot, false};
@@ -302,7 +288,7 @@ Status ArrayHashMap::Reserve(size_t rows) {
     FERRY_RETURN_IF_ERROR(ResizeRows(rows));
     ++growths_;
   }
-  return index_.Reserve(rows);
+  return index_.Reserve(rows, Keys());
 }
 
 Status ArrayHashMap::Compact() {

@@ -22,7 +22,8 @@
 // Buffers (each its own mmap; see mapped_buffer.h and hash_index.h):
 //   rows   [capacity_slots * stride]  grown x2 with mremap (kRemap) or mprotect (kReserve)
 //   live   [capacity_slots / 8]       1 bit per slot; iteration walks it in slot order
-//   index  [buckets * 8]              key -> slot, sorted linear probing, grown in place
+//   index  [buckets * 5]              key -> slot: SSE2 tag groups + slot array, rebuilt in
+//                                     place from the rows' keys when it grows
 // Erased slots go on an intrusive free list (the next free slot is stored in the dead row's key
 // word) and are reused before the table grows; Compact() fills the holes and shrinks.
 //
@@ -174,9 +175,10 @@ class ArrayHashMap {
     return slot == kNoSlot ? nullptr : Row(slot);
   }
   // Batched lookup for training kernels (a pull or push resolves a batch of keys at once):
-  // slots[i] = FindSlot(keys[i]), kNoSlot if absent. Software-pipelined like Gather: a block's
-  // buckets are prefetched, then the rows they name, before any key is resolved, so the cache
-  // misses of a block overlap. kInvalidArgument if the spans differ in length.
+  // slots[i] = FindSlot(keys[i]), kNoSlot if absent. Software-pipelined: the home groups (tags
+  // and slots) of keys 16 ahead are prefetched, then the rows their first tag matches name,
+  // before the keys are resolved, so the cache misses of many keys overlap.
+  // kInvalidArgument if the spans differ in length.
   Status FindBatch(std::span<const uint64_t> keys, std::span<uint32_t> slots) const;
   uint8_t* Row(uint32_t slot) { return rows_.data() + static_cast<size_t>(slot) * layout_.stride; }
   const uint8_t* Row(uint32_t slot) const {
@@ -217,11 +219,13 @@ class ArrayHashMap {
     ++m->update_count;
   }
   // Insert() for a batch (a push of new keys): slots[i] = the slot of keys[i], inserted if
-  // absent. The home buckets of a block of keys are prefetched before the block is inserted, so
+  // absent; if `inserted` is not empty, inserted[i] = 1 where keys[i] created its row (the first
+  // of repeated keys only), else 0. The home groups of keys a block ahead are prefetched, so
   // their cache misses overlap instead of being paid one after another. Stops at the first error
-  // (slots of later keys are left unchanged); keys before it are inserted. kInvalidArgument if
-  // the spans differ in length.
-  Status InsertBatch(std::span<const uint64_t> keys, std::span<uint32_t> slots);
+  // (slots and flags of later keys are left unchanged); keys before it are inserted.
+  // kInvalidArgument if the spans differ in length.
+  Status InsertBatch(std::span<const uint64_t> keys, std::span<uint32_t> slots,
+                     std::span<uint8_t> inserted = {});
   bool Erase(uint64_t key);
   // Room for `rows` rows without growth (rows buffer and index).
   Status Reserve(size_t rows);
@@ -300,9 +304,6 @@ class ArrayHashMap {
  private:
   explicit ArrayHashMap(const TableOptions& options);
   Status Init();
-  Result<uint32_t> AllocateSlot();
-  // Inserts absent `key` at `at` (HashIndex::FindForInsert, no index mutation since).
-  Result<Insertion> InsertAt(uint64_t key, const HashIndex::InsertPoint& at);
   // key_at for HashIndex probes: the key word of a row.
   auto KeyAt() const {
     return [rows = rows_.data(), stride = static_cast<size_t>(layout_.stride)](uint32_t slot) {
@@ -311,12 +312,59 @@ class ArrayHashMap {
       return k;
     };
   }
+  // Calls found(i, FindSlot(keys[i])) for every i in order, software-pipelined (FindBatch,
+  // Gather). Three stages, each key hashed once: key i+2D's home group (tags and slot line) is
+  // prefetched, key i+D's first tag match names a row that is prefetched, and key i is resolved,
+  // usually by one compare against that row, now in cache, else by a full probe (a false tag
+  // match, an absent key, a key past its home group). One key's dependent misses (group, then
+  // row) thus overlap with ~2D other keys' instead of stalling the loop.
+  template <typename Found>
+  void ResolveBatch(std::span<const uint64_t> keys, const Found& found) const {
+    constexpr size_t kDist = 8;
+    constexpr size_t kRing = 4 * kDist;  // a power of two > 2 * kDist
+    uint32_t fp[kRing];
+    uint32_t cand[kRing];
+    const size_t n = keys.size();
+    const auto key_at = KeyAt();
+    for (size_t i = 0; i < n + 2 * kDist; ++i) {
+      if (i < n) fp[i % kRing] = index_.Prefetch(keys[i]);
+      if (i >= kDist && i - kDist < n) {
+        const size_t j = i - kDist;
+        cand[j % kRing] = index_.PeekFp(fp[j % kRing]);
+        if (cand[j % kRing] != kNoSlot) __builtin_prefetch(Row(cand[j % kRing]));
+      }
+      if (i >= 2 * kDist) {
+        const size_t j = i - 2 * kDist;
+        const uint32_t c = cand[j % kRing];
+        found(j, c != kNoSlot && key_at(c) == keys[j]
+                     ? c
+                     : index_.FindWithFp(keys[j], fp[j % kRing], key_at));
+      }
+    }
+  }
+  // Insert() with fp = HashIndex::Fingerprint(key) already computed (InsertBatch).
+  Result<Insertion> InsertWithFp(uint64_t key, uint32_t fp);
+  // Doubles the rows buffer (within the reservation for kReserve).
+  Status GrowRows();
+  // Inserts absent `key` at `at` (HashIndex::FindForInsert, no index mutation since).
+  Result<Insertion> InsertAt(uint64_t key, const HashIndex::InsertPoint& at);
+  // The rows as the index rebuilds from them (key words of live slots).
+  RowKeys Keys() const {
+    return RowKeys{rows_.data(), layout_.stride, reinterpret_cast<const uint64_t*>(live_.data()),
+                   high_water_};
+  }
   void FreeSlot(uint32_t slot);
   // Resizes rows + live bitmap to `slots`, re-registering around the move.
   Status ResizeRows(size_t slots);
   Status Register();
-  void SetLive(uint32_t slot, bool live);
-  bool IsLive(uint32_t slot) const;
+  void SetLive(uint32_t slot, bool live) {
+    uint64_t* words = reinterpret_cast<uint64_t*>(live_.data());
+    const uint64_t bit = uint64_t{1} << (slot % 64);
+    words[slot / 64] = live ? (words[slot / 64] | bit) : (words[slot / 64] & ~bit);
+  }
+  bool IsLive(uint32_t slot) const {
+    return (reinterpret_cast<const uint64_t*>(live_.data())[slot / 64] >> (slot % 64)) & 1;
+  }
   Result<size_t> EraseWhere(bool (*pred)(const ArrayHashMap&, const uint8_t*, double), double arg);
 
   TableOptions options_;

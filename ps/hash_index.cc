@@ -4,204 +4,196 @@
 #include <cstring>
 #include <string>
 #include <utility>
-#include <vector>
 
 namespace ferry::ps {
 namespace {
 
-// Buckets past the home range: probes run into them instead of wrapping around. When an
-// insertion would need the final (sentinel) bucket, the tail is extended by this much.
-constexpr size_t kTail = 64;
-// In-place growth recomputes new positions in chunks of this many entries (see GrowTo).
-constexpr size_t kChunk = 4096;
-constexpr size_t kMinCapacity = 16;
-
-uint32_t Fp(uint64_t v) {
-  return static_cast<uint32_t>(v >> 32);
-}
+constexpr size_t kMinBuckets = 64;  // 4 groups: the slot array starts on a 64-byte line
+constexpr size_t kMaxBuckets = size_t{1} << 32;
+// Rebuilds hash this many rows ahead of the one they place, prefetching its home group: the
+// placements' cache misses then overlap instead of being paid one after another.
+constexpr size_t kRebuildAhead = 16;
 
 }  // namespace
 
-Result<HashIndex> HashIndex::Create(size_t capacity, bool huge_pages) {
-  HashIndex index;
-  index.capacity_ = std::max(capacity, kMinCapacity);
-  if (index.capacity_ > (1ull << 32)) {
-    return InvalidArgument("hash index capacity " + std::to_string(capacity) +
-                           " exceeds 2^32 buckets");
+size_t HashIndex::BucketsFor(size_t entries) {
+  size_t buckets = kMinBuckets;
+  while (buckets - buckets / 8 < entries && buckets < kMaxBuckets) buckets *= 2;
+  return buckets;
+}
+
+Result<HashIndex> HashIndex::Create(size_t entries, bool huge_pages) {
+  const size_t buckets = BucketsFor(entries);
+  if (buckets - buckets / 8 < entries) {
+    return InvalidArgument("hash index for " + std::to_string(entries) +
+                           " entries exceeds 2^32 buckets");
   }
-  index.num_buckets_ = index.capacity_ + kTail;
+  HashIndex index;
   FERRY_ASSIGN_OR_RETURN(
-      index.buf_, MappedBuffer::Create(GrowthMode::kRemap, index.num_buckets_ * sizeof(uint64_t), 0,
-                                       huge_pages));
+      index.buf_,
+      MappedBuffer::Create(GrowthMode::kRemap, buckets * kBytesPerBucket, 0, huge_pages));
+  index.SetGeometry(buckets);
+  index.Clear();
   return index;
 }
 
-Status HashIndex::SetBuckets(size_t num_buckets) {
-  // Bytes past num_buckets_ are always zero, so the new buckets are empty.
-  FERRY_RETURN_IF_ERROR(buf_.Resize(num_buckets * sizeof(uint64_t)));
-  num_buckets_ = num_buckets;
-  return Status::Ok();
+void HashIndex::SetGeometry(size_t buckets) {
+  num_buckets_ = buckets;
+  group_mask_ = buckets / kGroup - 1;
 }
 
 void HashIndex::Clear() {
-  std::memset(buf_.data(), 0, num_buckets_ * sizeof(uint64_t));
+  std::memset(mutable_ctrl(), static_cast<uint8_t>(kEmpty), num_buckets_);
   size_ = 0;
-}
-
-Status HashIndex::Insert(uint64_t key, uint32_t slot) {
-  FERRY_RETURN_IF_ERROR(EnsureRoomForOne());
-  const uint32_t fp = static_cast<uint32_t>(Hash(key) >> 32);
-  const uint64_t* b = buckets();
-  size_t pos = Home(fp, capacity_);
-  while (b[pos] != 0 && Fp(b[pos]) <= fp) ++pos;
-  return InsertAt(InsertPoint{pos, fp}, slot);
+  deleted_ = 0;
+  growth_left_ = MaxEntries();
 }
 
 Status HashIndex::InsertAt(const InsertPoint& at, uint32_t slot) {
-  if (size_ + 1 > MaxEntries()) return Internal("HashIndex::InsertAt without room");
-  const uint64_t entry = (static_cast<uint64_t>(at.fp) << 32) | (static_cast<uint64_t>(slot) + 1);
-  uint64_t* b = mutable_buckets();
-  const size_t pos = at.pos;
-  size_t empty = pos;
-  while (b[empty] != 0) ++empty;
-  if (empty + 1 >= num_buckets_) {
-    // The run reaches the sentinel: lengthen the tail (no rehash needed).
-    FERRY_RETURN_IF_ERROR(SetBuckets(num_buckets_ + kTail));
-    b = mutable_buckets();
+  if (!TryInsertAt(at, slot)) {
+    return Internal("HashIndex::InsertAt: bucket " + std::to_string(at.pos) +
+                    " is taken, or empty with no room left (call EnsureRoomForOne first)");
   }
-  std::memmove(b + pos + 1, b + pos, (empty - pos) * sizeof(uint64_t));
-  b[pos] = entry;
-  ++size_;
   return Status::Ok();
 }
 
-size_t HashIndex::Locate(uint64_t entry) const {
-  const uint32_t fp = Fp(entry);
-  const uint64_t* b = buckets();
-  for (size_t pos = Home(fp, capacity_);; ++pos) {
-    const uint64_t v = b[pos];
-    if (v == 0 || Fp(v) > fp) return num_buckets_;
-    if (v == entry) return pos;
+Status HashIndex::Insert(uint64_t key, uint32_t slot, const RowKeys& rows) {
+  FERRY_RETURN_IF_ERROR(EnsureRoomForOne(rows));
+  const uint32_t fp = Fingerprint(key);
+  size_t g = Home(fp);
+  for (size_t step = 1;; g = (g + step++) & group_mask_) {
+    const uint32_t free = MatchFree(Group(g));
+    if (free != 0) {
+      return InsertAt(InsertPoint{g * kGroup + static_cast<size_t>(__builtin_ctz(free)), fp}, slot);
+    }
   }
 }
 
+size_t HashIndex::Locate(uint64_t key, uint32_t slot) const {
+  const uint32_t fp = Fingerprint(key);
+  const __m128i tag = _mm_set1_epi8(static_cast<char>(fp & 0x7f));
+  size_t g = Home(fp);
+  for (size_t step = 1; step <= group_mask_ + 1; g = (g + step++) & group_mask_) {
+    const __m128i ctrl = Group(g);
+    for (uint32_t m = Match(ctrl, tag); m != 0; m &= m - 1) {
+      const size_t pos = g * kGroup + static_cast<size_t>(__builtin_ctz(m));
+      if (slots()[pos] == slot) return pos;
+    }
+    if (MatchEmpty(ctrl) != 0) break;
+  }
+  return SIZE_MAX;
+}
+
 bool HashIndex::Erase(uint64_t key, uint32_t slot) {
-  const uint32_t fp = static_cast<uint32_t>(Hash(key) >> 32);
-  const size_t pos = Locate((static_cast<uint64_t>(fp) << 32) | (static_cast<uint64_t>(slot) + 1));
-  if (pos == num_buckets_) return false;
-  // Backward shift: pull left every following entry that is displaced from its home.
-  uint64_t* b = mutable_buckets();
-  size_t end = pos + 1;
-  while (b[end] != 0 && Home(Fp(b[end]), capacity_) < end) ++end;
-  std::memmove(b + pos, b + pos + 1, (end - pos - 1) * sizeof(uint64_t));
-  b[end - 1] = 0;
+  const size_t pos = Locate(key, slot);
+  if (pos == SIZE_MAX) return false;
+  // A group with an empty bucket was never full since the last rebuild, so no probe went on
+  // past it: its bucket may become empty again. A full group keeps a tombstone instead, or the
+  // probes that continued past it would stop short of their keys.
+  if (MatchEmpty(Group(pos / kGroup)) != 0) {
+    mutable_ctrl()[pos] = kEmpty;
+    ++growth_left_;
+  } else {
+    mutable_ctrl()[pos] = kDeleted;
+    ++deleted_;
+  }
   --size_;
   return true;
 }
 
 bool HashIndex::Relocate(uint64_t key, uint32_t old_slot, uint32_t new_slot) {
-  const uint64_t fp = Hash(key) >> 32;
-  const size_t pos = Locate((fp << 32) | (static_cast<uint64_t>(old_slot) + 1));
-  if (pos == num_buckets_) return false;
-  mutable_buckets()[pos] = (fp << 32) | (static_cast<uint64_t>(new_slot) + 1);
+  const size_t pos = Locate(key, old_slot);
+  if (pos == SIZE_MAX) return false;
+  mutable_slots()[pos] = new_slot;
   return true;
 }
 
-Status HashIndex::Reserve(size_t entries) {
-  const size_t need = static_cast<size_t>(static_cast<double>(entries) / kMaxLoad) + 1;
-  if (need <= capacity_) return Status::Ok();
-  return GrowTo(
-      std::max(need, static_cast<size_t>(static_cast<double>(capacity_) * kGrowthFactor)));
+Status HashIndex::Reserve(size_t entries, const RowKeys& rows) {
+  if (entries <= size_ + growth_left_) return Status::Ok();
+  const size_t buckets = std::max(BucketsFor(entries), num_buckets_);
+  if (buckets - buckets / 8 < entries) {
+    return ResourceExhausted("hash index for " + std::to_string(entries) +
+                             " entries would exceed 2^32 buckets");
+  }
+  return Rebuild(buckets, rows);
 }
 
-// In-place growth. Entries e_0..e_{n-1} in bucket order (= fp order) sit at old positions p_i;
-// their new positions are q_i = max(home'(fp_i), q_{i-1} + 1). Since home' >= home and
-// p_i = max(home(fp_i), p_{i-1} + 1) (or larger, never smaller), q_i >= p_i by induction.
-// Moving entries from last to first therefore never overwrites an entry not yet moved.
-// q_i depends on the whole prefix, so pass 1 records (p_i, q_{i-1}+1) every kChunk entries and
-// pass 2 recomputes each chunk's q from its checkpoint: O(n/kChunk + kChunk) extra memory.
-Status HashIndex::GrowTo(size_t new_capacity) {
-  if (new_capacity > (1ull << 32)) {
-    return ResourceExhausted("hash index would exceed 2^32 buckets");
+Status HashIndex::Rebuild(size_t buckets, const RowKeys& rows) {
+  if (buckets > kMaxBuckets || buckets < kMinBuckets || (buckets & (buckets - 1)) != 0) {
+    return ResourceExhausted("hash index would need " + std::to_string(buckets) +
+                             " buckets (a power of two within [64, 2^32])");
   }
-  const size_t old_buckets = num_buckets_;
-  struct Checkpoint {
-    size_t old_pos;
-    size_t next;
-  };
-  std::vector<Checkpoint> checkpoints;
-  checkpoints.reserve(size_ / kChunk + 1);
-  const uint64_t* b = buckets();
-  size_t next = 0;
-  size_t i = 0;
-  for (size_t pos = 0; pos < old_buckets; ++pos) {
-    const uint64_t v = b[pos];
-    if (v == 0) continue;
-    if (i % kChunk == 0) checkpoints.push_back({pos, next});
-    next = std::max(Home(Fp(v), new_capacity), next) + 1;
-    ++i;
-  }
-  FERRY_RETURN_IF_ERROR(SetBuckets(std::max(new_capacity + kTail, next + kTail)));
-  uint64_t* w = mutable_buckets();
-  std::vector<std::pair<size_t, size_t>> moves(kChunk);
-  for (size_t c = checkpoints.size(); c-- > 0;) {
-    size_t pos = checkpoints[c].old_pos;
-    next = checkpoints[c].next;
-    size_t m = 0;
-    for (; m < kChunk && pos < old_buckets; ++pos) {
-      const uint64_t v = w[pos];
-      if (v == 0) continue;
-      const size_t q = std::max(Home(Fp(v), new_capacity), next);
-      moves[m++] = {pos, q};
-      next = q + 1;
-    }
-    while (m-- > 0) {
-      const auto [from, to] = moves[m];
-      if (from != to) {
-        w[to] = w[from];
-        w[from] = 0;
-      }
+  // Resizing first is the only step that can fail; the old entries are not needed afterwards
+  // (the rows hold every key), so the new layout simply overwrites the old bytes.
+  FERRY_RETURN_IF_ERROR(buf_.Resize(buckets * kBytesPerBucket));
+  SetGeometry(buckets);
+  Clear();
+  // Slot order = a sequential scan of the rows and the live bitmap. Each row's home group is
+  // prefetched when its key is read and filled kRebuildAhead rows later, by which time the
+  // group's two lines have arrived: the misses of ~16 placements overlap.
+  uint32_t ring_fp[kRebuildAhead];
+  uint32_t ring_slot[kRebuildAhead];
+  size_t queued = 0;
+  const size_t words = (rows.slots + 63) / 64;
+  for (size_t w = 0; w < words; ++w) {
+    for (uint64_t bits = rows.live[w]; bits != 0; bits &= bits - 1) {
+      const size_t slot = w * 64 + static_cast<size_t>(__builtin_ctzll(bits));
+      uint64_t key;
+      std::memcpy(&key, rows.rows + slot * rows.stride, sizeof key);
+      const uint32_t fp = Fingerprint(key);
+      const size_t g = Home(fp);
+      __builtin_prefetch(ctrl() + g * kGroup, 1);
+      __builtin_prefetch(slots() + g * kGroup, 1);
+      const size_t r = queued % kRebuildAhead;
+      if (queued >= kRebuildAhead) Place(ring_fp[r], ring_slot[r]);
+      ring_fp[r] = fp;
+      ring_slot[r] = static_cast<uint32_t>(slot);
+      ++queued;
     }
   }
-  capacity_ = new_capacity;
+  for (size_t i = queued > kRebuildAhead ? queued - kRebuildAhead : 0; i < queued; ++i) {
+    Place(ring_fp[i % kRebuildAhead], ring_slot[i % kRebuildAhead]);
+  }
+  size_ = queued;
+  growth_left_ = MaxEntries() - std::min(MaxEntries(), queued);
   return Status::Ok();
 }
 
-Status HashIndex::Adopt(size_t capacity, size_t num_buckets, MappedBuffer buf,
-                        uint32_t slot_limit) {
-  if (buf.size() < num_buckets * sizeof(uint64_t) || capacity < kMinCapacity ||
-      capacity > (1ull << 32) || num_buckets < capacity + 1 ||
-      num_buckets > capacity + (1ull << 30)) {
-    return ProtocolError("index geometry is invalid (capacity " + std::to_string(capacity) +
-                         ", buckets " + std::to_string(num_buckets) + ")");
+Status HashIndex::Adopt(size_t num_buckets, MappedBuffer buf, uint32_t slot_limit) {
+  if (num_buckets < kMinBuckets || num_buckets > kMaxBuckets ||
+      (num_buckets & (num_buckets - 1)) != 0 || buf.size() < num_buckets * kBytesPerBucket) {
+    return ProtocolError("index geometry is invalid (" + std::to_string(num_buckets) +
+                         " buckets; a power of two within [64, 2^32] is expected)");
   }
-  const uint64_t* raw = reinterpret_cast<const uint64_t*>(buf.data());
-  if (raw[num_buckets - 1] != 0) return ProtocolError("index sentinel bucket is not empty");
-  size_t count = 0;
-  uint32_t prev_fp = 0;
-  size_t last_empty = SIZE_MAX;  // position of the latest empty bucket seen
+  const int8_t* ctrl = reinterpret_cast<const int8_t*>(buf.data());
+  const uint32_t* slot = reinterpret_cast<const uint32_t*>(buf.data() + num_buckets);
+  size_t full = 0;
+  size_t deleted = 0;
   for (size_t pos = 0; pos < num_buckets; ++pos) {
-    const uint64_t v = raw[pos];
-    if (v == 0) {
-      last_empty = pos;
+    const int8_t c = ctrl[pos];
+    if (c == kEmpty) continue;
+    if (c == kDeleted) {
+      ++deleted;
       continue;
     }
-    const uint32_t slot_plus_one = static_cast<uint32_t>(v);
-    const uint32_t fp = Fp(v);
-    const size_t home = Home(fp, capacity);
-    if (slot_plus_one == 0 || slot_plus_one - 1 >= slot_limit) {
+    if (c < 0) {
+      return ProtocolError("index bucket " + std::to_string(pos) + " has an invalid tag byte");
+    }
+    if (slot[pos] >= slot_limit) {
       return ProtocolError("index bucket " + std::to_string(pos) + " names an invalid row slot");
     }
-    if (fp < prev_fp || home > pos || (last_empty != SIZE_MAX && last_empty >= home)) {
-      return ProtocolError("index bucket " + std::to_string(pos) + " breaks the probe order");
-    }
-    prev_fp = fp;
-    ++count;
+    ++full;
+  }
+  const size_t max_entries = num_buckets - num_buckets / 8;
+  if (full + deleted > max_entries) {
+    return ProtocolError("index is loaded past 7/8 (" + std::to_string(full + deleted) + " of " +
+                         std::to_string(num_buckets) + " buckets taken)");
   }
   buf_ = std::move(buf);
-  capacity_ = capacity;
-  num_buckets_ = num_buckets;
-  size_ = count;
+  SetGeometry(num_buckets);
+  size_ = full;
+  deleted_ = deleted;
+  growth_left_ = max_entries - full - deleted;
   return Status::Ok();
 }
 

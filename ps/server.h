@@ -330,7 +330,13 @@ class Server {
   std::vector<uint32_t> free_replies_;
   std::deque<Completion> deferred_;  // notifications that arrived during a drain
   std::vector<uint32_t> slots_;      // scratch for ResolveSlots
-  std::vector<float> grad_scratch_;  // fp16 gradients converted for one row
+  // ResolveSlots' absent keys (their positions in the request and the keys themselves), and
+  // InsertBatch's slots and created-row flags for them.
+  std::vector<uint32_t> absent_at_;
+  std::vector<uint64_t> absent_keys_;
+  std::vector<uint32_t> absent_slots_;
+  std::vector<uint8_t> absent_created_;
+  std::vector<float> grad_scratch_;                       // fp16 gradients converted for one row
   std::unique_ptr<OneSided, OneSidedDeleter> one_sided_;  // on first use; dies before data_
   std::thread checkpoint_writer_;
   std::vector<SnapshotImage> checkpoint_images_;  // one per table, reused by every checkpoint

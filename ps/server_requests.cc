@@ -127,13 +127,25 @@ Status Server::ResolveSlots(Table& t, const uint64_t* keys, uint32_t n,
   const bool plain = t.spec.admission.kind == AdmissionOptions::Kind::kAlways && !bounded;
   if (plain) {
     FERRY_RETURN_IF_ERROR(m.FindBatch(std::span<const uint64_t>(keys, n), *slots));
+    // The absent keys (a push of new features) go in as one InsertBatch, whose prefetching
+    // overlaps their index misses; a key repeated in the request is created once.
+    absent_at_.clear();
+    absent_keys_.clear();
     for (uint32_t i = 0; i < n; ++i) {
       if ((*slots)[i] != ArrayHashMap::kNoSlot) continue;
-      FERRY_ASSIGN_OR_RETURN(ArrayHashMap::Insertion ins, m.Insert(keys[i]));
-      if (ins.inserted) init(keys[i], ins.row);
-      (*slots)[i] = ins.slot;
+      absent_at_.push_back(i);
+      absent_keys_.push_back(keys[i]);
     }
-    return Status::Ok();
+    if (absent_keys_.empty()) return Status::Ok();
+    absent_slots_.assign(absent_keys_.size(), ArrayHashMap::kNoSlot);
+    absent_created_.assign(absent_keys_.size(), 0);
+    const Status inserted = m.InsertBatch(absent_keys_, absent_slots_, absent_created_);
+    // On an error the keys before it are in the table: their rows are initialised all the same.
+    for (size_t j = 0; j < absent_keys_.size(); ++j) {
+      if (absent_created_[j] != 0) init(absent_keys_[j], m.Row(absent_slots_[j]));
+      (*slots)[absent_at_[j]] = absent_slots_[j];
+    }
+    return inserted;
   }
   // Admission or a row bound: every sighting is recorded (scores, count-min filter) and the
   // table may evict; keys it refuses read as zeros (the worker pre-zeroes their rows).

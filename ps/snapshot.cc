@@ -3,18 +3,19 @@
 //   file layout (little-endian; sections start on 4 KiB boundaries):
 //   struct SnapshotHeader {            // offset 0, 160 bytes
 //     char     magic[8];               // "FERRYAHM"
-//     uint32_t version;                // 1
+//     uint32_t version;                // 2 (1: the sorted 8-byte-bucket index, not read)
 //     uint32_t header_bytes;           // sizeof(SnapshotHeader)
 //     uint32_t dim, state_floats, metadata, stride;   // must match the restoring table
 //     uint64_t high_water, size;       // slots handed out, live rows
-//     uint64_t index_capacity, index_buckets;
+//     uint64_t index_capacity, index_buckets;   // both the bucket count (HashIndex)
 //     uint64_t epoch;                  // restored tables register at epoch + 1
 //     uint64_t tick;
 //     uint64_t rows_offset, rows_bytes, live_offset, live_bytes, index_offset, index_bytes;
 //     uint64_t rows_xxh3, live_xxh3, index_xxh3;
 //     uint64_t header_xxh3;            // XXH3-64 of every byte above
 //   };
-//   rows  [high_water * stride]   live bitmap [ceil(high_water/64) * 8]   index [buckets * 8]
+//   rows  [high_water * stride]   live bitmap [ceil(high_water/64) * 8]
+//   index [buckets * 5]: HashIndex's buffer as it is (tags, then 32-bit slots)
 //
 // Save: write everything to "<path>.tmp", fsync, rename over <path>, fsync the directory: a
 // crash leaves either the old snapshot or the new one, never a torn file under <path>.
@@ -41,7 +42,7 @@ namespace ferry::ps {
 namespace {
 
 constexpr char kMagic[8] = {'F', 'E', 'R', 'R', 'Y', 'A', 'H', 'M'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 constexpr uint64_t kAlign = 4096;
 
 struct SnapshotHeader {
@@ -149,7 +150,7 @@ SnapshotHeader SnapshotIo::MakeHeader(const ArrayHashMap& m) {
   h.stride = m.layout_.stride;
   h.high_water = m.high_water_;
   h.size = m.size_;
-  h.index_capacity = m.index_.capacity();
+  h.index_capacity = m.index_.num_buckets();
   h.index_buckets = m.index_.num_buckets();
   h.epoch = m.epoch_;
   h.tick = m.tick_;
@@ -158,7 +159,7 @@ SnapshotHeader SnapshotIo::MakeHeader(const ArrayHashMap& m) {
   h.live_offset = AlignUp(h.rows_offset + h.rows_bytes);
   h.live_bytes = (h.high_water + 63) / 64 * 8;
   h.index_offset = AlignUp(h.live_offset + h.live_bytes);
-  h.index_bytes = h.index_buckets * 8;
+  h.index_bytes = m.index_.bytes();
   return h;
 }
 
@@ -199,7 +200,7 @@ Status SnapshotIo::Write(SnapshotHeader h, const uint8_t* rows, const uint8_t* l
 
 Status SnapshotIo::Save(const ArrayHashMap& m, const std::string& path) {
   return Write(MakeHeader(m), m.rows_.data(), reinterpret_cast<const uint8_t*>(m.live_.data()),
-               reinterpret_cast<const uint8_t*>(m.index_.buckets()), path);
+               m.index_.data(), path);
 }
 
 Status SnapshotIo::Capture(const ArrayHashMap& m, SnapshotImage* img) {
@@ -223,7 +224,7 @@ Status SnapshotIo::Capture(const ArrayHashMap& m, SnapshotImage* img) {
   uint8_t* d = img->buffer_.data();
   if (img->rows_ > 0) std::memcpy(d, m.rows_.data(), img->rows_);
   if (img->live_ > 0) std::memcpy(d + img->rows_, m.live_.data(), img->live_);
-  if (img->index_ > 0) std::memcpy(d + img->rows_ + img->live_, m.index_.buckets(), img->index_);
+  if (img->index_ > 0) std::memcpy(d + img->rows_ + img->live_, m.index_.data(), img->index_);
   static_assert(sizeof h == std::tuple_size_v<decltype(img->header_)>);
   std::memcpy(img->header_.data(), &h, sizeof h);
   return Status::Ok();
@@ -270,7 +271,9 @@ Result<std::unique_ptr<ArrayHashMap>> SnapshotIo::Load(const std::string& path,
       h.rows_bytes != h.high_water * h.stride || h.live_bytes != (h.high_water + 63) / 64 * 8 ||
       h.live_offset != AlignUp(h.rows_offset + h.rows_bytes) ||
       h.index_offset != AlignUp(h.live_offset + h.live_bytes) ||
-      h.index_bytes != h.index_buckets * 8 || h.index_buckets > (1ull << 33)) {
+      h.index_capacity != h.index_buckets ||
+      h.index_bytes != h.index_buckets * HashIndex::kBytesPerBucket ||
+      h.index_buckets > (1ull << 32)) {
     return Corrupt(path, "inconsistent section geometry");
   }
   if (file_size < h.index_offset + h.index_bytes) {
@@ -331,19 +334,21 @@ Result<std::unique_ptr<ArrayHashMap>> SnapshotIo::Load(const std::string& path,
     return Corrupt(path, "live bits past the high-water slot");
   }
   if (population != h.size) return Corrupt(path, "live bitmap disagrees with the row count");
-  Status adopt = m->index_.Adopt(h.index_capacity, h.index_buckets, std::move(index_buf),
-                                 static_cast<uint32_t>(h.high_water));
+  Status adopt =
+      m->index_.Adopt(h.index_buckets, std::move(index_buf), static_cast<uint32_t>(h.high_water));
   if (!adopt.ok()) return Corrupt(path, adopt.message());
   if (m->index_.size() != h.size) return Corrupt(path, "index entry count disagrees with rows");
-  const uint64_t* buckets = m->index_.buckets();
+  const int8_t* tags = m->index_.ctrl();
+  const uint32_t* slots = m->index_.slots();
   for (size_t i = 0; i < h.index_buckets; ++i) {
-    if (buckets[i] != 0 && !m->IsLive(static_cast<uint32_t>(buckets[i]) - 1)) {
+    if (tags[i] >= 0 && !m->IsLive(slots[i])) {
       return Corrupt(path, "index names a dead row");
     }
   }
   // Every live row must be found by its key at its own slot. The checks above leave room for an
-  // entry whose fingerprint is not its row key's, two entries naming one slot, or two live rows
-  // with one key: lookups would then miss rows and Erase/Insert would corrupt the table.
+  // entry filed under a tag or home group that is not its row key's, two entries naming one slot,
+  // or two live rows with one key: lookups would then miss rows and Erase/Insert would corrupt the
+  // table.
   for (uint32_t slot = 0; slot < h.high_water; ++slot) {
     if (m->IsLive(slot) && m->FindSlot(ArrayHashMap::RowKey(m->Row(slot))) != slot) {
       return Corrupt(path, "row " + std::to_string(slot) + " is not reachable through the index");

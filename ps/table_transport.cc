@@ -60,23 +60,11 @@ Status ArrayHashMap::Gather(std::span<const uint64_t> keys, RowField field, uint
   }
   segments->reserve(segments->size() + keys.size());
   const size_t first = segments->size();
-  // Blocked software pipelining: for each block of keys, first prefetch every home bucket, then
-  // peek each (now cached) bucket and prefetch its row, then resolve. A block keeps ~kBlock
-  // independent cache misses in flight instead of two dependent misses per key.
-  constexpr size_t kBlock = 32;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if (i % kBlock == 0) {
-      const size_t end = std::min(keys.size(), i + kBlock);
-      for (size_t j = i; j < end; ++j) index_.Prefetch(keys[j]);
-      for (size_t j = i; j < end; ++j) {
-        const uint32_t ahead = index_.Peek(keys[j]);
-        if (ahead != kNoSlot) __builtin_prefetch(Row(ahead));
-      }
-    }
-    const uint32_t slot = FindSlot(keys[i]);
+  // The keys are resolved by the FindBatch pipeline (ResolveBatch), in order.
+  ResolveBatch(keys, [&](size_t i, uint32_t slot) {
     if (slot == kNoSlot) {
       if (missing != nullptr) missing->push_back(i);
-      continue;
+      return;
     }
     const uint64_t local = static_cast<uint64_t>(slot) * layout_.stride + span.offset;
     const uint64_t remote = remote_base + i * remote_stride;
@@ -84,11 +72,11 @@ Status ArrayHashMap::Gather(std::span<const uint64_t> keys, RowField field, uint
       Segment& last = segments->back();
       if (last.local_offset + last.length == local && last.remote_offset + last.length == remote) {
         last.length += span.length;  // consecutive slots to consecutive destinations
-        continue;
+        return;
       }
     }
     segments->push_back(Segment{local, remote, span.length});
-  }
+  });
   return Status::Ok();
 }
 

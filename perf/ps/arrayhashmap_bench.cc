@@ -8,28 +8,42 @@
 //              into a contiguous send buffer; "ferry_pack" packs too, for a like-for-like copy
 //   memory   - in a fresh child process: RSS per entry after N inserts, peak RSS during the
 //              build relative to that steady state, and (ArrayHashMap) index bytes per key
+//   insert_batch / find_batch - ArrayHashMap only: the same N inserts through InsertBatch and
+//              the same lookups through FindBatch, in batches of 1024 keys (the server's paths)
 // "ferry" grows its rows with mremap, "ferry_reserve" with mprotect inside a PROT_NONE
 // reservation sized for N.
 //
-// Usage: ps_bench [--sizes=1000000,10000000] [--widths=8,64,256] [--min-time=0.2] [--md=out.md]
-//                 [google-benchmark flags]
+// Alternation: every timed cell runs --rounds times (default 3). A round runs each container's
+// insert, finds and gather, one container after another, so the containers alternate round by
+// round and a slow spell of a shared machine hits all of them. The tables show the median time
+// and the median over rounds of the ratio to absl *in the same round*.
+// --prefault-mib=M first touches and frees M MiB, so that no container is the first to make a
+// virtual machine back fresh memory (which costs several ms per huge page here).
+//
+// Usage: ps_bench [--sizes=1000000,10000000] [--widths=8,64,256] [--min-time=0.2] [--rounds=3]
+//                 [--prefault-mib=0] [--md=out.md] [--tsv=cells.tsv] [google-benchmark flags]
 // Prints ratio tables (container time / absl time) after the run; --md writes them as Markdown.
 #include <absl/container/flat_hash_map.h>
 #include <benchmark/benchmark.h>
+#include <sys/mman.h>
 #include <tsl/robin_map.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
 #include <memory>
+#include <span>
 #include <sstream>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "perf/ps/bench_report.h"
 #include "ps/array_hash_map.h"
 
 namespace {
@@ -122,6 +136,18 @@ class Ferry {
     }
   }
   size_t index_bytes() const { return m_->index_bytes(); }
+  void InsertBatch(std::span<const uint64_t> keys, std::span<uint32_t> slots) {
+    if (!m_->InsertBatch(keys, slots).ok()) std::abort();
+    for (size_t i = 0; i < keys.size(); ++i) m_->Row(slots[i])[8] = static_cast<uint8_t>(keys[i]);
+  }
+  size_t FindBatch(std::span<const uint64_t> keys, std::span<uint32_t> slots) const {
+    if (!m_->FindBatch(keys, slots).ok()) std::abort();
+    size_t sum = 0;
+    for (uint32_t s : slots) {
+      if (s != ArrayHashMap::kNoSlot) sum += m_->Row(s)[8] + 1;
+    }
+    return sum;
+  }
 
  private:
   std::unique_ptr<ArrayHashMap> m_;
@@ -204,6 +230,50 @@ void BM_Find(benchmark::State& state, std::string id, size_t n, bool hit) {
 }
 
 template <class A>
+void BM_InsertBatch(benchmark::State& state, size_t n) {
+  std::vector<uint64_t> keys(1024);
+  std::vector<uint32_t> slots(keys.size());
+  for (auto _ : state) {
+    state.PauseTiming();
+    g_table.reset();  // the group's table from its insert benchmark is rebuilt by its finds
+    g_table_id.clear();
+    state.ResumeTiming();
+    auto a = std::make_unique<A>(n);
+    for (size_t i = 0; i < n; i += keys.size()) {
+      const size_t b = std::min(keys.size(), n - i);
+      for (size_t j = 0; j < b; ++j) keys[j] = PresentKey(i + j);
+      a->InsertBatch({keys.data(), b}, {slots.data(), b});
+    }
+    state.PauseTiming();  // freeing the table is not an insert's cost
+    a.reset();
+    state.ResumeTiming();
+  }
+  state.counters["ops"] = static_cast<double>(n);
+}
+
+template <class A>
+void BM_FindBatch(benchmark::State& state, std::string id, size_t n) {
+  auto a = Cached<A>(id, n);
+  constexpr size_t kBatch = 1 << 16;
+  std::vector<uint64_t> keys(kBatch);
+  std::vector<uint32_t> slots(1024);
+  uint64_t rng = 12345;  // the find_hit keys
+  for (auto& k : keys) {
+    rng = Mix(rng);
+    k = PresentKey(rng % n);
+  }
+  size_t sum = 0;
+  for (auto _ : state) {
+    for (size_t i = 0; i < kBatch; i += slots.size()) {
+      sum += a->FindBatch({keys.data() + i, slots.size()}, slots);
+    }
+  }
+  benchmark::DoNotOptimize(sum);
+  if (sum < state.iterations() * kBatch) state.SkipWithError("FindBatch missed present keys");
+  state.counters["ops"] = static_cast<double>(state.iterations() * kBatch);
+}
+
+template <class A>
 void BM_Gather(benchmark::State& state, std::string id, size_t n) {
   auto a = Cached<A>(id, n);
   constexpr size_t kKeys = 4096;
@@ -260,6 +330,8 @@ double g_min_time = 0.2;  // seconds per timed benchmark (--min-time=)
 template <class A>
 void BM_Memory(benchmark::State& state, std::string kind, size_t n) {
   MemSample s;
+  g_table.reset();  // the child's peak plus a kept table could exceed the machine's memory
+  g_table_id.clear();
   for (auto _ : state) {
     const std::string cmd = g_self + " --memory-child=" + kind + "," + std::to_string(A::kWidth) +
                             "," + std::to_string(n);
@@ -280,34 +352,58 @@ void BM_Memory(benchmark::State& state, std::string kind, size_t n) {
 // ---- Registration ----
 
 const char* const kKinds[] = {"ferry", "ferry_reserve", "ferry_pack", "absl", "robin", "std"};
+int g_rounds = 3;
 
+// One round of one container: "<op>/<kind>/<n>/<w>/<round>". The insert builds the table the
+// round's finds and gather then use (Cached), so only one container's table is alive at a time.
 template <size_t W, template <size_t> class A>
-void RegisterOne(const std::string& kind, size_t n) {
+void RegisterOne(const std::string& kind, size_t n, int round) {
   const std::string tag = kind + "/" + std::to_string(n) + "/" + std::to_string(W);
+  const std::string id = tag + "/" + std::to_string(round);
+  constexpr bool kFerry = requires(A<W> a) {
+    a.FindBatch({}, {});
+  };
   if (kind != "ferry_pack") {
-    benchmark::RegisterBenchmark(("memory/" + tag).c_str(), BM_Memory<A<W>>, kind, n)
+    if (round == 0) {
+      benchmark::RegisterBenchmark(("memory/" + tag).c_str(), BM_Memory<A<W>>, kind, n)
+          ->Iterations(1)
+          ->Unit(benchmark::kMillisecond);
+    }
+    if constexpr (kFerry) {
+      if (kind == "ferry") {
+        benchmark::RegisterBenchmark(("insert_batch/" + id).c_str(), BM_InsertBatch<A<W>>, n)
+            ->Iterations(1)
+            ->Unit(benchmark::kMillisecond);
+      }
+    }
+    benchmark::RegisterBenchmark(("insert/" + id).c_str(), BM_Insert<A<W>>, id, n)
         ->Iterations(1)
         ->Unit(benchmark::kMillisecond);
-    benchmark::RegisterBenchmark(("insert/" + tag).c_str(), BM_Insert<A<W>>, tag, n)
-        ->Iterations(1)
-        ->Unit(benchmark::kMillisecond);
-    benchmark::RegisterBenchmark(("find_hit/" + tag).c_str(), BM_Find<A<W>>, tag, n, true)
+    benchmark::RegisterBenchmark(("find_hit/" + id).c_str(), BM_Find<A<W>>, id, n, true)
         ->MinTime(g_min_time);
-    benchmark::RegisterBenchmark(("find_miss/" + tag).c_str(), BM_Find<A<W>>, tag, n, false)
+    if constexpr (kFerry) {
+      if (kind == "ferry") {
+        benchmark::RegisterBenchmark(("find_batch/" + id).c_str(), BM_FindBatch<A<W>>, id, n)
+            ->MinTime(g_min_time);
+      }
+    }
+    benchmark::RegisterBenchmark(("find_miss/" + id).c_str(), BM_Find<A<W>>, id, n, false)
         ->MinTime(g_min_time);
   }
-  benchmark::RegisterBenchmark(("gather/" + tag).c_str(), BM_Gather<A<W>>, tag, n)
+  benchmark::RegisterBenchmark(("gather/" + id).c_str(), BM_Gather<A<W>>, id, n)
       ->MinTime(g_min_time);
 }
 
 template <size_t W>
 void RegisterWidth(size_t n) {
-  RegisterOne<W, FerryRemap>("ferry", n);
-  RegisterOne<W, FerryReserve>("ferry_reserve", n);
-  RegisterOne<W, FerryPack>("ferry_pack", n);
-  RegisterOne<W, Absl>("absl", n);
-  RegisterOne<W, Robin>("robin", n);
-  RegisterOne<W, Std>("std", n);
+  for (int round = 0; round < g_rounds; ++round) {
+    RegisterOne<W, FerryRemap>("ferry", n, round);
+    RegisterOne<W, FerryReserve>("ferry_reserve", n, round);
+    RegisterOne<W, FerryPack>("ferry_pack", n, round);
+    RegisterOne<W, Absl>("absl", n, round);
+    RegisterOne<W, Robin>("robin", n, round);
+    RegisterOne<W, Std>("std", n, round);
+  }
 }
 
 template <size_t W>
@@ -320,95 +416,17 @@ int DispatchChild(const std::string& kind, size_t n) {
   return 2;
 }
 
-// ---- Results: collected from the reporter, printed as ratio tables ----
-
-struct Result {
-  double ns_per_op = 0;
-  std::map<std::string, double> counters;
-};
-std::map<std::string, Result> g_results;  // "insert/ferry/1000000/64"
-
-class CollectingReporter : public benchmark::ConsoleReporter {
- public:
-  void ReportRuns(const std::vector<Run>& runs) override {
-    for (const Run& r : runs) {
-      if (r.error_occurred || r.run_type != Run::RT_Iteration) continue;
-      std::string name = r.run_name.function_name;
-      Result res;
-      for (const auto& [k, c] : r.counters) res.counters[k] = c.value;
-      const double ops = res.counters.count("ops") ? res.counters["ops"] : 0;
-      // CPU time of this process: robust to being descheduled on a shared 2-core machine.
-      if (ops > 0) res.ns_per_op = r.cpu_accumulated_time * 1e9 / ops;
-      g_results[name] = res;
-    }
-    ConsoleReporter::ReportRuns(runs);
+// Touches and frees `mib` MiB: a VM backs guest memory on first touch, slowly; after this the
+// containers all get memory the host already backs, whichever runs first.
+void Prefault(size_t mib) {
+  const size_t bytes = mib << 20;
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    std::fprintf(stderr, "prefault of %zu MiB failed; continuing without\n", mib);
+    return;
   }
-};
-
-std::string Fmt(double v, int prec = 1) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", prec, v);
-  return buf;
-}
-
-std::string Tables(const std::vector<size_t>& sizes, const std::vector<size_t>& widths) {
-  std::ostringstream out;
-  const std::vector<std::string> kinds(std::begin(kKinds), std::end(kKinds));
-  for (size_t n : sizes) {
-    out << "\n### " << n << " keys\n\n";
-    out << "Time per operation in ns (ratio to absl::flat_hash_map in parentheses).\n\n";
-    out << "| op | row B |";
-    for (const auto& k : kinds) out << " " << k << " |";
-    out << "\n|---|---|";
-    for (size_t i = 0; i < kinds.size(); ++i) out << "---|";
-    out << "\n";
-    for (const char* op : {"insert", "find_hit", "find_miss", "gather"}) {
-      for (size_t w : widths) {
-        const std::string suffix = "/" + std::to_string(n) + "/" + std::to_string(w);
-        auto absl_it = g_results.find(std::string(op) + "/absl" + suffix);
-        const double absl_ns = absl_it == g_results.end() ? 0 : absl_it->second.ns_per_op;
-        out << "| " << op << " | " << w << " |";
-        for (const auto& k : kinds) {
-          auto it = g_results.find(std::string(op) + "/" + k + suffix);
-          if (it == g_results.end() || it->second.ns_per_op == 0) {
-            out << " - |";
-            continue;
-          }
-          out << " " << Fmt(it->second.ns_per_op);
-          if (absl_ns > 0) out << " (" << Fmt(it->second.ns_per_op / absl_ns, 2) << "x)";
-          out << " |";
-        }
-        out << "\n";
-      }
-    }
-    out << "\nMemory: RSS bytes per entry after " << n
-        << " inserts / peak RSS during growth relative to that steady state"
-           " (ArrayHashMap: + index bytes per key).\n\n";
-    out << "| row B |";
-    for (const auto& k : kinds) {
-      if (k != "ferry_pack") out << " " << k << " |";
-    }
-    out << "\n|---|";
-    for (size_t i = 0; i + 1 < kinds.size(); ++i) out << "---|";
-    out << "\n";
-    for (size_t w : widths) {
-      out << "| " << w << " |";
-      for (const auto& k : kinds) {
-        if (k == "ferry_pack") continue;
-        auto it = g_results.find("memory/" + k + "/" + std::to_string(n) + "/" + std::to_string(w));
-        if (it == g_results.end()) {
-          out << " - |";
-          continue;
-        }
-        auto& c = it->second.counters;
-        out << " " << Fmt(c["B_per_entry"]) << " B / " << Fmt(c["peak_ratio"], 2) << "x";
-        if (k.rfind("ferry", 0) == 0) out << " / idx " << Fmt(c["index_B_per_key"]) << " B";
-        out << " |";
-      }
-      out << "\n";
-    }
-  }
-  return out.str();
+  for (size_t off = 0; off < bytes; off += 4096) static_cast<volatile char*>(p)[off] = 1;
+  munmap(p, bytes);
 }
 
 std::vector<size_t> ParseList(const std::string& s) {
@@ -427,6 +445,8 @@ int main(int argc, char** argv) {
   std::vector<size_t> sizes = {1000000, 10000000};
   std::vector<size_t> widths = {8, 64, 256};
   std::string md;
+  std::string tsv;
+  size_t prefault_mib = 0;
   std::vector<char*> rest = {argv[0]};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -448,8 +468,14 @@ int main(int argc, char** argv) {
       widths = ParseList(a.substr(9));
     } else if (a.rfind("--min-time=", 0) == 0) {
       g_min_time = std::stod(a.substr(11));
+    } else if (a.rfind("--rounds=", 0) == 0) {
+      g_rounds = std::max(1, std::stoi(a.substr(9)));
+    } else if (a.rfind("--prefault-mib=", 0) == 0) {
+      prefault_mib = std::stoull(a.substr(15));
     } else if (a.rfind("--md=", 0) == 0) {
       md = a.substr(5);
+    } else if (a.rfind("--tsv=", 0) == 0) {
+      tsv = a.substr(6);
     } else {
       rest.push_back(argv[i]);
     }
@@ -461,6 +487,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   g_self.assign(self, static_cast<size_t>(len));
+  if (prefault_mib > 0) Prefault(prefault_mib);
   for (size_t n : sizes) {
     for (size_t w : widths) {
       if (w == 8) {
@@ -478,10 +505,12 @@ int main(int argc, char** argv) {
   int bargc = static_cast<int>(rest.size());
   benchmark::Initialize(&bargc, rest.data());
   if (benchmark::ReportUnrecognizedArguments(bargc, rest.data())) return 2;
-  CollectingReporter reporter;
+  ferry::perf::CollectingReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
-  const std::string tables = Tables(sizes, widths);
+  const ferry::perf::ReportShape shape{
+      sizes, widths, {std::begin(kKinds), std::end(kKinds)}, g_rounds};
+  const std::string tables = ferry::perf::MarkdownTables(reporter, shape);
   std::printf("%s", tables.c_str());
   if (!md.empty()) {
     std::ofstream out(md);
@@ -491,6 +520,14 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+  if (!tsv.empty()) {
+    std::ofstream out(tsv);
+    out << ferry::perf::CellsTsv(reporter, shape);
+    if (!out) {
+      std::fprintf(stderr, "cannot write %s\n", tsv.c_str());
+      return 1;
+    }
+  }
   // A smoke run must fail loudly if any benchmark reported an error.
-  return g_results.empty() ? 1 : 0;
+  return reporter.empty() ? 1 : 0;
 }

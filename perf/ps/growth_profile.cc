@@ -1,7 +1,7 @@
 // growth_profile: where an ArrayHashMap build's time goes, without hardware counters (this VM
 // has none). Inserts N keys (the ps_bench key sequence) and times every Insert call; a call
-// during which the rows buffer grew (growths() changed) or the index grew (index_bytes() jumped
-// by more than a tail extension) is attributed to that growth, with its minor page faults
+// during which the rows buffer grew (growths() changed) or the index was rebuilt (it had no
+// room left) is attributed to that growth, with its minor page faults
 // (getrusage). Everything else is "steady" insertion, whose faults are first touches of rows and
 // index pages. At the end it prints AnonHugePages of the rows and index mappings
 // (/proc/self/smaps).
@@ -145,7 +145,7 @@ int main(int argc, char** argv) {
     Bucket* b = nullptr;
     if (m->free_slots() == 0 && m->high_water() == m->capacity()) {
       b = &rows_growth;
-    } else if (m->index().size() + 1 > m->index().MaxEntries()) {
+    } else if (m->index().growth_left() == 0) {
       b = &index_growth;
     }
     long f0 = 0;
@@ -195,7 +195,7 @@ int main(int argc, char** argv) {
   show("index growth", index_growth);
   std::printf("  rows %zu MiB (%ld MiB huge), index %zu MiB (%ld MiB huge), %.1f B/key index\n",
               m->rows_bytes() >> 20, HugeKbAt(m->Row(0)) >> 10, m->index_bytes() >> 20,
-              HugeKbAt(m->index().buckets()) >> 10,
+              HugeKbAt(m->index().data()) >> 10,
               static_cast<double>(m->index_bytes()) / static_cast<double>(n));
   return 0;
 }

@@ -48,18 +48,20 @@ void FixGeometry(std::vector<uint8_t>& f) {
   stride = stride % 512;  // keeps the file small; a wrong stride is refused as a layout mismatch
   std::memcpy(f.data() + kStride, &stride, sizeof stride);
   const uint64_t hw = Get(f, kHighWater) % 300;
-  const uint64_t cap = Get(f, kIndexCapacity) % 600;
-  const uint64_t buckets = cap + Get(f, kIndexBuckets) % 40;
+  // HashIndex geometry: a power of two of at least 64 buckets, 5 bytes each; an odd bucket
+  // count now and then, which must be refused.
+  const uint64_t pick = Get(f, kIndexCapacity);
+  const uint64_t buckets = (uint64_t{64} << (pick % 5)) + (Get(f, kIndexBuckets) % 7 == 0 ? 16 : 0);
   Put(f, kHighWater, hw);
-  Put(f, kIndexCapacity, cap);
+  Put(f, kIndexCapacity, buckets);
   Put(f, kIndexBuckets, buckets);
   Put(f, kRowsOffset, kAlign);
   Put(f, kRowsBytes, hw * stride);
   Put(f, kLiveOffset, AlignUp(kAlign + hw * stride));
   Put(f, kLiveBytes, (hw + 63) / 64 * 8);
   Put(f, kIndexOffset, AlignUp(Get(f, kLiveOffset) + Get(f, kLiveBytes)));
-  Put(f, kIndexBytes, buckets * 8);
-  f.resize(Get(f, kIndexOffset) + buckets * 8);
+  Put(f, kIndexBytes, buckets * 5);
+  f.resize(Get(f, kIndexOffset) + buckets * 5);
 }
 
 void FixChecksums(std::vector<uint8_t>& f) {
