@@ -138,6 +138,42 @@ TEST(TcpSparsePath, WritesLandOnEitherSideOfTheThreshold) {
   }
 }
 
+// A sparse write whose local rows merge into runs longer than Cursor::Fill takes at once
+// (kFillBytes), with another write queued behind it: the send gather must stop at the first
+// item it could not take whole, or the next frame's header goes out inside this one's payload
+// and the target reads garbage as a frame ("unknown frame kind", found by perf/compare/run.sh).
+TEST(TcpSparsePath, MergedRunsLongerThanOneFillKeepTheStreamInSync) {
+  Pair p = ConnectPair();
+  ASSERT_NE(p.ab, nullptr);
+  constexpr uint64_t kRow = 256;
+  constexpr size_t kRows = 3 * kFillBytes / kRow;  // 24 MiB, local rows contiguous
+  std::vector<uint8_t> src(kRows * kRow + 4096), dst(kRows * kRow + 4096, 0);
+  std::mt19937_64 rng(11);
+  for (auto& b : src) b = static_cast<uint8_t>(rng());
+  auto src_mr = Take(p.a->RegisterMemory(src.data(), src.size(), kAccessLocal));
+  auto dst_mr = Take(p.b->RegisterMemory(dst.data(), dst.size(), kAccessRemote));
+  auto key = Take(p.ab->Import(dst_mr->descriptor()));
+  std::vector<Segment> segs(kRows);
+  for (size_t i = 0; i < kRows; ++i) segs[i] = {i * kRow, (kRows - 1 - i) * kRow, kRow};
+  Op ops[2];
+  ops[0] = MakeOp(OpType::kSparseWrite, p.ab.get(), src_mr.get(), 0, 0, 1, key.get());
+  ops[0].segments = segs.data();
+  ops[0].num_segments = segs.size();
+  ops[1] = MakeOp(OpType::kWrite, p.ab.get(), src_mr.get(), kRows * kRow, 4096, 2, key.get(),
+                  kRows * kRow);
+  ASSERT_TRUE(p.a->Post({ops, 2}).ok());
+  Driver d({p.a.get(), p.b.get()});
+  for (int i = 0; i < 2; ++i) {
+    auto c = d.Next(0);
+    ASSERT_TRUE(c && c->ok()) << (c ? c->error : "timeout");
+  }
+  for (size_t i = 0; i < kRows; i += 997) {
+    ASSERT_EQ(0, std::memcmp(&dst[(kRows - 1 - i) * kRow], &src[i * kRow], kRow)) << "row " << i;
+  }
+  EXPECT_EQ(0, std::memcmp(&dst[kRows * kRow], &src[kRows * kRow], 4096));
+  EXPECT_TRUE(p.ab->status().ok());
+}
+
 TEST(TcpSparsePath, BouncedWriteWithOneBadRowIsRefusedBeforeAnyByteLands) {
   TransportOptions o;
   o.params["bounce_max_row"] = "4096";

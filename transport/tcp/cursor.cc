@@ -168,6 +168,11 @@ uint64_t TxItem::Advance(uint64_t n) {
   return used + d;
 }
 
+uint64_t TxItem::left() const {
+  const uint64_t n = (kHeaderSize - header_done) + (table_len - table_done);
+  return n + (data_is_text ? text.size() - text_done : data.remaining);
+}
+
 bool TxItem::done() const {
   return header_done == kHeaderSize && table_done == table_len &&
          (data_is_text ? text_done == text.size() : data.remaining == 0);

@@ -216,7 +216,11 @@ void TcpTransport::FlushTx(Conn& c) {
       want += c.hs_out.size() - c.hs_out_done;
     }
     for (size_t i = 0; i < c.tx.size() && n < kMaxIov; ++i) {
+      const uint64_t before = want;
       n += c.tx[i].Fill(c.iov + n, kMaxIov - n, &want);
+      // An item Fill left partly out (Cursor::Fill stops at kFillBytes) must end the gather:
+      // the next item's header would otherwise be sent in the middle of this one's payload.
+      if (want - before < c.tx[i].left()) break;
     }
     if (n == 0) {
       SetWantOut(c, false);
