@@ -5,8 +5,8 @@
 //
 // It is a MAP_SHARED mapping of a memfd sealed against shrinking (F_SEAL_SHRINK, so a peer's
 // mapping can never lose its pages). ferry::ShareableMemory allocates such
-// memory (below; transport/pool.h includes this header); ps::MappedBuffer can be created
-// shareable.
+// memory (below; transport/pool.h includes this header); callers' own mappings can be made
+// shareable the same way and published below.
 //
 // Owners publish each such mapping in a process-wide index while it exists; RegisterMemory of a
 // backend that can use it looks the registered range up there (nothing else to pass). Rules for

@@ -19,7 +19,7 @@
 //
 // When an entry with refs == 0 (idle) may stay registered:
 //   Only when Ferry will be told before its pages go away: the range lay inside a mapping
-//   published with PublishShareableMapping (ShareableMemory, shareable ps::MappedBuffer), whose
+//   published with PublishShareableMapping (ShareableMemory, or a caller's own shareable mapping), whose
 //   owners withdraw it before munmap/mremap. Withdrawal calls this cache (a MappingWithdrawn
 //   listener): idle entries overlapping the mapping are deregistered, live ones are doomed and
 //   deregistered on their last release. Memory outside published mappings (malloc, stacks, plain
