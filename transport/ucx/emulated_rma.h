@@ -46,6 +46,8 @@ class UcxMemoryRegion;
 // region (adjacent segments merged) and the reply is sent with a UCP iov datatype, so `region`
 // counts it in `replies_in_flight_` until UCX is done with the memory (OnReplySent or a failed
 // send); ~UcxMemoryRegion waits for that count. `data` carries only an error text.
+// Pooled by the transport (TakeReply / ReleaseReply): a served request allocates nothing once
+// warm. While UCX sends it, it is linked in the transport's list of replies in flight.
 struct PendingReply {
   UcxTransport* t = nullptr;
   uint64_t ep_id = 0;
@@ -53,6 +55,9 @@ struct PendingReply {
   std::vector<uint8_t> data;
   std::vector<ucp_dt_iov_t> iov;
   UcxMemoryRegion* region = nullptr;  // set while it holds a count on the region
+  PendingReply* prev = nullptr;       // the list of replies UCX is sending
+  PendingReply* next = nullptr;
+  bool sending = false;
   ~PendingReply();
 };
 
@@ -64,7 +69,8 @@ struct DeferredRequest {
 
 // The initiator's half of an Op on this path (part of OpState): request header, segment table,
 // the write's iov, the read's local segments to scatter the reply into, and which halves are
-// still outstanding.
+// still outstanding. The request id names the Op's pool slot and generation (ReqId), so a reply
+// finds its Op without a map, and a stale or forged id finds nothing.
 struct EmulatedOp {
   RmaHeader rma{};
   std::vector<RmaSegment> table;
@@ -73,6 +79,9 @@ struct EmulatedOp {
   uint8_t* local_base = nullptr;
   bool send_pending = false;
   bool reply_pending = false;
+
+  // Back to the pooled state, keeping the vectors' capacity (emulated_rma.cc).
+  void Reset();
 };
 
 }  // namespace ferry::ucx
