@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <typeinfo>
 
 #include "transport/tcp/tcp_transport.h"
 
@@ -26,26 +27,30 @@ uint64_t SumLengths(const Segment* segs, size_t n) {
 // ---- Post ----------------------------------------------------------------------------------
 
 // Reads only what is fixed while the objects live (a handle's transport_ and conn_ change only
-// in ~TcpTransport; a Conn's peer limits are set before its handle exists), so no lock.
+// in ~TcpTransport; a Conn's peer limits are set before its handle exists), so no lock. The
+// classes are final: an exact typeid match replaces dynamic_cast (~90 instructions each, three
+// per Op).
 Status TcpTransport::CheckOwnership(const Op& op, size_t index) const {
   // Built only on error: the happy path must not allocate.
   auto who = [index] { return "op " + std::to_string(index); };
   const TcpEndpoint* ep = nullptr;
   if (op.ep != nullptr) {
-    ep = dynamic_cast<const TcpEndpoint*>(op.ep);
-    if (ep == nullptr || ep->transport_ != this || ep->conn_ == nullptr) {
+    if (typeid(*op.ep) != typeid(TcpEndpoint)) return ForeignError(op, index, Foreign::kEndpoint);
+    ep = static_cast<const TcpEndpoint*>(op.ep);
+    if (ep->transport_ != this || ep->conn_ == nullptr) {
       return ForeignError(op, index, Foreign::kEndpoint);
     }
   }
-  const auto* local = dynamic_cast<const TcpRegion*>(op.local);
-  if (local == nullptr || local->transport_ != this) {
+  if (op.local == nullptr || typeid(*op.local) != typeid(TcpRegion) ||
+      static_cast<const TcpRegion*>(op.local)->transport_ != this) {
     return ForeignError(op, index, Foreign::kLocalRegion);
   }
   if (op.type == OpType::kRecv) return Status::Ok();
   if (op.type == OpType::kSend)
     return CheckPeerMessageLimit(op, index, ep->conn_->peer_max_message);
-  const auto* key = dynamic_cast<const TcpRemoteKey*>(op.remote);
-  if (key == nullptr || key->conn_ != ep->conn_) {
+  const auto* key = static_cast<const TcpRemoteKey*>(op.remote);
+  if (op.remote == nullptr || typeid(*op.remote) != typeid(TcpRemoteKey) ||
+      key->conn_ != ep->conn_) {
     return ForeignError(op, index, Foreign::kRemoteKey);
   }
   const Conn& c = *ep->conn_;
