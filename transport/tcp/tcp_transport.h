@@ -65,7 +65,8 @@ inline constexpr uint64_t kDefaultUnexpectedLimit = 64ull << 20;
 // Target of a sparse write whose rows average at most this many bytes: the payload is received
 // into the connection's scratch buffer and scattered with memcpy (see Rx::bounce). Measured
 // crossover of receiver CPU per row (docs/perf/tcp-profile.md): bounce wins up to ~96 B rows,
-// readv wins from 128 B on. Parameter bounce_max_row overrides it (0 disables).
+// readv wins from 128 B on. The same bound picks the gathered send of a sparse read response
+// (TxItem::gather) over one iovec per row. Parameter bounce_max_row overrides it (0 disables).
 inline constexpr uint64_t kDefaultBounceMaxRow = 96;
 
 // Whether the target receives a checked sparse write of `total` bytes in `nsegs` rows through
@@ -115,8 +116,9 @@ struct Rx {
   bool bounce = false;
   bool unexpected = false;  // a message is landing in `unexpected_buf`
   std::vector<uint8_t> unexpected_buf;
-  std::vector<Segment> table;  // sparse requests, reused
-  std::string text;            // error text of a kResponse
+  std::vector<Segment> table;   // sparse requests, reused
+  std::vector<uint8_t> packed;  // a packed table as it arrives (decoded into `table`), reused
+  std::string text;             // error text of a kResponse
 };
 
 class TcpTransport;
@@ -174,8 +176,10 @@ struct Conn {
   std::deque<std::vector<uint8_t>> unexpected;
   uint64_t unexpected_bytes = 0;
   Rx rx;
-  std::vector<uint8_t> scratch;                  // kScratchSize: discard sink, bounce buffer
-  std::vector<std::vector<Segment>> table_pool;  // recycled sparse-read tables
+  std::vector<uint8_t> scratch;                   // kScratchSize: discard sink, bounce buffer
+  std::vector<uint8_t> tx_scratch;                // kScratchSize: gathered read responses
+  std::vector<std::vector<Segment>> table_pool;   // recycled sparse-read tables
+  std::vector<std::vector<uint8_t>> packed_pool;  // recycled packed request tables
   iovec iov[kMaxIov + 1];
 };
 
@@ -286,6 +290,8 @@ class TcpTransport final : public Transport {
   void PostOne(const Op& op);
   void PostRecv(const Op& op);
   void FlushTx(Conn& c);
+  // Gathers the next chunk of a gathered read response at the front of c.tx into c.tx_scratch.
+  void PrepareGather(Conn& c, TxItem& item);
   void OnTxDone(Conn& c, TxItem& item);
   void ReadData(Conn& c);
   bool OnHeader(Conn& c);

@@ -6,6 +6,7 @@
 #include "transport/common/copy_row.h"
 #include "transport/common/merged_runs.h"
 #include "transport/common/segment_check.h"
+#include "transport/common/segment_codec.h"
 #include "transport/ucx/errors.h"
 #include "transport/ucx/ucx_transport.h"
 
@@ -28,6 +29,7 @@ uint64_t ReqId(const OpState* st) {
 
 void EmulatedOp::Reset() {
   rma = RmaHeader{};
+  runs.clear();
   table.clear();
   iov.clear();
   local_segs.clear();
@@ -53,18 +55,31 @@ void UcxTransport::PostAm(OpState* st, const Op& op) {
   uint8_t* local = op.local->data();
   st->am.local_base = local;
   uint64_t total = 0;
+  // iov slot 0 is the table, filled in below.
+  st->am.iov.push_back(ucp_dt_iov_t{nullptr, 0});
   common::ForEachMergedRun(op, [&](uint64_t lo, uint64_t ro, uint64_t len) {
     if (len == 0) return true;
-    st->am.table.push_back(RmaSegment{ro, len});
-    if (write)
-      st->am.iov.push_back(ucp_dt_iov_t{local + lo, len});
-    else
-      st->am.local_segs.push_back(RmaSegment{lo, len});
+    st->am.runs.push_back(Segment{lo, ro, len});
     total += len;
+    // The local side, merged wherever it is adjacent: a source of packed rows is one iov entry
+    // (UCX packs an iov entry by entry), a read's reply one copy.
+    if (write) {
+      ucp_dt_iov_t& last = st->am.iov.back();
+      if (st->am.iov.size() > 1 && static_cast<uint8_t*>(last.buffer) + last.length == local + lo) {
+        last.length += len;
+      } else {
+        st->am.iov.push_back(ucp_dt_iov_t{local + lo, len});
+      }
+    } else if (!st->am.local_segs.empty() &&
+               st->am.local_segs.back().local_offset + st->am.local_segs.back().length == lo) {
+      st->am.local_segs.back().length += len;
+    } else {
+      st->am.local_segs.push_back(Segment{lo, 0, len});
+    }
     return true;
   });
   st->bytes = total;
-  if (st->am.table.empty()) {  // nothing to move (all segments empty)
+  if (st->am.runs.empty()) {  // nothing to move (all segments empty)
     if (st->notify) {
       SendNotify(st);
     } else {
@@ -78,13 +93,14 @@ void UcxTransport::PostAm(OpState* st, const Op& op) {
   st->am.rma.epoch = rk->region().epoch;
   st->am.rma.key = rk->key();
   st->am.rma.total = total;
-  st->am.rma.num_segments = static_cast<uint32_t>(st->am.table.size());
+  st->am.rma.num_segments = static_cast<uint32_t>(st->am.runs.size());
   st->am.rma.write = write ? 1 : 0;
   st->am.rma.notify = st->notify ? 1 : 0;
   st->am.rma.imm = st->imm;
   st->notify = false;  // the target queues the kNotify itself once the data has landed
-  st->am.iov.insert(st->am.iov.begin(),
-                    ucp_dt_iov_t{st->am.table.data(), st->am.table.size() * sizeof(RmaSegment)});
+  st->am.rma.table_bytes =
+      static_cast<uint32_t>(common::EncodePackedTable(st->am.runs, &st->am.table));
+  st->am.iov[0] = ucp_dt_iov_t{st->am.table.data(), st->am.table.size()};
   st->am.send_pending = true;
   st->am.reply_pending = true;
   ucp_request_param_t p = EagerAmParams(&UcxTransport::OnAmRmaSent, st);
@@ -224,18 +240,16 @@ void UcxTransport::ServeRmaRequest(UcxEndpoint* ep, const RmaHeader& h, const ui
   // Error texts are built on the failure path only: a served request allocates nothing.
   auto who = [&] { return "ucx: one-sided request from " + ep->peer_address_; };
   auto fail = [&](Status s) { t->QueueErrorReply(ep->id(), h, s); };
-  if (h.num_segments == 0 || length / sizeof(RmaSegment) < h.num_segments) {
+  const size_t table_bytes = h.table_bytes;
+  if (h.num_segments == 0 || h.num_segments > options_.max_segments || table_bytes > length) {
     return fail(ProtocolError(who() + ": bad segment table (" + std::to_string(h.num_segments) +
-                              " segments, " + std::to_string(length) + " bytes)"));
+                              " segments, " + std::to_string(table_bytes) + " of " +
+                              std::to_string(length) + " bytes)"));
   }
-  const size_t table_bytes = size_t{h.num_segments} * sizeof(RmaSegment);
   uint64_t total = 0;
-  for (uint32_t i = 0; i < h.num_segments; ++i) {
-    RmaSegment s;
-    std::memcpy(&s, bytes + i * sizeof(RmaSegment), sizeof(s));
-    if (total + s.length < total) return fail(ProtocolError(who() + ": segment lengths overflow"));
-    total += s.length;
-  }
+  Status decoded = common::DecodePackedTable(std::span<const uint8_t>(bytes, table_bytes),
+                                             h.num_segments, &serve_table_, &total);
+  if (!decoded.ok()) return fail(decoded.Annotate(who()));
   if (total != h.total || (h.write && length - table_bytes != total) ||
       (!h.write && length != table_bytes)) {
     return fail(ProtocolError(who() + ": payload of " + std::to_string(length) +
@@ -249,25 +263,17 @@ void UcxTransport::ServeRmaRequest(UcxEndpoint* ep, const RmaHeader& h, const ui
   if (h.key != mr->key()) {
     return fail(PermissionDenied(who() + ": wrong key for the registration it names"));
   }
-  // The table sits at any alignment in UCX's receive buffer: each entry is copied out.
-  Status ok = common::CheckSegmentTable(
-      h.num_segments,
-      [&](size_t i) {
-        RmaSegment s;
-        std::memcpy(&s, bytes + i * sizeof(RmaSegment), sizeof(s));
-        return common::TargetSegment{s.remote_offset, s.length};
-      },
-      mr->size(), mr->access(), h.write ? kAccessRemoteWrite : kAccessRemoteRead);
+  Status ok = common::CheckSegmentsInRegion(serve_table_, mr->size(), mr->access(),
+                                            h.write ? kAccessRemoteWrite : kAccessRemoteRead);
   if (!ok.ok()) return fail(ok.Annotate(who()));
   PendingReply* r = TakeReply(ep->id());
   r->header.req_id = h.req_id;
   r->header.bytes = total;
   const uint8_t* src = bytes + table_bytes;
-  for (uint32_t i = 0; i < h.num_segments; ++i) {
-    RmaSegment s;
-    std::memcpy(&s, bytes + i * sizeof(RmaSegment), sizeof(s));
+  for (const Segment& s : serve_table_) {
     if (h.write) {
-      common::CopyRow(mr->data() + s.remote_offset, src, s.length);
+      // Rows scattered over the region: whole aligned lines streamed (fenced below).
+      common::ScatterRow(mr->data() + s.remote_offset, src, s.length);
       src += s.length;
     } else if (s.length > 0) {
       // A read replies straight from the region: an iov per run of adjacent segments.
@@ -284,6 +290,7 @@ void UcxTransport::ServeRmaRequest(UcxEndpoint* ep, const RmaHeader& h, const ui
     r->region = mr;
     ++mr->replies_in_flight_;
   }
+  if (h.write) common::ScatterFence();  // landed before the reply or the kNotify says so
   if (h.write && h.notify) PushCompletion(0, OpType::kNotify, ep, total).imm = h.imm;
   t->replies_.push_back(r);
 }
@@ -409,8 +416,8 @@ ucs_status_t UcxTransport::OnAmRmaReply(void* arg, const void* header, size_t he
                       " bytes do not match the request of " + std::to_string(st->bytes));
   } else if (!st->am.rma.write) {
     const auto* src = static_cast<const uint8_t*>(data);
-    for (const RmaSegment& s : st->am.local_segs) {
-      std::memcpy(st->am.local_base + s.remote_offset, src, s.length);  // remote_offset = local
+    for (const Segment& s : st->am.local_segs) {
+      std::memcpy(st->am.local_base + s.local_offset, src, s.length);
       src += s.length;
     }
   }

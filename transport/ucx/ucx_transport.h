@@ -406,6 +406,7 @@ class UcxTransport final : public Transport {
   std::vector<PendingReply*> replies_;
   std::vector<PendingReply*> reply_batch_;
   PendingReply* sending_ = nullptr;
+  std::vector<Segment> serve_table_;  // ServeRmaRequest's decoded table, reused
   // Requests that arrived while our side of their endpoint's handshake was still running.
   std::vector<DeferredRequest> deferred_;
   std::vector<std::unique_ptr<OpState>> op_storage_;
