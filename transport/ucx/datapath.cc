@@ -272,30 +272,12 @@ void UcxTransport::PostOne(const Op& op) {
   st->ep = ep;
   st->notify = (op.flags & kOpNotify) != 0;
   st->imm = op.imm;
-  if (ep != nullptr) {
-    LinkOp(ep, st);
-    if (ep->outstanding_++ == 0) {
-      // Liveness is measured from the moment there is something to wait for.
-      ep->last_heard_ = ep->last_ping_ = common::CoarseNow();
-    }
+  if (op.type == OpType::kSend) {
+    PostSend(st, op);
+    return;
   }
+  if (ep != nullptr) Track(ep, st);
   switch (op.type) {
-    case OpType::kSend: {
-      st->bytes = op.length;
-      ucp_request_param_t p{};
-      p.op_attr_mask =
-          UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMH;
-      p.cb.send = &UcxTransport::OnSendDone;
-      p.user_data = st;
-      p.memh = static_cast<const UcxMemoryRegion*>(op.local)->memh();
-      ucs_status_ptr_t req = ucp_tag_send_nbx(ep->ep_.get(), op.local->data() + op.local_offset,
-                                              op.length, ep->peer_tag_, &p);
-      if (req == nullptr)
-        StepDone(st, UCS_OK);
-      else if (UCS_PTR_IS_ERR(req))
-        StepDone(st, UCS_PTR_STATUS(req));
-      return;
-    }
     case OpType::kRecv:
       PostRecv(st, op);
       return;
@@ -303,6 +285,36 @@ void UcxTransport::PostOne(const Op& op) {
       PostOneSided(st, op);
       return;
   }
+}
+
+void UcxTransport::Track(UcxEndpoint* ep, OpState* st) {
+  LinkOp(ep, st);
+  if (ep->outstanding_++ == 0) {
+    // Liveness is measured from the moment there is something to wait for.
+    ep->last_heard_ = ep->last_ping_ = common::CoarseNow();
+  }
+}
+
+void UcxTransport::PostSend(OpState* st, const Op& op) {
+  UcxEndpoint* ep = st->ep;
+  st->bytes = op.length;
+  ucp_request_param_t p{};
+  p.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMH;
+  p.cb.send = &UcxTransport::OnSendDone;
+  p.user_data = st;
+  p.memh = static_cast<const UcxMemoryRegion*>(op.local)->memh();
+  ucs_status_ptr_t req = ucp_tag_send_nbx(ep->ep_.get(), op.local->data() + op.local_offset,
+                                          op.length, ep->peer_tag_, &p);
+  if (req == nullptr) {
+    // Sent within the call (an eager send over shm, the common small message): UCX will never
+    // call back, so the Op is done without being tracked on its endpoint.
+    PushCompletion(op.context, OpType::kSend, op.ep, op.length);
+    FreeOp(st);
+    return;
+  }
+  Track(ep, st);  // before StepDone, which untracks it
+  if (UCS_PTR_IS_ERR(req)) StepDone(st, UCS_PTR_STATUS(req));
 }
 
 void UcxTransport::PostRecv(OpState* st, const Op& op) {

@@ -312,6 +312,9 @@ class UcxTransport final : public Transport {
                                  size_t length, const ucp_am_recv_param_t* param);
   void PostOne(const Op& op);
   void PostRecv(OpState* st, const Op& op);
+  void PostSend(OpState* st, const Op& op);
+  // Links st on ep's list of Ops in flight and counts it for liveness (Report undoes both).
+  void Track(UcxEndpoint* ep, OpState* st);
   void PostOneSided(OpState* st, const Op& op);
   void PostSameHost(OpState* st, const Op& op);
   void StartFlush(OpState* st);
