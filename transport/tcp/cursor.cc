@@ -107,7 +107,9 @@ void Cursor::CopyIn(const uint8_t* src, uint64_t n) {
     Advance(n);
     return;
   }
-  // The bounce scatter of small rows runs here once per row: one memcpy, no iovec building.
+  // The bounce scatter of small rows runs here once per row: one copy, no iovec building. On
+  // the target (remote offsets) the rows are scattered over the region: whole aligned lines go
+  // with non-temporal stores (common::ScatterRow; the frame's end fences them).
   remaining -= n;
   const bool remote = remote_side;
   while (n > 0) {  // n <= bytes left, so idx stays below nsegs
@@ -115,7 +117,11 @@ void Cursor::CopyIn(const uint8_t* src, uint64_t n) {
     const uint64_t left = s.length - off;
     const uint64_t take = std::min(left, n);
     if (take > 0) {
-      common::CopyRow(base + (remote ? s.remote_offset : s.local_offset) + off, src, take);
+      if (remote) {
+        common::ScatterRow(base + s.remote_offset + off, src, take);
+      } else {
+        common::CopyRow(base + s.local_offset + off, src, take);
+      }
       src += take;
       n -= take;
     }
@@ -126,6 +132,34 @@ void Cursor::CopyIn(const uint8_t* src, uint64_t n) {
       off += take;
     }
   }
+}
+
+uint64_t Cursor::GatherOut(uint8_t* dst, uint64_t max) {
+  uint64_t n = std::min(max, remaining);
+  const uint64_t moved = n;
+  if (discard || segs == nullptr) {
+    if (!discard && n > 0) std::memcpy(dst, base + off, n);
+    Advance(n);
+    return moved;
+  }
+  remaining -= n;
+  while (n > 0) {  // n <= bytes left, so idx stays below nsegs
+    const Segment& s = segs[idx];
+    const uint64_t left = s.length - off;
+    const uint64_t take = std::min(left, n);
+    if (take > 0) {
+      common::CopyRow(dst, base + SegOffset(*this, s) + off, take);
+      dst += take;
+      n -= take;
+    }
+    if (take == left) {
+      ++idx;
+      off = 0;
+    } else {
+      off += take;
+    }
+  }
+  return moved;
 }
 
 size_t TxItem::Fill(iovec* iov, size_t max, uint64_t* bytes_out) const {
@@ -142,6 +176,13 @@ size_t TxItem::Fill(iovec* iov, size_t max, uint64_t* bytes_out) const {
     if (text_done < text.size() && count < max) {
       iov[count++] = {const_cast<char*>(text.data()) + text_done, text.size() - text_done};
       *bytes_out += text.size() - text_done;
+    }
+    return count;
+  }
+  if (gather) {
+    if (chunk_off < chunk_len && count < max) {
+      iov[count++] = {const_cast<uint8_t*>(chunk) + chunk_off, chunk_len - chunk_off};
+      *bytes_out += chunk_len - chunk_off;
     }
     return count;
   }
@@ -163,6 +204,11 @@ uint64_t TxItem::Advance(uint64_t n) {
     text_done += x;
     return used + x;
   }
+  if (gather) {
+    const uint64_t x = std::min(n, chunk_len - chunk_off);
+    chunk_off += x;
+    return used + x;
+  }
   const uint64_t d = std::min(n, data.remaining);
   if (d > 0) data.Advance(d);
   return used + d;
@@ -170,7 +216,8 @@ uint64_t TxItem::Advance(uint64_t n) {
 
 bool TxItem::done() const {
   return header_done == kHeaderSize && table_done == table_len &&
-         (data_is_text ? text_done == text.size() : data.remaining == 0);
+         (data_is_text ? text_done == text.size()
+                       : data.remaining == 0 && (!gather || chunk_off == chunk_len));
 }
 
 }  // namespace ferry::tcp
