@@ -21,6 +21,28 @@ uint64_t SegOffset(const Cursor& c, const Segment& s) {
 
 }  // namespace
 
+// The one walk over a segment cursor's next n bytes (n <= remaining): visit(row, take) for each
+// non-empty piece, at base + the segment's local or remote offset, then advance.
+template <typename Visit>
+void Cursor::WalkSegments(uint64_t n, Visit&& visit) {
+  remaining -= n;
+  while (n > 0) {  // n <= bytes left, so idx stays below nsegs
+    const Segment& s = segs[idx];
+    const uint64_t left = s.length - off;
+    const uint64_t take = std::min(left, n);
+    if (take > 0) {
+      visit(base + SegOffset(*this, s) + off, take);
+      n -= take;
+    }
+    if (take == left) {
+      ++idx;
+      off = 0;
+    } else {
+      off += take;
+    }
+  }
+}
+
 void Cursor::SetContig(uint8_t* p, uint64_t n) {
   *this = Cursor();
   base = p;
@@ -110,27 +132,16 @@ void Cursor::CopyIn(const uint8_t* src, uint64_t n) {
   // The bounce scatter of small rows runs here once per row: one copy, no iovec building. On
   // the target (remote offsets) the rows are scattered over the region: whole aligned lines go
   // with non-temporal stores (common::ScatterRow; the frame's end fences them).
-  remaining -= n;
-  const bool remote = remote_side;
-  while (n > 0) {  // n <= bytes left, so idx stays below nsegs
-    const Segment& s = segs[idx];
-    const uint64_t left = s.length - off;
-    const uint64_t take = std::min(left, n);
-    if (take > 0) {
-      if (remote) {
-        common::ScatterRow(base + s.remote_offset + off, src, take);
-      } else {
-        common::CopyRow(base + s.local_offset + off, src, take);
-      }
+  if (remote_side) {
+    WalkSegments(n, [&](uint8_t* row, uint64_t take) {
+      common::ScatterRow(row, src, take);
       src += take;
-      n -= take;
-    }
-    if (take == left) {
-      ++idx;
-      off = 0;
-    } else {
-      off += take;
-    }
+    });
+  } else {
+    WalkSegments(n, [&](uint8_t* row, uint64_t take) {
+      common::CopyRow(row, src, take);
+      src += take;
+    });
   }
 }
 
@@ -142,23 +153,10 @@ uint64_t Cursor::GatherOut(uint8_t* dst, uint64_t max) {
     Advance(n);
     return moved;
   }
-  remaining -= n;
-  while (n > 0) {  // n <= bytes left, so idx stays below nsegs
-    const Segment& s = segs[idx];
-    const uint64_t left = s.length - off;
-    const uint64_t take = std::min(left, n);
-    if (take > 0) {
-      common::CopyRow(dst, base + SegOffset(*this, s) + off, take);
-      dst += take;
-      n -= take;
-    }
-    if (take == left) {
-      ++idx;
-      off = 0;
-    } else {
-      off += take;
-    }
-  }
+  WalkSegments(n, [&](const uint8_t* row, uint64_t take) {
+    common::CopyRow(dst, row, take);
+    dst += take;
+  });
   return moved;
 }
 

@@ -49,6 +49,10 @@ struct Cursor {
   // The reverse: copies min(max, remaining) bytes out from the current position into dst and
   // advances; returns how many (a sparse read response gathered through a scratch buffer).
   uint64_t GatherOut(uint8_t* dst, uint64_t max);
+
+ private:
+  template <typename Visit>
+  void WalkSegments(uint64_t n, Visit&& visit);
 };
 
 // One frame (or reply) waiting to be sent: header, optional segment table, payload.
