@@ -26,6 +26,7 @@
 // is in transport/common/.
 #pragma once
 
+#include <sys/epoll.h>
 #include <sys/uio.h>
 
 #include <algorithm>

@@ -49,8 +49,6 @@ namespace ferry::ucx {
 namespace {
 
 constexpr uint64_t kListenerKey = 0;  // epoll data of the listening socket (ids start at 1)
-constexpr uint8_t kPing = 'P';
-constexpr uint8_t kPong = 'O';
 // Least time an accepted connection gets for its handshake, and again for UCX's wireup, when
 // the context has verbs lanes (AcceptBudget).
 constexpr std::chrono::seconds kMinVerbsSetupTime{10};

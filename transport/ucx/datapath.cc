@@ -25,10 +25,6 @@ namespace {
 constexpr ucp_tag_t kAnyTagMask = 0;
 constexpr ucp_tag_t kExactTagMask = ~ucp_tag_t{0};
 
-bool IsWrite(OpType t) {
-  return t == OpType::kWrite || t == OpType::kSparseWrite;
-}
-
 }  // namespace
 
 // ---- op pool ----

@@ -15,10 +15,6 @@ namespace {
 
 constexpr size_t kMaxDeferred = 1024;
 
-bool IsWrite(OpType t) {
-  return t == OpType::kWrite || t == OpType::kSparseWrite;
-}
-
 // Request id = the Op's pool slot and its generation: unique while the Op waits, and a reply
 // that names a recycled slot carries an old generation.
 uint64_t ReqId(const OpState* st) {

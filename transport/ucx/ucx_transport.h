@@ -123,6 +123,9 @@
 namespace ferry::ucx {
 
 using Clock = std::chrono::steady_clock;
+// A write (contiguous or sparse) as opposed to a read, for the one-sided paths.
+inline bool IsWrite(OpType t) { return t == OpType::kWrite || t == OpType::kSparseWrite; }
+
 // The transport lock (a no-op under ThreadMode::kSingle) and its guards.
 using Guard = std::lock_guard<common::MaybeMutex>;
 using Lock = std::unique_lock<common::MaybeMutex>;
