@@ -158,6 +158,9 @@ struct Stream {
   Status error;
 };
 
+inline uint8_t* Base(Stream& s) { return s.memory.data(); }
+inline std::string StreamName(const Stream& s) { return "stream " + std::to_string(s.index); }
+
 inline constexpr uint8_t kSlotData = 1;
 inline constexpr uint8_t kSlotRequest = 2;
 

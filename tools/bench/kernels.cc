@@ -45,13 +45,6 @@ struct Ctx {
   bool full() const { return p.g.check == Check::kFull; }
 };
 
-uint8_t* Base(Stream& s) {
-  return s.memory.data();
-}
-std::string StreamName(const Stream& s) {
-  return "stream " + std::to_string(s.index);
-}
-
 Status Post(Ctx& x, Stream& s, std::span<const Op> ops) {
   Status st = x.side.router.Post(x.owner, ops);
   if (!st.ok()) return st.Annotate(StreamName(s) + ": post");

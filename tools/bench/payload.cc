@@ -14,18 +14,6 @@
 #include "transport/common/copy_row.h"
 
 namespace ferry::bench::internal {
-namespace {
-
-uint8_t* Base(Stream& s) {
-  return s.memory.data();
-}
-
-std::string StreamName(const Stream& s) {
-  return "stream " + std::to_string(s.index);
-}
-
-}  // namespace
-
 uint8_t Tag(uint64_t seq) {
   return static_cast<uint8_t>(1 + seq % 251);
 }
