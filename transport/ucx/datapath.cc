@@ -474,9 +474,15 @@ void UcxTransport::SendNotify(OpState* st) {
 size_t UcxTransport::Poll(std::span<Completion> out) {
   // kMulti: a thread that finds the lock taken leaves progress to its holder instead of queueing
   // behind it (the PS's control pump polls the data transport its owner is busy polling); under
-  // kSingle the lock is a no-op and always "taken" here.
-  Lock lock(mu_, std::try_to_lock);
-  if (!lock.owns_lock()) return 0;
+  // kSingle the lock is a no-op and always "taken" here. With a progress thread, the holder is
+  // that thread and what it reaped is queued for the caller, so the caller waits for the lock:
+  // a Wait() that returned for a queued completion must be followed by a Poll that returns it.
+  Lock lock(mu_, std::defer_lock);
+  if (options_.progress_thread) {
+    lock.lock();
+  } else if (!lock.try_lock()) {
+    return 0;
+  }
   // What is queued already (an inline same-host completion, or the last progress round's) is
   // returned first; progress runs when nothing is, so a Post+Poll pair pays one worker progress.
   if (done_.empty() || out.empty()) ProgressLocked();

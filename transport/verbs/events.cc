@@ -297,9 +297,16 @@ void VerbsTransport::ProgressThreadMain() {
 }
 
 size_t VerbsTransport::Poll(std::span<Completion> out) {
-  // kMulti: a thread that finds the lock taken leaves progress to its holder (non-blocking).
-  std::unique_lock<common::MaybeMutex> lock(mu_, std::try_to_lock);
-  if (!lock.owns_lock()) return 0;
+  // kMulti: a thread that finds the lock taken leaves progress to its holder (non-blocking),
+  // unless the holder is the progress thread: what it reaped is queued for the caller, who then
+  // waits for the lock (a Wait() that returned for a queued completion is followed by a Poll
+  // that returns it).
+  std::unique_lock<common::MaybeMutex> lock(mu_, std::defer_lock);
+  if (options_.progress_thread) {
+    lock.lock();
+  } else if (!lock.try_lock()) {
+    return 0;
+  }
   if (ready_.empty() || out.empty()) ProgressLocked(EventCheck::kWhenDue);
   size_t n = 0;
   while (n < out.size() && !ready_.empty()) out[n++] = ready_.pop();
