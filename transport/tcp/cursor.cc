@@ -212,6 +212,12 @@ uint64_t TxItem::Advance(uint64_t n) {
   return used + d;
 }
 
+uint64_t TxItem::left() const {
+  const uint64_t n = (kHeaderSize - header_done) + (table_len - table_done);
+  if (data_is_text) return n + text.size() - text_done;
+  return n + data.remaining + (gather ? chunk_len - chunk_off : 0);
+}
+
 bool TxItem::done() const {
   return header_done == kHeaderSize && table_done == table_len &&
          (data_is_text ? text_done == text.size()

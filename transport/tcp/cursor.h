@@ -86,6 +86,8 @@ struct TxItem {
   // Consumes up to n sent bytes; returns how many belonged to this item.
   uint64_t Advance(uint64_t n);
   bool done() const;
+  // Bytes of this item not sent yet.
+  uint64_t left() const;
 };
 
 }  // namespace ferry::tcp

@@ -245,8 +245,12 @@ void TcpTransport::FlushTx(Conn& c) {
         if (i > 0) break;  // it gathers through the one tx scratch: only from the front
         PrepareGather(c, item);
       }
+      const uint64_t before = want;
       n += item.Fill(c.iov + n, kMaxIov - n, &want);
       if (item.gather) break;  // its next chunk is gathered once this one has gone
+      // An item Fill left partly out (Cursor::Fill stops at kFillBytes) must end the gather:
+      // the next item's header would otherwise be sent in the middle of this one's payload.
+      if (want - before < item.left()) break;
     }
     if (n == 0) {
       SetWantOut(c, false);
