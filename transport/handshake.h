@@ -20,7 +20,9 @@
 
 namespace ferry {
 
-inline constexpr uint16_t kProtocolVersion = 1;
+// 2: sparse requests carry packed segment tables (tcp's kFramePackedTable, ucx's emulated
+// one-sided requests; transport/common/segment_codec.h).
+inline constexpr uint16_t kProtocolVersion = 2;
 inline constexpr size_t kMaxHandshakeFrame = 1u << 20;
 
 struct HelloParams {

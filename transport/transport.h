@@ -18,9 +18,16 @@
 //   thread that drives progress continuously; completions are then queued for Poll().
 //
 // Threading:
-//   Every method of Transport, Endpoint and MemoryRegion is thread-safe. Completions go to
-//   whichever thread polls them. Calls may block only where documented (Accept, Connect, Wait,
-//   and a MemoryRegion destructor, which may wait for in-flight target-side accesses to drain).
+//   By default (ThreadMode::kMulti) every method of Transport, Endpoint and MemoryRegion is
+//   thread-safe. Completions go to whichever thread polls them. A Poll() that finds another thread
+//   driving progress returns at once (possibly with nothing) instead of waiting for it. Calls may
+//   block only where documented (Accept, Connect, Wait, and a MemoryRegion destructor, which may
+//   wait for in-flight target-side accesses to drain).
+//   ThreadMode::kSingle (opt-in, as UCX's UCS_THREAD_MODE_SINGLE) is the caller's promise that
+//   no two calls into the transport or the objects it handed out ever overlap: one thread at a
+//   time, and a hand-over between threads is ordered by the caller (a join, a mutex, an
+//   acquire/release pair). The transport then takes no lock on any path. Wake() stays callable
+//   from any thread at any time. It cannot be combined with progress_thread.
 //
 // Lifetimes:
 //   - Objects returned by a Transport must be destroyed before the Transport.
@@ -231,6 +238,12 @@ struct DeviceInfo {
   std::map<std::string, std::string> attributes;  // port state, GIDs, MTU, max_sge, ...
 };
 
+// Who may call into a transport at once (see "Threading" above).
+enum class ThreadMode : uint8_t {
+  kMulti,   // any thread, concurrently (the default)
+  kSingle,  // the caller serialises every call; no locks are taken
+};
+
 struct TransportOptions {
   // Backend parameters, e.g. {"UCX_TLS", "posix,cma,self"} or {"device", "rxe0"}. Unknown keys are
   // an error at creation, so typos are caught.
@@ -250,6 +263,9 @@ struct TransportOptions {
   uint32_t max_endpoints = 4096;
   // Start an internal thread that drives progress (see the progress model above).
   bool progress_thread = false;
+  // kSingle: the caller promises one thread at a time (see "Threading" above); creation fails
+  // with kInvalidArgument together with progress_thread.
+  ThreadMode thread_mode = ThreadMode::kMulti;
 };
 
 class Transport {
@@ -282,7 +298,10 @@ class Transport {
   // Not virtual: the checks are the same for every backend (ValidateOp, then the backend's
   // CheckOwnership hook, op by op), and only then does the backend's PostValidated run.
   Status Post(std::span<const Op> ops);
-  // Drives progress once and returns up to out.size() completions. Non-blocking.
+  // Returns up to out.size() completions. When none are queued (or `out` is empty) it first
+  // drives progress once, except that under ThreadMode::kMulti a Poll that finds another thread
+  // driving progress at that moment does not wait for it and returns what is queued (possibly
+  // nothing). Non-blocking; allocation-free once warm. An empty `out` only drives progress.
   virtual size_t Poll(std::span<Completion> out) = 0;
   // Blocks until Poll may return something, `timeout` passes, or Wake() is called (driving
   // progress meanwhile).

@@ -6,7 +6,11 @@ spec JSON next to the samples and runs `ferry-plot --spec SPEC -o SVG` (--plotte
 points at its build), so there is one plot writer in the project and no gnuplot dependency.
 
 Ratios are Ferry ÷ reference per pair (a pair = one Ferry run next to one reference run),
-reported as the median of the pairs with the min–max spread.
+reported as the median of the pairs with the min–max spread. Only Ferry's timed pass (side
+"ferry": checked the way the reference tool checks, the reference's working set) is divided by a
+reference; its checked pass (side "ferry-checked", every transfer verified) is reported beside
+it as a figure of its own. The "earlier" column comes from the samples of the 2026-11-22 run
+(docs/perf/transport-samples-2026-11-22.csv), whose Ferry figures were checked runs.
 """
 import argparse
 import csv
@@ -29,9 +33,8 @@ p.add_argument("--plotter", default="",
                help="ferry-plot binary (default: build-perfcmp's, build's, then PATH)")
 a = p.parse_args()
 DOC = os.path.join(a.root, "docs", "perf")
+EARLIER = os.path.join(DOC, "transport-samples-2026-11-22.csv")
 os.makedirs(DOC, exist_ok=True)
-
-rows = list(csv.DictReader(open(os.path.join(a.out, "samples.csv"))))
 shutil.copy(os.path.join(a.out, "samples.csv"), os.path.join(DOC, "transport-samples.csv"))
 
 
@@ -42,24 +45,27 @@ def num(x):
         return None
 
 
-# (section, test, size) -> side -> pair -> value ; failures counted separately
-vals = defaultdict(lambda: defaultdict(dict))
-fails = defaultdict(lambda: defaultdict(int))
-for r in rows:
-    v = num(r["value"])
-    key = (r["section"], r["test"], r["size"])
-    if v is None or not r["status"].startswith("ok"):
-        fails[(r["section"], r["test"])][r["side"]] += 1
-        continue
-    vals[key][r["side"]][int(r["pair"])] = v
+def load(path):
+    """(section, test, size) -> side -> pair -> value; failures per (section, test, side)."""
+    vals = defaultdict(lambda: defaultdict(dict))
+    fails = defaultdict(lambda: defaultdict(int))
+    rows = list(csv.DictReader(open(path))) if os.path.exists(path) else []
+    for r in rows:
+        v = num(r["value"])
+        if v is None or not r["status"].startswith("ok"):
+            fails[(r["section"], r["test"])][r["side"]] += 1
+            continue
+        vals[(r["section"], r["test"], r["size"])][r["side"]][int(r["pair"])] = v
+    return vals, fails, rows
+
+
+vals, fails, rows = load(os.path.join(a.out, "samples.csv"))
+old, _, old_rows = load(EARLIER)
 
 
 def med(xs):
+    xs = list(xs)
     return statistics.median(xs) if xs else None
-
-
-def spread(xs):
-    return (min(xs), max(xs)) if xs else (None, None)
 
 
 def ratios(f, ref):
@@ -71,7 +77,7 @@ def fmt(x, d=3):
         return "—"
     if abs(x) >= 1000:
         return f"{x:,.0f}"
-    return f"{x:.{d}g}" if abs(x) < 1 else f"{x:.{d}g}" if x < 100 else f"{x:.0f}"
+    return f"{x:.{d}g}" if x < 100 else f"{x:.0f}"
 
 
 def fsize(s):
@@ -82,226 +88,278 @@ def fsize(s):
     return f"{s} B"
 
 
-goals = []  # (goal text, measured text, met bool/None)
+def cell(rs):
+    if not rs:
+        return "—"
+    return f"**{fmt(med(rs))}×** ({fmt(min(rs))}–{fmt(max(rs))})"
 
 
-def ratio_table(section, tests, lat, title, ref_name):
+def ratio_of(store, section, test, size, side="ferry", ref_side="ref"):
+    d = store.get((section, test, str(size)), {})
+    return ratios(d.get(side, {}), d.get(ref_side, {}))
+
+
+goals = []  # (goal, earlier text, now text, verdict)
+
+
+def ratio_table(section, tests, lat, title, ref_name, unit):
+    """The comparison table of one section; returns (markdown lines, {(test, size): ratios})."""
     out = [f"### {title}", "",
-           f"| test | size | Ferry (median) | {ref_name} (median) | Ferry ÷ ref: median | min–max | pairs |",
-           "|---|---|---|---|---|---|---|"]
+           f"| test | size | earlier: Ferry (checked) ÷ ref | now: Ferry timed | {ref_name} | "
+           f"**now: Ferry timed ÷ ref** (min–max) | pairs | Ferry checked pass | checked ÷ timed |",
+           "|---|---|---|---|---|---|---|---|---|"]
     res = {}
     for test in tests:
-        sizes = sorted({int(k[2]) for k in vals if k[0] == section and k[1] == test and k[2] != "all"})
+        sizes = sorted({int(k[2]) for k in vals if k[0] == section and k[1] == test and
+                        k[2].isdigit()})
         for s in sizes:
             d = vals[(section, test, str(s))]
-            f, ref = d.get("ferry", {}), d.get("ref", {})
+            f, ref, chk = d.get("ferry", {}), d.get("ref", {}), d.get("ferry-checked", {})
             rs = ratios(f, ref)
-            lo, hi = spread(rs)
-            res[(test, s)] = med(rs)
-            unit = "µs" if lat else "MiB/s"
-            out.append(f"| {test} | {fsize(s)} | {fmt(med(list(f.values())))} {unit} | "
-                       f"{fmt(med(list(ref.values())))} {unit} | **{fmt(med(rs))}×** | "
-                       f"{fmt(lo)}–{fmt(hi)} | {len(rs)} |")
+            res[(test, s)] = rs
+            earlier = ratio_of(old, section, test, s)
+            cr = ratios(chk, f)
+            out.append(f"| {test} | {fsize(s)} | {fmt(med(earlier)) + '×' if earlier else '—'} | "
+                       f"{fmt(med(f.values()))} {unit} | {fmt(med(ref.values()))} {unit} | "
+                       f"{cell(rs)} | {len(rs)} | {fmt(med(chk.values()))} {unit} | "
+                       f"{fmt(med(cr)) + '×' if cr else '—'} |")
         nf = fails.get((section, test), {})
         if nf:
-            out.append(f"| {test} | runs failed 3 tries | Ferry: {nf.get('ferry', 0)} of {a.pairs} | ref: {nf.get('ref', 0)} | | | |")
+            out.append(f"| {test} | runs failed 3 tries | Ferry: {nf.get('ferry', 0)} | "
+                       f"ref: {nf.get('ref', 0)} | | | | | |")
     out.append("")
     return out, res
 
 
-md = []
-md.append("# Ferry transport performance vs reference tools")
-md.append("")
-md.append("Generated by `perf/compare/run.sh` (do not edit by hand; rerun the script). "
-          f"Run: {a.start} → {a.end} (UTC), {a.pairs} alternating pairs per point "
-          "(Ferry run, reference run, Ferry run, …). Every ratio is Ferry ÷ reference computed "
-          "per pair; the table gives the median over the pairs and the min–max spread. "
-          "For latency lower is better (ratio < 1 means Ferry is faster); for bandwidth and rows/s "
-          "higher is better.")
-md.append("")
+def goal(text, now_sets, earlier_sets, limit, higher):
+    """now_sets/earlier_sets: lists of ratio lists; the verdict uses each set's median."""
+    now = [med(r) for r in now_sets if r]
+    before = [med(r) for r in earlier_sets if r]
+    worst = lambda xs: (min(xs) if higher else max(xs)) if xs else None
+    if not now:
+        goals.append((text, fmt(worst(before)), "not measured (runs failed or section skipped)",
+                      "no data"))
+        return
+    w = worst(now)
+    met = w >= limit if higher else w <= limit
+    spread = f"{fmt(min(now))}–{fmt(max(now))}" if len(now) > 1 else fmt(w)
+    goals.append((text, f"{fmt(worst(before))}×" if before else "—",
+                  f"worst **{fmt(w)}×** (medians {spread})", "met" if met else "MISSED"))
+
+
+md = ["# Ferry transport performance vs reference tools", "",
+      "Generated by `perf/compare/run.sh` (do not edit by hand; rerun the script). "
+      f"Run: {a.start} → {a.end} (UTC), {a.pairs} alternating pairs per point (Ferry run, "
+      "reference run, Ferry run, …). Every ratio is Ferry ÷ reference computed per pair; the "
+      "tables give the median over the pairs and the min–max spread. For latency lower is "
+      "better (< 1 means Ferry is faster); for bandwidth, message rate and rows/s higher is "
+      "better.", "",
+      "**Like for like.** Each Ferry run makes two passes per size (`--check both`): a checked "
+      "pass that verifies every transfer against a seeded pattern, and the timed pass, which "
+      "checks the way the reference tool does (latency: arrival seen by the last byte or the "
+      "completion, as ib_write_lat and ucp_put_lat poll; bandwidth: nothing checked) with the "
+      "reference's working set (bandwidth: every op re-sends one buffer into one buffer, as "
+      "ucp_put_bw / ib_write_bw / iperf3 do). Only the timed pass is divided by a reference "
+      "(\"now: Ferry timed ÷ ref\"); the checked pass is reported beside it with its cost "
+      "relative to the timed one. The \"earlier\" column is the 2026-11-22 run, whose Ferry "
+      "figures came from checked runs with 32 rotating buffers, so it compared a checked run "
+      "with an unchecked one; it is kept only to show where the work started.", ""]
 load_file = os.path.join(a.out, "load.txt")
 load_note = ""
 if os.path.exists(load_file):
     load_note = " Load average (1/5/15 min) at " + "; at ".join(
         ln.strip() for ln in open(load_file) if ln.strip()) + "."
-md.append("**Caveat: 2 cores, and every figure on this machine is noisy.** Each measurement is kept "
-          "short, so absolute numbers swing between runs; the alternation makes the ratios fairer "
-          "and the spreads show how noisy they were." + load_note + " Only the ratios mean "
-          "anything; the machine description is below.")
-md.append("")
-md.append("Why each missed goal is missed — profiles of both sides, and what would fix it — is in "
-          "[transport-analysis.md](transport-analysis.md) (written by hand from the profiles; it "
-          "names the run it analysed).")
-md.append("")
+md += ["**Caveat: 2 cores, and every figure on this machine is noisy.** Each measurement is "
+       "kept short, so absolute numbers swing between runs; the alternation makes the ratios "
+       "fairer and the spreads show how noisy they were." + load_note + " Only the ratios mean "
+       "anything; the machine description is below.", "",
+       "Why each missed goal is missed — profiles of both sides, and what would fix it — is in "
+       "[transport-analysis.md](transport-analysis.md) (written by hand from the profiles; it "
+       "names the run it analysed).", ""]
 
-# Machine
+
 def sh(cmd):
     try:
-        return subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=10).stdout.strip()
+        return subprocess.run(cmd, shell=True, capture_output=True, text=True,
+                              timeout=10).stdout.strip()
     except Exception as e:  # noqa: BLE001 — best effort description
         return f"({e})"
 
-md += ["## Machine", "", "```",
-       sh("uname -a"),
-       sh("lscpu | grep -E '^(Model name|CPU\\(s\\)|Thread|Core|Socket|L1d|L2|L3|NUMA node\\(s\\))'"),
-       sh("free -h"),
-       sh("ucx_info -v 2>/dev/null | head -2"),
-       sh("iperf3 --version 2>&1 | head -1"),
-       sh("sockperf --version 2>&1 | grep -m1 -i version"),
-       "```", ""]
 
-md.append("## Results")
-md.append("")
+md += ["## Machine", "", "```", sh("uname -a"),
+       sh("lscpu | grep -E '^(Model name|CPU\\(s\\)|Thread|Core|Socket|L1d|L2|L3|NUMA node\\(s\\))'"),
+       sh("free -h"), sh("ucx_info -v 2>/dev/null | head -2"),
+       sh("iperf3 --version 2>&1 | head -1"), sh("sockperf --version 2>&1 | grep -m1 -i version"),
+       "```", "", "## Results", ""]
+
 res_all = {}
-lat_plot = []  # (label, section, test)
-bw_plot = []
-for section, tls in (("ucx-shm", "UCX_TLS=shm,self"), ("ucx-tcp", "UCX_TLS=tcp,self, UCX_NET_DEVICES=lo")):
+lat_plot, bw_plot = [], []
+for section, tls in (("ucx-shm", "UCX_TLS=shm,self"),
+                     ("ucx-tcp", "UCX_TLS=tcp,self, UCX_NET_DEVICES=lo")):
     if not any(k[0] == section for k in vals) and not any(k[0] == section for k in fails):
         continue
-    t, r1 = ratio_table(section, ["tag_lat", "ucp_put_lat"], True,
-                        f"UCX {section[4:]} ({tls}) — latency (half round trip; Ferry t_typical vs ucx_perftest 50th percentile)",
-                        "ucx_perftest")
-    md += t
-    t, r2 = ratio_table(section, ["ucp_put_bw"], False,
-                        f"UCX {section[4:]} ({tls}) — bandwidth (Ferry write vs ucp_put_bw)", "ucx_perftest")
-    md += t
-    res_all[section] = {**r1, **r2}
+    t1, r1 = ratio_table(section, ["tag_lat", "ucp_put_lat"], True,
+                         f"UCX {section[4:]} ({tls}) — latency (half round trip; Ferry "
+                         "t_typical vs ucx_perftest 50th percentile)", "ucx_perftest", "µs")
+    t2, r2 = ratio_table(section, ["ucp_put_bw"], False,
+                         f"UCX {section[4:]} ({tls}) — bandwidth (ferry-bw --op write vs "
+                         "ucp_put_bw, overall)", "ucx_perftest", "MiB/s")
+    t3, r3 = ratio_table(section, ["ucp_put_rate"], False,
+                         f"UCX {section[4:]} ({tls}) — message rate (ferry-bw --op write vs "
+                         "ucp_put_bw, overall)", "ucx_perftest", "Mpps")
+    md += t1 + t2 + t3
+    res_all[section] = {**r1, **r2, **r3}
     lat_plot += [(f"{section} tag", section, "tag_lat"), (f"{section} put", section, "ucp_put_lat")]
     bw_plot += [(f"{section} put", section, "ucp_put_bw")]
 
 if any(k[0] == "tcp" for k in vals) or any(k[0] == "tcp" for k in fails):
-    t, r1 = ratio_table("tcp", ["pingpong"], True,
-                        "TCP — ping-pong latency (ferry-lat --op send vs sockperf pp; sockperf's minimum message is 14 B, so both use 14 B)",
-                        "sockperf")
-    md += t
-    t, r2 = ratio_table("tcp", ["stream"], False,
-                        "TCP — single-stream bandwidth (ferry-bw --op send vs iperf3 -l SIZE)", "iperf3")
-    md += t
+    t1, r1 = ratio_table("tcp", ["pingpong"], True,
+                         "TCP — ping-pong latency (ferry-lat --op send vs sockperf pp; "
+                         "sockperf's minimum message is 14 B, so both use 14 B)", "sockperf", "µs")
+    t2, r2 = ratio_table("tcp", ["stream"], False,
+                         "TCP — single-stream bandwidth (ferry-bw --op send vs iperf3 -l SIZE)",
+                         "iperf3", "MiB/s")
+    md += t1 + t2
     res_all["tcp"] = {**r1, **r2}
     lat_plot.append(("tcp ping-pong", "tcp", "pingpong"))
     bw_plot.append(("tcp stream", "tcp", "stream"))
 
 if any(k[0] == "verbs" for k in vals):
-    t, r1 = ratio_table("verbs", ["ib_write_lat", "ib_send_lat", "ib_read_lat"], True,
-                        "verbs (soft-RoCE rxe0 inside the ferry-vm VM, one boot; the guest CPU may be emulated (TCG), so only the ratios mean anything) — latency vs perftest (t_typical both; read is a full round trip on both sides)", "perftest")
-    md += t
-    t, r2 = ratio_table("verbs", ["ib_write_bw", "ib_read_bw"], False,
-                        "verbs (soft-RoCE rxe0 in the VM) — bandwidth vs perftest", "perftest")
-    md += t
+    t1, r1 = ratio_table("verbs", ["ib_write_lat", "ib_send_lat", "ib_read_lat"], True,
+                         "verbs (soft-RoCE rxe0 inside the ferry-vm VM, one boot; the guest CPU "
+                         "may be emulated (TCG), so only the ratios mean anything) — latency vs "
+                         "perftest (t_typical both; read is a full round trip on both sides)",
+                         "perftest", "µs")
+    t2, r2 = ratio_table("verbs", ["ib_write_bw", "ib_read_bw"], False,
+                         "verbs (soft-RoCE rxe0 in the VM) — bandwidth vs perftest", "perftest",
+                         "MiB/s")
+    md += t1 + t2
     res_all["verbs"] = {**r1, **r2}
 
 # ---- sparse
-sparse_res = {}
-sparse_nv_res = {}
+SPARSE_BACKENDS = ("tcp", "ucx-shm", "ucx-tcp", "verbs")
+sparse_res = {}  # (backend, op, rs, rows) -> {"pack": ratios, "gather": ratios}
+gather = {}
+for r in rows:
+    if r["section"] == "sparse" and r["test"] == "gather" and num(r["value"]):
+        gather[(int(r["rows"]), int(r["row_size"]), int(r["pair"]))] = float(r["value"])
+old_gather = {}
+for r in old_rows:
+    if r["section"] == "sparse" and r["test"] == "gather" and num(r["value"]):
+        old_gather[(int(r["rows"]), int(r["row_size"]), int(r["pair"]))] = float(r["value"])
+
+
+def earlier_sparse(be, rs, nrows):
+    """The 2026-11-22 run's ratio: checked sparse write ÷ the pack-then-send formula."""
+    sec = f"sparse-{be}"
+    size = str(nrows * rs)
+    sp = old.get((sec, f"sparse_write:{nrows}:{rs}", size), {}).get("ferry", {})
+    pk = old.get((sec, f"packsend:{nrows}:{rs}", size), {}).get("ferry", {})
+    eff = {}
+    for pr, bw in pk.items():
+        g = old_gather.get((nrows, rs, pr))
+        if g and bw > 0:
+            eff[pr] = nrows / (nrows * rs / (bw * 1048576.0) + nrows / g)
+    return ratios(sp, eff)
+
+
 if any(k[0].startswith("sparse") for k in vals) or any(k[0].startswith("sparse") for k in fails):
-    gather = {}
-    for r in rows:
-        if r["section"] == "sparse" and r["test"] == "gather" and num(r["value"]):
-            gather[(int(r["rows"]), int(r["row_size"]), int(r["pair"]))] = float(r["value"])
-    md += ["### Sparse writes (rows scattered at random row-aligned offsets in a 64 MiB region)", "",
-           "Method. *Ferry sparse*: `ferry-bw --op sparse_write --rows R --row-size S -t 4` (rows/s as "
-           "reported by ferry-bw). *memcpy gather*: `perf/compare/gather` (gather.cc, g++ -O2), one "
-           "thread copying the same number of rows from random offsets of a 64 MiB buffer into a "
-           "contiguous buffer — the single-core packing limit. Like ferry-bw, every call copies rows "
-           "the previous calls did not touch (a permutation of the region's rows, walked); until "
-           "2026-11-22 the reference re-copied the same rows every call, which kept them in L2 and "
-           "made the limit 4–7× higher for 1k–10k rows. *Ferry sparse (no check)*: the same run "
-           "with `--no-verify` (the target does not check each row on arrival), beside the checked "
-           "one; the goals use the checked run. *Pack-send (no check)* uses the contiguous "
-           "write's `--no-verify` bandwidth, so the last column compares the two ways of moving "
-           "rows with neither checking: the checked contiguous write verifies one sequential "
-           "buffer, the checked sparse write every row at its random place, which costs several "
-           "times more and is not a transport cost. Neither reference counts the target's unpack "
-           "(pack-then-send leaves the rows contiguous; sparse puts them in place). *Pack-then-send*: "
-           "`ferry-bw --op write -s R×S -t 4` measures the contiguous transfer bandwidth BW of the "
-           "same backend; the effective rate is R ÷ (R×S ÷ BW + R ÷ gather_rows_per_s), i.e. the "
-           "measured pack time of the same pair added serially to the transfer time (no overlap "
-           "of packing and sending is assumed). Ratios are per pair, median and min–max.", "",
-           "| backend | row size | rows/call | Ferry sparse rows/s | GB/s | memcpy gather rows/s | pack-then-send rows/s | sparse ÷ gather | sparse ÷ pack-send | no check ÷ gather | no check ÷ pack-send (no check) | pairs |",
+    md += ["### Sparse rows vs pack-then-send (rows at random row-aligned places of a 64 MiB "
+           "region)", "",
+           "Method. Every figure is a measured run, timed pass (nothing checked, as the "
+           "references check nothing). *sparse_write / sparse_read*: `ferry-bw --op sparse_write"
+           "|sparse_read --rows R --row-size S -t 4 -D …` (one segment list per op: contiguous on "
+           "the initiator, scattered on the target). *pack_write* (the pack-then-send reference of "
+           "sparse_write): the initiator gathers the same number of rows from random places of its "
+           "own 64 MiB region into a contiguous buffer (a memcpy per row) and writes that buffer "
+           "(one contiguous write) — the target does not unpack, so the reference is the cheaper "
+           "half of a real pack/unpack. *pack_read* (of sparse_read): the initiator sends a "
+           "16-byte request, the target gathers the rows into a buffer and sends it back "
+           "(two-sided; a pull served by packing). *memcpy gather*: `perf/compare/gather` "
+           "(gather.cc, g++ -O2), one thread copying the same number of rows from random places "
+           "of a 64 MiB buffer into a contiguous one, walking a permutation of its rows like "
+           "ferry-bw does — the in-process packing limit. Ratios are per pair, median "
+           "(min–max). *Checked*: the same sparse op's checked pass (every row verified where it "
+           "landed), for scale only. *Earlier*: the 2026-11-22 run's checked sparse write ÷ a "
+           "pack-then-send *formula* (gather time + contiguous write time).", "",
+           "| backend | op | row | rows/op | Ferry rows/s | pack-then-send rows/s | "
+           "**÷ pack-then-send** | memcpy gather rows/s | **÷ gather** | earlier ÷ pack (formula) "
+           "| checked rows/s | pairs |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for be in ("tcp", "ucx-shm"):
+    for be in SPARSE_BACKENDS:
         sec = f"sparse-{be}"
-        for rs in (64, 256):
-            for nrows in (1000, 10000, 100000):
-                sp = vals.get((sec, f"sparse_write:{nrows}:{rs}", str(nrows * rs)), {}).get("ferry", {})
-                pk = vals.get((sec, f"packsend:{nrows}:{rs}", str(nrows * rs)), {}).get("ferry", {})
-                pk_nv = vals.get((sec, f"packsend_nv:{nrows}:{rs}", str(nrows * rs)), {}).get("ferry", {})
-
-                def effective(bws):
-                    out = {}
-                    for pr, bw in bws.items():
-                        g = gather.get((nrows, rs, pr))
-                        if g and bw > 0:
-                            out[pr] = nrows / (nrows * rs / (bw * 1048576.0) + nrows / g)
-                    return out
-
-                eff = effective(pk)
-                eff_nv = effective(pk_nv)
-                gp = {pr: gather[(nrows, rs, pr)] for pr in range(1, 100) if (nrows, rs, pr) in gather}
-                r_g = ratios(sp, gp)
-                r_p = ratios(sp, eff)
-                nv = vals.get((sec, f"sparse_write_nv:{nrows}:{rs}", str(nrows * rs)), {}).get("ferry", {})
-                r_nv = ratios(nv, gp)
-                lo_nv, hi_nv = spread(r_nv)
-                nv_cell = f"{fmt(med(r_nv))}× ({fmt(lo_nv)}–{fmt(hi_nv)})" if r_nv else "—"
-                r_pnv = ratios(nv, eff_nv)
-                lo_pnv, hi_pnv = spread(r_pnv)
-                pnv_cell = f"{fmt(med(r_pnv))}× ({fmt(lo_pnv)}–{fmt(hi_pnv)})" if r_pnv else "—"
-                sparse_nv_res[(be, rs, nrows)] = med(r_pnv) if r_pnv else None
-                sparse_res[(be, rs, nrows)] = (med(r_g), med(r_p), spread(r_g), spread(r_p))
-                spm = med(list(sp.values()))
-                nf = fails.get((sec, f"sparse_write:{nrows}:{rs}"), {}).get("ferry", 0)
-                lo_g, hi_g = spread(r_g)
-                lo_p, hi_p = spread(r_p)
-                md.append(f"| {be} | {rs} B | {nrows:,} | {fmt(spm)}{' (' + str(nf) + ' failed)' if nf else ''} | "
-                          f"{fmt(spm * rs / 1e9 if spm else None)} | {fmt(med(list(gp.values())))} | "
-                          f"{fmt(med(list(eff.values())))} | **{fmt(med(r_g))}×** ({fmt(lo_g)}–{fmt(hi_g)}) | "
-                          f"**{fmt(med(r_p))}×** ({fmt(lo_p)}–{fmt(hi_p)}) | {nv_cell} | {pnv_cell} | {len(r_g)} |")
+        if not any(k[0] == sec for k in vals):
+            continue
+        for op, pack in (("sparse_write", "pack_write"), ("sparse_read", "pack_read")):
+            for rs in (64, 256):
+                for nrows in (1000, 10000, 100000):
+                    size = str(nrows * rs)
+                    sp = vals.get((sec, f"{op}:{nrows}:{rs}", size), {})
+                    pk = vals.get((sec, f"{pack}:{nrows}:{rs}", size), {}).get("ferry", {})
+                    f = sp.get("ferry", {})
+                    gp = {pr: gather[(nrows, rs, pr)] for pr in range(1, 100)
+                          if (nrows, rs, pr) in gather}
+                    r_p, r_g = ratios(f, pk), ratios(f, gp)
+                    sparse_res[(be, op, rs, nrows)] = {"pack": r_p, "gather": r_g}
+                    earlier = earlier_sparse(be, rs, nrows) if op == "sparse_write" else []
+                    nf = fails.get((sec, f"{op}:{nrows}:{rs}"), {}).get("ferry", 0)
+                    md.append(
+                        f"| {be} | {op} | {rs} B | {nrows:,} | {fmt(med(f.values()))}"
+                        f"{' (' + str(nf) + ' failed)' if nf else ''} | {fmt(med(pk.values()))} | "
+                        f"{cell(r_p)} | {fmt(med(gp.values()))} | {cell(r_g)} | "
+                        f"{fmt(med(earlier)) + '×' if earlier else '—'} | "
+                        f"{fmt(med(sp.get('ferry-checked', {}).values()))} | {len(r_p)} |")
     md.append("")
 
-# ---- goals
-def goal(text, vals_, limit, higher):
-    got = [v for v in vals_ if v is not None]
-    if not got:
-        goals.append((text, "not measured (runs failed or section skipped)", None))
-        return
-    worst = min(got) if higher else max(got)
-    met = worst >= limit if higher else worst <= limit
-    goals.append((text, ", ".join(f"{v:.2f}×" for v in got) + f" (worst {worst:.2f}× vs goal {limit}×)", met))
-
-
+# ---- goals (the issue's table)
 for sec in ("ucx-shm", "ucx-tcp"):
     r = res_all.get(sec, {})
-    goal(f"{sec}: latency at 8 B and 4 KiB ≤ 1.15× ucx_perftest (tag, put)",
-         [r.get((t, s)) for t in ("tag_lat", "ucp_put_lat") for s in (8, 4096)], 1.15, False)
-    goal(f"{sec}: bandwidth ≥ 64 KiB ≥ 0.95× ucx_perftest",
-         [r.get(("ucp_put_bw", s)) for s in (65536, 1048576)], 0.95, True)
-r = res_all.get("tcp", {})
-goal("tcp: ping-pong ≤ 1.2× sockperf (14 B, 4 KiB)", [r.get(("pingpong", s)) for s in (14, 4096)], 1.2, False)
-goal("tcp: bandwidth ≥ 0.9× iperf3 (64 KiB, 1 MiB)", [r.get(("stream", s)) for s in (65536, 1048576)], 0.9, True)
+    goal(f"{sec}: 8 B and 4 KiB latency (tag, put) ≤ 1.15× ucx_perftest",
+         [r.get((t, s), []) for t in ("tag_lat", "ucp_put_lat") for s in (8, 4096)],
+         [ratio_of(old, sec, t, s) for t in ("tag_lat", "ucp_put_lat") for s in (8, 4096)],
+         1.15, False)
+r = res_all.get("ucx-shm", {})
+goal("ucx-shm: message rate, 8 B writes ≥ 0.5× ucp_put_bw's", [r.get(("ucp_put_rate", 8), [])],
+     [], 0.5, True)
+goal("ucx-shm: bandwidth ≥ 64 KiB, same working set ≥ 0.95× ucp_put_bw",
+     [r.get(("ucp_put_bw", s), []) for s in (65536, 1048576)],
+     [ratio_of(old, "ucx-shm", "ucp_put_bw", s) for s in (65536, 1048576)], 0.95, True)
 r = res_all.get("verbs", {})
-goal("verbs (rxe in the VM): latency at 8 B and 4 KiB ≤ 1.2× perftest (write, send, read)",
-     [r.get((t, s)) for t in ("ib_write_lat", "ib_send_lat", "ib_read_lat") for s in (8, 4096)], 1.2, False)
-goal("verbs (rxe in the VM): bandwidth ≥ 64 KiB ≥ 0.95× perftest (ib_write_bw, ib_read_bw)",
-     [r.get((t, s)) for t in ("ib_write_bw", "ib_read_bw") for s in (65536, 1048576)], 0.95, True)
-goal("sparse 64 B rows over ucx-shm ≥ 0.5× memcpy gather",
-     [sparse_res.get(("ucx-shm", 64, n), (None,))[0] for n in (1000, 10000, 100000)], 0.5, True)
-for be in ("tcp", "ucx-shm"):
-    goal(f"sparse 64 B rows over {be} never slower than pack-then-send (≥ 1.0×)",
-         [sparse_res.get((be, 64, n), (None, None))[1] for n in (1000, 10000, 100000)], 1.0, True)
+goal("verbs (rxe in the VM): latency 8 B / 4 KiB ≤ 1.2× ib_write_lat, ib_send_lat, ib_read_lat",
+     [r.get((t, s), []) for t in ("ib_write_lat", "ib_send_lat", "ib_read_lat") for s in (8, 4096)],
+     [ratio_of(old, "verbs", t, s) for t in ("ib_write_lat", "ib_send_lat", "ib_read_lat")
+      for s in (8, 4096)], 1.2, False)
+goal("verbs (rxe in the VM): bandwidth ≥ 0.95× ib_write_bw (64 KiB, 1 MiB)",
+     [r.get(("ib_write_bw", s), []) for s in (65536, 1048576)],
+     [ratio_of(old, "verbs", "ib_write_bw", s) for s in (65536, 1048576)], 0.95, True)
+r = res_all.get("tcp", {})
+goal("tcp: stream 64 KiB and 1 MiB ≥ 0.9× iperf3 (one stream)",
+     [r.get(("stream", s), []) for s in (65536, 1048576)],
+     [ratio_of(old, "tcp", "stream", s) for s in (65536, 1048576)], 0.9, True)
+for be in SPARSE_BACKENDS:
+    cells = [v for k, v in sparse_res.items() if k[0] == be]
+    if not cells:
+        continue
+    earlier = [earlier_sparse(be, rs, n) for rs in (64, 256) for n in (1000, 10000, 100000)]
+    goal(f"sparse 64 B / 256 B rows, 1k–100k per op, {be}: ≥ 1.0× measured pack-then-send "
+         "(writes and reads)", [c["pack"] for c in cells], earlier, 1.0, True)
+    goal(f"sparse, {be}: ≥ 0.5× in-process memcpy gather", [c["gather"] for c in cells], [],
+         0.5, True)
 
-md += ["## Goals (reported, not asserted)", "", "| goal | measured (Ferry ÷ ref medians) | verdict |", "|---|---|---|"]
-for text, got, met in goals:
-    md.append(f"| {text} | {got} | {'met' if met else 'MISSED' if met is not None else 'no data'} |")
+md += ["## Goals (reported, not asserted)", "",
+       "Each goal takes the worst median over its cells (sizes, ops, row counts).", "",
+       "| goal | earlier (2026-11-22, checked vs unchecked) | now (timed vs reference) | verdict |",
+       "|---|---|---|---|"]
+for text, before, now, verdict in goals:
+    md.append(f"| {text} | {before} | {now} | {verdict} |")
 md.append("")
 
-# ---- failures
 fl = os.path.join(a.out, "failures.csv")
 if os.path.exists(fl) and os.path.getsize(fl):
     lines = open(fl).read().strip().splitlines()
     md += ["## Failed attempts", "",
-           f"{len(lines)} failed attempts (each Ferry run is retried up to 3 times; a run failing all 3 is "
-           "recorded as failed and left out of the ratios). First messages:", "", "```"]
+           f"{len(lines)} failed attempts (each Ferry run is retried up to 3 times; a run failing "
+           "all 3 is recorded as failed and left out of the ratios). First messages:", "", "```"]
     seen = set()
     for ln in lines:
         key = ln.split(",", 2)[-1][:120]
@@ -313,7 +371,7 @@ if os.path.exists(fl) and os.path.getsize(fl):
             break
     md += ["```", ""]
 
-# ---- plots (tools/plot through `ferry-plot --spec`)
+
 def find_plotter():
     for cand in (a.plotter, os.path.join(a.root, "build-perfcmp", "tools", "plot", "ferry-plot"),
                  os.path.join(a.root, "build", "tools", "plot", "ferry-plot")):
@@ -331,8 +389,8 @@ else:
     def plot(name, series, title, ylabel, logy):
         spec_series = []
         for i, (label, sec, test) in enumerate(series):
-            for side, nm in (("ferry", "Ferry"), ("ref", "reference")):
-                pts = sorted((int(size), med(list(d[side].values())))
+            for side, nm in (("ferry", "Ferry (timed)"), ("ref", "reference")):
+                pts = sorted((int(size), med(d[side].values()))
                              for (s2, t2, size), d in vals.items()
                              if s2 == sec and t2 == test and size.isdigit() and d.get(side))
                 if pts:
@@ -348,25 +406,31 @@ else:
         with open(spec_path, "w") as f:
             json.dump(spec, f, indent=1)
         svg = os.path.join(DOC, f"transport-{name}.svg")
-        r = subprocess.run([plotter, "--spec", spec_path, "-o", svg], capture_output=True, text=True)
+        r = subprocess.run([plotter, "--spec", spec_path, "-o", svg], capture_output=True,
+                           text=True)
         if r.returncode != 0:
             print(f"report.py: {plotter} --spec {spec_path} failed: {r.stderr.strip()}",
                   file=sys.stderr)
             return
         plots.append(f"transport-{name}.svg")
-    plot("latency", lat_plot, "Ferry vs reference tools: latency",
+
+    plot("latency", lat_plot, "Ferry (timed pass) vs reference tools: latency",
          "latency, median (µs; Ferry solid, reference dashed)", True)
-    plot("bandwidth", bw_plot, "Ferry vs reference tools: bandwidth",
+    plot("bandwidth", bw_plot, "Ferry (timed pass) vs reference tools: bandwidth",
          "bandwidth, median (MiB/s; Ferry solid, reference dashed)", False)
 if plots:
     md += ["## Plots", ""] + [f"![{p_}]({p_})" for p_ in plots] + [""]
 
-cmds = open(os.path.join(a.out, "commands.txt")).read().strip() if os.path.exists(os.path.join(a.out, "commands.txt")) else ""
+cmds_path = os.path.join(a.out, "commands.txt")
+cmds = open(cmds_path).read().strip() if os.path.exists(cmds_path) else ""
 md += ["## Exact commands", "",
-       "Reproduce: `perf/compare/run.sh [--pairs N] [--with-vm]` (installs iperf3, sockperf, ucx-utils "
-       "if missing; builds build-perfcmp, whose `ferry-plot --spec` draws the plots). PORT is a fresh port per run; Ferry's runs add "
-       "`-p PORT --csv FILE`. Ferry's MB/s are MiB/s (2^20), as are ucx_perftest's; iperf3's bits/s are "
-       "converted to MiB/s. Raw samples: [transport-samples.csv](transport-samples.csv).", "", "```", cmds, "```", ""]
+       "Reproduce: `perf/compare/run.sh [--pairs N] [--with-vm]` (installs iperf3, sockperf, "
+       "ucx-utils if missing; builds build-perfcmp, whose `ferry-plot --spec` draws the plots). "
+       "PORT is a fresh port per run; Ferry's runs add `-p PORT --csv FILE`. Ferry's MB/s are MiB/s "
+       "(2^20), as are ucx_perftest's; iperf3's bits/s are converted to MiB/s. Raw samples: "
+       "[transport-samples.csv](transport-samples.csv); the earlier run's: "
+       "[transport-samples-2026-11-22.csv](transport-samples-2026-11-22.csv).", "", "```", cmds,
+       "```", ""]
 
 with open(os.path.join(DOC, "transport.md"), "w") as f:
     f.write("\n".join(md))

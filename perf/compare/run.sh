@@ -4,11 +4,18 @@
 # Runs ferry-lat/ferry-bw and the reference tool for the same transport ALTERNATELY
 # (ferry, reference, ferry, reference, ...) for PAIRS pairs, records every sample in
 # $OUT/samples.csv, then perf/compare/report.py writes docs/perf/transport.md (ratio tables:
-# Ferry ÷ reference, median of the pairs with min–max spread) and SVG plots (drawn by the
-# build's own `ferry-plot --spec`, tools/plot: no gnuplot).
+# Ferry ÷ reference, median of the pairs with min–max spread, next to the earlier run's in
+# docs/perf/transport-samples-2026-11-22.csv) and SVG plots (drawn by the build's own
+# `ferry-plot --spec`, tools/plot: no gnuplot).
 #
-# Sections: ucx-shm, ucx-tcp (ucx_perftest), tcp (iperf3, sockperf), sparse (memcpy gather,
-# pack-then-send), verbs (perftest inside the soft-RoCE VM; only with --with-vm).
+# Like for like: every Ferry run makes two passes per size (--check both): a checked pass that
+# verifies every transfer (recorded as side "ferry-checked") and the timed pass, which checks the
+# way the reference tool does and uses its working set (side "ferry"). Only the timed pass is
+# ever divided by a reference; the checked one is reported beside it.
+#
+# Sections: ucx-shm, ucx-tcp (ucx_perftest), tcp (iperf3, sockperf), sparse (memcpy gather and
+# the measured pack-then-send runs pack_write / pack_read over tcp, ucx-shm and ucx-tcp), verbs
+# (perftest and the same sparse comparisons inside the soft-RoCE VM; only with --with-vm).
 #
 # Usage: perf/compare/run.sh [--pairs N] [--with-vm] [--sections a,b,...] [--build DIR] [--no-doc]
 #                            [--append]
@@ -86,28 +93,35 @@ sample() { local IFS=,; echo "$*" >>"$SAMPLES"; }
 note_cmd() { grep -qxF -- "$*" "$CMDS" 2>/dev/null || echo "$*" >>"$CMDS"; }
 
 # ---------------------------------------------------------------- Ferry runs
-# ferry SECTION TEST METRIC PAIR TOOL ARGS...   (metric: column name of Ferry's CSV)
-# One invocation covering all sizes; up to 3 attempts; a failure is recorded per size.
+# ferry SECTION TEST=METRIC[,TEST=METRIC...] PAIR TOOL ARGS...
+# (metric: a column of Ferry's CSV.) One invocation covering all sizes and both passes; up to 3
+# attempts; a failure is recorded per test. Rows of the timed pass (check "ref") are side
+# "ferry", rows of the checked pass (check "full") side "ferry-checked".
 ferry() {
-  local section=$1 test=$2 metric=$3 pair=$4; shift 4
-  local csv="$OUT/ferry.csv" err="$OUT/ferry.err" attempt ok=0
+  local section=$1 tests=$2 pair=$3; shift 3
+  local csv="$OUT/ferry.csv" err="$OUT/ferry.err" attempt ok=0 tm
   note_cmd "$*"
   for attempt in 1 2 3; do
     rm -f "$csv"; next_port
-    if timeout 120 "$@" -p "$PORT" --csv "$csv" >/dev/null 2>"$err" && [ -s "$csv" ]; then ok=1; break; fi
-    log "ferry run failed (attempt $attempt): $section/$test: $(grep -m1 -iE 'error|malformed|fail|signal' "$err" | cut -c1-160)"
-    echo "$section,$test,attempt $attempt: $(grep -m1 -iE 'error|malformed|fail|signal' "$err" | tr ',' ';' | cut -c1-200)" >>"$OUT/failures.csv"
+    if timeout 300 "$@" -p "$PORT" --csv "$csv" >/dev/null 2>"$err" && [ -s "$csv" ]; then ok=1; break; fi
+    log "ferry run failed (attempt $attempt): $section/$tests: $(grep -m1 -iE 'error|malformed|fail|signal' "$err" | cut -c1-160)"
+    echo "$section,$tests,attempt $attempt: $(grep -m1 -iE 'error|malformed|fail|signal' "$err" | tr ',' ';' | cut -c1-200)" >>"$OUT/failures.csv"
   done
   if [ "$ok" = 1 ]; then
-    python3 - "$csv" "$metric" "$section" "$test" "$pair" "$attempt" >>"$SAMPLES" <<'PY'
+    python3 - "$csv" "$tests" "$section" "$pair" "$attempt" >>"$SAMPLES" <<'PY'
 import csv, sys
-path, metric, section, test, pair, attempt = sys.argv[1:]
+path, tests, section, pair, attempt = sys.argv[1:]
+status = "ok" + ("" if attempt == "1" else " (try " + attempt + ")")
 for r in csv.DictReader(open(path)):
-    rows = r.get("rows", "") or ""
-    print(f"{section},{test},{metric},{r['bytes']},,,{pair},ferry,{r[metric]},,ok{'' if attempt == '1' else ' (try ' + attempt + ')'}")
+    side = "ferry" if r.get("check", "ref") == "ref" else "ferry-checked"
+    for pairing in tests.split(","):
+        test, metric = pairing.split("=")
+        print(f"{section},{test},{metric},{r['bytes']},,,{pair},{side},{r[metric]},,{status}")
 PY
   else
-    sample "$section" "$test" "$metric" all "" "" "$pair" ferry "" "" "failed x3"
+    for tm in ${tests//,/ }; do
+      sample "$section" "${tm%%=*}" "${tm#*=}" all "" "" "$pair" ferry "" "" "failed x3"
+    done
   fi
 }
 
@@ -128,6 +142,8 @@ ucxref() {
         sample "$section" "$test" lat_p50_usec "$size" "" "" "$pair" ref "$(awk '{print $3}' <<<"$out")" usec ok
       else
         sample "$section" "$test" bw_mib_s "$size" "" "" "$pair" ref "$(awk '{print $7}' <<<"$out")" MiB/s ok
+        # the message rate, in Mpps as ferry-bw prints it
+        sample "$section" "${test%_bw}_rate" mpps "$size" "" "" "$pair" ref "$(awk '{print $9 / 1e6}' <<<"$out")" Mpps ok
       fi
       return
     fi
@@ -167,12 +183,12 @@ section_ucx() {  # SECTION TLS
   if [ "$section" = ucx-tcp ]; then export UCX_NET_DEVICES=lo; prm+=(--param UCX_NET_DEVICES=lo); else unset UCX_NET_DEVICES; fi
   for p in $(seq 1 "$PAIRS"); do
     log "$section pair $p/$PAIRS"
-    ferry "$section" tag_lat t_typical_usec "$p" "$LAT" --transport ucx "${prm[@]}" --local --op send -s 8,4K,64K,1M -n 2000
-    for s in 8 4096 65536 1048576; do ucxref "$section" tag_lat "$s" "$p" 2000; done
-    ferry "$section" ucp_put_lat t_typical_usec "$p" "$LAT" --transport ucx "${prm[@]}" --local --op write -s 8,4K,64K,1M -n 2000
-    for s in 8 4096 65536 1048576; do ucxref "$section" ucp_put_lat "$s" "$p" 2000; done
-    ferry "$section" ucp_put_bw bw_avg_mb_s "$p" "$BW" --transport ucx "${prm[@]}" --local --op write -s 8,4K,64K,1M -n 2000
-    for s in 8 4096 65536 1048576; do ucxref "$section" ucp_put_bw "$s" "$p" 2000; done
+    ferry "$section" tag_lat=t_typical_usec "$p" "$LAT" --transport ucx "${prm[@]}" --local --op send -s 8,4K,64K,1M -n 10000
+    for s in 8 4096 65536 1048576; do ucxref "$section" tag_lat "$s" "$p" 10000; done
+    ferry "$section" ucp_put_lat=t_typical_usec "$p" "$LAT" --transport ucx "${prm[@]}" --local --op write -s 8,4K,64K,1M -n 10000
+    for s in 8 4096 65536 1048576; do ucxref "$section" ucp_put_lat "$s" "$p" 10000; done
+    ferry "$section" ucp_put_bw=bw_avg_mb_s,ucp_put_rate=msg_rate_mpps "$p" "$BW" --transport ucx "${prm[@]}" --local --op write -s 8,4K,64K,1M -n 20000
+    for s in 8 4096 65536 1048576; do ucxref "$section" ucp_put_bw "$s" "$p" 20000; done
   done
   unset UCX_TLS UCX_NET_DEVICES
 }
@@ -181,40 +197,55 @@ section_tcp() {
   local p s
   for p in $(seq 1 "$PAIRS"); do
     log "tcp pair $p/$PAIRS"
-    ferry tcp pingpong t_typical_usec "$p" "$LAT" --transport tcp --local --op send -s 14,4K -n 5000
+    ferry tcp pingpong=t_typical_usec "$p" "$LAT" --transport tcp --local --op send -s 14,4K -n 5000
     for s in 14 4096; do sockref "$s" "$p"; done
-    ferry tcp stream bw_avg_mb_s "$p" "$BW" --transport tcp --local --op send -s 64K,1M -D 1
+    ferry tcp stream=bw_avg_mb_s "$p" "$BW" --transport tcp --local --op send -s 64K,1M -D 1
     for s in 65536 1048576; do iperfref "$s" "$p"; done
   done
 }
 
-section_sparse() {
-  local p rs rows be iters line
+# sparse_rows SECTION_PREFIX PAIR DURATION BACKEND... : the sparse ops and their measured
+# pack-then-send references, 64 B / 256 B rows, 1k / 10k / 100k rows per op. sparse_write and
+# sparse_read make both passes (checked, then timed); pack_write / pack_read run the timed pass
+# only (a reference is never checked). Runs last DURATION seconds each (-D), so the first touch
+# of a 64 MiB region's pages is a small share of every run.
+sparse_rows() {
+  local prefix=$1 p=$2 dur=$3 rs rows be op; shift 3
   local -a prm
+  for rs in 64 256; do
+    for rows in 1000 10000 100000; do
+      for be in "$@"; do
+        case $be in
+          tcp) prm=(--transport tcp) ;;
+          ucx-shm) prm=(--transport ucx --param UCX_TLS=shm,self) ;;
+          ucx-tcp) prm=(--transport ucx --param UCX_TLS=tcp,self --param UCX_NET_DEVICES=lo) ;;
+          verbs) prm=(--transport verbs --param device=rxe0 --param "gid_index=${FERRY_RDMA_GID_INDEX:-1}") ;;
+        esac
+        for op in sparse_write pack_write sparse_read pack_read; do
+          local check=both
+          [[ $op == pack_* ]] && check=ref
+          ferry "$prefix$be" "$op:$rows:$rs=rows_per_sec" "$p" "$BW" "${prm[@]}" --local --op "$op" \
+            --rows "$rows" --row-size "$rs" -D "$dur" -t 4 --check "$check" \
+            --warmup "${SPARSE_WARMUP:-16}"
+        done
+      done
+    done
+  done
+}
+
+section_sparse() {
+  local p rs rows line
   for p in $(seq 1 "$PAIRS"); do
     log "sparse pair $p/$PAIRS"
     for rs in 64 256; do
       for rows in 1000 10000 100000; do
-        iters=$((2000000 / rows)); [ "$iters" -lt 20 ] && iters=20
-        # reference (a): single-thread memcpy gather of the same rows
+        # in-process reference: single-thread memcpy gather of the same rows
         note_cmd "$GATHER ROWS ROW_SIZE 67108864 0.2"
         line=$("$GATHER" "$rows" "$rs" 67108864 0.2)
         sample sparse gather rows_per_sec "$((rows * rs))" "$rows" "$rs" "$p" ref "$(cut -d, -f5 <<<"$line")" rows/s ok
-        for be in tcp ucx-shm; do
-          if [ "$be" = tcp ]; then prm=(--transport tcp); else prm=(--transport ucx --param UCX_TLS=shm,self); fi
-          ferry "sparse-$be" "sparse_write:$rows:$rs" rows_per_sec "$p" "$BW" "${prm[@]}" --local --op sparse_write \
-            --rows "$rows" --row-size "$rs" -n "$iters" -t 4
-          # the same without the target's per-row check, reported beside (not used for the goal)
-          ferry "sparse-$be" "sparse_write_nv:$rows:$rs" rows_per_sec "$p" "$BW" "${prm[@]}" --local --op sparse_write \
-            --rows "$rows" --row-size "$rs" -n "$iters" -t 4 --no-verify
-          # reference (b): contiguous write of rows*row_size bytes (pack time added in report.py)
-          ferry "sparse-$be" "packsend:$rows:$rs" bw_avg_mb_s "$p" "$BW" "${prm[@]}" --local --op write \
-            -s "$((rows * rs))" -n "$iters" -t 4
-          ferry "sparse-$be" "packsend_nv:$rows:$rs" bw_avg_mb_s "$p" "$BW" "${prm[@]}" --local --op write \
-            -s "$((rows * rs))" -n "$iters" -t 4 --no-verify
-        done
       done
     done
+    sparse_rows sparse- "$p" 0.5 tcp ucx-shm ucx-tcp
   done
 }
 
@@ -226,7 +257,7 @@ section_verbs_inner() {
   SAMPLES=/dev/stdout
   for p in $(seq 1 "$PAIRS"); do
     for t in write send read; do
-      ferry verbs "ib_${t}_lat" t_typical_usec "$p" "$LAT" "${prm[@]}" --local --op "$t" -s 8,4K -n 300
+      ferry verbs "ib_${t}_lat=t_typical_usec" "$p" "$LAT" "${prm[@]}" --local --op "$t" -s 8,4K -n 300
       for s in 8 4096; do
         next_port
         "ib_${t}_lat" -d rxe0 -x "$gid" -s "$s" -n 300 -p "$PORT" >/dev/null 2>&1 & srv=$!
@@ -237,7 +268,7 @@ section_verbs_inner() {
       done
     done
     for t in write read; do
-      ferry verbs "ib_${t}_bw" bw_avg_mb_s "$p" "$BW" "${prm[@]}" --local --op "$t" -s 64K,1M -n 100
+      ferry verbs "ib_${t}_bw=bw_avg_mb_s" "$p" "$BW" "${prm[@]}" --local --op "$t" -s 64K,1M -n 100
       for s in 65536 1048576; do
         next_port
         "ib_${t}_bw" -d rxe0 -x "$gid" -s "$s" -n 100 -p "$PORT" >/dev/null 2>&1 & srv=$!
@@ -247,15 +278,18 @@ section_verbs_inner() {
         echo "verbs,ib_${t}_bw,bw_mib_s,$s,,,$p,ref,$v,MiB/s,$([ -n "$v" ] && echo ok || echo failed)"
       done
     done
+    # The sparse comparisons over verbs (the guest CPU is emulated: only the ratios matter; an op
+    # of 100k 256 B rows takes about a second there, hence the short warmup).
+    SPARSE_WARMUP=2 sparse_rows sparse- "$p" 1 verbs
   done
 }
 
 section_verbs() {
   log "verbs: booting the soft-RoCE VM (one boot for the whole section)"
-  note_cmd "tools/softroce/ferry-vm run --timeout 2400 -- perf/compare/run.sh --vm-inner --pairs $PAIRS --build $BUILD"
-  "$ROOT/tools/softroce/ferry-vm" run --wait --timeout 2400 --cwd "$ROOT" -- \
+  note_cmd "tools/softroce/ferry-vm run --timeout 4800 -- perf/compare/run.sh --vm-inner --pairs $PAIRS --build $BUILD"
+  "$ROOT/tools/softroce/ferry-vm" run --wait --timeout 4800 --cwd "$ROOT" -- \
       "$HERE/run.sh" --vm-inner --pairs "$PAIRS" --build "$BUILD" --out "$OUT" 2>"$OUT/vm.err" |
-    grep -E '^verbs,' >>"$SAMPLES" || log "verbs section failed or timed out; partial samples kept (see $OUT/vm.err)"
+    grep -E '^(verbs|sparse-verbs),' >>"$SAMPLES" || log "verbs section failed or timed out; partial samples kept (see $OUT/vm.err)"
 }
 
 # ---------------------------------------------------------------- main

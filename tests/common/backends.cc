@@ -11,6 +11,7 @@ namespace ferry::testing {
 TransportOptions BackendConfig::Options() const {
   TransportOptions o;
   o.params = params;
+  if (single_threaded) o.thread_mode = ThreadMode::kSingle;
   return o;
 }
 
@@ -42,6 +43,10 @@ const std::vector<BackendConfig>& AllConfigs() {
       {"fault+tcp", "tcp", {}, false, true},
       {"fault+ucx-shm", "ucx", {{"UCX_TLS", "shm,self"}}, false, true},
       {"fault+ucx-tcp", "ucx", {{"UCX_TLS", "tcp,self"}}, false, true},
+      {"single+tcp", "tcp", {}, false, false, true},
+      {"single+ucx-shm", "ucx", {{"UCX_TLS", "shm,self"}}, false, false, true},
+      {"single+ucx-tcp", "ucx", {{"UCX_TLS", "tcp,self"}}, false, false, true},
+      {"single+verbs", "verbs", {}, true, false, true},
   };
   return kConfigs;
 }
@@ -101,7 +106,7 @@ ConfigSelection Compute() {
     return sel;
   }
   for (const BackendConfig& c : AllConfigs()) {
-    if (c.fault_wrapped) continue;  // on request only (see backends.h)
+    if (c.fault_wrapped || c.single_threaded) continue;  // on request only (see backends.h)
     std::string why = unavailable(c);
     if (why.empty()) {
       sel.run.push_back(c);

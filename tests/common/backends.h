@@ -12,6 +12,12 @@
 // and test the wrapper rather than a backend, so they run only when FERRY_TEST_BACKENDS names
 // them (tests/conformance/meson.build does, for the error and failure cases).
 //
+// A "single+" configuration ("single+tcp", "single+ucx-shm", ...) is its base configuration with
+// TransportOptions::thread_mode = ThreadMode::kSingle: the suite's cases that keep to one thread
+// per transport must pass unchanged without any transport lock (the ones that start a second
+// thread on one transport, or a progress thread, are filtered out where tests/conformance/
+// meson.build runs them). Like "fault+", they run only when FERRY_TEST_BACKENDS names them.
+//
 // FERRY_TEST_BACKENDS=name,name,... narrows the list (e.g. FERRY_TEST_BACKENDS=verbs,verbs-oob in
 // the soft-RoCE VM). A configuration named there that is unknown or unavailable is an error the
 // suite reports as a failing test, never a silent skip.
@@ -31,9 +37,11 @@ struct BackendConfig {
   std::string backend;  // "ucx"
   std::map<std::string, std::string> params;
   bool needs_rdma = false;
-  bool fault_wrapped = false;  // a "fault+" configuration: see above
+  bool fault_wrapped = false;    // a "fault+" configuration: see above
+  bool single_threaded = false;  // a "single+" configuration: see above
 
-  // TransportOptions with params filled in; other fields at their defaults.
+  // TransportOptions with params (and a "single+" configuration's thread mode) filled in; other
+  // fields at their defaults.
   TransportOptions Options() const;
   // `name` with every character gtest does not allow in a test name replaced by '_'.
   std::string TestName() const;

@@ -10,6 +10,7 @@ namespace ferry::testing {
 Result<std::unique_ptr<Transport>> MakeTransport(const BackendConfig& config,
                                                  TransportOptions options) {
   for (const auto& [k, v] : config.params) options.params[k] = v;
+  if (config.single_threaded) options.thread_mode = ThreadMode::kSingle;
   auto t = CreateTransport(config.backend, options);
   if (!t.ok() || !config.fault_wrapped) return t;
   // A clean plan: the wrapper must be invisible until a case sets one (FaultOf()).

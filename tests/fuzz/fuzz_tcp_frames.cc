@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "transport/common/segment_check.h"
+#include "transport/common/segment_codec.h"
 #include "transport/tcp/tcp_transport.h"
 
 namespace {
@@ -125,15 +126,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     std::vector<Segment> table;
     uint64_t total = h.length;
-    if (sparse) {  // ValidateHeader bounded arg by max_segments
-      const uint64_t table_bytes = h.arg * ferry::tcp::kWireSegmentSize;
+    if (sparse) {  // ValidateHeader bounded the count by max_segments, a packed table by it
+      const uint64_t table_bytes = ferry::tcp::SparseTableBytes(h);
       if (size - pos < table_bytes) return 0;
-      table.resize(h.arg);
-      std::memcpy(table.data(), data + pos, table_bytes);
+      if (h.flags & ferry::tcp::kFramePackedTable) {
+        ferry::Status s =
+            ferry::common::DecodePackedTable(std::span<const uint8_t>(data + pos, table_bytes),
+                                             ferry::tcp::SparseCount(h), &table, &total);
+        if (!s.ok() || total != h.length) return 0;  // the connection fails
+      } else {
+        table.resize(h.arg);
+        std::memcpy(table.data(), data + pos, table_bytes);
+        auto sum = ferry::tcp::SegmentTableTotal(h.kind, table, h.length);
+        if (!sum.ok()) return 0;  // the connection fails
+        total = *sum;
+      }
       pos += table_bytes;
-      auto sum = ferry::tcp::SegmentTableTotal(h.kind, table, h.length);
-      if (!sum.ok()) return 0;  // the connection fails
-      total = *sum;
     }
     ferry::Status verdict =
         region != nullptr ? ferry::Status::Ok() : ferry::PermissionDenied("key");

@@ -15,6 +15,7 @@
 
 #include "ps/array_hash_map.h"
 #include "tools/bench/config.h"
+#include "transport/common/segment_codec.h"
 #include "transport/tcp/wire.h"
 
 namespace {
@@ -79,8 +80,29 @@ bool TcpFrames(const fs::path& dir) {
   Frame(refusals, Hdr(FrameKind::kRead, 11, 0x9999, 0, 10));
   const std::vector<ferry::Segment> outside = {{0, 4095, 2}};
   Frame(refusals, Hdr(FrameKind::kSparseWrite, 12, 0x1111, 1, 2), outside, 2);
+  // Packed tables (what Ferry sends since protocol 2): the same rows, and one that leaves the
+  // region (refused after the whole table is decoded).
+  Bytes packed;
+  auto packed_frame = [&packed](FrameHeader h, const std::vector<ferry::Segment>& table,
+                                uint64_t payload) {
+    Bytes t;
+    const size_t bytes = ferry::common::EncodePackedTable(table, &t);
+    h.flags |= ferry::tcp::kFramePackedTable;
+    h.arg = table.size() | (uint64_t{bytes} << 32);
+    uint8_t raw[ferry::tcp::kHeaderSize];
+    ferry::tcp::EncodeHeader(h, raw);
+    packed.insert(packed.end(), raw, raw + sizeof raw);
+    packed.insert(packed.end(), t.begin(), t.end());
+    for (uint64_t i = 0; i < payload; ++i) packed.push_back(static_cast<uint8_t>(i * 5 + 3));
+  };
+  packed_frame(Hdr(FrameKind::kSparseWrite, 13, 0x1111, 0, 112), segs, 112);
+  packed_frame(Hdr(FrameKind::kSparseRead, 14, 0x1111, 0, 112), segs, 0);
+  const std::vector<ferry::Segment> rows = {{0, 64, 64}, {64, 4032, 64}, {128, 0, 64}};
+  packed_frame(Hdr(FrameKind::kSparseWrite, 15, 0x1111, 0, 192), rows, 192);
+  packed_frame(Hdr(FrameKind::kSparseWrite, 16, 0x1111, 0, 2), outside, 2);
   return Write(dir, "one_sided", one_sided) && Write(dir, "sparse", sparse) &&
-         Write(dir, "replies", replies) && Write(dir, "refusals", refusals);
+         Write(dir, "replies", replies) && Write(dir, "refusals", refusals) &&
+         Write(dir, "packed", packed);
 }
 
 bool Snapshot(const fs::path& dir, const fs::path& tmp, const std::string& name, uint8_t mode,

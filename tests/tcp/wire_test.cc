@@ -143,6 +143,23 @@ TEST(TcpWire, HostileHeadersAreRejected) {
   h.arg = ~0ull;
   ExpectProtocol(h, "segment count");
 
+  // Packed tables (protocol 2): arg = segments | table bytes << 32, the bytes bounded by the
+  // count before any buffer is sized by them; the flag belongs to sparse requests only.
+  h = Valid(FrameKind::kSparseWrite);
+  h.flags = kFramePackedTable;
+  h.arg = 3 | (uint64_t{16 + 3} << 32);
+  EXPECT_TRUE(ValidateHeader(h, kLimits).ok());
+  EXPECT_EQ(SparseCount(h), 3u);
+  EXPECT_EQ(SparseTableBytes(h), 19u);
+  h.arg = 3 | (uint64_t{16 + 2} << 32);
+  ExpectProtocol(h, "packed table of 18 bytes");
+  h.arg = 3 | (uint64_t{16 + 3 * 20 + 1} << 32);
+  ExpectProtocol(h, "packed table");
+  h.arg = uint64_t{19} << 32;
+  ExpectProtocol(h, "segment count 0");
+  h = Valid(FrameKind::kWrite);
+  h.flags = kFramePackedTable;
+  ExpectProtocol(h, "flags");
   h = Valid(FrameKind::kResponse);
   h.imm = 200;
   ExpectProtocol(h, "status code");

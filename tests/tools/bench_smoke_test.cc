@@ -1,15 +1,17 @@
-// Smoke test of every ferry_bench kernel: latency and bandwidth for all six ops (contiguous and
-// sparse), plus bidirectional, multi-endpoint/multi-thread, duration and unchecked variants.
-// Both ends run in this process: the server on its own thread with the transport's progress
-// thread on, the client on the test thread. tcp always; ucx (UCX_TLS=shm,self) when built and
-// usable. Iteration counts are tiny: this checks correctness (every transfer pattern-checked),
-// not speed.
+// Smoke test of every ferry_bench kernel: latency and bandwidth for all ops (contiguous, sparse
+// and the pack references), each size in both passes (checked, then timed as the reference
+// tools check), plus bidirectional, multi-endpoint/multi-thread, duration and single-pass
+// variants. Both ends run in this process: the server on its own thread with the transport's
+// progress thread on, the client on the test thread with a ThreadMode::kSingle transport when it
+// runs one worker (the worker then posts the main thread's control traffic: Router's outbox).
+// tcp always; ucx (UCX_TLS=shm,self) when built and usable. Iteration counts are tiny: this
+// checks correctness (every transfer of the checked pass pattern-checked), not speed.
+#include <gtest/gtest.h>
+
 #include <future>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "ferry_config.h"
 #include "tools/bench/config.h"
@@ -29,11 +31,12 @@ std::string CaseName(const testing::TestParamInfo<Case>& info) {
          std::string(BenchOpName(info.param.op));
 }
 
-PeerOptions Peer(const std::string& transport, bool server) {
+PeerOptions Peer(const std::string& transport, bool server, ThreadMode mode) {
   PeerOptions p;
   p.transport = transport;
   if (transport == "ucx") p.params["UCX_TLS"] = "shm,self";
   p.progress_thread = server;
+  p.thread_mode = mode;
   p.connect_timeout = Millis(10000);
   return p;
 }
@@ -71,15 +74,18 @@ struct Outcome {
   Result<Report> client = Status(Code::kInternal, "not run");
 };
 
-Outcome RunPair(const std::string& transport, const BenchConfig& config) {
+// The client runs single-threaded whenever it may (one worker thread), as the tools do.
+Outcome RunPair(const std::string& transport, const BenchConfig& config,
+                ThreadMode client_mode = ThreadMode::kSingle) {
   Outcome out;
-  auto server = BenchServer::Listen(Peer(transport, true), "127.0.0.1:0");
+  auto server = BenchServer::Listen(Peer(transport, true, ThreadMode::kMulti), "127.0.0.1:0");
   if (!server.ok()) {
     out.server = server.status();
     return out;
   }
+  if (config.threads > 1) client_mode = ThreadMode::kMulti;
   std::thread t([&] { out.server = (*server)->Serve(Millis(20000)); });
-  out.client = RunClient(Peer(transport, false), config, (*server)->address());
+  out.client = RunClient(Peer(transport, false, client_mode), config, (*server)->address());
   t.join();
   return out;
 }
@@ -88,12 +94,14 @@ void ExpectGoodReport(const BenchConfig& c, const Outcome& o) {
   ASSERT_TRUE(o.client.ok()) << o.client.status().ToString();
   ASSERT_TRUE(o.server.ok()) << o.server.ToString();
   const Report& r = *o.client;
-  const size_t phases = IsSparse(c.op) ? 1 : c.sizes.size();
+  const std::vector<PhaseSpec> specs = PhaseSpecs(c);
+  const size_t phases = specs.size();
   if (c.mode == Mode::kLatency) {
     ASSERT_EQ(r.latency.size(), phases);
     for (size_t i = 0; i < phases; ++i) {
       const LatencyRow& row = r.latency[i];
-      EXPECT_EQ(row.bytes, IsSparse(c.op) ? c.rows * c.row_size : c.sizes[i]);
+      EXPECT_EQ(row.bytes, OpBytes(c, specs[i].size));
+      EXPECT_EQ(row.check, specs[i].check);
       if (c.duration_s == 0) {
         EXPECT_EQ(row.iterations, c.iters);
       }
@@ -106,6 +114,8 @@ void ExpectGoodReport(const BenchConfig& c, const Outcome& o) {
     ASSERT_EQ(r.bandwidth.size(), phases);
     for (size_t i = 0; i < phases; ++i) {
       const BandwidthRow& row = r.bandwidth[i];
+      EXPECT_EQ(row.bytes, OpBytes(c, specs[i].size));
+      EXPECT_EQ(row.check, specs[i].check);
       const uint64_t directions = c.bidir ? 2 : 1;
       if (c.duration_s == 0) {
         EXPECT_EQ(row.bw.ops, c.iters * c.endpoints * directions);
@@ -114,7 +124,7 @@ void ExpectGoodReport(const BenchConfig& c, const Outcome& o) {
       }
       EXPECT_GT(row.bw.bw_avg_mb, 0);
       EXPECT_GE(row.bw.bw_peak_mb, row.bw.bw_avg_mb * 0.999);
-      if (IsSparse(c.op)) {
+      if (UsesRows(c.op)) {
         EXPECT_EQ(row.bw.rows, row.bw.ops * c.rows);
       }
     }
@@ -142,8 +152,10 @@ std::vector<Case> AllCases() {
   std::vector<Case> cases;
   for (const std::string& t : transports) {
     for (Mode m : {Mode::kLatency, Mode::kBandwidth}) {
-      for (BenchOp op : {BenchOp::kSend, BenchOp::kWrite, BenchOp::kRead, BenchOp::kWriteImm,
-                         BenchOp::kSparseWrite, BenchOp::kSparseRead}) {
+      for (BenchOp op :
+           {BenchOp::kSend, BenchOp::kWrite, BenchOp::kRead, BenchOp::kWriteImm,
+            BenchOp::kSparseWrite, BenchOp::kSparseRead, BenchOp::kPackWrite, BenchOp::kPackRead}) {
+        if (IsPack(op) && m == Mode::kLatency) continue;  // bandwidth references only
         cases.push_back({t, m, op});
       }
     }
@@ -195,14 +207,29 @@ TEST_P(VariantSmoke, DurationAndUnchecked) {
   c.sizes = {64};
   ExpectGoodReport(c, RunPair(GetParam(), c));
   c = SmallConfig(Mode::kBandwidth, BenchOp::kSend);
-  c.verify = false;
+  c.check = CheckPolicy::kRef;
   ExpectGoodReport(c, RunPair(GetParam(), c));
+  c = SmallConfig(Mode::kLatency, BenchOp::kSparseWrite);
+  c.check = CheckPolicy::kFull;
+  ExpectGoodReport(c, RunPair(GetParam(), c));
+}
+
+// The same kernels with a thread-safe client transport (what --threads > 1 and standalone
+// servers use): nothing in the bench may rely on the single-threaded mode.
+TEST_P(VariantSmoke, MultiThreadedClientTransport) {
+  for (Mode mode : {Mode::kLatency, Mode::kBandwidth}) {
+    for (BenchOp op : {BenchOp::kWrite, BenchOp::kSparseWrite, BenchOp::kSend}) {
+      BenchConfig c = SmallConfig(mode, op);
+      SCOPED_TRACE(std::string(ModeName(mode)) + " " + std::string(BenchOpName(op)));
+      ExpectGoodReport(c, RunPair(GetParam(), c, ThreadMode::kMulti));
+    }
+  }
 }
 
 TEST_P(VariantSmoke, DeepWindowWrapsSlotsAndCredits) {
   // Many more ops than slots: every slot and credit buffer is reused many times.
   for (BenchOp op : {BenchOp::kSend, BenchOp::kWriteImm, BenchOp::kSparseWrite,
-                     BenchOp::kSparseRead}) {
+                     BenchOp::kSparseRead, BenchOp::kPackRead}) {
     BenchConfig c = SmallConfig(Mode::kBandwidth, op);
     c.iters = 3000;
     c.depth = 16;
@@ -228,7 +255,7 @@ INSTANTIATE_TEST_SUITE_P(Variants, VariantSmoke, testing::ValuesIn(Transports())
 
 TEST(ServerSide, ConnectToNothingFailsCleanly) {
   BenchConfig c = SmallConfig(Mode::kLatency, BenchOp::kSend);
-  PeerOptions p = Peer("tcp", false);
+  PeerOptions p = Peer("tcp", false, ThreadMode::kSingle);
   p.connect_timeout = Millis(2000);
   // Port 1 on loopback: nothing listens there.
   Result<Report> r = RunClient(p, c, "127.0.0.1:1");

@@ -1,13 +1,13 @@
 // Unit tests of ferry_bench: patterns, statistics, config encoding, and the text/JSON/CSV
 // formatters (JSON parsed back with nlohmann::json, CSV checked column by column).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "tools/bench/config.h"
 #include "tools/bench/pattern.h"
@@ -20,7 +20,8 @@ namespace {
 using ::testing::HasSubstr;
 
 TEST(Pattern, FillThenCheckMatchesAcrossPeriods) {
-  for (size_t len : {1ul, 2ul, 7ul, 4096ul, kPatternPeriod - 1, kPatternPeriod, 3 * kPatternPeriod + 5}) {
+  for (size_t len :
+       {1ul, 2ul, 7ul, 4096ul, kPatternPeriod - 1, kPatternPeriod, 3 * kPatternPeriod + 5}) {
     std::vector<uint8_t> buf(len);
     FillPattern(buf.data(), len, 42, 13);
     EXPECT_TRUE(MatchesPattern(buf.data(), len, 42, 13)) << len;
@@ -50,9 +51,9 @@ TEST(Pattern, DetectsFlippedByteAndNamesIt) {
 TEST(Pattern, DetectsStaleDataShiftsAndOtherSeeds) {
   std::vector<uint8_t> a(8192), b(8192);
   FillPattern(a.data(), a.size(), 1);
-  EXPECT_FALSE(MatchesPattern(a.data(), a.size(), 2));          // another seed (stale transfer)
-  EXPECT_FALSE(MatchesPattern(a.data(), a.size(), 1, 4096));    // misplaced by 4 KiB
-  FillPattern(b.data(), b.size(), 1, 65536);                    // shifted by a power of two
+  EXPECT_FALSE(MatchesPattern(a.data(), a.size(), 2));        // another seed (stale transfer)
+  EXPECT_FALSE(MatchesPattern(a.data(), a.size(), 1, 4096));  // misplaced by 4 KiB
+  FillPattern(b.data(), b.size(), 1, 65536);                  // shifted by a power of two
   EXPECT_FALSE(MatchesPattern(b.data(), b.size(), 1, 0));
   EXPECT_NE(MixSeed(1, 2, 3, 4), MixSeed(1, 2, 3, 5));
 }
@@ -110,7 +111,7 @@ TEST(Stats, PeakNeverBelowAverageAndIgnoresBursts) {
   BandwidthMeter burst;
   burst.Start(0);
   for (int i = 0; i < 16; ++i) burst.Complete(20'000'000 + i, 1'000'000);  // reaped at once
-  EXPECT_NEAR(burst.peak_bytes_per_sec(), 16e6 / 0.02, 1e3);  // not 16 MB per 15 ns
+  EXPECT_NEAR(burst.peak_bytes_per_sec(), 16e6 / 0.02, 1e3);               // not 16 MB per 15 ns
 }
 
 TEST(Config, RoundTripsAndRejectsHostileInput) {
@@ -124,9 +125,11 @@ TEST(Config, RoundTripsAndRejectsHostileInput) {
   c.row_size = 100;
   c.region_size = 1 << 20;
   c.duration_s = 0.5;
+  c.check = CheckPolicy::kRef;
   auto d = DecodeConfig(EncodeConfig(c));
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   EXPECT_EQ(d->op, BenchOp::kSparseRead);
+  EXPECT_EQ(d->check, CheckPolicy::kRef);
   EXPECT_EQ(d->depth, 7u);
   EXPECT_TRUE(d->bidir);
   EXPECT_EQ(d->region_size, 1u << 20);
@@ -136,16 +139,51 @@ TEST(Config, RoundTripsAndRejectsHostileInput) {
   const std::string bad[] = {"", "[]", "{\"mode\":1}", "{not json",
                              std::string(good.begin(), good.end() - 1)};
   for (const std::string& s : bad) {
-    auto r = DecodeConfig(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(s.data()),
-                                                   s.size()));
+    auto r = DecodeConfig(
+        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(s.data()), s.size()));
     EXPECT_FALSE(r.ok()) << s;
   }
   nlohmann::json j = nlohmann::json::parse(std::string(good.begin(), good.end()));
   j["threads"] = 0;  // well-formed but invalid
   const std::string t = j.dump();
-  EXPECT_FALSE(DecodeConfig(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(t.data()),
-                                                     t.size()))
-                   .ok());
+  EXPECT_FALSE(
+      DecodeConfig(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(t.data()), t.size()))
+          .ok());
+  j = nlohmann::json::parse(std::string(good.begin(), good.end()));
+  j["check"] = "sometimes";  // not a policy
+  const std::string u = j.dump();
+  EXPECT_FALSE(
+      DecodeConfig(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(u.data()), u.size()))
+          .ok());
+}
+
+// Both sides derive the phases from the config alone: every size, the checked pass first.
+TEST(Config, PhasesAreSizesTimesPasses) {
+  BenchConfig c;
+  c.sizes = {8, 4096};
+  std::vector<PhaseSpec> p = PhaseSpecs(c);  // kBoth
+  ASSERT_EQ(p.size(), 4u);
+  EXPECT_EQ(p[0].size, 8u);
+  EXPECT_EQ(p[0].check, Check::kFull);
+  EXPECT_EQ(p[1].size, 8u);
+  EXPECT_EQ(p[1].check, Check::kRef);
+  EXPECT_EQ(p[3].size, 4096u);
+  EXPECT_EQ(p[3].check, Check::kRef);
+  c.check = CheckPolicy::kFull;
+  p = PhaseSpecs(c);
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_EQ(p[1].check, Check::kFull);
+  c.check = CheckPolicy::kRef;
+  c.mode = Mode::kBandwidth;
+  c.op = BenchOp::kPackWrite;
+  c.rows = 10;
+  c.row_size = 64;
+  p = PhaseSpecs(c);  // rows ops have one size, rows * row_size
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].size, 640u);
+  EXPECT_EQ(p[0].check, Check::kRef);
+  EXPECT_EQ(*ParseCheckPolicy("both"), CheckPolicy::kBoth);
+  EXPECT_FALSE(ParseCheckPolicy("all").ok());
 }
 
 TEST(Config, Validation) {
@@ -165,6 +203,14 @@ TEST(Config, Validation) {
   c.row_size = 1024;
   c.region_size = 1 << 20;  // fewer than 2 * rows rows
   EXPECT_THAT(ValidateConfig(c).message(), HasSubstr("region size"));
+  c = BenchConfig();
+  c.op = BenchOp::kPackWrite;  // latency: the pack ops are bandwidth references only
+  EXPECT_THAT(ValidateConfig(c).message(), HasSubstr("bandwidth reference"));
+  c.mode = Mode::kBandwidth;
+  EXPECT_TRUE(ValidateConfig(c).ok());
+  c.op = BenchOp::kPackRead;
+  c.depth = kMaxPackReadDepth + 1;
+  EXPECT_THAT(ValidateConfig(c).message(), HasSubstr("pack_read"));
 }
 
 TEST(Config, ParsesSizesAndOps) {
@@ -177,6 +223,7 @@ TEST(Config, ParsesSizesAndOps) {
   EXPECT_FALSE(ParseByteSize("12Q").ok());
   EXPECT_FALSE(ParseByteSize("99999999999999999999").ok());
   EXPECT_EQ(*ParseBenchOp("write_imm"), BenchOp::kWriteImm);
+  EXPECT_EQ(*ParseBenchOp("pack_read"), BenchOp::kPackRead);
   EXPECT_FALSE(ParseBenchOp("writ").ok());
   const std::vector<uint64_t> sweep = SweepSizes();
   EXPECT_EQ(sweep.front(), 2u);
@@ -196,18 +243,23 @@ Report SampleReport(Mode mode, BenchOp op) {
   d.attributes["mtu"] = "65536";
   d.attributes["odd\"key"] = "va\\lue\n";  // must be escaped in JSON
   r.header.devices = {d};
+  // As a default run (--check both) makes them: per size the checked pass, then the timed one
+  // (whose figures differ here so that tests can tell them apart).
   for (uint64_t bytes : {2ull, 65536ull}) {
-    if (mode == Mode::kLatency) {
-      std::vector<double> v = {1.5, 2.5, 3.5};
-      r.latency.push_back({bytes, 3, SummarizeLatency(v)});
-    } else {
-      BandwidthSummary b;
-      b.bw_peak_mb = 1234.5;
-      b.bw_avg_mb = 1000.25;
-      b.msg_rate_mpps = 0.016;
-      b.rows_per_sec = 5e6;
-      b.seconds = std::nan("");  // never leaks into JSON
-      r.bandwidth.push_back({bytes, 5000, b});
+    for (Check check : {Check::kFull, Check::kRef}) {
+      const double speed = check == Check::kRef ? 2.0 : 1.0;
+      if (mode == Mode::kLatency) {
+        std::vector<double> v = {1.5 / speed, 2.5 / speed, 3.5 / speed};
+        r.latency.push_back({bytes, 3, check, SummarizeLatency(v)});
+      } else {
+        BandwidthSummary b;
+        b.bw_peak_mb = 1234.5 * speed;
+        b.bw_avg_mb = 1000.25 * speed;
+        b.msg_rate_mpps = 0.016 * speed;
+        b.rows_per_sec = 5e6 * speed;
+        b.seconds = std::nan("");  // never leaks into JSON
+        r.bandwidth.push_back({bytes, 5000, check, b});
+      }
     }
   }
   return r;
@@ -238,15 +290,22 @@ TEST(Format, JsonIsStrictlyValid) {
     EXPECT_EQ(j["transport"], "tcp");
     EXPECT_EQ(j["op"], "sparse_read");
     EXPECT_EQ(j["devices"][0]["attributes"]["odd\"key"], "va\\lue\n");
+    // "results" is the timed pass (what ferry-plot draws), "checked_results" the checked one.
     ASSERT_EQ(j["results"].size(), 2u);
+    ASSERT_EQ(j["checked_results"].size(), 2u);
     EXPECT_EQ(j["results"][1]["bytes"], 65536);
+    EXPECT_EQ(j["results"][0]["check"], "ref");
+    EXPECT_EQ(j["checked_results"][0]["check"], "full");
+    EXPECT_EQ(j["config"]["check"], "both");
     if (mode == Mode::kLatency) {
-      EXPECT_DOUBLE_EQ(j["results"][0]["t_typical_usec"].get<double>(), 2.5);
+      EXPECT_DOUBLE_EQ(j["results"][0]["t_typical_usec"].get<double>(), 1.25);
+      EXPECT_DOUBLE_EQ(j["checked_results"][0]["t_typical_usec"].get<double>(), 2.5);
       EXPECT_EQ(j["latency_definition"], "round_trip");  // reads: full round trip
     } else {
-      EXPECT_DOUBLE_EQ(j["results"][0]["bw_avg_mb_s"].get<double>(), 1000.25);
+      EXPECT_DOUBLE_EQ(j["results"][0]["bw_avg_mb_s"].get<double>(), 2000.5);
+      EXPECT_DOUBLE_EQ(j["checked_results"][0]["bw_avg_mb_s"].get<double>(), 1000.25);
       EXPECT_TRUE(j["results"][0]["seconds"].is_number());  // NaN became a number
-      EXPECT_DOUBLE_EQ(j["results"][0]["rows_per_sec"].get<double>(), 5e6);
+      EXPECT_DOUBLE_EQ(j["results"][0]["rows_per_sec"].get<double>(), 1e7);
     }
   }
 }
@@ -259,16 +318,18 @@ TEST(Format, CsvHasFixedColumnsAndNumericFields) {
     ASSERT_TRUE(std::getline(ss, line));
     const std::vector<std::string> header = Split(line, ',');
     EXPECT_EQ(header, CsvColumns(mode));
+    ASSERT_EQ(header.back(), "check");
     int rows = 0;
     while (std::getline(ss, line)) {
       const std::vector<std::string> cells = Split(line, ',');
       ASSERT_EQ(cells.size(), header.size()) << line;
       EXPECT_EQ(cells[0], "tcp");
       EXPECT_EQ(cells[1], "write");
-      for (size_t i = 2; i < cells.size(); ++i) EXPECT_TRUE(IsNumber(cells[i])) << cells[i];
+      for (size_t i = 2; i + 1 < cells.size(); ++i) EXPECT_TRUE(IsNumber(cells[i])) << cells[i];
+      EXPECT_EQ(cells.back(), rows % 2 == 0 ? "full" : "ref") << line;
       ++rows;
     }
-    EXPECT_EQ(rows, 2);
+    EXPECT_EQ(rows, 4);
   }
 }
 
@@ -282,6 +343,9 @@ TEST(Format, TextHasPerftestColumnsAndHeaderBlock) {
   EXPECT_THAT(t, HasSubstr("MTU             : 65536"));
   EXPECT_THAT(t, HasSubstr("GID index       : n/a"));
   EXPECT_THAT(t, HasSubstr("half round trip"));
+  EXPECT_THAT(t, HasSubstr("Checks          : full (every transfer verified) pass, then ref"));
+  EXPECT_THAT(t, HasSubstr("   full\n"));
+  EXPECT_THAT(t, HasSubstr("   ref\n"));
   const Report bw = SampleReport(Mode::kBandwidth, BenchOp::kSparseWrite);
   const std::string b = FormatText(bw);
   EXPECT_THAT(b, HasSubstr("BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]"));

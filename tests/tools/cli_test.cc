@@ -2,19 +2,18 @@
 // and CSV output parsed, the text header, and bad usage (clear message, exit code 2, no crash).
 // argv[1] and argv[2] are the paths of ferry-lat and ferry-bw (passed by meson).
 #include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "tools/bench/report.h"
 
@@ -94,8 +93,8 @@ bool IsNumber(const std::string& s) {
   return end == s.c_str() + s.size();
 }
 
-const std::vector<std::string> kTiny = {"--transport", "tcp", "--local", "-n", "5",
-                                        "--warmup", "1", "--timeout", "20"};
+const std::vector<std::string> kTiny = {"--transport", "tcp", "--local",   "-n", "5",
+                                        "--warmup",    "1",   "--timeout", "20"};
 
 std::vector<std::string> With(std::vector<std::string> more) {
   std::vector<std::string> args = kTiny;
@@ -128,8 +127,12 @@ TEST(LatTool, LocalJsonToStdoutIsValidForEveryOp) {
     EXPECT_EQ(j["op"], op);
     ASSERT_TRUE(j["results"].is_array());
     const size_t want = std::string(op).rfind("sparse", 0) == 0 ? 1 : 2;
+    // The default run makes a checked pass and a timed pass per size.
     ASSERT_EQ(j["results"].size(), want) << op;
+    ASSERT_EQ(j["checked_results"].size(), want) << op;
+    for (const auto& row : j["checked_results"]) EXPECT_EQ(row["check"], "full");
     for (const auto& row : j["results"]) {
+      EXPECT_EQ(row["check"], "ref");
       EXPECT_EQ(row["iterations"], 5);
       for (const char* k : {"t_min_usec", "t_max_usec", "t_typical_usec", "t_avg_usec",
                             "t_stdev_usec", "p99_usec", "p99_9_usec"}) {
@@ -145,18 +148,34 @@ TEST(BwTool, LocalSweepCsvToStdout) {
   ProcResult r = Exec(g_bw, With({"-a", "-t", "2", "--csv", "-"}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::vector<std::string> lines = Lines(r.out);
-  ASSERT_EQ(lines.size(), 24u) << r.out;  // header + 2 B .. 8 MiB
+  ASSERT_EQ(lines.size(), 1u + 2 * 23) << r.out;  // header + (2 B .. 8 MiB) x 2 passes
   const std::vector<std::string> header = Cells(lines[0]);
   EXPECT_EQ(header, CsvColumns(Mode::kBandwidth));
-  uint64_t expect_bytes = 2;
-  for (size_t i = 1; i < lines.size(); ++i, expect_bytes *= 2) {
+  for (size_t i = 1; i < lines.size(); ++i) {
     const std::vector<std::string> cells = Cells(lines[i]);
     ASSERT_EQ(cells.size(), header.size()) << lines[i];
     EXPECT_EQ(cells[0], "tcp");
     EXPECT_EQ(cells[1], "send");
-    for (size_t c = 2; c < cells.size(); ++c) EXPECT_TRUE(IsNumber(cells[c])) << lines[i];
-    EXPECT_EQ(std::stoull(cells[2]), expect_bytes);
+    for (size_t c = 2; c + 1 < cells.size(); ++c) EXPECT_TRUE(IsNumber(cells[c])) << lines[i];
+    EXPECT_EQ(std::stoull(cells[2]), uint64_t{2} << ((i - 1) / 2));
+    EXPECT_EQ(cells.back(), i % 2 == 1 ? "full" : "ref") << lines[i];
     EXPECT_GT(std::stod(cells[5]), 0) << "average bandwidth";
+  }
+}
+
+// One pass when asked for one: --check full (every transfer verified), --check ref and its old
+// name --no-verify (timed as the reference tools check); the text says which.
+TEST(BwTool, CheckPicksThePasses) {
+  for (const auto& [flag, want] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--check", "full"}, "full"}, {{"--check", "ref"}, "ref"}, {{"--no-verify"}, "ref"}}) {
+    std::vector<std::string> args = With({"-s", "4K", "--op", "write", "--csv", "-"});
+    args.insert(args.end(), flag.begin(), flag.end());
+    ProcResult r = Exec(g_bw, args);
+    ASSERT_EQ(r.exit_code, 0) << flag[0] << ": " << r.err;
+    const std::vector<std::string> lines = Lines(r.out);
+    ASSERT_EQ(lines.size(), 2u) << r.out;
+    EXPECT_EQ(Cells(lines[1]).back(), want);
+    EXPECT_THAT(r.err, HasSubstr("Checks          : " + want));
   }
 }
 
@@ -185,7 +204,11 @@ TEST(BwTool, LocalJsonAndCsvFilesForWritesReadsAndBidir) {
        {std::vector<std::string>{"--op", "write", "-s", "64K,1M"},
         std::vector<std::string>{"--op", "read", "-s", "4K", "-b"},
         std::vector<std::string>{"--op", "sparse_write", "--rows", "16", "--row-size", "128",
-                                 "--region-size", "1M", "-q", "2", "--threads", "2"}}) {
+                                 "--region-size", "1M", "-q", "2", "--threads", "2"},
+        std::vector<std::string>{"--op", "pack_write", "--rows", "16", "--row-size", "128",
+                                 "--region-size", "1M"},
+        std::vector<std::string>{"--op", "pack_read", "--rows", "16", "--row-size", "128",
+                                 "--region-size", "1M", "--thread-mode", "multi"}}) {
     extra.insert(extra.end(), {"--json", json_path, "--csv", csv_path});
     ProcResult r = Exec(g_bw, With(extra));
     ASSERT_EQ(r.exit_code, 0) << extra[1] << ": " << r.err;
@@ -196,8 +219,9 @@ TEST(BwTool, LocalJsonAndCsvFilesForWritesReadsAndBidir) {
     EXPECT_EQ(j["op"], extra[1]);
     for (const auto& row : j["results"]) EXPECT_GT(row["bw_avg_mb_s"].get<double>(), 0);
     const std::vector<std::string> lines = Lines(Slurp(csv_path));
-    ASSERT_EQ(lines.size(), 1 + j["results"].size());
-    for (const std::string& l : lines) EXPECT_EQ(Cells(l).size(), CsvColumns(Mode::kBandwidth).size());
+    ASSERT_EQ(lines.size(), 1 + j["results"].size() + j["checked_results"].size());
+    for (const std::string& l : lines)
+      EXPECT_EQ(Cells(l).size(), CsvColumns(Mode::kBandwidth).size());
   }
   unlink(json_path.c_str());
   unlink(csv_path.c_str());
@@ -226,6 +250,10 @@ TEST(Tools, BadUsageIsAClearErrorNotACrash) {
       {&g_bw, {"--local", "--iters", "-3"}, "iters"},
       {&g_bw, {"--json", "x.json"}, "client"},
       {&g_bw, {"--local", "--json", "-", "--csv", "-"}, "stdout"},
+      {&g_bw, {"--local", "--check", "sometimes"}, "--check"},
+      {&g_bw, {"--local", "--thread-mode", "single", "--progress-thread"}, "progress-thread"},
+      {&g_bw, {"--local", "--op", "pack_read", "-t", "100", "--rows", "4"}, "pack_read"},
+      {&g_lat, {"--local", "--op", "pack_write", "--rows", "4"}, "bandwidth reference"},
   };
   for (const Bad& b : cases) {
     ProcResult r = Exec(*b.tool, b.args);

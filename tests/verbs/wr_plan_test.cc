@@ -94,9 +94,17 @@ TEST(WrPlan, FurthestWrGoesFirst) {
   EXPECT_EQ(plan.sges[plan.wrs[0].first_sge].length, 10u);
 }
 
+// PlanPostBatch with a fresh output vector.
+std::vector<BatchPiece> Batch(std::span<const size_t> remaining, size_t sq_free, size_t cq_budget,
+                              size_t max_batch) {
+  std::vector<BatchPiece> out;
+  PlanPostBatch(remaining, sq_free, cq_budget, max_batch, &out);
+  return out;
+}
+
 TEST(PostBatch, FillsSqAndSignalsEachPiece) {
   std::vector<size_t> remaining = {3, 5, 100, 2};
-  auto pieces = PlanPostBatch(remaining, 20, 100, 64);
+  auto pieces = Batch(remaining, 20, 100, 64);
   ASSERT_EQ(pieces.size(), 3u);
   EXPECT_EQ(pieces[0].count, 3u);
   EXPECT_EQ(pieces[1].count, 5u);
@@ -108,10 +116,25 @@ TEST(PostBatch, FillsSqAndSignalsEachPiece) {
 
 TEST(PostBatch, LimitedByCqBudgetAndBatchSize) {
   std::vector<size_t> remaining(10, 1);
-  EXPECT_EQ(PlanPostBatch(remaining, 100, 4, 64).size(), 4u);
-  EXPECT_EQ(PlanPostBatch(remaining, 100, 100, 6).size(), 6u);
-  EXPECT_TRUE(PlanPostBatch(remaining, 0, 100, 64).empty());
-  EXPECT_TRUE(PlanPostBatch(remaining, 100, 0, 64).empty());
+  EXPECT_EQ(Batch(remaining, 100, 4, 64).size(), 4u);
+  EXPECT_EQ(Batch(remaining, 100, 100, 6).size(), 6u);
+  EXPECT_TRUE(Batch(remaining, 0, 100, 64).empty());
+  EXPECT_TRUE(Batch(remaining, 100, 0, 64).empty());
+}
+
+// The data path reuses one vector for every batch: a reused one holds exactly the new batch.
+TEST(PostBatch, ReusedOutputIsReplaced) {
+  std::vector<BatchPiece> out;
+  const std::vector<size_t> many(10, 1);
+  PlanPostBatch(many, 100, 100, 64, &out);
+  ASSERT_EQ(out.size(), 10u);
+  const std::vector<size_t> one = {0, 7};
+  PlanPostBatch(one, 100, 100, 64, &out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].op, 1u);
+  EXPECT_EQ(out[0].count, 7u);
+  PlanPostBatch(one, 0, 100, 64, &out);
+  EXPECT_TRUE(out.empty());
 }
 
 // A long op drains through many batches of a small SQ: every batch ends signaled, so slots
@@ -120,7 +143,7 @@ TEST(PostBatch, LongListDrainsThroughSmallQueue) {
   std::vector<size_t> remaining = {1000};
   size_t batches = 0;
   while (remaining[0] > 0) {
-    auto pieces = PlanPostBatch(remaining, 16, 8, 64);
+    auto pieces = Batch(remaining, 16, 8, 64);
     ASSERT_EQ(pieces.size(), 1u);
     ASSERT_LE(pieces[0].count, 16u);
     remaining[0] -= pieces[0].count;

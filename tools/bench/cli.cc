@@ -65,8 +65,17 @@ void AddFlags(CLI::App& app, ToolOptions& o, Mode mode) {
   app.add_option("--threads", o.config.threads, "worker threads per side")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
+  app.add_option("--check", o.check,
+                 "how transfers are checked: both (default: a checked pass, then the timed pass), "
+                 "full (one pass, every transfer verified) or ref (one pass checked the way "
+                 "perftest/ucx_perftest check: arrival only, one buffer)")
+      ->check(CLI::IsMember({"both", "full", "ref"}));
   app.add_flag_callback(
-      "--no-verify", [&o] { o.config.verify = false; }, "do not pattern-check transfers");
+      "--no-verify", [&o] { o.check = "ref"; }, "same as --check ref");
+  app.add_option("--thread-mode", o.thread_mode,
+                 "transport thread mode: single (the default with one worker thread and no "
+                 "--progress-thread; a server picks it only when told) or multi")
+      ->check(CLI::IsMember({"single", "multi"}));
   app.add_option("--rows", o.config.rows, "sparse ops: rows per operation")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
@@ -102,6 +111,9 @@ Status Resolve(ToolOptions& o) {
   BenchConfig& c = o.config;
   c.mode = o.mode;
   FERRY_ASSIGN_OR_RETURN(c.op, ParseBenchOp(o.op));
+  if (!o.check.empty()) {
+    FERRY_ASSIGN_OR_RETURN(c.check, ParseCheckPolicy(o.check));
+  }
   o.peer.params.clear();
   for (const std::string& kv : o.params) {
     const size_t eq = kv.find('=');
@@ -127,9 +139,9 @@ Status Resolve(ToolOptions& o) {
   }
   FERRY_ASSIGN_OR_RETURN(c.row_size, ParseByteSize(o.row_size));
   FERRY_ASSIGN_OR_RETURN(c.region_size, ParseByteSize(o.region_size));
-  if (IsSparse(c.op)) {
+  if (UsesRows(c.op)) {
     if (o.all_sizes || !o.sizes.empty()) {
-      return InvalidArgument("sparse ops take --rows and --row-size, not --size or -a");
+      return InvalidArgument("sparse and pack ops take --rows and --row-size, not --size or -a");
     }
     c.sizes = {c.rows * c.row_size};
   } else if (o.all_sizes) {
@@ -152,6 +164,19 @@ Status Resolve(ToolOptions& o) {
     return InvalidArgument("--report-port is for server mode only");
   }
   const bool server = o.address.empty() && !o.local;
+  // One worker thread and no progress thread: the worker is the transport's only caller during
+  // a phase, so the client runs it single-threaded (as ucx_perftest does by default). A server
+  // learns the client's thread count only after creating its transport, so it is multi unless
+  // told (--local tells it).
+  if (o.thread_mode.empty()) {
+    o.peer.thread_mode = !server && c.threads == 1 && !o.peer.progress_thread ? ThreadMode::kSingle
+                                                                              : ThreadMode::kMulti;
+  } else {
+    o.peer.thread_mode = o.thread_mode == "single" ? ThreadMode::kSingle : ThreadMode::kMulti;
+  }
+  if (o.peer.thread_mode == ThreadMode::kSingle && o.peer.progress_thread) {
+    return InvalidArgument("--thread-mode single cannot be combined with --progress-thread");
+  }
   if (server && (!o.json_path.empty() || !o.csv_path.empty() || !o.plot_path.empty())) {
     return InvalidArgument(
         "--json/--csv/--plot are written by the client (the side that prints results)");
@@ -179,6 +204,8 @@ std::vector<std::string> LocalServerArgs(const ToolOptions& o) {
     args.push_back(k + "=" + v);
   }
   if (o.peer.progress_thread) args.push_back("--progress-thread");
+  args.push_back("--thread-mode");
+  args.push_back(o.peer.thread_mode == ThreadMode::kSingle ? "single" : "multi");
   return args;
 }
 

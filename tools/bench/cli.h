@@ -35,6 +35,8 @@ struct ToolOptions {
   bool all_sizes = false;
   std::vector<std::string> sizes;
   std::string row_size = "256", region_size = "64M";
+  std::string check;        // --check; empty: both (--no-verify: ref)
+  std::string thread_mode;  // --thread-mode; empty: see Resolve
   double timeout_s = 10;
 };
 

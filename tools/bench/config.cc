@@ -3,7 +3,6 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
-
 #include <nlohmann/json.hpp>
 
 namespace ferry::bench {
@@ -13,8 +12,10 @@ constexpr uint64_t kMaxSize = 1ull << 30;
 constexpr uint32_t kMaxEndpoints = 1024;
 constexpr uint32_t kMaxThreads = 256;
 constexpr uint32_t kMaxDepth = 4096;
-constexpr BenchOp kAllOps[] = {BenchOp::kSend,     BenchOp::kWrite,       BenchOp::kRead,
-                               BenchOp::kWriteImm, BenchOp::kSparseWrite, BenchOp::kSparseRead};
+constexpr BenchOp kAllOps[] = {BenchOp::kSend,      BenchOp::kWrite,       BenchOp::kRead,
+                               BenchOp::kWriteImm,  BenchOp::kSparseWrite, BenchOp::kSparseRead,
+                               BenchOp::kPackWrite, BenchOp::kPackRead};
+constexpr CheckPolicy kAllPolicies[] = {CheckPolicy::kBoth, CheckPolicy::kFull, CheckPolicy::kRef};
 
 }  // namespace
 
@@ -24,14 +25,48 @@ std::string_view ModeName(Mode mode) {
 
 std::string_view BenchOpName(BenchOp op) {
   switch (op) {
-    case BenchOp::kSend: return "send";
-    case BenchOp::kWrite: return "write";
-    case BenchOp::kRead: return "read";
-    case BenchOp::kWriteImm: return "write_imm";
-    case BenchOp::kSparseWrite: return "sparse_write";
-    case BenchOp::kSparseRead: return "sparse_read";
+    case BenchOp::kSend:
+      return "send";
+    case BenchOp::kWrite:
+      return "write";
+    case BenchOp::kRead:
+      return "read";
+    case BenchOp::kWriteImm:
+      return "write_imm";
+    case BenchOp::kSparseWrite:
+      return "sparse_write";
+    case BenchOp::kSparseRead:
+      return "sparse_read";
+    case BenchOp::kPackWrite:
+      return "pack_write";
+    case BenchOp::kPackRead:
+      return "pack_read";
   }
   return "?";
+}
+
+std::string_view CheckName(Check check) {
+  return check == Check::kFull ? "full" : "ref";
+}
+
+std::string_view CheckPolicyName(CheckPolicy policy) {
+  switch (policy) {
+    case CheckPolicy::kBoth:
+      return "both";
+    case CheckPolicy::kFull:
+      return "full";
+    case CheckPolicy::kRef:
+      return "ref";
+  }
+  return "?";
+}
+
+Result<CheckPolicy> ParseCheckPolicy(std::string_view name) {
+  for (CheckPolicy p : kAllPolicies) {
+    if (CheckPolicyName(p) == name) return p;
+  }
+  return InvalidArgument("unknown check policy '" + std::string(name) +
+                         "' (expected both, full or ref)");
 }
 
 Result<BenchOp> ParseBenchOp(std::string_view name) {
@@ -39,14 +74,36 @@ Result<BenchOp> ParseBenchOp(std::string_view name) {
     if (BenchOpName(op) == name) return op;
   }
   return InvalidArgument("unknown op '" + std::string(name) +
-                         "' (expected send, write, read, write_imm, sparse_write or sparse_read)");
+                         "' (expected send, write, read, write_imm, sparse_write, sparse_read, "
+                         "pack_write or pack_read)");
 }
 
-bool IsSparse(BenchOp op) { return op == BenchOp::kSparseWrite || op == BenchOp::kSparseRead; }
-bool IsRead(BenchOp op) { return op == BenchOp::kRead || op == BenchOp::kSparseRead; }
+bool IsSparse(BenchOp op) {
+  return op == BenchOp::kSparseWrite || op == BenchOp::kSparseRead;
+}
+bool IsPack(BenchOp op) {
+  return op == BenchOp::kPackWrite || op == BenchOp::kPackRead;
+}
+bool UsesRows(BenchOp op) {
+  return IsSparse(op) || IsPack(op);
+}
+bool IsRead(BenchOp op) {
+  return op == BenchOp::kRead || op == BenchOp::kSparseRead;
+}
 
 uint64_t OpBytes(const BenchConfig& config, uint64_t size) {
-  return IsSparse(config.op) ? config.rows * config.row_size : size;
+  return UsesRows(config.op) ? config.rows * config.row_size : size;
+}
+
+std::vector<PhaseSpec> PhaseSpecs(const BenchConfig& config) {
+  std::vector<PhaseSpec> out;
+  const std::vector<uint64_t> sizes =
+      UsesRows(config.op) ? std::vector<uint64_t>{config.rows * config.row_size} : config.sizes;
+  for (uint64_t size : sizes) {
+    if (config.check != CheckPolicy::kRef) out.push_back({size, Check::kFull});
+    if (config.check != CheckPolicy::kFull) out.push_back({size, Check::kRef});
+  }
+  return out;
 }
 
 std::vector<uint64_t> SweepSizes() {
@@ -85,10 +142,18 @@ Status ValidateConfig(const BenchConfig& c) {
   if (c.bidir && c.mode == Mode::kLatency) {
     return InvalidArgument("--bidir applies to bandwidth tests only (latency is a ping-pong)");
   }
+  if (IsPack(c.op) && (c.mode != Mode::kBandwidth || c.bidir)) {
+    return InvalidArgument(std::string(BenchOpName(c.op)) +
+                           " is a one-direction bandwidth reference (ferry-bw without --bidir)");
+  }
+  if (c.op == BenchOp::kPackRead && c.depth > kMaxPackReadDepth) {
+    return InvalidArgument("pack_read keeps at most " + std::to_string(kMaxPackReadDepth) +
+                           " requests in flight per endpoint (--depth)");
+  }
   if (c.timeout_ms == 0 || c.timeout_ms > 3600000) {
     return InvalidArgument("timeout must be in [1 ms, 1 h]");
   }
-  if (IsSparse(c.op)) {
+  if (UsesRows(c.op)) {
     if (c.rows == 0 || c.rows > (1u << 20)) return InvalidArgument("rows must be in [1, 2^20]");
     if (c.row_size < 2 || c.row_size > (1u << 24)) {
       return InvalidArgument("row size must be in [2, 16 MiB]");
@@ -107,11 +172,21 @@ Status ValidateConfig(const BenchConfig& c) {
 
 std::vector<uint8_t> EncodeConfig(const BenchConfig& c) {
   nlohmann::json j = {
-      {"mode", ModeName(c.mode)}, {"op", BenchOpName(c.op)},  {"sizes", c.sizes},
-      {"iters", c.iters},         {"duration_s", c.duration_s}, {"warmup", c.warmup},
-      {"depth", c.depth},         {"bidir", c.bidir},         {"endpoints", c.endpoints},
-      {"threads", c.threads},     {"verify", c.verify},       {"rows", c.rows},
-      {"row_size", c.row_size},   {"region_size", c.region_size}, {"seed", c.seed},
+      {"mode", ModeName(c.mode)},
+      {"op", BenchOpName(c.op)},
+      {"sizes", c.sizes},
+      {"iters", c.iters},
+      {"duration_s", c.duration_s},
+      {"warmup", c.warmup},
+      {"depth", c.depth},
+      {"bidir", c.bidir},
+      {"endpoints", c.endpoints},
+      {"threads", c.threads},
+      {"check", CheckPolicyName(c.check)},
+      {"rows", c.rows},
+      {"row_size", c.row_size},
+      {"region_size", c.region_size},
+      {"seed", c.seed},
       {"timeout_ms", c.timeout_ms},
   };
   const std::string s = j.dump();
@@ -145,7 +220,7 @@ Result<BenchConfig> DecodeConfig(std::span<const uint8_t> bytes) {
     c.bidir = j.at("bidir").get<bool>();
     c.endpoints = j.at("endpoints").get<uint32_t>();
     c.threads = j.at("threads").get<uint32_t>();
-    c.verify = j.at("verify").get<bool>();
+    FERRY_ASSIGN_OR_RETURN(c.check, ParseCheckPolicy(j.at("check").get<std::string>()));
     c.rows = j.at("rows").get<uint64_t>();
     c.row_size = j.at("row_size").get<uint64_t>();
     c.region_size = j.at("region_size").get<uint64_t>();

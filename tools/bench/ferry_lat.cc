@@ -5,7 +5,8 @@
 //   ferry-lat --transport ucx --param UCX_TLS=shm,self --local --op write_imm
 //
 // send/write/write_imm/sparse_write report half the round trip; read/sparse_read the full round
-// trip (as perftest's ib_read_lat does). Every transfer is pattern-checked unless --no-verify.
+// trip (as perftest's ib_read_lat does). Per size a checked pass verifies every transfer, then
+// the timed pass sees arrival as ib_write_lat does (the last byte) and checks no more.
 #include <CLI/CLI.hpp>
 
 #include "tools/bench/cli.h"
@@ -21,8 +22,9 @@ int main(int argc, char** argv) {
        .summary = "latency of Ferry transport operations (ping-pong; columns as perftest)",
        .description = "Without an address it is the server; with one, the client; --local runs "
                       "both.\nsend/write/write_imm/sparse_write report half the round trip; "
-                      "read/sparse_read the full\nround trip (as ib_read_lat). Transfers are "
-                      "pattern-checked unless --no-verify.",
+                      "read/sparse_read the full\nround trip (as ib_read_lat). Per size: a checked "
+                      "pass (every transfer verified),\nthen the timed pass, checked as perftest "
+                      "checks (--check full|ref for one of them).",
        .examples = {"ferry-lat --transport tcp --local",
                     "ferry-lat --transport tcp --local -a --op write --json -",
                     "ferry-lat --transport tcp --local -a --plot lat.svg",

@@ -22,29 +22,37 @@ void FreeDeleter::operator()(uint8_t* p) const {
   std::free(p);
 }
 
-Geometry MakeGeometry(const BenchConfig& c, uint64_t size, const Capabilities& caps) {
+Geometry MakeGeometry(const BenchConfig& c, uint64_t size, Check check, const Capabilities& caps) {
   Geometry g;
-  const bool sparse = IsSparse(c.op);
+  const bool rows = UsesRows(c.op);
   g.size = OpBytes(c, size);
+  g.check = check;
   if (c.mode == Mode::kLatency) {
+    // Two alternating buffers whatever the check: the ping-pong's request and reply.
     g.slots = 2;
     g.depth = 1;
     g.notify = c.op == BenchOp::kWriteImm;
     g.tags = c.op == BenchOp::kWrite || c.op == BenchOp::kSparseWrite;
   } else {
     g.slots = std::clamp<uint64_t>(2ull * c.depth, 2, std::max<uint64_t>(2, kSlotBudget / g.size));
-    if (sparse) {
+    if (rows) {
       g.slots = std::min<uint64_t>(g.slots, c.region_size / g.size);
       g.slots = std::max<uint64_t>(2, std::min<uint64_t>(g.slots, kMaxSlotRows / c.rows));
     }
-    g.notify = c.op == BenchOp::kWriteImm || (c.op == BenchOp::kSparseWrite && caps.notify);
+    if (c.op == BenchOp::kPackRead) g.slots = std::min<uint64_t>(g.slots, 2 * kMaxPackReadDepth);
+    // A checked sparse write carries a notification, so that the target checks each op on
+    // arrival; the timed pass writes without one, as a contiguous write does (ib_write_bw).
+    g.notify = c.op == BenchOp::kWriteImm ||
+               (c.op == BenchOp::kSparseWrite && caps.notify && check == Check::kFull);
     g.credits = c.op == BenchOp::kSend || g.notify;
+    g.requests = c.op == BenchOp::kPackRead;
+    g.shared = check == Check::kRef;
     // With credits the target must have verified a slot before it is reused, so only half the
     // slots are in flight; without, every slot can be.
     g.depth = g.credits ? std::max<uint64_t>(1, std::min<uint64_t>(c.depth, g.slots / 2))
                         : std::min<uint64_t>(c.depth, g.slots);
   }
-  if (sparse) {
+  if (rows) {
     g.part_bytes = (c.region_size / g.slots) / c.row_size * c.row_size;
     g.part_rows = std::min<uint64_t>(g.part_bytes / c.row_size, kMaxPartRows);
   }
@@ -53,23 +61,24 @@ Geometry MakeGeometry(const BenchConfig& c, uint64_t size, const Capabilities& c
 
 uint64_t SrcAreaBytes(const BenchConfig& c, const Capabilities& caps) {
   uint64_t bytes = 0;
-  for (uint64_t size : c.sizes) {
-    const Geometry g = MakeGeometry(c, size, caps);
+  for (const PhaseSpec& spec : PhaseSpecs(c)) {
+    const Geometry g = MakeGeometry(c, spec.size, spec.check, caps);
     bytes = std::max(bytes, g.slots * g.size);
   }
   return bytes;
 }
 
 uint64_t TargetAreaBytes(const BenchConfig& c, const Capabilities& caps) {
-  if (IsSparse(c.op)) return c.region_size;
+  if (UsesRows(c.op)) return c.region_size;
   return SrcAreaBytes(c, caps);
 }
 
-Phase MakePhase(const BenchConfig& c, uint32_t index, uint64_t size, const Capabilities& caps) {
+Phase MakePhase(const BenchConfig& c, uint32_t index, const PhaseSpec& spec,
+                const Capabilities& caps) {
   Phase p;
   p.index = index;
-  p.g = MakeGeometry(c, size, caps);
-  if (IsSparse(c.op)) {
+  p.g = MakeGeometry(c, spec.size, spec.check, caps);
+  if (UsesRows(c.op)) {
     // Fisher-Yates with a seeded generator: both sides build the same permutation.
     p.perm.resize(p.g.part_rows);
     for (uint64_t i = 0; i < p.g.part_rows; ++i) p.perm[i] = static_cast<uint32_t>(i);

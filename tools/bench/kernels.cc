@@ -1,5 +1,5 @@
 // The measurement kernels: ping-pong latency and windowed streaming bandwidth for every op,
-// contiguous and sparse, with a pattern check of every transfer on arrival.
+// contiguous, sparse and packed (payloads and checks in payload.cc).
 //
 // Latency (ping-pong, two rotating slots so a check never races the next transfer):
 //   initiator                                  responder
@@ -11,16 +11,20 @@
 //
 // Arrival: send -> receive completion; write_imm -> kNotify; write/sparse_write -> the last
 // byte of the message (of every row) carries a tag 1 + seq % 251 (ib_write_lat polls the last
-// byte the same way), then the whole payload is checked, retrying until it matches or times out.
+// byte the same way). Check::kFull then checks the whole payload, retrying until it matches or
+// times out; Check::kRef stops at the arrival, as perftest and ucx_perftest do.
 //
 // Bandwidth (window of `depth` ops per stream):
-//   send, write_imm, sparse_write with notify: the target checks every arrival and returns
-//     credits (a 16-byte send per slots/2 checked ops); the initiator never has more than
-//     `slots` unchecked ops, so no slot is overwritten before it was checked.
-//   write, sparse_write without notify: the target checks each slot's final content after the
-//     initiator's count arrives (the "final check message").
+//   send, write_imm, checked sparse_write (notify): the target checks every arrival (kFull)
+//     and returns credits (a 16-byte send per slots/2 arrivals); the initiator never has more
+//     than `slots` unchecked ops, so no slot is overwritten before it was checked.
+//   write, sparse_write without notify, pack_write: the target checks each slot's final content
+//     after the initiator's count arrives (the "final check message"; kFull only).
 //   read, sparse_read: the initiator checks every completion against the target's region
-//     pattern; the first and last byte of each destination are poisoned before the read.
+//     pattern (kFull); the first and last byte of each destination are poisoned before the read.
+//   pack_read: the initiator posts a receive and a 16-byte request per op; the target gathers
+//     the rows and sends them back; the reply is the op's completion (checked like a read).
+//   Check::kRef checks nothing and uses one source and one target buffer for every op.
 #include <algorithm>
 #include <cstring>
 #include <span>
@@ -32,197 +36,53 @@
 namespace ferry::bench::internal {
 namespace {
 
-uint8_t Tag(uint64_t seq) {
-  return static_cast<uint8_t>(1 + seq % 251);
-}
-uint8_t LoadByte(const uint8_t* p) {
-  return __atomic_load_n(p, __ATOMIC_ACQUIRE);
-}
-
 struct Ctx {
   Side& side;
   const Phase& p;
   const BenchConfig& c;
   uint8_t owner;
   const Geometry& g() const { return p.g; }
+  bool full() const { return p.g.check == Check::kFull; }
 };
 
-uint8_t* Base(Stream& s) {
-  return s.memory.data();
-}
-std::string StreamName(const Stream& s) {
-  return "stream " + std::to_string(s.index);
-}
-
 Status Post(Ctx& x, Stream& s, std::span<const Op> ops) {
-  Status st = x.side.transport->Post(ops);
+  Status st = x.side.router.Post(x.owner, ops);
   if (!st.ok()) return st.Annotate(StreamName(s) + ": post");
   s.outstanding += ops.size();
   return Status::Ok();
 }
 
-// ---- payloads -------------------------------------------------------------------------------
+// ---- posting helpers ------------------------------------------------------------------------
 
-// Offsets of the rows of op `seq` in the target area, in row order: RowOffset(seq, k) for
-// k = 0, 1, ... with the per-op hash (four splitmix rounds) computed once instead of per row.
-class RowWalk {
- public:
-  RowWalk(Ctx& x, const Stream& s, uint64_t seq)
-      : perm_(x.p.perm.data()),
-        part_rows_(x.g().part_rows),
-        row_size_(x.c.row_size),
-        base_((seq % x.g().slots) * x.g().part_bytes),
-        idx_(RowStart(x.c, x.p, s, seq)) {}
-  uint64_t Next() {
-    const uint64_t off = base_ + uint64_t{perm_[idx_]} * row_size_;
-    if (++idx_ == part_rows_) idx_ = 0;
-    return off;
-  }
-
- private:
-  const uint32_t* perm_;
-  uint64_t part_rows_, row_size_, base_, idx_;
-};
-
-void BuildSegments(Ctx& x, Stream& s, uint64_t seq) {
-  const uint64_t slot = seq % x.g().slots;
-  std::vector<Segment>& segs = s.segs[slot];
-  segs.resize(x.c.rows);
-  // RowOffset(seq, k) for every k, with the per-op hash hoisted out of the loop: building the
-  // list is part of the measured time, and the memcpy reference gets its offsets precomputed.
-  const uint64_t part_rows = x.g().part_rows;
-  const uint64_t remote_base = s.target + slot * x.g().part_bytes;
-  uint64_t idx = RowStart(x.c, x.p, s, seq);
-  for (uint64_t k = 0; k < x.c.rows; ++k) {
-    segs[k].local_offset = s.src + slot * x.g().size + k * x.c.row_size;
-    segs[k].remote_offset = remote_base + uint64_t{x.p.perm[idx]} * x.c.row_size;
-    segs[k].length = x.c.row_size;
-    if (++idx == part_rows) idx = 0;
-  }
-}
-
-void FillOutgoing(Ctx& x, Stream& s, uint64_t seq, uint64_t seed) {
-  const uint64_t slot = seq % x.g().slots;
-  uint8_t* dst = Base(s) + s.src + slot * x.g().size;
-  if (x.c.verify) FillPattern(dst, x.g().size, seed);
-  if (x.g().tags) {
-    if (IsSparse(x.c.op)) {
-      for (uint64_t k = 0; k < x.c.rows; ++k) dst[k * x.c.row_size + x.c.row_size - 1] = Tag(seq);
-    } else {
-      dst[x.g().size - 1] = Tag(seq);
-    }
-  }
-  if (IsSparse(x.c.op)) BuildSegments(x, s, seq);
-}
-
-// Before a read: the first and last byte of each destination range get the complement of what
-// the read must bring, so a read that moved nothing cannot pass the check.
-void PoisonRead(Ctx& x, Stream& s, uint64_t seq) {
-  const uint64_t slot = seq % x.g().slots;
-  uint8_t* dst = Base(s) + s.src + slot * x.g().size;
-  const uint64_t seed = RegionSeed(x.c, s, x.p);
-  if (IsSparse(x.c.op)) {
-    BuildSegments(x, s, seq);
-    if (!x.c.verify) return;
-    RowWalk walk(x, s, seq);
-    for (uint64_t k = 0; k < x.c.rows; ++k) {
-      const uint64_t off = walk.Next();
-      uint8_t* row = dst + k * x.c.row_size;
-      row[0] = static_cast<uint8_t>(~PatternByte(seed, off));
-      row[x.c.row_size - 1] = static_cast<uint8_t>(~PatternByte(seed, off + x.c.row_size - 1));
-    }
-  } else if (x.c.verify) {
-    const uint64_t off = slot * x.g().size;
-    dst[0] = static_cast<uint8_t>(~PatternByte(seed, off));
-    dst[x.g().size - 1] = static_cast<uint8_t>(~PatternByte(seed, off + x.g().size - 1));
-  }
-}
-
-Status CheckRead(Ctx& x, Stream& s, uint64_t slot) {
-  if (!x.c.verify) return Status::Ok();
-  const uint8_t* dst = Base(s) + s.src + slot * x.g().size;
-  const uint64_t seed = RegionSeed(x.c, s, x.p);
-  if (!IsSparse(x.c.op)) {
-    return CheckPattern(dst, x.g().size, seed, slot * x.g().size,
-                        StreamName(s) + " read into slot " + std::to_string(slot));
-  }
-  for (uint64_t k = 0; k < x.c.rows; ++k) {
-    const uint64_t off = s.segs[slot][k].remote_offset - s.target;
-    FERRY_RETURN_IF_ERROR(CheckPattern(dst + k * x.c.row_size, x.c.row_size, seed, off,
-                                       StreamName(s) + " sparse read row " + std::to_string(k) +
-                                           " (remote offset " + std::to_string(off) + ")"));
-  }
-  return Status::Ok();
-}
-
-// True when the payload of op `seq` (written by the peer into my target area) matches; with
-// tags the last byte of each row is the tag and the rest the pattern.
-bool IncomingMatches(Ctx& x, Stream& s, uint64_t seq, uint64_t seed) {
-  const uint8_t* area = Base(s) + s.target;
-  const uint64_t tag_bytes = x.g().tags ? 1 : 0;
-  if (!IsSparse(x.c.op)) {
-    const uint8_t* d = area + (seq % x.g().slots) * x.g().size;
-    if (tag_bytes && LoadByte(d + x.g().size - 1) != Tag(seq)) return false;
-    return MatchesPattern(d, x.g().size - tag_bytes, seed, 0);
-  }
-  RowWalk walk(x, s, seq);
-  for (uint64_t k = 0; k < x.c.rows; ++k) {
-    const uint8_t* row = area + walk.Next();
-    if (tag_bytes && LoadByte(row + x.c.row_size - 1) != Tag(seq)) return false;
-    if (!MatchesPattern(row, x.c.row_size - tag_bytes, seed, k * x.c.row_size)) return false;
-  }
-  return true;
-}
-
-// The detailed error for a payload that does not match.
-Status IncomingError(Ctx& x, Stream& s, uint64_t seq, uint64_t seed) {
-  const uint8_t* area = Base(s) + s.target;
-  const uint64_t tag_bytes = x.g().tags ? 1 : 0;
-  const std::string what = StreamName(s) + " op " + std::to_string(seq);
-  auto check_tag = [&](const uint8_t* last, const std::string& where) -> Status {
-    if (!tag_bytes || LoadByte(last) == Tag(seq)) return Status::Ok();
-    return Status(Code::kProtocol, "verification failed: " + where + ": last byte is " +
-                                       std::to_string(LoadByte(last)) + ", expected tag " +
-                                       std::to_string(Tag(seq)));
-  };
-  if (!IsSparse(x.c.op)) {
-    const uint8_t* d = area + (seq % x.g().slots) * x.g().size;
-    FERRY_RETURN_IF_ERROR(check_tag(d + x.g().size - 1, what));
-    return CheckPattern(d, x.g().size - tag_bytes, seed, 0, what);
-  }
-  for (uint64_t k = 0; k < x.c.rows; ++k) {
-    const uint64_t off = RowOffset(x.c, x.p, s, seq, k);
-    const uint8_t* row = area + off;
-    const std::string where =
-        what + " row " + std::to_string(k) + " (offset " + std::to_string(off) + ")";
-    FERRY_RETURN_IF_ERROR(check_tag(row + x.c.row_size - 1, where));
-    FERRY_RETURN_IF_ERROR(
-        CheckPattern(row, x.c.row_size - tag_bytes, seed, k * x.c.row_size, where));
-  }
-  return Status::Ok();
-}
-
-// ---- completions ----------------------------------------------------------------------------
-
-Status PostCreditRecv(Ctx& x, Stream& s, uint32_t b) {
+Op RecvOp(Ctx& x, Stream& s, Kind kind, uint64_t slot, uint64_t offset, uint64_t length) {
   Op op;
   op.type = OpType::kRecv;
   op.ep = s.ep.get();
-  op.context = MakeContext(x.owner, Kind::kCreditRecv, s.index, b);
+  op.context = MakeContext(x.owner, kind, s.index, static_cast<uint32_t>(slot));
   op.local = s.mr.get();
-  op.local_offset = s.credit_rx + b * kCreditBufSize;
-  op.length = kCreditBufSize;
+  op.local_offset = offset;
+  op.length = length;
+  return op;
+}
+
+Op SendOp(Ctx& x, Stream& s, Kind kind, uint64_t slot, uint64_t offset, uint64_t length) {
+  Op op = RecvOp(x, s, kind, slot, offset, length);
+  op.type = OpType::kSend;
+  return op;
+}
+
+Status PostCreditRecv(Ctx& x, Stream& s, uint32_t b) {
+  const Op op =
+      RecvOp(x, s, Kind::kCreditRecv, b, s.credit_rx + b * kCreditBufSize, kCreditBufSize);
   return Post(x, s, std::span<const Op>(&op, 1));
 }
 
-Status PostDataRecv(Ctx& x, Stream& s, uint64_t slot, uint8_t owner) {
-  Op op;
-  op.type = OpType::kRecv;
-  op.ep = s.ep.get();
-  op.context = MakeContext(owner, Kind::kRecv, s.index, static_cast<uint32_t>(slot));
-  op.local = s.mr.get();
-  op.local_offset = s.target + slot * x.g().size;
-  op.length = x.g().size;
+// A receive for the peer's op in `slot`: a message (send) or a pack_read request.
+Status PostDataRecv(Ctx& x, Stream& s, uint64_t slot) {
+  const Op op =
+      x.g().requests
+          ? RecvOp(x, s, Kind::kRecv, slot, kRequestArea + slot * kRequestBytes, kRequestBytes)
+          : RecvOp(x, s, Kind::kRecv, slot, s.target + x.g().TargetOffset(slot), x.g().size);
   return Post(x, s, std::span<const Op>(&op, 1));
 }
 
@@ -236,13 +96,8 @@ Status MaybeSendCredit(Ctx& x, Stream& s) {
     uint8_t* buf = Base(s) + s.credit_tx + b * kCreditBufSize;
     const uint64_t words[2] = {kCreditMagic, s.verified};
     std::memcpy(buf, words, sizeof words);
-    Op op;
-    op.type = OpType::kSend;
-    op.ep = s.ep.get();
-    op.context = MakeContext(x.owner, Kind::kCreditSend, s.index, b);
-    op.local = s.mr.get();
-    op.local_offset = s.credit_tx + b * kCreditBufSize;
-    op.length = sizeof words;
+    const Op op =
+        SendOp(x, s, Kind::kCreditSend, b, s.credit_tx + b * kCreditBufSize, sizeof words);
     FERRY_RETURN_IF_ERROR(Post(x, s, std::span<const Op>(&op, 1)));
     s.credit_tx_busy |= 1u << b;
     s.credit_sent = s.verified;
@@ -251,26 +106,86 @@ Status MaybeSendCredit(Ctx& x, Stream& s) {
   return Status::Ok();  // all buffers in flight: retried on the next loop turn
 }
 
+Op MakeDataOp(Ctx& x, Stream& s, uint64_t seq) {
+  const Geometry& g = x.g();
+  const uint64_t slot = seq % g.slots;
+  Op op;
+  op.ep = s.ep.get();
+  op.context = MakeContext(x.owner, Kind::kData, s.index, static_cast<uint32_t>(slot));
+  op.local = s.mr.get();
+  op.local_offset = s.src + g.SrcOffset(slot);
+  op.length = g.size;
+  op.remote = s.rkey.get();
+  op.remote_offset = s.target + g.TargetOffset(slot);
+  if (g.notify) {
+    op.flags = kOpNotify;
+    op.imm = static_cast<uint32_t>(seq);
+  }
+  switch (x.c.op) {
+    case BenchOp::kSend:
+    case BenchOp::kPackRead:  // (its ops are built by PostPackRead)
+      op.type = OpType::kSend;
+      op.remote = nullptr;
+      break;
+    case BenchOp::kWrite:
+    case BenchOp::kWriteImm:
+      op.type = OpType::kWrite;
+      break;
+    case BenchOp::kPackWrite:
+      op.type = OpType::kWrite;
+      op.remote_offset = s.target + g.PackOffset(slot);
+      break;
+    case BenchOp::kRead:
+      op.type = OpType::kRead;
+      break;
+    case BenchOp::kSparseWrite:
+    case BenchOp::kSparseRead:
+      op.type = x.c.op == BenchOp::kSparseWrite ? OpType::kSparseWrite : OpType::kSparseRead;
+      op.segments = s.segs[slot].data();
+      op.num_segments = s.segs[slot].size();
+      op.length = 0;
+      op.local_offset = 0;
+      op.remote_offset = 0;
+      break;
+  }
+  return op;
+}
+
+// pack_read, initiator: a receive for the packed rows in the src slot, then the request.
+void AddPackRead(Ctx& x, Stream& s, uint64_t seq, Op* ops) {
+  const uint64_t slot = seq % x.g().slots;
+  const uint64_t request = kRequestArea + slot * kRequestBytes;
+  const uint64_t words[2] = {kRequestMagic, seq};
+  std::memcpy(Base(s) + request, words, sizeof words);
+  ops[0] = RecvOp(x, s, Kind::kData, slot, s.src + x.g().SrcOffset(slot), x.g().size);
+  ops[1] = SendOp(x, s, Kind::kRequestSend, slot, request, kRequestBytes);
+}
+
+// ---- completions ----------------------------------------------------------------------------
+
 // Target side of a bandwidth stream: one arrival (receive or notification) of op `seq`.
 Status OnBandwidthArrival(Ctx& x, Stream& s, uint64_t seq, uint32_t slot) {
   const uint64_t want_slot = seq % x.g().slots;
-  if (x.c.op == BenchOp::kSend) {
+  if (x.c.op == BenchOp::kSend || x.g().requests) {
+    const uint64_t want_bytes = x.g().requests ? kRequestBytes : x.g().size;
     if (slot != want_slot) {
       return ProtocolError(StreamName(s) + ": message " + std::to_string(seq) +
                            " landed in receive slot " + std::to_string(slot) + ", expected " +
                            std::to_string(want_slot) + " (receives completed out of order)");
     }
-    if (s.last_recv_bytes != x.g().size) {
+    if (s.last_recv_bytes != want_bytes) {
       return ProtocolError(StreamName(s) + ": message " + std::to_string(seq) + " has " +
                            std::to_string(s.last_recv_bytes) + " bytes, expected " +
-                           std::to_string(x.g().size));
+                           std::to_string(want_bytes));
     }
   }
-  if (x.c.verify) {
+  // pack_read requests are served in order by BandwidthTargetStep (ServeRequests).
+  if (x.g().requests) return Status::Ok();
+  if (x.full()) {
     const uint64_t seed = RequestSeed(x.c, s, x.p, seq);
-    if (!IncomingMatches(x, s, seq, seed)) return IncomingError(x, s, seq, seed);
+    if (!IncomingMatches(x.c, x.p, s, seq, seed)) return IncomingError(x.c, x.p, s, seq, seed);
   }
-  if (x.c.op == BenchOp::kSend) FERRY_RETURN_IF_ERROR(PostDataRecv(x, s, want_slot, x.owner));
+  if (x.c.op == BenchOp::kSend) FERRY_RETURN_IF_ERROR(PostDataRecv(x, s, want_slot));
   ++s.verified;
   return MaybeSendCredit(x, s);
 }
@@ -291,14 +206,19 @@ Status OnCompletion(Ctx& x, Completion& comp) {
   const bool bw = x.c.mode == Mode::kBandwidth;
   switch (kind) {
     case Kind::kData: {
-      if (slot < s.slot_busy.size()) s.slot_busy[slot] = 0;
+      const uint64_t seq = slot < s.slot_seq.size() ? s.slot_seq[slot] : s.completed;
+      if (slot < s.slot_busy.size()) s.slot_busy[slot] &= static_cast<uint8_t>(~kSlotData);
       const uint64_t idx = s.completed++;
       if (bw) {
+        if (x.g().requests && comp.bytes != x.g().size) {
+          return ProtocolError(StreamName(s) + ": packed reply of " + std::to_string(comp.bytes) +
+                               " bytes, expected " + std::to_string(x.g().size));
+        }
         // The meter started when the first measured op was posted (BandwidthInitiatorStep).
         if (idx >= x.c.warmup) {
-          s.meter.Complete(NowNs(), x.g().size, IsSparse(x.c.op) ? x.c.rows : 0);
+          s.meter.Complete(NowNs(), x.g().size, UsesRows(x.c.op) ? x.c.rows : 0);
         }
-        if (IsRead(x.c.op)) return CheckRead(x, s, slot);
+        if (IsRead(x.c.op) || x.g().requests) return CheckRead(x.c, x.p, s, seq);
       }
       return Status::Ok();
     }
@@ -328,6 +248,13 @@ Status OnCompletion(Ctx& x, Completion& comp) {
     case Kind::kCreditSend:
       s.credit_tx_busy &= ~(1u << slot);
       return Status::Ok();
+    case Kind::kRequestSend:
+      if (slot < s.slot_busy.size()) s.slot_busy[slot] &= static_cast<uint8_t>(~kSlotRequest);
+      return Status::Ok();
+    case Kind::kReplySend:
+      if (slot < s.slot_busy.size()) s.slot_busy[slot] &= static_cast<uint8_t>(~kSlotData);
+      ++s.completed;
+      return Status::Ok();
     case Kind::kControl:
       break;
   }
@@ -346,15 +273,29 @@ size_t PollOnce(Ctx& x, Status* error) {
 // samples (perf, ucx shm), more than the transport's own progress.
 constexpr uint64_t kTurnsPerClockRead = 64;
 
-// Polls until `done()` or the timeout (no hang on a silent peer).
+// Arrival seen by a tag byte (contiguous latency writes): ib_write_lat and ucp_put_lat spin on
+// the last byte without driving progress. Between two polls of the transport (which backends
+// without offload need for the bytes to land at all) the waiting loops spin on it too, this
+// many loads, so that a byte that landed is seen within a load rather than a poll turn later.
+// ~64 L1 loads cost less than one turn of a transport that must progress (tcp: ~1 us).
+constexpr int kTagSpins = 64;
+bool Spins(const Ctx& x) {
+  return x.g().tags && !IsSparse(x.c.op);
+}
+
+// Polls until `done()` or the timeout (no hang on a silent peer); with `spin`, re-checks
+// `done()` kTagSpins times between polls.
 template <typename Pred>
-Status WaitFor(Ctx& x, Pred done, const std::string& what) {
+Status WaitFor(Ctx& x, Pred done, const std::string& what, bool spin = false) {
   const uint64_t deadline = NowNs() + x.c.timeout_ms * 1000000ull;
   Status error;
   uint64_t turns = 0;
   while (!done()) {
     PollOnce(x, &error);
     if (!error.ok()) return error;
+    for (int k = 0; spin && k < kTagSpins; ++k) {
+      if (done()) return Status::Ok();
+    }
     if (x.side.abort.load(std::memory_order_relaxed)) return Cancelled("aborted");
     if (++turns % kTurnsPerClockRead == 0 && NowNs() > deadline) {
       return Timeout("no progress for " + std::to_string(x.c.timeout_ms) + " ms waiting for " +
@@ -364,79 +305,38 @@ Status WaitFor(Ctx& x, Pred done, const std::string& what) {
   return Status::Ok();
 }
 
-Op MakeDataOp(Ctx& x, Stream& s, uint64_t seq) {
-  const uint64_t slot = seq % x.g().slots;
-  Op op;
-  op.ep = s.ep.get();
-  op.context = MakeContext(x.owner, Kind::kData, s.index, static_cast<uint32_t>(slot));
-  op.local = s.mr.get();
-  op.local_offset = s.src + slot * x.g().size;
-  op.length = x.g().size;
-  op.remote = s.rkey.get();
-  op.remote_offset = s.target + slot * x.g().size;
-  if (x.g().notify) {
-    op.flags = kOpNotify;
-    op.imm = static_cast<uint32_t>(seq);
-  }
-  switch (x.c.op) {
-    case BenchOp::kSend:
-      op.type = OpType::kSend;
-      op.remote = nullptr;
-      break;
-    case BenchOp::kWrite:
-    case BenchOp::kWriteImm:
-      op.type = OpType::kWrite;
-      break;
-    case BenchOp::kRead:
-      op.type = OpType::kRead;
-      break;
-    case BenchOp::kSparseWrite:
-    case BenchOp::kSparseRead:
-      op.type = x.c.op == BenchOp::kSparseWrite ? OpType::kSparseWrite : OpType::kSparseRead;
-      op.segments = s.segs[slot].data();
-      op.num_segments = s.segs[slot].size();
-      op.length = 0;
-      op.local_offset = 0;
-      op.remote_offset = 0;
-      break;
-  }
-  return op;
-}
-
 // Has the peer's op `seq` arrived in my target area (latency)?
 bool Arrived(Ctx& x, Stream& s, uint64_t seq) {
   if (x.c.op == BenchOp::kSend || x.g().notify) return s.arrivals > seq;
   const uint8_t* area = Base(s) + s.target;
   if (!IsSparse(x.c.op)) {
-    return LoadByte(area + (seq % 2) * x.g().size + x.g().size - 1) == Tag(seq);
+    return LoadByte(area + x.g().TargetOffset(seq % 2) + x.g().size - 1) == Tag(seq);
   }
-  RowWalk walk(x, s, seq);
+  RowWalk walk(x.c, x.p, s, seq);
   for (uint64_t k = 0; k < x.c.rows; ++k) {
-    if (LoadByte(area + walk.Next() + x.c.row_size - 1) != Tag(seq)) {
-      return false;
-    }
+    if (LoadByte(area + walk.Next() + x.c.row_size - 1) != Tag(seq)) return false;
   }
   return true;
 }
 
-// Checks the peer's op `seq` in my target area. Data behind a tag may trail it on backends that
-// place bytes out of order, so a mismatch is retried until the timeout.
+// Checks the peer's op `seq` in my target area (kFull). Data behind a tag may trail it on
+// backends that place bytes out of order, so a mismatch is retried until the timeout.
 Status CheckIncoming(Ctx& x, Stream& s, uint64_t seq, uint64_t seed) {
-  if (!x.c.verify) return Status::Ok();
+  if (!x.full()) return Status::Ok();
   if (x.c.op == BenchOp::kSend && s.last_recv_bytes != x.g().size) {
     return ProtocolError(StreamName(s) + ": message " + std::to_string(seq) + " has " +
                          std::to_string(s.last_recv_bytes) + " bytes, expected " +
                          std::to_string(x.g().size));
   }
-  if (IncomingMatches(x, s, seq, seed)) return Status::Ok();
+  if (IncomingMatches(x.c, x.p, s, seq, seed)) return Status::Ok();
   if (x.g().tags) {
     Status st = WaitFor(
-        x, [&] { return IncomingMatches(x, s, seq, seed); },
+        x, [&] { return IncomingMatches(x.c, x.p, s, seq, seed); },
         "the payload of op " + std::to_string(seq));
     if (st.ok()) return st;
     if (st.code() != Code::kTimeout) return st;
   }
-  return IncomingError(x, s, seq, seed);
+  return IncomingError(x.c, x.p, s, seq, seed);
 }
 
 // ---- latency --------------------------------------------------------------------------------
@@ -454,10 +354,10 @@ Status LatencyInitiator(Ctx& x, Stream& s) {
     }
     if (x.side.abort.load(std::memory_order_relaxed)) return Cancelled("aborted");
     if (read) {
-      PoisonRead(x, s, i);
+      PoisonRead(x.c, x.p, s, i);
     } else {
-      FillOutgoing(x, s, i, RequestSeed(x.c, s, x.p, i));
-      if (x.c.op == BenchOp::kSend) FERRY_RETURN_IF_ERROR(PostDataRecv(x, s, i % 2, x.owner));
+      FillOutgoing(x.c, x.p, s, i, RequestSeed(x.c, s, x.p, i));
+      if (x.c.op == BenchOp::kSend) FERRY_RETURN_IF_ERROR(PostDataRecv(x, s, i % 2));
     }
     const Op op = MakeDataOp(x, s, i);
     const uint64_t t0 = NowNs();
@@ -465,13 +365,13 @@ Status LatencyInitiator(Ctx& x, Stream& s) {
     ++s.posted;
     FERRY_RETURN_IF_ERROR(WaitFor(
         x, [&] { return s.completed > i && (read || Arrived(x, s, i)); },
-        StreamName(s) + (read ? " read " : " reply ") + std::to_string(i)));
+        StreamName(s) + (read ? " read " : " reply ") + std::to_string(i), Spins(x)));
     const uint64_t t1 = NowNs();
     if (i >= x.c.warmup) {
       s.samples.push_back(static_cast<double>(t1 - t0) / (read ? 1e3 : 2e3));
     }
     if (read) {
-      FERRY_RETURN_IF_ERROR(CheckRead(x, s, i % 2));
+      FERRY_RETURN_IF_ERROR(CheckRead(x.c, x.p, s, i));
     } else {
       FERRY_RETURN_IF_ERROR(CheckIncoming(x, s, i, ReplySeed(x.c, s, x.p, i)));
     }
@@ -497,18 +397,22 @@ Status LatencyResponder(Ctx& x, Worker& w) {
       }
       if (s.handled < expected && Arrived(x, s, s.handled)) {
         const uint64_t i = s.handled;
+        // The next request's receive and reply i (prefilled), in one Post.
+        Op ops[2];
+        size_t n = 0;
         if (x.c.op == BenchOp::kSend) {
-          FERRY_RETURN_IF_ERROR(PostDataRecv(x, s, (i + 1) % 2, x.owner));
+          ops[n++] = RecvOp(x, s, Kind::kRecv, (i + 1) % 2,
+                            s.target + x.g().TargetOffset((i + 1) % 2), x.g().size);
         }
-        const Op op = MakeDataOp(x, s, i);  // reply i, prefilled
-        FERRY_RETURN_IF_ERROR(Post(x, s, std::span<const Op>(&op, 1)));
+        ops[n++] = MakeDataOp(x, s, i);
+        FERRY_RETURN_IF_ERROR(Post(x, s, std::span<const Op>(ops, n)));
         ++s.posted;
         FERRY_RETURN_IF_ERROR(CheckIncoming(x, s, i, RequestSeed(x.c, s, x.p, i)));
         s.handled = i + 1;
         // Reply i+1 reuses the slot of reply i-1: wait for it, then prefill.
         FERRY_RETURN_IF_ERROR(WaitFor(
             x, [&] { return s.completed >= i; }, StreamName(s) + " reply completion"));
-        FillOutgoing(x, s, i + 1, ReplySeed(x.c, s, x.p, i + 1));
+        FillOutgoing(x.c, x.p, s, i + 1, ReplySeed(x.c, s, x.p, i + 1));
         last_progress = NowNs();
       }
       if (expected != UINT64_MAX) {
@@ -528,6 +432,11 @@ Status LatencyResponder(Ctx& x, Worker& w) {
     if (PollOnce(x, &error) > 0) last_progress = NowNs();
     if (!error.ok()) return error;
     if (x.side.abort.load(std::memory_order_relaxed)) return Cancelled("aborted");
+    if (Spins(x) && w.streams.size() == 1) {
+      Stream& s = *w.streams.front();
+      for (int k = 0; k < kTagSpins && !Arrived(x, s, s.handled); ++k) {
+      }
+    }
     ++turns;
     if (read) {
       // Passive target of one-sided reads: nothing to observe but endpoint health.
@@ -543,17 +452,17 @@ Status LatencyResponder(Ctx& x, Worker& w) {
 
 // Target: after the peer's count is known, check what a final-check op left in each slot.
 Status FinalCheck(Ctx& x, Stream& s, uint64_t count) {
-  if (!x.c.verify || IsRead(x.c.op) || x.g().credits) return Status::Ok();
+  if (!x.full() || IsRead(x.c.op) || x.g().credits || x.g().requests) return Status::Ok();
   const uint64_t slots = x.g().slots;
   for (uint64_t j = 0; j < std::min(slots, count); ++j) {
     const uint64_t seq = j + slots * ((count - 1 - j) / slots);  // the last op in slot j
     const uint64_t seed = RequestSeed(x.c, s, x.p, seq);
-    if (IncomingMatches(x, s, seq, seed)) continue;
+    if (IncomingMatches(x.c, x.p, s, seq, seed)) continue;
     Status st = WaitFor(
-        x, [&] { return IncomingMatches(x, s, seq, seed); },
+        x, [&] { return IncomingMatches(x.c, x.p, s, seq, seed); },
         "the final content of slot " + std::to_string(j));
     if (!st.ok() && st.code() != Code::kTimeout) return st;
-    if (!st.ok()) return IncomingError(x, s, seq, seed);
+    if (!st.ok()) return IncomingError(x.c, x.p, s, seq, seed);
   }
   return Status::Ok();
 }
@@ -568,20 +477,29 @@ Status BandwidthInitiatorStep(Ctx& x, Stream& s, uint64_t duration_ns, bool* pro
       s.stop_posting = s.posted >= x.c.warmup + x.c.iters;
     }
   }
-  Op batch[64];
+  constexpr size_t kBatch = 64;
+  Op batch[kBatch];
   size_t n = 0;
   bool starts_measurement = false;
-  while (!s.stop_posting && n < 64 && s.posted - s.completed < g.depth &&
+  while (!s.stop_posting && n + 2 <= kBatch && s.posted - s.completed < g.depth &&
          (!g.credits || s.posted < s.granted + g.slots) && !s.slot_busy[s.posted % g.slots]) {
     const uint64_t seq = s.posted;
-    if (IsRead(x.c.op)) {
-      PoisonRead(x, s, seq);
+    const uint64_t slot = seq % g.slots;
+    s.slot_seq[slot] = seq;
+    if (g.requests) {
+      AddPackRead(x, s, seq, batch + n);
+      n += 2;
+      s.slot_busy[slot] = kSlotData | kSlotRequest;
     } else {
-      FillOutgoing(x, s, seq, RequestSeed(x.c, s, x.p, seq));
+      if (IsRead(x.c.op)) {
+        PoisonRead(x.c, x.p, s, seq);
+      } else {
+        FillOutgoing(x.c, x.p, s, seq, RequestSeed(x.c, s, x.p, seq));
+      }
+      batch[n++] = MakeDataOp(x, s, seq);
+      s.slot_busy[slot] = kSlotData;
     }
-    batch[n++] = MakeDataOp(x, s, seq);
     starts_measurement = starts_measurement || (seq == x.c.warmup && x.c.warmup > 0);
-    s.slot_busy[seq % g.slots] = 1;
     ++s.posted;
     if (duration_ns == 0 && s.posted >= x.c.warmup + x.c.iters) s.stop_posting = true;
   }
@@ -604,12 +522,44 @@ Status BandwidthInitiatorStep(Ctx& x, Stream& s, uint64_t duration_ns, bool* pro
   return Status::Ok();
 }
 
-Status BandwidthTargetStep(Ctx& x, Stream& s) {
+// pack_read, target: answers the requests that arrived, in order, each once its slot's previous
+// reply has left: gathers the rows and sends them.
+Status ServeRequests(Ctx& x, Stream& s, bool* progressed) {
+  const Geometry& g = x.g();
+  while (s.handled < s.arrivals && !s.slot_busy[s.handled % g.slots]) {
+    const uint64_t seq = s.handled;
+    const uint64_t slot = seq % g.slots;
+    uint64_t words[2];
+    std::memcpy(words, Base(s) + kRequestArea + slot * kRequestBytes, sizeof words);
+    if (words[0] != kRequestMagic || words[1] != seq) {
+      return ProtocolError(StreamName(s) + ": malformed pack_read request " + std::to_string(seq));
+    }
+    GatherRows(x.c, x.p, s, seq);
+    // The request buffer is free again (read above): its receive goes first, then the reply.
+    const Op ops[2] = {
+        RecvOp(x, s, Kind::kRecv, slot, kRequestArea + slot * kRequestBytes, kRequestBytes),
+        SendOp(x, s, Kind::kReplySend, slot, s.src + g.SrcOffset(slot), g.size)};
+    FERRY_RETURN_IF_ERROR(Post(x, s, std::span<const Op>(ops, 2)));
+    s.slot_busy[slot] = kSlotData;
+    ++s.posted;
+    s.handled = seq + 1;
+    *progressed = true;
+  }
+  return Status::Ok();
+}
+
+Status BandwidthTargetStep(Ctx& x, Stream& s, bool* progressed) {
   FERRY_RETURN_IF_ERROR(MaybeSendCredit(x, s));
+  if (x.g().requests) FERRY_RETURN_IF_ERROR(ServeRequests(x, s, progressed));
   const uint64_t expected = s.expected.load(std::memory_order_acquire);
   if (expected == UINT64_MAX) return Status::Ok();
-  const bool per_op = x.c.op == BenchOp::kSend || x.g().notify;
-  if (per_op) {
+  if (x.g().requests) {
+    if (s.handled > expected) {
+      return ProtocolError(StreamName(s) + ": served " + std::to_string(s.handled) +
+                           " requests but the peer reports " + std::to_string(expected));
+    }
+    if (s.handled < expected || s.completed < s.posted) return Status::Ok();
+  } else if (x.c.op == BenchOp::kSend || x.g().notify) {
     if (s.verified > expected) {
       return ProtocolError(StreamName(s) + ": received " + std::to_string(s.verified) +
                            " ops but the peer reports " + std::to_string(expected));
@@ -631,7 +581,9 @@ Status BandwidthWorker(Ctx& x, Worker& w) {
   // A worker that only serves one-sided ops it cannot observe (reads; writes checked at the
   // end) sees no completions for the whole phase: it watches endpoint health instead.
   bool passive = true;
-  for (Stream* s : w.streams) passive = passive && !s->initiator && !x.g().credits;
+  for (Stream* s : w.streams) {
+    passive = passive && !s->initiator && !x.g().credits && !x.g().requests;
+  }
   // A passive verbs target has nothing to do until the final count arrives: the HCA (rxe: the
   // kernel) serves the peer's writes and reads without it. It sleeps in Wait() instead of
   // spinning, like perftest's server; spinning took a whole vCPU of the two-vCPU soft-RoCE VM
@@ -650,7 +602,7 @@ Status BandwidthWorker(Ctx& x, Worker& w) {
       if (s.initiator) {
         FERRY_RETURN_IF_ERROR(BandwidthInitiatorStep(x, s, duration_ns, &progressed));
       } else {
-        FERRY_RETURN_IF_ERROR(BandwidthTargetStep(x, s));
+        FERRY_RETURN_IF_ERROR(BandwidthTargetStep(x, s, &progressed));
       }
       all_done = all_done && s.finished;
     }
@@ -685,6 +637,7 @@ void ResetPhase(Stream& s, const Phase& p) {
   s.stop_posting = s.finished = false;
   s.last_recv_bytes = 0;
   s.slot_busy.assign(p.g.slots, 0);
+  s.slot_seq.assign(p.g.slots, 0);
   s.segs.assign(p.g.slots, {});
   s.expected.store(UINT64_MAX);
   s.meter = BandwidthMeter();
@@ -697,29 +650,32 @@ Status PreparePhase(Side& side, Stream& s, const Phase& p) {
   const Geometry& g = p.g;
   const BenchConfig& c = side.config;
   ResetPhase(s, p);
-  const uint64_t used_target = IsSparse(c.op) ? c.region_size : g.slots * g.size;
+  const uint64_t used_target = UsesRows(c.op) ? c.region_size : g.slots * g.size;
   uint8_t* target = Base(s) + s.target;
-  if (!c.verify) {
-    // Unchecked runs still move defined bytes; fill once instead of per op.
+  if (!x.full()) {
+    // Unchecked passes still move defined bytes; filled once instead of per op.
     FillPattern(Base(s) + s.src, g.slots * g.size, RequestSeed(c, s, p, 0));
   }
   if (g.tags) std::memset(target, 0, used_target);
   const bool target_role = c.mode == Mode::kLatency ? !side.client : !s.initiator;
-  if (IsRead(c.op) && target_role) FillPattern(target, used_target, RegionSeed(c, s, p), 0);
+  // The region pattern where rows or reads come from: a read's or pack_read's target, and a
+  // pack_write's initiator (it gathers from its own region).
+  const bool source_region = (IsRead(c.op) || c.op == BenchOp::kPackRead) ? target_role
+                             : c.op == BenchOp::kPackWrite                ? !target_role
+                                                                          : false;
+  if (source_region && x.full()) FillPattern(target, used_target, RegionSeed(c, s, p), 0);
   if (c.mode == Mode::kLatency) {
     if (target_role && !IsRead(c.op)) {
-      FillOutgoing(x, s, 0, ReplySeed(c, s, p, 0));  // reply 0
-      if (c.op == BenchOp::kSend) FERRY_RETURN_IF_ERROR(PostDataRecv(x, s, 0, s.owner));
+      FillOutgoing(c, p, s, 0, ReplySeed(c, s, p, 0));  // reply 0
+      if (c.op == BenchOp::kSend) FERRY_RETURN_IF_ERROR(PostDataRecv(x, s, 0));
     }
     return Status::Ok();
   }
   if (s.initiator && g.credits) {
     for (uint32_t b = 0; b < kCreditBuffers; ++b) FERRY_RETURN_IF_ERROR(PostCreditRecv(x, s, b));
   }
-  if (!s.initiator && c.op == BenchOp::kSend) {
-    for (uint64_t slot = 0; slot < g.slots; ++slot) {
-      FERRY_RETURN_IF_ERROR(PostDataRecv(x, s, slot, s.owner));
-    }
+  if (!s.initiator && (c.op == BenchOp::kSend || g.requests)) {
+    for (uint64_t slot = 0; slot < g.slots; ++slot) FERRY_RETURN_IF_ERROR(PostDataRecv(x, s, slot));
   }
   return Status::Ok();
 }
@@ -740,7 +696,8 @@ Status RunWorker(Side& side, Worker& w, const Phase& p) {
   } else {
     st = BandwidthWorker(x, w);
   }
-  // After this worker's last Poll(): the main thread polls the transport itself again.
+  // After this worker's last Poll(): what the main thread queued is posted, and from then on the
+  // main thread calls the transport itself.
   side.router.ClearSolePoller();
   if (!st.ok() && st.code() != Code::kCancelled) side.Fail(st);
   w.status = st;

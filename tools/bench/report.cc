@@ -66,16 +66,34 @@ std::string Csv(double v) {
   return Printf("%.6f", Finite(v));
 }
 
+std::string ChecksLine(const BenchConfig& c) {
+  switch (c.check) {
+    case CheckPolicy::kBoth:
+      return "full (every transfer verified) pass, then ref (timed as the reference tools "
+             "check) pass";
+    case CheckPolicy::kFull:
+      return "full (every transfer verified)";
+    case CheckPolicy::kRef:
+      return "ref (as the reference tools: arrival only, one buffer)";
+  }
+  return "?";
+}
+
+// The pass whose rows a plot and "results" carry: the timed one.
+Check TimedCheck(const BenchConfig& c) {
+  return c.check == CheckPolicy::kFull ? Check::kFull : Check::kRef;
+}
+
 }  // namespace
 
 std::vector<std::string> CsvColumns(Mode mode) {
   if (mode == Mode::kLatency) {
     return {"transport",    "op",         "bytes",          "iterations",
             "t_min_usec",   "t_max_usec", "t_typical_usec", "t_avg_usec",
-            "t_stdev_usec", "p99_usec",   "p99_9_usec"};
+            "t_stdev_usec", "p99_usec",   "p99_9_usec",     "check"};
   }
-  return {"transport",    "op",          "bytes",         "iterations",
-          "bw_peak_mb_s", "bw_avg_mb_s", "msg_rate_mpps", "rows_per_sec"};
+  return {"transport",     "op",           "bytes", "iterations", "bw_peak_mb_s", "bw_avg_mb_s",
+          "msg_rate_mpps", "rows_per_sec", "check"};
 }
 
 std::string FormatTextHeader(const RunHeader& h) {
@@ -100,13 +118,13 @@ std::string FormatTextHeader(const RunHeader& h) {
     out += Line("TX depth", std::to_string(c.depth));
     out += Line("Bidirectional", OnOff(c.bidir));
   }
-  if (IsSparse(c.op)) {
+  if (UsesRows(c.op)) {
     out += Line("Rows", std::to_string(c.rows) + " x " + std::to_string(c.row_size) + " B in a " +
                             std::to_string(c.region_size) + " B region");
   }
   out += Line("Iterations", c.duration_s > 0 ? Printf("%g s per size", c.duration_s)
                                              : std::to_string(c.iters) + " per size");
-  out += Line("Verification", OnOff(c.verify));
+  out += Line("Checks", ChecksLine(c));
   if (c.mode == Mode::kLatency) {
     const bool full = IsRead(c.op);
     out += Line("Latency", full ? "full round trip" : "half round trip (ping-pong)");
@@ -115,10 +133,10 @@ std::string FormatTextHeader(const RunHeader& h) {
   if (c.mode == Mode::kLatency) {
     out +=
         " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]"
-        "    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] \n";
+        "    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]  check\n";
   } else {
     out += " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]";
-    out += IsSparse(c.op) ? "    Rows/s\n" : "\n";
+    out += UsesRows(c.op) ? "    Rows/s      check\n" : "  check\n";
   }
   return out;
 }
@@ -127,9 +145,10 @@ std::string FormatTextRow(const RunHeader&, const LatencyRow& r) {
   const LatencySummary& s = r.usec;
   return Printf(
       " %-7llu %-10llu %-7.2f        %-7.2f        %-7.2f          %-7.2f        "
-      "%-7.2f          %-7.2f                %-7.2f\n",
+      "%-7.2f          %-7.2f                %-7.2f   %s\n",
       static_cast<unsigned long long>(r.bytes), static_cast<unsigned long long>(r.iterations),
-      s.min, s.max, s.typical, s.avg, s.stdev, s.p99, s.p999);
+      s.min, s.max, s.typical, s.avg, s.stdev, s.p99, s.p999,
+      std::string(CheckName(r.check)).c_str());
 }
 
 std::string FormatTextRow(const RunHeader& h, const BandwidthRow& r) {
@@ -137,8 +156,8 @@ std::string FormatTextRow(const RunHeader& h, const BandwidthRow& r) {
                            static_cast<unsigned long long>(r.bytes),
                            static_cast<unsigned long long>(r.iterations), r.bw.bw_peak_mb,
                            r.bw.bw_avg_mb, r.bw.msg_rate_mpps);
-  if (IsSparse(h.config.op)) out += Printf("  %.0f", r.bw.rows_per_sec);
-  return out + "\n";
+  if (UsesRows(h.config.op)) out += Printf("  %-10.0f", r.bw.rows_per_sec);
+  return out + "  " + std::string(CheckName(r.check)) + "\n";
 }
 
 std::string FormatTextFooter() {
@@ -163,16 +182,20 @@ std::string FormatJson(const Report& report) {
         {{"name", d.name}, {"kind", d.kind}, {"numa_node", d.numa_node}, {"attributes", attrs}});
   }
   nlohmann::json results = nlohmann::json::array();
+  nlohmann::json checked = nlohmann::json::array();
+  const Check timed = TimedCheck(c);
   for (const LatencyRow& r : report.latency) {
-    results.push_back({{"bytes", r.bytes},
-                       {"iterations", r.iterations},
-                       {"t_min_usec", Finite(r.usec.min)},
-                       {"t_max_usec", Finite(r.usec.max)},
-                       {"t_typical_usec", Finite(r.usec.typical)},
-                       {"t_avg_usec", Finite(r.usec.avg)},
-                       {"t_stdev_usec", Finite(r.usec.stdev)},
-                       {"p99_usec", Finite(r.usec.p99)},
-                       {"p99_9_usec", Finite(r.usec.p999)}});
+    (r.check == timed ? results : checked)
+        .push_back({{"bytes", r.bytes},
+                    {"iterations", r.iterations},
+                    {"t_min_usec", Finite(r.usec.min)},
+                    {"t_max_usec", Finite(r.usec.max)},
+                    {"t_typical_usec", Finite(r.usec.typical)},
+                    {"t_avg_usec", Finite(r.usec.avg)},
+                    {"t_stdev_usec", Finite(r.usec.stdev)},
+                    {"p99_usec", Finite(r.usec.p99)},
+                    {"p99_9_usec", Finite(r.usec.p999)},
+                    {"check", CheckName(r.check)}});
   }
   for (const BandwidthRow& r : report.bandwidth) {
     nlohmann::json row = {{"bytes", r.bytes},
@@ -180,9 +203,10 @@ std::string FormatJson(const Report& report) {
                           {"bw_peak_mb_s", Finite(r.bw.bw_peak_mb)},
                           {"bw_avg_mb_s", Finite(r.bw.bw_avg_mb)},
                           {"msg_rate_mpps", Finite(r.bw.msg_rate_mpps)},
-                          {"seconds", Finite(r.bw.seconds)}};
-    if (IsSparse(c.op)) row["rows_per_sec"] = Finite(r.bw.rows_per_sec);
-    results.push_back(row);
+                          {"seconds", Finite(r.bw.seconds)},
+                          {"check", CheckName(r.check)}};
+    if (UsesRows(c.op)) row["rows_per_sec"] = Finite(r.bw.rows_per_sec);
+    (r.check == timed ? results : checked).push_back(row);
   }
   nlohmann::json j = {
       {"tool", h.tool},
@@ -196,7 +220,7 @@ std::string FormatJson(const Report& report) {
         {"threads", c.threads},
         {"depth", c.depth},
         {"bidir", c.bidir},
-        {"verify", c.verify},
+        {"check", CheckPolicyName(c.check)},
         {"iterations", c.iters},
         {"duration_s", Finite(c.duration_s)},
         {"warmup", c.warmup},
@@ -207,6 +231,7 @@ std::string FormatJson(const Report& report) {
       {"devices", devices},
       {"results", results},
   };
+  if (!checked.empty()) j["checked_results"] = checked;
   return j.dump(2) + "\n";
 }
 
@@ -230,12 +255,12 @@ std::string FormatCsv(const Report& report) {
     out += prefix + std::to_string(r.bytes) + "," + std::to_string(r.iterations) + "," +
            Csv(r.usec.min) + "," + Csv(r.usec.max) + "," + Csv(r.usec.typical) + "," +
            Csv(r.usec.avg) + "," + Csv(r.usec.stdev) + "," + Csv(r.usec.p99) + "," +
-           Csv(r.usec.p999) + "\n";
+           Csv(r.usec.p999) + "," + std::string(CheckName(r.check)) + "\n";
   }
   for (const BandwidthRow& r : report.bandwidth) {
     out += prefix + std::to_string(r.bytes) + "," + std::to_string(r.iterations) + "," +
            Csv(r.bw.bw_peak_mb) + "," + Csv(r.bw.bw_avg_mb) + "," + Csv(r.bw.msg_rate_mpps) + "," +
-           Csv(r.bw.rows_per_sec) + "\n";
+           Csv(r.bw.rows_per_sec) + "," + std::string(CheckName(r.check)) + "\n";
   }
   return out;
 }

@@ -5,7 +5,13 @@
 //   latency:   #bytes #iterations t_min[usec] t_max[usec] t_typical[usec] t_avg[usec]
 //              t_stdev[usec] 99% percentile[usec] 99.9% percentile[usec]
 // MB = 2^20 bytes, as perftest prints it. JSON is one object (strictly valid, no NaN); CSV is one
-// header line plus one line per size, every line with the same column count.
+// header line plus one line per size and pass, every line with the same column count.
+//
+// Passes (config.h, Check): every row says how its transfers were checked, "full" (the checked
+// pass) or "ref" (the timed pass, checked the way the reference tools check). Text and CSV carry
+// a `check` column; JSON puts the timed pass in "results" (what ferry-plot draws) and, when the
+// run made both, the checked pass in "checked_results". A checked figure is never to be set
+// against an unchecked reference: compare "ref" rows with perftest / ucx_perftest.
 //
 // Thread-safety: pure functions over value types.
 #pragma once
@@ -31,12 +37,14 @@ struct RunHeader {
 struct LatencyRow {
   uint64_t bytes = 0;
   uint64_t iterations = 0;
+  Check check = Check::kFull;
   LatencySummary usec;
 };
 
 struct BandwidthRow {
   uint64_t bytes = 0;
   uint64_t iterations = 0;
+  Check check = Check::kFull;
   BandwidthSummary bw;
 };
 

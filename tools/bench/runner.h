@@ -37,6 +37,10 @@ struct PeerOptions {
   std::string transport = "tcp";
   std::map<std::string, std::string> params;  // TransportOptions::params
   bool progress_thread = false;               // TransportOptions::progress_thread
+  // TransportOptions::thread_mode. kSingle is safe with one worker thread: during a phase the
+  // worker is then the transport's only caller (the main thread's control traffic goes through
+  // it), as ucx_perftest runs its worker UCS_THREAD_MODE_SINGLE by default.
+  ThreadMode thread_mode = ThreadMode::kMulti;
   Millis connect_timeout{10000};
 };
 

@@ -44,6 +44,45 @@ void Router::Init(Transport* transport, size_t owners) {
   for (size_t i = 0; i < owners; ++i) boxes_.push_back(std::make_unique<Mailbox>());
 }
 
+Status Router::Post(uint8_t owner, std::span<const Op> ops) {
+  // Only the main thread sets the mode (before the worker starts), so an owner that reads "no
+  // sole poller" cannot race with its start; only its end (ClearSolePoller) needs post_mu_.
+  const int sole = sole_.load(std::memory_order_acquire);
+  if (sole == kNoSole || sole == owner) return transport_->Post(ops);
+  std::lock_guard<std::mutex> lock(post_mu_);
+  if (sole_.load(std::memory_order_acquire) == kNoSole) return transport_->Post(ops);
+  for (const Op& op : ops) outbox_.emplace_back(owner, op);
+  outbox_nonempty_.store(true, std::memory_order_release);
+  return Status::Ok();
+}
+
+void Router::FlushOutboxLocked() {
+  for (const auto& [owner, op] : outbox_) {
+    Status st = transport_->Post(std::span<const Op>(&op, 1));
+    if (st.ok()) continue;
+    // Nobody waits for Post's result any more: the owner learns it as a failed completion.
+    Completion c;
+    c.context = op.context;
+    c.type = op.type;
+    c.ep = op.ep;
+    c.code = st.code();
+    c.error = "post: " + st.message();
+    Mailbox& box = *boxes_[owner < boxes_.size() ? owner : kMainOwner];
+    std::lock_guard<std::mutex> box_lock(box.mu);
+    box.items.push_back(std::move(c));
+    box.nonempty.store(true, std::memory_order_release);
+  }
+  outbox_.clear();
+  outbox_nonempty_.store(false, std::memory_order_release);
+}
+
+void Router::ClearSolePoller() {
+  std::lock_guard<std::mutex> lock(post_mu_);
+  if (sole_.load(std::memory_order_acquire) == kNoSole) return;
+  FlushOutboxLocked();
+  sole_.store(kNoSole, std::memory_order_release);
+}
+
 void Router::Map(Endpoint* ep, uint8_t owner, uint32_t stream) {
   eps_[ep] = {owner, stream};
 }
@@ -156,7 +195,7 @@ class Control {
     op.local_offset = 0;
     op.length = text.size();
     send_done_ = false;
-    FERRY_RETURN_IF_ERROR(side_.transport->Post(std::span<const Op>(&op, 1)));
+    FERRY_RETURN_IF_ERROR(side_.router.Post(internal::kMainOwner, std::span<const Op>(&op, 1)));
     const uint64_t deadline = NowNs() + side_.config.timeout_ms * 1000000ull;
     while (!send_done_) {
       FERRY_RETURN_IF_ERROR(PollMain());
@@ -182,7 +221,11 @@ class Control {
         return s.ok() ? Cancelled("aborted") : s;
       }
       if (!bounded) {
-        if (turns % 256 == 0) FERRY_RETURN_IF_ERROR(internal::EndpointsHealthy(side_));
+        // While a sole worker polls, it is the transport's only caller and watches the
+        // endpoints itself (it fails the side on a dead peer).
+        if (turns % 256 == 0 && !side_.router.HasSolePoller()) {
+          FERRY_RETURN_IF_ERROR(internal::EndpointsHealthy(side_));
+        }
         continue;
       }
       if (NowNs() > deadline) {
@@ -269,7 +312,7 @@ class Control {
     op.local = side_.control_mr.get();
     op.local_offset = side_.control_half;
     op.length = side_.control_half;
-    return side_.transport->Post(std::span<const Op>(&op, 1));
+    return side_.router.Post(internal::kMainOwner, std::span<const Op>(&op, 1));
   }
 
   Side& side_;
@@ -499,11 +542,6 @@ Result<BandwidthSummary> SummaryFromJson(const json& msg) {
   return b;
 }
 
-std::vector<uint64_t> PhaseSizes(const BenchConfig& c) {
-  if (IsSparse(c.op)) return {c.rows * c.row_size};
-  return c.sizes;
-}
-
 Status PrepareAll(Side& side, const internal::Phase& phase) {
   for (auto& s : side.streams) FERRY_RETURN_IF_ERROR(internal::PreparePhase(side, *s, phase));
   return Status::Ok();
@@ -512,15 +550,15 @@ Status PrepareAll(Side& side, const internal::Phase& phase) {
 // ---- client ---------------------------------------------------------------------------------
 
 Status ClientPhase(Side& side, Control& control, const PeerOptions& peer,
-                   const std::string& address, uint32_t k, uint64_t size, const RunHeader& header,
-                   const RunCallbacks& cb, Report* report) {
+                   const std::string& address, uint32_t k, const PhaseSpec& spec,
+                   const RunHeader& header, const RunCallbacks& cb, Report* report) {
   const BenchConfig& c = side.config;
   for (auto& s : side.streams) {
     FERRY_ASSIGN_OR_RETURN(std::shared_ptr<Endpoint> ep,
                            side.transport->Connect(address, peer.connect_timeout));
     FERRY_RETURN_IF_ERROR(AttachEndpoint(side, *s, std::move(ep)));
   }
-  const internal::Phase phase = internal::MakePhase(c, k, size, side.caps);
+  const internal::Phase phase = internal::MakePhase(c, k, spec, side.caps);
   FERRY_RETURN_IF_ERROR(PrepareAll(side, phase));
   FERRY_RETURN_IF_ERROR(control.Send(json{{"type", "prepared"}, {"phase", k}}));
   FERRY_RETURN_IF_ERROR(control.Expect("go", k).status());
@@ -539,13 +577,14 @@ Status ClientPhase(Side& side, Control& control, const PeerOptions& peer,
   // Both sides' workers are done: only now may either side close the data endpoints (closing
   // earlier would fail receives the peer's workers still count on).
   FERRY_RETURN_IF_ERROR(control.Send(json{{"type", "end"}, {"phase", k}}));
-  const uint64_t bytes = internal::MakeGeometry(c, size, side.caps).size;
+  const uint64_t bytes = phase.g.size;
   if (c.mode == Mode::kLatency) {
     std::vector<double> samples;
     for (auto& s : side.streams)
       samples.insert(samples.end(), s->samples.begin(), s->samples.end());
     LatencyRow row;
     row.bytes = bytes;
+    row.check = spec.check;
     row.iterations = samples.size() / c.endpoints;
     row.usec = SummarizeLatency(samples);
     report->latency.push_back(row);
@@ -553,6 +592,7 @@ Status ClientPhase(Side& side, Control& control, const PeerOptions& peer,
   } else {
     BandwidthRow row;
     row.bytes = bytes;
+    row.check = spec.check;
     row.bw = MySummary(side);
     row.iterations = row.bw.ops / c.endpoints;
     if (c.bidir) {
@@ -574,9 +614,9 @@ Status ClientRun(Side& side, Control& control, const PeerOptions& peer, const st
   FERRY_RETURN_IF_ERROR(TakePeerRegions(side, hello));
   FERRY_RETURN_IF_ERROR(control.Send(RegionsMessage(side, "regions")));
   if (cb.on_header) cb.on_header(report->header);
-  const std::vector<uint64_t> sizes = PhaseSizes(side.config);
-  for (uint32_t k = 0; k < sizes.size(); ++k) {
-    Status s = ClientPhase(side, control, peer, address, k, sizes[k], report->header, cb, report);
+  const std::vector<PhaseSpec> phases = PhaseSpecs(side.config);
+  for (uint32_t k = 0; k < phases.size(); ++k) {
+    Status s = ClientPhase(side, control, peer, address, k, phases[k], report->header, cb, report);
     if (!s.ok()) return s;
   }
   FERRY_RETURN_IF_ERROR(control.Send(json{{"type", "bye"}}));
@@ -590,7 +630,7 @@ Status ClientRun(Side& side, Control& control, const PeerOptions& peer, const st
 
 // ---- server ---------------------------------------------------------------------------------
 
-Status ServerPhase(Side& side, Control& control, uint32_t k, uint64_t size) {
+Status ServerPhase(Side& side, Control& control, uint32_t k, const PhaseSpec& spec) {
   const BenchConfig& c = side.config;
   const uint64_t deadline = NowNs() + c.timeout_ms * 1000000ull;
   for (auto& s : side.streams) {
@@ -605,7 +645,7 @@ Status ServerPhase(Side& side, Control& control, uint32_t k, uint64_t size) {
       if (NowNs() > deadline) return Timeout("the client did not connect its data endpoints");
     }
   }
-  const internal::Phase phase = internal::MakePhase(c, k, size, side.caps);
+  const internal::Phase phase = internal::MakePhase(c, k, spec, side.caps);
   FERRY_RETURN_IF_ERROR(PrepareAll(side, phase));
   FERRY_RETURN_IF_ERROR(control.Expect("prepared", k).status());
   {
@@ -628,9 +668,9 @@ Status ServerRun(Side& side, Control& control) {
   FERRY_RETURN_IF_ERROR(control.Send(RegionsMessage(side, "hello")));
   FERRY_ASSIGN_OR_RETURN(json regions, control.Expect("regions"));
   FERRY_RETURN_IF_ERROR(TakePeerRegions(side, regions));
-  const std::vector<uint64_t> sizes = PhaseSizes(side.config);
-  for (uint32_t k = 0; k < sizes.size(); ++k) {
-    FERRY_RETURN_IF_ERROR(ServerPhase(side, control, k, sizes[k]));
+  const std::vector<PhaseSpec> phases = PhaseSpecs(side.config);
+  for (uint32_t k = 0; k < phases.size(); ++k) {
+    FERRY_RETURN_IF_ERROR(ServerPhase(side, control, k, phases[k]));
   }
   return control.Expect("bye").status();
 }
@@ -669,11 +709,21 @@ Status CheckSupport(const BenchConfig& c, const Capabilities& caps, const std::s
     case BenchOp::kSparseRead:
       if (!caps.sparse_read) return no("sparse read");
       break;
+    case BenchOp::kPackWrite:
+      if (!caps.write) return no("write (pack_write)");
+      break;
+    case BenchOp::kPackRead:
+      break;  // send/receive only
   }
   if (IsSparse(c.op)) {
     if (c.rows > caps.max_segments) {
       return no(std::to_string(c.rows) + " segments per op (max " +
                 std::to_string(caps.max_segments) + ")");
+    }
+  } else if (IsPack(c.op)) {
+    if (c.rows * c.row_size > caps.max_message_size) {
+      return no("packed messages of " + std::to_string(c.rows * c.row_size) + " bytes (max " +
+                std::to_string(caps.max_message_size) + ")");
     }
   } else {
     for (uint64_t s : c.sizes) {
@@ -695,7 +745,13 @@ Result<Report> RunClient(const PeerOptions& peer, const BenchConfig& config,
   TransportOptions options;
   options.params = peer.params;
   options.progress_thread = peer.progress_thread;
+  options.thread_mode = peer.thread_mode;
   options.hello_info = EncodeConfig(config);
+  if (peer.thread_mode == ThreadMode::kSingle && config.threads > 1) {
+    return InvalidArgument(
+        "--thread-mode single needs one worker thread (--threads 1): with more, several threads "
+        "call into the transport at once");
+  }
   FERRY_ASSIGN_OR_RETURN(side.transport, CreateTransport(peer.transport, options));
   side.caps = side.transport->capabilities();
   FERRY_RETURN_IF_ERROR(CheckSupport(config, side.caps, peer.transport));
@@ -718,6 +774,7 @@ Result<std::unique_ptr<BenchServer>> BenchServer::Listen(const PeerOptions& peer
   TransportOptions options;
   options.params = peer.params;
   options.progress_thread = peer.progress_thread;
+  options.thread_mode = peer.thread_mode;
   FERRY_ASSIGN_OR_RETURN(server->transport_, CreateTransport(peer.transport, options));
   FERRY_ASSIGN_OR_RETURN(server->address_, server->transport_->Listen(bind));
   return server;
@@ -740,6 +797,12 @@ Status BenchServer::Serve(Millis accept_timeout) {
     side.config = *config;
     config_ = *config;
     setup = CheckSupport(side.config, side.caps, peer_.transport);
+    if (setup.ok() && peer_.thread_mode == ThreadMode::kSingle && side.config.threads > 1) {
+      setup = InvalidArgument(
+          "this server runs --thread-mode single, which allows one worker thread, but the client "
+          "asked for " +
+          std::to_string(side.config.threads) + " (restart the server with --thread-mode multi)");
+    }
   } else {
     side.config.timeout_ms = 2000;
   }

@@ -8,6 +8,10 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace ferry::common {
 
 // The first and the last N bytes of a row of N <= len <= 2N bytes: together they cover it.
@@ -38,6 +42,58 @@ inline void CopyRow(uint8_t* dst, const uint8_t* src, uint64_t len) {
   } else {
     for (uint64_t i = 0; i < len; ++i) dst[i] = src[i];
   }
+}
+
+// ScatterRow: CopyRow for a row that lands at a scattered place the copying thread will not read
+// (the target side of a sparse write: the same-host engine's copy into the peer's memory, the
+// tcp and ucx software targets' scatter out of a receive buffer).
+//
+// Why: a plain store to a line that is not in this core's cache first reads the line (a
+// read-for-ownership) and later writes it back, so a scattered row costs two memory transfers.
+// A row of whole, aligned 64-byte lines is written with non-temporal stores instead, which fill
+// write-combining buffers and write the lines without reading them. Measured on this machine
+// (64 MiB region, random row-aligned places, one core): 64 B rows 21-29 -> 49-59 M rows/s,
+// 256 B rows 6.7-9.4 -> 19-27 M rows/s; the memcpy gather of the same rows (the pack side of
+// pack-then-send, random loads) ran 10-19 M rows/s. Other rows (short, odd lengths, unaligned)
+// use CopyRow. The lines leave this core's cache: a reader elsewhere fetches them from memory,
+// as it would fetch them from this core's cache otherwise.
+//
+// Contract: as CopyRow, plus: after the last ScatterRow of a batch and before anything tells
+// another thread or process that the rows have landed (a completion, a reply, a notification),
+// call ScatterFence(): non-temporal stores are not ordered with later ordinary stores.
+inline bool ScatterIsStreamed(const uint8_t* dst, uint64_t len) {
+#if defined(__SSE2__)
+  return len >= 64 && (len & 63) == 0 && (reinterpret_cast<uintptr_t>(dst) & 63) == 0;
+#else
+  (void)dst;
+  (void)len;
+  return false;
+#endif
+}
+
+inline void ScatterRow(uint8_t* dst, const uint8_t* src, uint64_t len) {
+#if defined(__SSE2__)
+  if (ScatterIsStreamed(dst, len)) {
+    for (uint64_t o = 0; o < len; o += 64) {
+      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + o));
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + o + 16));
+      const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + o + 32));
+      const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + o + 48));
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + o), a);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + o + 16), b);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + o + 32), c);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + o + 48), d);
+    }
+    return;
+  }
+#endif
+  CopyRow(dst, src, len);
+}
+
+inline void ScatterFence() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
 }
 
 }  // namespace ferry::common

@@ -29,6 +29,10 @@ class Ring {
     return slot;
   }
   void push(T value) { push() = std::move(value); }
+  // Drops every element (each slot reset), keeping the capacity.
+  void clear() {
+    while (size_ > 0) pop();
+  }
   // Moves the front element out and leaves a reset slot behind.
   T pop() {
     T out = std::move(slots_[head_]);

@@ -67,10 +67,13 @@ uint64_t CopyMapped(const Op& op, bool write, uint8_t* local, uint8_t* mapped) {
   const Segment* seg = op.segments;
   const Segment* end = seg + op.num_segments;
   if (write) {
+    // Scattered over the peer's region: whole aligned lines are streamed (common::ScatterRow),
+    // fenced before Transfer returns, i.e. before the Op's completion or notification.
     for (; seg != end; ++seg) {
-      common::CopyRow(mapped + seg->remote_offset, local + seg->local_offset, seg->length);
+      common::ScatterRow(mapped + seg->remote_offset, local + seg->local_offset, seg->length);
       moved += seg->length;
     }
+    common::ScatterFence();
   } else {
     for (; seg != end; ++seg) {
       common::CopyRow(local + seg->local_offset, mapped + seg->remote_offset, seg->length);

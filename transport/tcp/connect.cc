@@ -338,20 +338,20 @@ TcpEndpoint::TcpEndpoint(TcpTransport* t, Conn* c) : transport_(t), conn_(c) {
 
 TcpEndpoint::~TcpEndpoint() {
   if (transport_ == nullptr) return;
-  std::unique_lock<std::mutex> lk(transport_->mu_);
+  TcpTransport::Lock lk(transport_->mu_);
   if (conn_ != nullptr) transport_->ReleaseConn(conn_);
 }
 
 Status TcpEndpoint::status() const {
   if (transport_ == nullptr) return Cancelled("the transport was destroyed");
-  std::unique_lock<std::mutex> lk(transport_->mu_);
+  TcpTransport::Lock lk(transport_->mu_);
   if (conn_ == nullptr) return Cancelled("the transport was destroyed");
   return conn_->state == Conn::State::kFailed ? conn_->status : Status::Ok();
 }
 
 void TcpEndpoint::Close() {
   if (transport_ == nullptr) return;
-  std::unique_lock<std::mutex> lk(transport_->mu_);
+  TcpTransport::Lock lk(transport_->mu_);
   if (conn_ != nullptr) transport_->Fail(*conn_, Cancelled("endpoint closed by this side"));
 }
 

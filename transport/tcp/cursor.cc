@@ -21,6 +21,28 @@ uint64_t SegOffset(const Cursor& c, const Segment& s) {
 
 }  // namespace
 
+// The one walk over a segment cursor's next n bytes (n <= remaining): visit(row, take) for each
+// non-empty piece, at base + the segment's local or remote offset, then advance.
+template <typename Visit>
+void Cursor::WalkSegments(uint64_t n, Visit&& visit) {
+  remaining -= n;
+  while (n > 0) {  // n <= bytes left, so idx stays below nsegs
+    const Segment& s = segs[idx];
+    const uint64_t left = s.length - off;
+    const uint64_t take = std::min(left, n);
+    if (take > 0) {
+      visit(base + SegOffset(*this, s) + off, take);
+      n -= take;
+    }
+    if (take == left) {
+      ++idx;
+      off = 0;
+    } else {
+      off += take;
+    }
+  }
+}
+
 void Cursor::SetContig(uint8_t* p, uint64_t n) {
   *this = Cursor();
   base = p;
@@ -107,25 +129,35 @@ void Cursor::CopyIn(const uint8_t* src, uint64_t n) {
     Advance(n);
     return;
   }
-  // The bounce scatter of small rows runs here once per row: one memcpy, no iovec building.
-  remaining -= n;
-  const bool remote = remote_side;
-  while (n > 0) {  // n <= bytes left, so idx stays below nsegs
-    const Segment& s = segs[idx];
-    const uint64_t left = s.length - off;
-    const uint64_t take = std::min(left, n);
-    if (take > 0) {
-      common::CopyRow(base + (remote ? s.remote_offset : s.local_offset) + off, src, take);
+  // The bounce scatter of small rows runs here once per row: one copy, no iovec building. On
+  // the target (remote offsets) the rows are scattered over the region: whole aligned lines go
+  // with non-temporal stores (common::ScatterRow; the frame's end fences them).
+  if (remote_side) {
+    WalkSegments(n, [&](uint8_t* row, uint64_t take) {
+      common::ScatterRow(row, src, take);
       src += take;
-      n -= take;
-    }
-    if (take == left) {
-      ++idx;
-      off = 0;
-    } else {
-      off += take;
-    }
+    });
+  } else {
+    WalkSegments(n, [&](uint8_t* row, uint64_t take) {
+      common::CopyRow(row, src, take);
+      src += take;
+    });
   }
+}
+
+uint64_t Cursor::GatherOut(uint8_t* dst, uint64_t max) {
+  uint64_t n = std::min(max, remaining);
+  const uint64_t moved = n;
+  if (discard || segs == nullptr) {
+    if (!discard && n > 0) std::memcpy(dst, base + off, n);
+    Advance(n);
+    return moved;
+  }
+  WalkSegments(n, [&](const uint8_t* row, uint64_t take) {
+    common::CopyRow(dst, row, take);
+    dst += take;
+  });
+  return moved;
 }
 
 size_t TxItem::Fill(iovec* iov, size_t max, uint64_t* bytes_out) const {
@@ -142,6 +174,13 @@ size_t TxItem::Fill(iovec* iov, size_t max, uint64_t* bytes_out) const {
     if (text_done < text.size() && count < max) {
       iov[count++] = {const_cast<char*>(text.data()) + text_done, text.size() - text_done};
       *bytes_out += text.size() - text_done;
+    }
+    return count;
+  }
+  if (gather) {
+    if (chunk_off < chunk_len && count < max) {
+      iov[count++] = {const_cast<uint8_t*>(chunk) + chunk_off, chunk_len - chunk_off};
+      *bytes_out += chunk_len - chunk_off;
     }
     return count;
   }
@@ -163,6 +202,11 @@ uint64_t TxItem::Advance(uint64_t n) {
     text_done += x;
     return used + x;
   }
+  if (gather) {
+    const uint64_t x = std::min(n, chunk_len - chunk_off);
+    chunk_off += x;
+    return used + x;
+  }
   const uint64_t d = std::min(n, data.remaining);
   if (d > 0) data.Advance(d);
   return used + d;
@@ -170,12 +214,14 @@ uint64_t TxItem::Advance(uint64_t n) {
 
 uint64_t TxItem::left() const {
   const uint64_t n = (kHeaderSize - header_done) + (table_len - table_done);
-  return n + (data_is_text ? text.size() - text_done : data.remaining);
+  if (data_is_text) return n + text.size() - text_done;
+  return n + data.remaining + (gather ? chunk_len - chunk_off : 0);
 }
 
 bool TxItem::done() const {
   return header_done == kHeaderSize && table_done == table_len &&
-         (data_is_text ? text_done == text.size() : data.remaining == 0);
+         (data_is_text ? text_done == text.size()
+                       : data.remaining == 0 && (!gather || chunk_off == chunk_len));
 }
 
 }  // namespace ferry::tcp

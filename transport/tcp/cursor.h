@@ -3,7 +3,8 @@
 // a worked example).
 //
 // Contract: plain state, no locking (the transport's mutex guards every instance); no allocation
-// except TxItem's error text and a sparse read response's table.
+// except TxItem's error text, and the tables of sparse requests and read responses, which the
+// connection recycles (their capacity is kept).
 #pragma once
 
 #include <sys/uio.h>
@@ -42,18 +43,34 @@ struct Cursor {
   size_t Fill(iovec* iov, size_t max, uint64_t* bytes) const;
   void Advance(uint64_t n);
   // Copies n bytes (n <= remaining) in at the current position and advances (a discard cursor
-  // only advances).
+  // only advances). The target's scatter (remote_side segments) uses common::ScatterRow: the
+  // caller fences (common::ScatterFence) before it reports the rows as landed.
   void CopyIn(const uint8_t* src, uint64_t n);
+  // The reverse: copies min(max, remaining) bytes out from the current position into dst and
+  // advances; returns how many (a sparse read response gathered through a scratch buffer).
+  uint64_t GatherOut(uint8_t* dst, uint64_t max);
+
+ private:
+  template <typename Visit>
+  void WalkSegments(uint64_t n, Visit&& visit);
 };
 
 // One frame (or reply) waiting to be sent: header, optional segment table, payload.
 struct TxItem {
   uint8_t header[kHeaderSize] = {};
   uint32_t header_done = 0;
-  const uint8_t* table = nullptr;  // the initiator's Segment array (sparse requests)
+  const uint8_t* table = nullptr;  // sparse requests: `packed`, or the caller's Segment array
   uint64_t table_len = 0;
   uint64_t table_done = 0;
+  std::vector<uint8_t> packed;  // a sparse request's packed table (segment_codec.h)
   Cursor data;
+  // A sparse read response of small rows: `data` is gathered chunk by chunk into the
+  // connection's tx scratch (FlushTx, only while the item is at the front of the queue) and sent
+  // from there, instead of one iovec per row. [chunk + chunk_off, chunk + chunk_len) is unsent.
+  bool gather = false;
+  const uint8_t* chunk = nullptr;
+  uint64_t chunk_off = 0;
+  uint64_t chunk_len = 0;
   bool data_is_text = false;  // payload is `text` (error responses); pointer taken at Fill time
   std::string text;
   uint64_t text_done = 0;

@@ -8,7 +8,9 @@
 #include <cstring>
 #include <limits>
 
+#include "transport/common/copy_row.h"
 #include "transport/common/segment_check.h"
+#include "transport/common/segment_codec.h"
 #include "transport/tcp/tcp_transport.h"
 
 namespace ferry::tcp {
@@ -184,8 +186,14 @@ bool TcpTransport::OnHeader(Conn& c) {
     }
     case FrameKind::kSparseWrite:
     case FrameKind::kSparseRead:
-      if (rx.table.size() != h.arg) rx.table.resize(h.arg);  // h.arg <= max_segments
-      rx.dst.SetContig(reinterpret_cast<uint8_t*>(rx.table.data()), h.arg * kWireSegmentSize);
+      // Sizes bounded by ValidateHeader: count <= max_segments, a packed table by its count.
+      if (h.flags & kFramePackedTable) {
+        rx.packed.resize(SparseTableBytes(h));
+        rx.dst.SetContig(rx.packed.data(), rx.packed.size());
+      } else {
+        if (rx.table.size() != h.arg) rx.table.resize(h.arg);
+        rx.dst.SetContig(reinterpret_cast<uint8_t*>(rx.table.data()), h.arg * kWireSegmentSize);
+      }
       rx.phase = Rx::Phase::kTable;
       return true;
     case FrameKind::kReadResponse:
@@ -230,12 +238,25 @@ bool TcpTransport::OnHeader(Conn& c) {
 bool TcpTransport::OnTable(Conn& c) {
   Rx& rx = c.rx;
   const FrameHeader& h = rx.hdr;
-  Result<uint64_t> sum = SegmentTableTotal(h.kind, rx.table, h.length);
-  if (!sum.ok()) {
-    Fail(c, sum.status().Annotate("from " + c.peer_address));
-    return false;
+  uint64_t total = 0;
+  if (h.flags & kFramePackedTable) {
+    Status s = common::DecodePackedTable(rx.packed, SparseCount(h), &rx.table, &total);
+    if (s.ok() && total != h.length) {
+      s = ProtocolError(std::string(FrameKindName(h.kind)) + ": segment lengths sum to " +
+                        std::to_string(total) + " but the header says " + std::to_string(h.length));
+    }
+    if (!s.ok()) {
+      Fail(c, s.Annotate("from " + c.peer_address));
+      return false;
+    }
+  } else {
+    Result<uint64_t> sum = SegmentTableTotal(h.kind, rx.table, h.length);
+    if (!sum.ok()) {
+      Fail(c, sum.status().Annotate("from " + c.peer_address));
+      return false;
+    }
+    total = *sum;
   }
-  const uint64_t total = *sum;
   const bool write = h.kind == FrameKind::kSparseWrite;
   const uint32_t needed = write ? kAccessRemoteWrite : kAccessRemoteRead;
   RegionEntry* e = nullptr;
@@ -278,6 +299,9 @@ bool TcpTransport::OnTable(Conn& c) {
     c.table_pool.pop_back();
   }
   item.data.SetSegments(e->base, item.owned_table.data(), item.owned_table.size(), true, total);
+  // Small rows: gathered into the tx scratch and sent as one buffer (FlushTx), the mirror of
+  // the bounce receive of small-row writes; one iovec a row costs the kernel more per row.
+  item.gather = ShouldBounce(total, item.owned_table.size(), params_.bounce_max_row);
   item.pin_key = h.key;
   ++e->pins;
   return true;
@@ -320,6 +344,8 @@ bool TcpTransport::OnBodyDone(Conn& c) {
       return true;
     case FrameKind::kWrite:
     case FrameKind::kSparseWrite:
+      // Rows scattered with streaming stores (Cursor::CopyIn) land before the reply says so.
+      if (h.kind == FrameKind::kSparseWrite) common::ScatterFence();
       rx.bounce = false;
       if (rx.verdict.ok() && (h.flags & kFrameNotify)) {
         Completion n = DoneCompletion(0, OpType::kNotify, c.handle, h.length);

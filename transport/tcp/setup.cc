@@ -11,12 +11,17 @@
 #include <cerrno>
 #include <map>
 
+#include "transport/common/coarse_clock.h"
 #include "transport/tcp/tcp_transport.h"
 
 namespace ferry::tcp {
 namespace {
 
 constexpr uint64_t kWakeId = 0;
+
+int64_t Ns(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
 constexpr int kMaxEvents = 64;
 
 Result<Params> ParseParams(const TransportOptions& options) {
@@ -46,6 +51,7 @@ Result<Params> ParseParams(const TransportOptions& options) {
 }  // namespace
 
 Result<std::unique_ptr<Transport>> TcpTransport::Create(const TransportOptions& options) {
+  FERRY_RETURN_IF_ERROR(common::CheckThreadMode(options, "tcp"));
   FERRY_ASSIGN_OR_RETURN(Params params, ParseParams(options));
   if (options.max_message_size == 0 || options.max_segments == 0) {
     return InvalidArgument("tcp: max_message_size and max_segments must be positive");
@@ -59,7 +65,7 @@ Result<std::unique_ptr<Transport>> TcpTransport::Create(const TransportOptions& 
 }
 
 TcpTransport::TcpTransport(const TransportOptions& options, Params params)
-    : options_(options), params_(params), advertise_(options.advertise) {
+    : options_(options), params_(params), mu_(options.thread_mode), advertise_(options.advertise) {
   caps_.send_recv = caps_.write = caps_.read = true;
   caps_.sparse_write = caps_.sparse_read = true;
   caps_.notify = caps_.zero_copy_sparse = caps_.shared_recv = caps_.target_checks =
@@ -69,6 +75,7 @@ TcpTransport::TcpTransport(const TransportOptions& options, Params params)
   limits_ = {options.max_message_size, options.max_segments};
   heartbeat_interval_ = std::max<Millis>(Millis(1), options.peer_timeout / 4);
   next_timer_ = last_progress_ = Clock::now();
+  next_timer_ns_.store(Ns(next_timer_), std::memory_order_relaxed);
 }
 
 Status TcpTransport::Init() {
@@ -158,6 +165,7 @@ void TcpTransport::Advertise(std::vector<RemoteRegion> regions) {
 
 void TcpTransport::Complete(Completion c) {
   completions_.push(std::move(c));
+  queued_.store(completions_.size(), std::memory_order_release);
 }
 
 void TcpTransport::Progress(Lock& lk, int timeout_ms) {
@@ -170,6 +178,10 @@ void TcpTransport::Progress(Lock& lk, int timeout_ms) {
   } else {
     n = epoll_wait(epfd_.get(), evs, kMaxEvents, 0);
   }
+  HandleEvents(evs, n);
+}
+
+void TcpTransport::HandleEvents(const epoll_event* evs, int n) {
   // Events gathered while unlocked may name connections that are gone by now: ids are never
   // reused, so a lookup miss is simply skipped.
   for (int i = 0; i < n; ++i) {
@@ -194,8 +206,11 @@ void TcpTransport::Progress(Lock& lk, int timeout_ms) {
   }
   const auto now = Clock::now();
   // If nobody drove progress for a while, our own silence is to blame, not the peers': their
-  // heartbeats may be unread in our sockets. Give every peer a fresh peer_timeout from now.
-  if (now - last_progress_ > heartbeat_interval_) {
+  // heartbeats may be unread in our sockets. Give every peer a fresh peer_timeout from now. (A
+  // lock-free idle Poll that found every socket empty counts as progress.)
+  const Clock::time_point idle_check(
+      std::chrono::nanoseconds(idle_check_ns_.load(std::memory_order_relaxed)));
+  if (now - std::max(last_progress_, idle_check) > heartbeat_interval_) {
     for (auto& [id, c] : conns_) c->last_rx = std::max(c->last_rx, now);
   }
   last_progress_ = now;
@@ -206,6 +221,7 @@ void TcpTransport::Progress(Lock& lk, int timeout_ms) {
 
 void TcpTransport::RunTimers(Clock::time_point now) {
   next_timer_ = now + std::clamp<Millis>(heartbeat_interval_ / 2, Millis(1), Millis(100));
+  next_timer_ns_.store(Ns(next_timer_), std::memory_order_relaxed);
   for (auto& [id, cp] : conns_) {
     Conn& c = *cp;
     if (c.state == Conn::State::kFailed) continue;
@@ -234,15 +250,48 @@ void TcpTransport::ProgressThreadMain() {
   while (!stop_) Progress(lk, tick);
 }
 
+size_t TcpTransport::TakeCompletions(std::span<Completion> out) {
+  size_t n = 0;
+  while (n < out.size() && !completions_.empty()) out[n++] = completions_.pop();
+  if (n > 0) queued_.store(completions_.size(), std::memory_order_release);
+  return n;
+}
+
 size_t TcpTransport::Poll(std::span<Completion> out) {
+  if (mu_.enabled() && !options_.progress_thread) return PollShared(out);
   Lock lk(mu_);
   // Completions already queued (typically by a Wait() that just progressed) are returned
   // without another round; the next Poll on an empty queue progresses. Saves a system call
-  // per Wait+Poll pair.
-  if (!options_.progress_thread && completions_.empty()) Progress(lk, 0);
-  size_t n = 0;
-  while (n < out.size() && !completions_.empty()) out[n++] = completions_.pop();
-  return n;
+  // per Wait+Poll pair. An empty `out` only drives progress.
+  if (!options_.progress_thread && (completions_.empty() || out.empty())) Progress(lk, 0);
+  return TakeCompletions(out);
+}
+
+size_t TcpTransport::PollShared(std::span<Completion> out) {
+  // The idle case without the lock: nothing queued for us, no timer due, and no socket event.
+  // A busy-polling thread then costs the others nothing (it never holds mu_), and the PS's
+  // control pump, which polls the data transport its owner polls too, never waits for it.
+  epoll_event evs[kMaxEvents];
+  int n = -1;  // -1: no events gathered, run a whole round under the lock
+  if (out.empty() || queued_.load(std::memory_order_acquire) == 0) {
+    if (Ns(common::CoarseNow()) < next_timer_ns_.load(std::memory_order_relaxed)) {
+      n = epoll_wait(epfd_.get(), evs, kMaxEvents, 0);
+      if (n == 0) {
+        idle_check_ns_.store(Ns(common::CoarseNow()), std::memory_order_relaxed);
+        return 0;
+      }
+    }
+  } else {
+    n = 0;  // completions are queued: hand them out, no round
+  }
+  Lock lk(mu_, std::try_to_lock);
+  if (!lk.owns_lock()) return 0;  // its holder drives progress; the events stay reported
+  if (n > 0) {
+    HandleEvents(evs, n);
+  } else if (n < 0) {
+    Progress(lk, 0);
+  }
+  return TakeCompletions(out);
 }
 
 Status TcpTransport::Wait(Millis timeout) {

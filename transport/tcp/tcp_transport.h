@@ -7,6 +7,11 @@
 //   fixed while the objects live, and takes none). Progress (socket I/O) runs on whichever
 //   thread calls Poll/Wait/Accept/Connect, or on the internal progress thread when
 //   TransportOptions::progress_thread is set. epoll_wait itself runs with the mutex released.
+//   Idle Poll (ThreadMode::kMulti, no progress thread): nothing queued, no timer due and an
+//   epoll_wait(0) that reports nothing return without touching mu_ (queued_ and next_timer_ns_
+//   are the atomics it reads); with events it only tries the lock, since a thread holding it is
+//   driving progress already (level-triggered epoll reports the events again).
+//   ThreadMode::kSingle: mu_ is a no-op (common::MaybeMutex); the caller serialises the calls.
 //
 //   A Conn goes kConnecting (client) -> kHandshake -> kOpen -> kFailed. Server-side Conns have no
 //   Endpoint handle until their handshake completes; then they are queued for Accept().
@@ -21,6 +26,7 @@
 // is in transport/common/.
 #pragma once
 
+#include <sys/epoll.h>
 #include <sys/uio.h>
 
 #include <algorithm>
@@ -38,6 +44,7 @@
 
 #include "transport/backend.h"
 #include "transport/common/fd.h"
+#include "transport/common/maybe_mutex.h"
 #include "transport/common/ring.h"
 #include "transport/handshake.h"
 #include "transport/tcp/cursor.h"
@@ -59,7 +66,8 @@ inline constexpr uint64_t kDefaultUnexpectedLimit = 64ull << 20;
 // Target of a sparse write whose rows average at most this many bytes: the payload is received
 // into the connection's scratch buffer and scattered with memcpy (see Rx::bounce). Measured
 // crossover of receiver CPU per row (docs/perf/tcp-profile.md): bounce wins up to ~96 B rows,
-// readv wins from 128 B on. Parameter bounce_max_row overrides it (0 disables).
+// readv wins from 128 B on. The same bound picks the gathered send of a sparse read response
+// (TxItem::gather) over one iovec per row. Parameter bounce_max_row overrides it (0 disables).
 inline constexpr uint64_t kDefaultBounceMaxRow = 96;
 
 // Whether the target receives a checked sparse write of `total` bytes in `nsegs` rows through
@@ -109,8 +117,9 @@ struct Rx {
   bool bounce = false;
   bool unexpected = false;  // a message is landing in `unexpected_buf`
   std::vector<uint8_t> unexpected_buf;
-  std::vector<Segment> table;  // sparse requests, reused
-  std::string text;            // error text of a kResponse
+  std::vector<Segment> table;   // sparse requests, reused
+  std::vector<uint8_t> packed;  // a packed table as it arrives (decoded into `table`), reused
+  std::string text;             // error text of a kResponse
 };
 
 class TcpTransport;
@@ -168,8 +177,10 @@ struct Conn {
   std::deque<std::vector<uint8_t>> unexpected;
   uint64_t unexpected_bytes = 0;
   Rx rx;
-  std::vector<uint8_t> scratch;                  // kScratchSize: discard sink, bounce buffer
-  std::vector<std::vector<Segment>> table_pool;  // recycled sparse-read tables
+  std::vector<uint8_t> scratch;                   // kScratchSize: discard sink, bounce buffer
+  std::vector<uint8_t> tx_scratch;                // kScratchSize: gathered read responses
+  std::vector<std::vector<Segment>> table_pool;   // recycled sparse-read tables
+  std::vector<std::vector<uint8_t>> packed_pool;  // recycled packed request tables
   iovec iov[kMaxIov + 1];
 };
 
@@ -243,7 +254,7 @@ class TcpTransport final : public Transport {
  private:
   friend class TcpEndpoint;
   friend class TcpRegion;
-  using Lock = std::unique_lock<std::mutex>;
+  using Lock = std::unique_lock<common::MaybeMutex>;
 
   TcpTransport(const TransportOptions& options, Params params);
   Status Init();
@@ -251,6 +262,11 @@ class TcpTransport final : public Transport {
   // ---- progress (setup.cc)
   // One round: epoll_wait (unlocked when timeout_ms > 0), socket events, timers.
   void Progress(Lock& lk, int timeout_ms);
+  // The rest of a round, for events gathered by epoll_wait (maybe without the lock). Requires mu_.
+  void HandleEvents(const struct epoll_event* evs, int n);
+  // Poll under kMulti without a progress thread: the lock-free idle path, then a tried lock.
+  size_t PollShared(std::span<Completion> out);
+  size_t TakeCompletions(std::span<Completion> out);
   // Drives progress (or waits for the progress thread) until pred() or the deadline.
   template <typename Pred>
   bool DriveUntil(Lock& lk, Clock::time_point deadline, Pred pred);
@@ -275,6 +291,8 @@ class TcpTransport final : public Transport {
   void PostOne(const Op& op);
   void PostRecv(const Op& op);
   void FlushTx(Conn& c);
+  // Gathers the next chunk of a gathered read response at the front of c.tx into c.tx_scratch.
+  void PrepareGather(Conn& c, TxItem& item);
   void OnTxDone(Conn& c, TxItem& item);
   void ReadData(Conn& c);
   bool OnHeader(Conn& c);
@@ -298,8 +316,8 @@ class TcpTransport final : public Transport {
   Capabilities caps_;
   WireLimits limits_;
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;  // progress happened (completions, accepts, handshakes, drains)
+  mutable common::MaybeMutex mu_;   // a real mutex unless options_.thread_mode is kSingle
+  std::condition_variable_any cv_;  // progress happened (completions, accepts, handshakes, drains)
   UniqueFd epfd_;
   UniqueFd wake_fd_;  // eventfd: stops the progress thread, interrupts a Wait (Wake)
   std::atomic<bool> wake_requested_{false};               // Wake() called, not yet seen by a Wait
@@ -314,11 +332,14 @@ class TcpTransport final : public Transport {
   std::vector<Conn*> touched_;  // Post(): connections to flush, reused
   Ring<PostedRecv> shared_recvs_;
   Ring<Completion> completions_;
+  std::atomic<size_t> queued_{0};  // completions_.size(), for the lock-free idle Poll
   std::unordered_map<uint64_t, RegionEntry> regions_;
   std::unordered_set<uint64_t> dead_keys_;
   uint64_t next_epoch_ = 1;
   Clock::time_point next_timer_;
-  Clock::time_point last_progress_;  // end of the last progress round (stall detection)
+  std::atomic<int64_t> next_timer_ns_{0};  // next_timer_ on the steady clock, lock-free readable
+  std::atomic<int64_t> idle_check_ns_{0};  // when a lock-free idle Poll last found no event
+  Clock::time_point last_progress_;        // end of the last progress round (stall detection)
   Millis heartbeat_interval_;
   std::thread progress_thread_;
   bool stop_ = false;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "transport/common/bytes.h"
+#include "transport/common/segment_codec.h"
 
 namespace ferry::tcp {
 namespace {
@@ -38,9 +39,20 @@ Status CheckLength(const FrameHeader& h, uint64_t limit) {
 }
 
 Status CheckSegments(const FrameHeader& h, const WireLimits& limits) {
-  if (h.arg == 0 || h.arg > limits.max_segments) {
-    return Bad(h, "segment count " + std::to_string(h.arg) + " outside [1, " +
+  const uint64_t count = SparseCount(h);
+  if (count == 0 || count > limits.max_segments) {
+    return Bad(h, "segment count " + std::to_string(count) + " outside [1, " +
                       std::to_string(limits.max_segments) + "]");
+  }
+  if (h.flags & kFramePackedTable) {
+    // A packed table takes 1 to kPackedMaxEntry bytes a segment after its header: the bound is
+    // checked before a byte of it is read, so the receive buffer is sized by the count.
+    const uint64_t bytes = SparseTableBytes(h);
+    if (bytes < common::kPackedHeaderSize + count ||
+        bytes > common::kPackedHeaderSize + count * common::kPackedMaxEntry) {
+      return Bad(h, "packed table of " + std::to_string(bytes) + " bytes for " +
+                        std::to_string(count) + " segments");
+    }
   }
   return Status::Ok();
 }
@@ -101,7 +113,9 @@ Status ValidateHeader(const FrameHeader& h, const WireLimits& limits) {
   }
   if (h.reserved != 0) return Bad(h, "reserved field is not 0");
   const bool is_write = h.kind == FrameKind::kWrite || h.kind == FrameKind::kSparseWrite;
-  if (h.flags & ~(is_write ? kFrameNotify : 0)) {
+  const bool is_sparse = h.kind == FrameKind::kSparseWrite || h.kind == FrameKind::kSparseRead;
+  const uint8_t allowed = (is_write ? kFrameNotify : 0) | (is_sparse ? kFramePackedTable : 0);
+  if (h.flags & ~allowed) {
     return Bad(h, "flags 0x" + std::to_string(h.flags) + " not allowed");
   }
   if (is_write && !(h.flags & kFrameNotify) && h.imm != 0) {

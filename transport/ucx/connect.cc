@@ -49,8 +49,6 @@ namespace ferry::ucx {
 namespace {
 
 constexpr uint64_t kListenerKey = 0;  // epoll data of the listening socket (ids start at 1)
-constexpr uint8_t kPing = 'P';
-constexpr uint8_t kPong = 'O';
 // Least time an accepted connection gets for its handshake, and again for UCX's wireup, when
 // the context has verbs lanes (AcceptBudget).
 constexpr std::chrono::seconds kMinVerbsSetupTime{10};
@@ -109,13 +107,13 @@ UcxEndpoint::UcxEndpoint(UcxTransport* t, uint64_t id, std::string peer_address,
 UcxEndpoint::~UcxEndpoint() = default;
 
 Status UcxEndpoint::status() const {
-  std::lock_guard<std::mutex> lock(t_->mu_);
+  Guard lock(t_->mu_);
   if (state_ == State::kHandshaking) return Status(Code::kInternal, "handshake in progress");
   return status_;
 }
 
 void UcxEndpoint::Close() {
-  std::lock_guard<std::mutex> lock(t_->mu_);
+  Guard lock(t_->mu_);
   t_->CloseEndpoint(this);
 }
 
@@ -583,7 +581,7 @@ Result<std::string> UcxTransport::Listen(const std::string& address) {
   std::string host;
   uint16_t port = 0;
   FERRY_RETURN_IF_ERROR(Resolve(address, &ss, &len, &host, &port));
-  std::lock_guard<std::mutex> lock(mu_);
+  Guard lock(mu_);
   if (listen_fd_) return InvalidArgument("ucx: already listening on " + listen_address_);
   FERRY_ASSIGN_OR_RETURN(common::Listener listener, common::ListenStream(ss, len, 128));
   epoll_event ev{};
@@ -601,7 +599,7 @@ Result<std::string> UcxTransport::Listen(const std::string& address) {
 
 Result<std::shared_ptr<Endpoint>> UcxTransport::Accept(Millis timeout) {
   const auto deadline = Clock::now() + timeout;
-  std::unique_lock<std::mutex> lock(mu_);
+  Lock lock(mu_);
   if (!listen_fd_) return InvalidArgument("ucx: Accept() before Listen()");
   while (true) {
     ProgressLocked();
@@ -633,7 +631,7 @@ Result<std::shared_ptr<Endpoint>> UcxTransport::Connect(const std::string& addre
   // TCP connect without the lock (it may take a while).
   FERRY_ASSIGN_OR_RETURN(UniqueFd fd, common::ConnectStream(ss, len, address, deadline));
 
-  std::unique_lock<std::mutex> lock(mu_);
+  Lock lock(mu_);
   if (live_.size() >= options_.max_endpoints) {
     return ResourceExhausted("ucx: max_endpoints (" + std::to_string(options_.max_endpoints) +
                              ") reached");

@@ -12,7 +12,9 @@
 //  - Tags: a message to a peer carries the id the peer gave us in its handshake, i.e. the
 //    receiver's id of the sending endpoint.
 #include <cstring>
+#include <typeinfo>
 
+#include "transport/common/coarse_clock.h"
 #include "transport/common/merged_runs.h"
 #include "transport/ucx/errors.h"
 #include "transport/ucx/ucx_transport.h"
@@ -23,10 +25,6 @@ namespace {
 constexpr ucp_tag_t kAnyTagMask = 0;
 constexpr ucp_tag_t kExactTagMask = ~ucp_tag_t{0};
 
-bool IsWrite(OpType t) {
-  return t == OpType::kWrite || t == OpType::kSparseWrite;
-}
-
 }  // namespace
 
 // ---- op pool ----
@@ -34,16 +32,39 @@ bool IsWrite(OpType t) {
 OpState* UcxTransport::AllocOp() {
   if (op_free_.empty()) {
     op_storage_.push_back(std::make_unique<OpState>());
+    op_storage_.back()->slot = static_cast<uint32_t>(op_storage_.size() - 1);
     op_free_.push_back(op_storage_.back().get());
   }
   OpState* st = op_free_.back();
   op_free_.pop_back();
   st->t = this;
+  ++st->gen;
   return st;
 }
 
+void OpState::Reset() {
+  // Field by field, not `*this = OpState{}`: assigning a fresh state freed the vectors of the
+  // emulated path (am), so every Op of path (3) allocated them again. Capacity is kept.
+  type = OpType::kSend;
+  stage = Stage::kMain;
+  notify = false;
+  imm = 0;
+  context = 0;
+  ep = nullptr;
+  sender = nullptr;
+  bytes = 0;
+  request = nullptr;
+  error = UCS_OK;
+  if (!cma_error.ok()) cma_error = Status::Ok();
+  header = NotifyHeader{};
+  am.Reset();
+  prev = next = nullptr;
+  linked = false;
+  orphaned = false;
+}
+
 void UcxTransport::FreeOp(OpState* st) {
-  *st = OpState{};
+  st->Reset();
   op_free_.push_back(st);
 }
 
@@ -67,14 +88,21 @@ void UcxTransport::UnlinkOp(OpState* st) {
 
 // ---- completion ----
 
-void UcxTransport::CompleteNow(const Op& op, Status status) {
-  Completion c;
-  c.context = op.context;
-  c.type = op.type;
+// Completions are filled in place in the ring's (reused) slot: no Completion is built and moved.
+Completion& UcxTransport::PushCompletion(uint64_t context, OpType type, Endpoint* ep,
+                                         uint64_t bytes) {
+  Completion& c = done_.push();
+  c.context = context;
+  c.type = type;
+  c.ep = ep;
+  c.bytes = bytes;
+  return c;
+}
+
+void UcxTransport::CompleteNow(const Op& op, const Status& status) {
+  Completion& c = PushCompletion(op.context, op.type, op.ep, 0);
   c.code = status.code();
-  c.ep = op.ep;
-  c.error = status.message();
-  done_.push(std::move(c));
+  if (!status.ok()) c.error = status.message();
 }
 
 void UcxTransport::Finish(OpState* st, ucs_status_t status) {
@@ -83,12 +111,9 @@ void UcxTransport::Finish(OpState* st, ucs_status_t status) {
 }
 
 void UcxTransport::Report(OpState* st, ucs_status_t status) {
-  Completion c;
-  c.context = st->context;
-  c.type = st->type;
-  c.ep = st->sender != nullptr ? st->sender : st->ep;
-  c.bytes = st->bytes;
   UcxEndpoint* ep = st->ep;
+  Completion& c =
+      PushCompletion(st->context, st->type, st->sender != nullptr ? st->sender : ep, st->bytes);
   if (status != UCS_OK) {
     Status s;
     if (ep != nullptr && ep->state_ == UcxEndpoint::State::kFailed) {
@@ -109,7 +134,6 @@ void UcxTransport::Report(OpState* st, ucs_status_t status) {
   }
   if (ep != nullptr) --ep->outstanding_;
   UnlinkOp(st);
-  done_.push(std::move(c));
 }
 
 void UcxTransport::OrphanOps(UcxEndpoint* ep) {
@@ -174,33 +198,34 @@ ucs_status_t UcxTransport::OnAmNotify(void* arg, const void* header, size_t head
     return UCS_OK;
   }
   UcxEndpoint* ep = it->second;
-  ep->last_heard_ = Clock::now();
-  Completion c;
-  c.type = OpType::kNotify;
-  c.ep = ep;
-  c.imm = h.imm;
-  c.bytes = h.bytes;
-  t->done_.push(std::move(c));
+  ep->last_heard_ = common::CoarseNow();
+  t->PushCompletion(0, OpType::kNotify, ep, h.bytes).imm = h.imm;
   return UCS_OK;
 }
 
 // ---- posting ----
 
 // No lock: an endpoint's and a key's owner are fixed at creation, and peer_max_message_ is set
-// before the endpoint is handed out.
+// before the endpoint is handed out. The classes are final, so an exact typeid match (a vtable
+// load and a pointer compare) decides what dynamic_cast did at ~90 instructions a call, three
+// times per Op (callgrind, ucx shm ping-pong).
 Status UcxTransport::CheckOwnership(const Op& op, size_t index) const {
   const UcxEndpoint* ep = nullptr;
   if (op.ep != nullptr) {
-    ep = dynamic_cast<const UcxEndpoint*>(op.ep);
-    if (ep == nullptr || ep->owner() != this) return ForeignError(op, index, Foreign::kEndpoint);
+    if (typeid(*op.ep) != typeid(UcxEndpoint) ||
+        (ep = static_cast<const UcxEndpoint*>(op.ep))->owner() != this) {
+      return ForeignError(op, index, Foreign::kEndpoint);
+    }
   }
-  const auto* mr = dynamic_cast<const UcxMemoryRegion*>(op.local);
-  if (mr == nullptr || mr->owner() != this) {
+  if (op.local == nullptr || typeid(*op.local) != typeid(UcxMemoryRegion) ||
+      static_cast<const UcxMemoryRegion*>(op.local)->owner() != this) {
     return ForeignError(op, index, Foreign::kLocalRegion);
   }
   if (op.remote != nullptr && op.type != OpType::kSend && op.type != OpType::kRecv) {
-    const auto* rk = dynamic_cast<const UcxRemoteKey*>(op.remote);
-    if (rk == nullptr || rk->endpoint() != ep) return ForeignError(op, index, Foreign::kRemoteKey);
+    if (typeid(*op.remote) != typeid(UcxRemoteKey) ||
+        static_cast<const UcxRemoteKey*>(op.remote)->endpoint() != ep) {
+      return ForeignError(op, index, Foreign::kRemoteKey);
+    }
   }
   if (ep != nullptr && ep->peer_max_message_ != 0) {
     return CheckPeerMessageLimit(op, index, ep->peer_max_message_);
@@ -211,7 +236,7 @@ Status UcxTransport::CheckOwnership(const Op& op, size_t index) const {
 Status UcxTransport::PostValidated(std::span<const Op> ops) {
   bool any_done = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    Guard lock(mu_);
     for (const Op& op : ops) PostOne(op);
     any_done = !done_.empty();
   }
@@ -230,36 +255,25 @@ void UcxTransport::PostOne(const Op& op) {
                         : Internal("endpoint is not connected"));
     return;
   }
+  // A same-host write or read without notification is done when Transfer returns: it needs no
+  // Op state, no link on the endpoint and no liveness stamp.
+  if (ep != nullptr && ep->samehost_.valid() && !(op.flags & kOpNotify) &&
+      op.type != OpType::kSend && op.type != OpType::kRecv) {
+    PostSameHostInline(op);
+    return;
+  }
   OpState* st = AllocOp();
   st->type = op.type;
   st->context = op.context;
   st->ep = ep;
   st->notify = (op.flags & kOpNotify) != 0;
   st->imm = op.imm;
-  if (ep != nullptr) {
-    LinkOp(ep, st);
-    if (ep->outstanding_++ == 0) {
-      // Liveness is measured from the moment there is something to wait for.
-      ep->last_heard_ = ep->last_ping_ = Clock::now();
-    }
+  if (op.type == OpType::kSend) {
+    PostSend(st, op);
+    return;
   }
+  if (ep != nullptr) Track(ep, st);
   switch (op.type) {
-    case OpType::kSend: {
-      st->bytes = op.length;
-      ucp_request_param_t p{};
-      p.op_attr_mask =
-          UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMH;
-      p.cb.send = &UcxTransport::OnSendDone;
-      p.user_data = st;
-      p.memh = static_cast<const UcxMemoryRegion*>(op.local)->memh();
-      ucs_status_ptr_t req = ucp_tag_send_nbx(ep->ep_.get(), op.local->data() + op.local_offset,
-                                              op.length, ep->peer_tag_, &p);
-      if (req == nullptr)
-        StepDone(st, UCS_OK);
-      else if (UCS_PTR_IS_ERR(req))
-        StepDone(st, UCS_PTR_STATUS(req));
-      return;
-    }
     case OpType::kRecv:
       PostRecv(st, op);
       return;
@@ -267,6 +281,36 @@ void UcxTransport::PostOne(const Op& op) {
       PostOneSided(st, op);
       return;
   }
+}
+
+void UcxTransport::Track(UcxEndpoint* ep, OpState* st) {
+  LinkOp(ep, st);
+  if (ep->outstanding_++ == 0) {
+    // Liveness is measured from the moment there is something to wait for.
+    ep->last_heard_ = ep->last_ping_ = common::CoarseNow();
+  }
+}
+
+void UcxTransport::PostSend(OpState* st, const Op& op) {
+  UcxEndpoint* ep = st->ep;
+  st->bytes = op.length;
+  ucp_request_param_t p{};
+  p.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMH;
+  p.cb.send = &UcxTransport::OnSendDone;
+  p.user_data = st;
+  p.memh = static_cast<const UcxMemoryRegion*>(op.local)->memh();
+  ucs_status_ptr_t req = ucp_tag_send_nbx(ep->ep_.get(), op.local->data() + op.local_offset,
+                                          op.length, ep->peer_tag_, &p);
+  if (req == nullptr) {
+    // Sent within the call (an eager send over shm, the common small message): UCX will never
+    // call back, so the Op is done without being tracked on its endpoint.
+    PushCompletion(op.context, OpType::kSend, op.ep, op.length);
+    FreeOp(st);
+    return;
+  }
+  Track(ep, st);  // before StepDone, which untracks it
+  if (UCS_PTR_IS_ERR(req)) StepDone(st, UCS_PTR_STATUS(req));
 }
 
 void UcxTransport::PostRecv(OpState* st, const Op& op) {
@@ -381,6 +425,24 @@ void UcxTransport::PostSameHost(OpState* st, const Op& op) {
   Finish(st, UCS_ERR_IO_ERROR);
 }
 
+void UcxTransport::PostSameHostInline(const Op& op) {
+  auto* ep = static_cast<UcxEndpoint*>(op.ep);
+  const auto* rk = static_cast<const UcxRemoteKey*>(op.remote);
+  uint64_t bytes = 0;
+  const Status s = ep->samehost_.Transfer(op, rk->region(), rk->key(), &rk->samehost_, &bytes);
+  if (s.ok()) {
+    PushCompletion(op.context, op.type, op.ep, bytes);
+    return;
+  }
+  // As PostSameHost: a vanished peer fails the endpoint, anything else fails this Op only.
+  if (s.code() == Code::kPeerFailure) {
+    FailEndpoint(ep, s.Annotate("peer " + ep->peer_address_), /*graceful=*/false);
+    CompleteNow(op, ep->status_);
+    return;
+  }
+  CompleteNow(op, s.Annotate("ucx: one-sided access to " + ep->peer_address_));
+}
+
 void UcxTransport::StartFlush(OpState* st) {
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
@@ -410,8 +472,20 @@ void UcxTransport::SendNotify(OpState* st) {
 // ---- reaping ----
 
 size_t UcxTransport::Poll(std::span<Completion> out) {
-  std::lock_guard<std::mutex> lock(mu_);
-  ProgressLocked();
+  // kMulti: a thread that finds the lock taken leaves progress to its holder instead of queueing
+  // behind it (the PS's control pump polls the data transport its owner is busy polling); under
+  // kSingle the lock is a no-op and always "taken" here. With a progress thread, the holder is
+  // that thread and what it reaped is queued for the caller, so the caller waits for the lock:
+  // a Wait() that returned for a queued completion must be followed by a Poll that returns it.
+  Lock lock(mu_, std::defer_lock);
+  if (options_.progress_thread) {
+    lock.lock();
+  } else if (!lock.try_lock()) {
+    return 0;
+  }
+  // What is queued already (an inline same-host completion, or the last progress round's) is
+  // returned first; progress runs when nothing is, so a Post+Poll pair pays one worker progress.
+  if (done_.empty() || out.empty()) ProgressLocked();
   size_t n = 0;
   while (n < out.size() && !done_.empty()) out[n++] = done_.pop();
   return n;
@@ -419,7 +493,7 @@ size_t UcxTransport::Poll(std::span<Completion> out) {
 
 Status UcxTransport::Wait(Millis timeout) {
   const auto deadline = Clock::now() + timeout;
-  std::unique_lock<std::mutex> lock(mu_);
+  Lock lock(mu_);
   auto woken = [this] { return wake_requested_.exchange(false, std::memory_order_acq_rel); };
   if (progress_thread_.joinable()) {
     if (cv_.wait_until(lock, deadline, [&] { return !done_.empty() || woken(); })) {
@@ -444,7 +518,7 @@ Status UcxTransport::Wait(Millis timeout) {
 void UcxTransport::Wake() {
   wake_requested_.store(true, std::memory_order_release);
   if (progress_thread_.joinable()) {
-    std::lock_guard<std::mutex> lock(mu_);  // orders the flag before a waiter's predicate check
+    Guard lock(mu_);  // orders the flag before a waiter's predicate check
     cv_.notify_all();
     return;
   }

@@ -2,8 +2,11 @@
 // emulated_rma.h; wire layout in wire.h).
 #include <cstring>
 
+#include "transport/common/coarse_clock.h"
+#include "transport/common/copy_row.h"
 #include "transport/common/merged_runs.h"
 #include "transport/common/segment_check.h"
+#include "transport/common/segment_codec.h"
 #include "transport/ucx/errors.h"
 #include "transport/ucx/ucx_transport.h"
 
@@ -12,11 +15,32 @@ namespace {
 
 constexpr size_t kMaxDeferred = 1024;
 
-bool IsWrite(OpType t) {
-  return t == OpType::kWrite || t == OpType::kSparseWrite;
+// Request id = the Op's pool slot and its generation: unique while the Op waits, and a reply
+// that names a recycled slot carries an old generation.
+uint64_t ReqId(const OpState* st) {
+  return (uint64_t{st->gen} << 32) | st->slot;
 }
 
 }  // namespace
+
+void EmulatedOp::Reset() {
+  rma = RmaHeader{};
+  runs.clear();
+  table.clear();
+  iov.clear();
+  local_segs.clear();
+  local_base = nullptr;
+  send_pending = false;
+  reply_pending = false;
+}
+
+OpState* UcxTransport::AmOpFor(uint64_t req_id, const UcxEndpoint* ep) {
+  const uint64_t slot = req_id & 0xffffffffu;
+  if (slot >= op_storage_.size()) return nullptr;
+  OpState* st = op_storage_[slot].get();
+  if (!st->am.reply_pending || ReqId(st) != req_id || st->ep != ep) return nullptr;
+  return st;
+}
 
 // ---- initiator ----
 
@@ -27,18 +51,31 @@ void UcxTransport::PostAm(OpState* st, const Op& op) {
   uint8_t* local = op.local->data();
   st->am.local_base = local;
   uint64_t total = 0;
+  // iov slot 0 is the table, filled in below.
+  st->am.iov.push_back(ucp_dt_iov_t{nullptr, 0});
   common::ForEachMergedRun(op, [&](uint64_t lo, uint64_t ro, uint64_t len) {
     if (len == 0) return true;
-    st->am.table.push_back(RmaSegment{ro, len});
-    if (write)
-      st->am.iov.push_back(ucp_dt_iov_t{local + lo, len});
-    else
-      st->am.local_segs.push_back(RmaSegment{lo, len});
+    st->am.runs.push_back(Segment{lo, ro, len});
     total += len;
+    // The local side, merged wherever it is adjacent: a source of packed rows is one iov entry
+    // (UCX packs an iov entry by entry), a read's reply one copy.
+    if (write) {
+      ucp_dt_iov_t& last = st->am.iov.back();
+      if (st->am.iov.size() > 1 && static_cast<uint8_t*>(last.buffer) + last.length == local + lo) {
+        last.length += len;
+      } else {
+        st->am.iov.push_back(ucp_dt_iov_t{local + lo, len});
+      }
+    } else if (!st->am.local_segs.empty() &&
+               st->am.local_segs.back().local_offset + st->am.local_segs.back().length == lo) {
+      st->am.local_segs.back().length += len;
+    } else {
+      st->am.local_segs.push_back(Segment{lo, 0, len});
+    }
     return true;
   });
   st->bytes = total;
-  if (st->am.table.empty()) {  // nothing to move (all segments empty)
+  if (st->am.runs.empty()) {  // nothing to move (all segments empty)
     if (st->notify) {
       SendNotify(st);
     } else {
@@ -47,21 +84,21 @@ void UcxTransport::PostAm(OpState* st, const Op& op) {
     return;
   }
   st->am.rma.target_ep = ep->peer_tag_;
-  st->am.rma.req_id = next_req_id_++;
+  st->am.rma.req_id = ReqId(st);
   st->am.rma.region_addr = rk->region().addr;
   st->am.rma.epoch = rk->region().epoch;
   st->am.rma.key = rk->key();
   st->am.rma.total = total;
-  st->am.rma.num_segments = static_cast<uint32_t>(st->am.table.size());
+  st->am.rma.num_segments = static_cast<uint32_t>(st->am.runs.size());
   st->am.rma.write = write ? 1 : 0;
   st->am.rma.notify = st->notify ? 1 : 0;
   st->am.rma.imm = st->imm;
   st->notify = false;  // the target queues the kNotify itself once the data has landed
-  st->am.iov.insert(st->am.iov.begin(),
-                    ucp_dt_iov_t{st->am.table.data(), st->am.table.size() * sizeof(RmaSegment)});
+  st->am.rma.table_bytes =
+      static_cast<uint32_t>(common::EncodePackedTable(st->am.runs, &st->am.table));
+  st->am.iov[0] = ucp_dt_iov_t{st->am.table.data(), st->am.table.size()};
   st->am.send_pending = true;
   st->am.reply_pending = true;
-  am_ops_[st->am.rma.req_id] = st;
   ucp_request_param_t p = EagerAmParams(&UcxTransport::OnAmRmaSent, st);
   p.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
   p.datatype = ucp_dt_make_iov();
@@ -83,10 +120,7 @@ void UcxTransport::OnAmRmaSent(void* request, ucs_status_t status, void* user_da
   st->am.send_pending = false;
   if (status != UCS_OK) {
     if (st->error == UCS_OK) st->error = status;
-    if (st->am.reply_pending) {  // the request never left: no reply will come
-      st->am.reply_pending = false;
-      t->am_ops_.erase(st->am.rma.req_id);
-    }
+    st->am.reply_pending = false;  // the request never left: no reply will come
   }
   if (!st->am.reply_pending) t->AmFinish(st);
 }
@@ -96,12 +130,13 @@ void UcxTransport::AmFinish(OpState* st) {
 }
 
 void UcxTransport::FailAmOps(UcxEndpoint* ep) {
+  // The endpoint's own list of Ops in flight holds every one that waits for a reply (failure
+  // path: the vector may allocate).
   std::vector<OpState*> ops;
-  for (auto& [id, st] : am_ops_) {
-    if (st->ep == ep) ops.push_back(st);
+  for (OpState* st = ep->ops_; st != nullptr; st = st->next) {
+    if (st->am.reply_pending) ops.push_back(st);
   }
   for (OpState* st : ops) {
-    am_ops_.erase(st->am.rma.req_id);
     st->am.reply_pending = false;
     if (st->error == UCS_OK) st->error = UCS_ERR_CANCELED;  // Finish reports ep->status_
     // A request still being sent completes (with an error) when UCX closes the ep.
@@ -109,21 +144,37 @@ void UcxTransport::FailAmOps(UcxEndpoint* ep) {
   }
 }
 
-namespace {
+// ---- the reply pool ----
 
-std::unique_ptr<PendingReply> ErrorReply(UcxTransport* t, uint64_t ep_id, const RmaHeader& h,
-                                         const Status& s) {
-  auto r = std::make_unique<PendingReply>();
-  r->t = t;
+PendingReply* UcxTransport::TakeReply(uint64_t ep_id) {
+  if (reply_free_.empty()) {
+    reply_pool_.push_back(std::make_unique<PendingReply>());
+    reply_free_.push_back(reply_pool_.back().get());
+  }
+  PendingReply* r = reply_free_.back();
+  reply_free_.pop_back();
+  r->t = this;
   r->ep_id = ep_id;
+  r->header = RmaReplyHeader{};
+  return r;
+}
+
+void UcxTransport::ReleaseReply(PendingReply* r) {
+  if (r->region != nullptr) --r->region->replies_in_flight_;
+  r->region = nullptr;
+  r->data.clear();
+  r->iov.clear();
+  reply_free_.push_back(r);
+}
+
+void UcxTransport::QueueErrorReply(uint64_t ep_id, const RmaHeader& h, const Status& s) {
+  PendingReply* r = TakeReply(ep_id);
   r->header.req_id = h.req_id;
   r->header.code = static_cast<uint32_t>(s.code());
   const std::string& m = s.message();
   r->data.assign(m.begin(), m.begin() + static_cast<ptrdiff_t>(std::min<size_t>(m.size(), 512)));
-  return r;
+  replies_.push_back(r);
 }
-
-}  // namespace
 
 ucs_status_t UcxTransport::OnAmRmaRequest(void* arg, const void* header, size_t header_length,
                                           void* data, size_t length,
@@ -139,10 +190,9 @@ ucs_status_t UcxTransport::OnAmRmaRequest(void* arg, const void* header, size_t 
   UcxEndpoint* ep = it->second;
   if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
     if (ep->state_ == UcxEndpoint::State::kReady) {
-      t->replies_.push_back(
-          ErrorReply(t, ep->id(), h,
-                     ProtocolError("ucx: one-sided request from " + ep->peer_address_ +
-                                   " came as rendezvous, expected eager")));
+      t->QueueErrorReply(ep->id(), h,
+                         ProtocolError("ucx: one-sided request from " + ep->peer_address_ +
+                                       " came as rendezvous, expected eager"));
     }
     return UCS_OK;
   }
@@ -182,55 +232,44 @@ void UcxTransport::ServeDeferred() {
 void UcxTransport::ServeRmaRequest(UcxEndpoint* ep, const RmaHeader& h, const uint8_t* bytes,
                                    size_t length) {
   UcxTransport* t = this;
-  ep->last_heard_ = Clock::now();
-  const std::string who = "ucx: one-sided request from " + ep->peer_address_;
-  auto fail = [&](Status s) { t->replies_.push_back(ErrorReply(t, ep->id(), h, s)); };
-  if (h.num_segments == 0 || length / sizeof(RmaSegment) < h.num_segments) {
-    return fail(ProtocolError(who + ": bad segment table (" + std::to_string(h.num_segments) +
-                              " segments, " + std::to_string(length) + " bytes)"));
+  ep->last_heard_ = common::CoarseNow();
+  // Error texts are built on the failure path only: a served request allocates nothing.
+  auto who = [&] { return "ucx: one-sided request from " + ep->peer_address_; };
+  auto fail = [&](Status s) { t->QueueErrorReply(ep->id(), h, s); };
+  const size_t table_bytes = h.table_bytes;
+  if (h.num_segments == 0 || h.num_segments > options_.max_segments || table_bytes > length) {
+    return fail(ProtocolError(who() + ": bad segment table (" + std::to_string(h.num_segments) +
+                              " segments, " + std::to_string(table_bytes) + " of " +
+                              std::to_string(length) + " bytes)"));
   }
-  const size_t table_bytes = size_t{h.num_segments} * sizeof(RmaSegment);
   uint64_t total = 0;
-  for (uint32_t i = 0; i < h.num_segments; ++i) {
-    RmaSegment s;
-    std::memcpy(&s, bytes + i * sizeof(RmaSegment), sizeof(s));
-    if (total + s.length < total) return fail(ProtocolError(who + ": segment lengths overflow"));
-    total += s.length;
-  }
+  Status decoded = common::DecodePackedTable(std::span<const uint8_t>(bytes, table_bytes),
+                                             h.num_segments, &serve_table_, &total);
+  if (!decoded.ok()) return fail(decoded.Annotate(who()));
   if (total != h.total || (h.write && length - table_bytes != total) ||
       (!h.write && length != table_bytes)) {
-    return fail(ProtocolError(who + ": payload of " + std::to_string(length) +
+    return fail(ProtocolError(who() + ": payload of " + std::to_string(length) +
                               " bytes does not match its segment table"));
   }
   auto rit = t->regions_.find(h.epoch);
   if (rit == t->regions_.end() || rit->second->descriptor().addr != h.region_addr) {
-    return fail(Stale(who + ": names no current registration (deregistered or forged key)"));
+    return fail(Stale(who() + ": names no current registration (deregistered or forged key)"));
   }
   UcxMemoryRegion* mr = rit->second;
   if (h.key != mr->key()) {
-    return fail(PermissionDenied(who + ": wrong key for the registration it names"));
+    return fail(PermissionDenied(who() + ": wrong key for the registration it names"));
   }
-  // The table sits at any alignment in UCX's receive buffer: each entry is copied out.
-  Status ok = common::CheckSegmentTable(
-      h.num_segments,
-      [&](size_t i) {
-        RmaSegment s;
-        std::memcpy(&s, bytes + i * sizeof(RmaSegment), sizeof(s));
-        return common::TargetSegment{s.remote_offset, s.length};
-      },
-      mr->size(), mr->access(), h.write ? kAccessRemoteWrite : kAccessRemoteRead);
-  if (!ok.ok()) return fail(ok.Annotate(who));
-  auto r = std::make_unique<PendingReply>();
-  r->t = t;
-  r->ep_id = ep->id();
+  Status ok = common::CheckSegmentsInRegion(serve_table_, mr->size(), mr->access(),
+                                            h.write ? kAccessRemoteWrite : kAccessRemoteRead);
+  if (!ok.ok()) return fail(ok.Annotate(who()));
+  PendingReply* r = TakeReply(ep->id());
   r->header.req_id = h.req_id;
   r->header.bytes = total;
   const uint8_t* src = bytes + table_bytes;
-  for (uint32_t i = 0; i < h.num_segments; ++i) {
-    RmaSegment s;
-    std::memcpy(&s, bytes + i * sizeof(RmaSegment), sizeof(s));
+  for (const Segment& s : serve_table_) {
     if (h.write) {
-      std::memcpy(mr->data() + s.remote_offset, src, s.length);
+      // Rows scattered over the region: whole aligned lines streamed (fenced below).
+      common::ScatterRow(mr->data() + s.remote_offset, src, s.length);
       src += s.length;
     } else if (s.length > 0) {
       // A read replies straight from the region: an iov per run of adjacent segments.
@@ -247,26 +286,21 @@ void UcxTransport::ServeRmaRequest(UcxEndpoint* ep, const RmaHeader& h, const ui
     r->region = mr;
     ++mr->replies_in_flight_;
   }
-  if (h.write && h.notify) {
-    Completion c;
-    c.type = OpType::kNotify;
-    c.ep = ep;
-    c.imm = h.imm;
-    c.bytes = total;
-    t->done_.push(std::move(c));
-  }
-  t->replies_.push_back(std::move(r));
+  if (h.write) common::ScatterFence();  // landed before the reply or the kNotify says so
+  if (h.write && h.notify) PushCompletion(0, OpType::kNotify, ep, total).imm = h.imm;
+  t->replies_.push_back(r);
 }
 
 void UcxTransport::SendReplies() {
-  std::vector<std::unique_ptr<PendingReply>> replies;
-  replies.swap(replies_);
-  for (auto& r : replies) {
-    auto it = live_.find(r->ep_id);
-    if (it == live_.end() || it->second->state_ != UcxEndpoint::State::kReady) continue;
+  reply_batch_.swap(replies_);  // replies_ is now the empty one, with its capacity
+  for (PendingReply* raw : reply_batch_) {
+    auto it = live_.find(raw->ep_id);
+    if (it == live_.end() || it->second->state_ != UcxEndpoint::State::kReady) {
+      ReleaseReply(raw);
+      continue;
+    }
     UcxEndpoint* ep = it->second;
-    r->header.target_ep = ep->peer_tag_;
-    PendingReply* raw = r.get();
+    raw->header.target_ep = ep->peer_tag_;
     ucp_request_param_t p = EagerAmParams(&UcxTransport::OnReplySent, raw);
     const void* buffer = raw->data.data();
     size_t count = raw->data.size();
@@ -279,13 +313,22 @@ void UcxTransport::SendReplies() {
     ucs_status_ptr_t req = ucp_am_send_nbx(ep->ep_.get(), kAmRmaReply, &raw->header,
                                            sizeof(raw->header), buffer, count, &p);
     // Done at once or failed (the peer is gone: nothing to tell it): drop the reply. In flight:
-    // OnReplySent frees it, with any status (an error never aborts anything).
-    if (req != nullptr && !UCS_PTR_IS_ERR(req)) replies_sending_.insert(r.release());
+    // OnReplySent releases it, with any status (an error never aborts anything).
+    if (req == nullptr || UCS_PTR_IS_ERR(req)) {
+      ReleaseReply(raw);
+      continue;
+    }
+    raw->sending = true;
+    raw->prev = nullptr;
+    raw->next = sending_;
+    if (sending_ != nullptr) sending_->prev = raw;
+    sending_ = raw;
   }
+  reply_batch_.clear();
 }
 
 void UcxTransport::DrainRepliesFrom(UcxMemoryRegion* mr) {
-  for (auto& r : replies_) {
+  for (PendingReply* r : replies_) {
     if (r->region != mr) continue;
     r->iov.clear();
     r->region = nullptr;
@@ -299,7 +342,7 @@ void UcxTransport::DrainRepliesFrom(UcxMemoryRegion* mr) {
   while (mr->replies_in_flight_ > 0 && Clock::now() < deadline) ProgressLocked();
   if (mr->replies_in_flight_ == 0) return;
   std::vector<uint64_t> stuck;
-  for (PendingReply* r : replies_sending_) {
+  for (PendingReply* r = sending_; r != nullptr; r = r->next) {
     if (r->region == mr) stuck.push_back(r->ep_id);
   }
   for (uint64_t id : stuck) {
@@ -314,7 +357,7 @@ void UcxTransport::DrainRepliesFrom(UcxMemoryRegion* mr) {
   while (mr->replies_in_flight_ > 0 && Clock::now() < deadline) ProgressLocked();
   // Sends UCX still has not completed even then: detach them, so that their late completion
   // (at the latest when the worker is destroyed) does not count into a region that is gone.
-  for (PendingReply* r : replies_sending_) {
+  for (PendingReply* r = sending_; r != nullptr; r = r->next) {
     if (r->region != mr) continue;
     r->region = nullptr;
     --mr->replies_in_flight_;
@@ -328,8 +371,16 @@ PendingReply::~PendingReply() {
 void UcxTransport::OnReplySent(void* request, ucs_status_t /*status*/, void* user_data) {
   ucp_request_free(request);
   auto* r = static_cast<PendingReply*>(user_data);
-  r->t->replies_sending_.erase(r);
-  delete r;
+  UcxTransport* t = r->t;
+  if (r->prev != nullptr) {
+    r->prev->next = r->next;
+  } else {
+    t->sending_ = r->next;
+  }
+  if (r->next != nullptr) r->next->prev = r->prev;
+  r->prev = r->next = nullptr;
+  r->sending = false;
+  t->ReleaseReply(r);
 }
 
 ucs_status_t UcxTransport::OnAmRmaReply(void* arg, const void* header, size_t header_length,
@@ -342,15 +393,13 @@ ucs_status_t UcxTransport::OnAmRmaReply(void* arg, const void* header, size_t he
   auto eit = t->live_.find(h.target_ep);
   if (eit == t->live_.end()) return UCS_OK;
   UcxEndpoint* ep = eit->second;
-  auto it = t->am_ops_.find(h.req_id);
-  if (it == t->am_ops_.end() || it->second->ep != ep) return UCS_OK;  // unknown or forged
-  ep->last_heard_ = Clock::now();
-  OpState* st = it->second;
-  t->am_ops_.erase(it);
+  OpState* st = t->AmOpFor(h.req_id, ep);
+  if (st == nullptr) return UCS_OK;  // unknown, stale or forged
+  ep->last_heard_ = common::CoarseNow();
   st->am.reply_pending = false;
-  const std::string who = "ucx: reply from " + ep->peer_address_;
+  auto who = [&] { return "ucx: reply from " + ep->peer_address_; };
   if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
-    st->cma_error = ProtocolError(who + " came as rendezvous, expected eager");
+    st->cma_error = ProtocolError(who() + " came as rendezvous, expected eager");
   } else if (h.code != 0) {
     const auto code = h.code <= static_cast<uint32_t>(Code::kInternal) ? static_cast<Code>(h.code)
                                                                        : Code::kProtocol;
@@ -359,12 +408,12 @@ ucs_status_t UcxTransport::OnAmRmaReply(void* arg, const void* header, size_t he
                                      std::string(text, text + std::min<size_t>(length, 512)));
   } else if (h.bytes != st->bytes || (st->am.rma.write ? length != 0 : length != st->bytes)) {
     st->cma_error =
-        ProtocolError(who + ": " + std::to_string(length) + " bytes do not match the request of " +
-                      std::to_string(st->bytes));
+        ProtocolError(who() + ": " + std::to_string(length) +
+                      " bytes do not match the request of " + std::to_string(st->bytes));
   } else if (!st->am.rma.write) {
     const auto* src = static_cast<const uint8_t*>(data);
-    for (const RmaSegment& s : st->am.local_segs) {
-      std::memcpy(st->am.local_base + s.remote_offset, src, s.length);  // remote_offset = local
+    for (const Segment& s : st->am.local_segs) {
+      std::memcpy(st->am.local_base + s.local_offset, src, s.length);
       src += s.length;
     }
   }

@@ -15,10 +15,6 @@ namespace ferry::ucx {
 
 namespace {
 
-// Frames on a ready control connection (connect.cc writes the same): u32 little-endian length 1,
-// then the byte.
-constexpr uint8_t kPing = 'P';
-constexpr uint8_t kPong = 'O';
 constexpr uint64_t kWakeKey = 0;  // epoll data of the eventfd (endpoint ids start at 1)
 
 int64_t NowNs() {

@@ -31,6 +31,11 @@
 
 namespace ferry::ucx {
 
+// Frames on a ready control connection, written by connect.cc and the Liveness thread alike:
+// u32 little-endian length 1, then the byte.
+inline constexpr uint8_t kPing = 'P';
+inline constexpr uint8_t kPong = 'O';
+
 // One adopted control connection, shared by its endpoint and the Liveness thread.
 struct LiveSocket {
   uint64_t id = 0;

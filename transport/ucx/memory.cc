@@ -33,7 +33,7 @@ UcxMemoryRegion::~UcxMemoryRegion() {
     memh_.reset();
     return;
   }
-  std::lock_guard<std::mutex> lock(t_->mu_);
+  Guard lock(t_->mu_);
   t_->regions_.erase(descriptor_.epoch);  // AM requests naming it are refused from now on
   if (replies_in_flight_ > 0) t_->DrainRepliesFrom(this);
   // CMA peers refuse it from now on (before the memory handle goes and the caller may free).
@@ -59,7 +59,7 @@ Result<std::unique_ptr<MemoryRegion>> UcxTransport::RegisterMemory(void* addr, s
   if (access & kAccessRemoteRead) p.prot |= UCP_MEM_MAP_PROT_REMOTE_READ;
   if (access & kAccessRemoteWrite) p.prot |= UCP_MEM_MAP_PROT_REMOTE_WRITE;
 
-  std::lock_guard<std::mutex> lock(mu_);
+  Guard lock(mu_);
   ucp_mem_h memh = nullptr;
   ucs_status_t st = ucp_mem_map(context_.get(), &p, &memh);
   if (st != UCS_OK) {
@@ -113,7 +113,7 @@ UcxRemoteKey::UcxRemoteKey(UcxTransport* t, UcxEndpoint* ep, RemoteRegion region
       samehost_(std::move(samehost)) {}
 
 UcxRemoteKey::~UcxRemoteKey() {
-  std::lock_guard<std::mutex> lock(t_->mu_);
+  Guard lock(t_->mu_);
   rkey_.reset();
 }
 
@@ -127,7 +127,7 @@ Result<std::unique_ptr<RemoteKey>> UcxEndpoint::Import(const RemoteRegion& regio
   if (region.addr + region.length < region.addr) {
     return InvalidArgument("ucx: remote region wraps around the address space");
   }
-  std::lock_guard<std::mutex> lock(t_->mu_);
+  Guard lock(t_->mu_);
   if (state_ != State::kReady) {
     return state_ == State::kFailed ? status_ : Internal("ucx: endpoint is not connected");
   }

@@ -1,7 +1,6 @@
 // Context and worker setup, parameters, the registry entry, devices(), and the progress engine.
 #include <poll.h>
 #include <sys/epoll.h>
-#include <time.h>
 #include <ucs/config/parser.h>
 #include <uct/api/uct.h>
 
@@ -14,19 +13,12 @@
 #include <filesystem>
 #include <set>
 
+#include "transport/common/coarse_clock.h"
 #include "transport/ucx/errors.h"
 #include "transport/ucx/ucx_transport.h"
 
 namespace ferry::ucx {
 namespace {
-
-// CLOCK_MONOTONIC_COARSE on the steady_clock (CLOCK_MONOTONIC) time line.
-Clock::time_point CoarseNow() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return Clock::time_point(std::chrono::duration_cast<Clock::duration>(
-      std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec)));
-}
 
 constexpr const char* kParamPrefix = "UCX_";
 // Capacity of the region table published to same-host peers (samehost/region_table.h).
@@ -254,13 +246,14 @@ std::string DeviceKind(uct_device_type_t type) {
 }  // namespace
 
 Result<std::unique_ptr<Transport>> UcxTransport::Create(const TransportOptions& options) {
+  FERRY_RETURN_IF_ERROR(common::CheckThreadMode(options, kBackendName));
   std::unique_ptr<UcxTransport> t(new UcxTransport(options));
   FERRY_RETURN_IF_ERROR(t->Init());
   return std::unique_ptr<Transport>(std::move(t));
 }
 
 UcxTransport::UcxTransport(const TransportOptions& options)
-    : options_(options), advertise_(options.advertise) {
+    : options_(options), mu_(options.thread_mode), advertise_(options.advertise) {
   caps_.send_recv = true;
   caps_.write = true;
   caps_.read = true;
@@ -304,7 +297,9 @@ Status UcxTransport::Init() {
 
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // every call is made under mu_
+  // Every call is made under mu_ (kMulti) or by the caller's one thread at a time (kSingle),
+  // which may still be a different thread from call to call: serialised, not single.
+  wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
   ucp_worker_h worker = nullptr;
   st = ucp_worker_create(context_.get(), &wp, &worker);
   if (st != UCS_OK) return UcsError("ucp_worker_create", st);
@@ -371,7 +366,7 @@ UcxTransport::~UcxTransport() {
     progress_thread_.join();
   }
   if (!worker_) return;
-  std::unique_lock<std::mutex> lock(mu_);
+  Lock lock(mu_);
   // Close every endpoint (pending Ops complete with kCancelled), cancel shared Recvs, then let
   // UCX finish the close requests within a bounded time.
   std::vector<UcxEndpoint*> live;
@@ -408,7 +403,7 @@ unsigned UcxTransport::ProgressLocked() {
     // The coarse clock (vDSO, no TSC read; lags by at most a jiffy) only gates the check: reading
     // steady_clock on every idle turn of a busy-polling caller was ~16 % of a ping-pong process's
     // samples (perf, ucx shm; docs/perf/transport-analysis.md). The check uses the real time.
-    if (CoarseNow() >= next_liveness_) CheckLiveness(Clock::now());
+    if (common::CoarseNow() >= next_liveness_) CheckLiveness(Clock::now());
   }
   if (liveness_event_.load(std::memory_order_relaxed)) {
     liveness_event_.store(false, std::memory_order_relaxed);
@@ -422,7 +417,7 @@ void UcxTransport::WakeProgressThread() {
 }
 
 void UcxTransport::ProgressThreadMain() {
-  std::unique_lock<std::mutex> lock(mu_);
+  Lock lock(mu_);
   while (!stop_.load()) {
     const size_t before = done_.size();
     unsigned n = ProgressLocked();
@@ -439,7 +434,7 @@ void UcxTransport::ProgressThreadMain() {
   }
 }
 
-void UcxTransport::SleepOnWorker(std::unique_lock<std::mutex>& lock, Clock::time_point deadline) {
+void UcxTransport::SleepOnWorker(Lock& lock, Clock::time_point deadline) {
   const auto now = Clock::now();
   if (now >= deadline) return;
   int ms = static_cast<int>(
@@ -461,7 +456,7 @@ void UcxTransport::SleepOnWorker(std::unique_lock<std::mutex>& lock, Clock::time
 }
 
 void UcxTransport::Advertise(std::vector<RemoteRegion> regions) {
-  std::lock_guard<std::mutex> lock(mu_);
+  Guard lock(mu_);
   advertise_ = std::move(regions);
 }
 

@@ -83,8 +83,15 @@
 // ucp_ep_create / ucp_ep_rkey_unpack parse the peer's worker address / rkey without a length,
 // so those bytes are trusted once the peer has passed the handshake (shared secret).
 //
-// Thread-safety: every public method locks mu_ (Post's ownership check needs no lock). UCX
-// callbacks run inside ucp_worker_progress with mu_ held and never lock it again.
+// Thread-safety: every public method locks mu_ (Post's ownership check needs no lock); Poll only
+// tries it (another thread holding it is driving progress). Under ThreadMode::kSingle mu_ is a
+// no-op (common::MaybeMutex) and the caller's promise serialises every call. UCX callbacks run
+// inside ucp_worker_progress with mu_ held and never lock it again. The heartbeat thread
+// (liveness.h) and Wake() take no lock in either mode: they only signal the worker.
+// Per-operation cost: a same-host write or read without notification completes inside Post
+// without any Op state; other Ops use pooled states (OpState, PendingReply) whose vectors keep
+// their capacity, request ids name pool slots (no map), completions are filled in place in a
+// ring, liveness stamps use the coarse clock, and error texts are built only on failure.
 #pragma once
 
 #include <sys/types.h>
@@ -100,10 +107,10 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "transport/backend.h"
+#include "transport/common/maybe_mutex.h"
 #include "transport/common/ring.h"
 #include "transport/handshake.h"
 #include "transport/samehost/samehost.h"
@@ -116,6 +123,12 @@
 namespace ferry::ucx {
 
 using Clock = std::chrono::steady_clock;
+// A write (contiguous or sparse) as opposed to a read, for the one-sided paths.
+inline bool IsWrite(OpType t) { return t == OpType::kWrite || t == OpType::kSparseWrite; }
+
+// The transport lock (a no-op under ThreadMode::kSingle) and its guards.
+using Guard = std::lock_guard<common::MaybeMutex>;
+using Lock = std::unique_lock<common::MaybeMutex>;
 
 inline constexpr const char* kBackendName = "ucx";
 
@@ -263,7 +276,7 @@ class UcxTransport final : public Transport {
   void WakeProgressThread();
   // Drops mu_ and sleeps until the worker has events (ucp_worker_arm + its efd) or a short
   // slice (at most 2 ms, never past `deadline`) passes; returns with mu_ held again.
-  void SleepOnWorker(std::unique_lock<std::mutex>& lock, Clock::time_point deadline);
+  void SleepOnWorker(Lock& lock, Clock::time_point deadline);
 
   // ---- connections (connect.cc) ----
   static void OnEpError(void* arg, ucp_ep_h ep, ucs_status_t status);
@@ -302,13 +315,20 @@ class UcxTransport final : public Transport {
                                  size_t length, const ucp_am_recv_param_t* param);
   void PostOne(const Op& op);
   void PostRecv(OpState* st, const Op& op);
+  void PostSend(OpState* st, const Op& op);
+  // Links st on ep's list of Ops in flight and counts it for liveness (Report undoes both).
+  void Track(UcxEndpoint* ep, OpState* st);
   void PostOneSided(OpState* st, const Op& op);
   void PostSameHost(OpState* st, const Op& op);
   void StartFlush(OpState* st);
   void SendNotify(OpState* st);
   void StepDone(OpState* st, ucs_status_t status);
   void Finish(OpState* st, ucs_status_t status);
-  void CompleteNow(const Op& op, Status status);
+  void CompleteNow(const Op& op, const Status& status);
+  // The next completion slot, filled with these fields (code Ok); the caller adds the rest.
+  Completion& PushCompletion(uint64_t context, OpType type, Endpoint* ep, uint64_t bytes);
+  // A same-host one-sided Op without kOpNotify: moved and completed within Post.
+  void PostSameHostInline(const Op& op);
   OpState* AllocOp();
   void FreeOp(OpState* st);
   void LinkOp(UcxEndpoint* ep, OpState* st);
@@ -340,6 +360,13 @@ class UcxTransport final : public Transport {
   // (a force close completes the sends) so the memory is no longer referenced when it returns.
   void DrainRepliesFrom(UcxMemoryRegion* mr);
   void FailAmOps(UcxEndpoint* ep);
+  // Reply pool (emulated_rma.cc): a cleared reply for endpoint `ep_id` / back to the pool (its
+  // count on a region dropped, unlinked from sending_ first by the caller).
+  PendingReply* TakeReply(uint64_t ep_id);
+  void ReleaseReply(PendingReply* r);
+  void QueueErrorReply(uint64_t ep_id, const RmaHeader& h, const Status& s);
+  // The pooled Op a reply's request id names, if it still waits for that reply from `ep`.
+  OpState* AmOpFor(uint64_t req_id, const UcxEndpoint* ep);
 
   // Members in construction order. Destruction runs bottom-up, which is the order UCX needs:
   // the progress thread stops first; endpoints (closed explicitly in ~UcxTransport) and queued
@@ -359,8 +386,8 @@ class UcxTransport final : public Transport {
   UniqueFd listen_fd_;
   std::string listen_address_;
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;  // signalled by the progress thread when completions arrive
+  mutable common::MaybeMutex mu_;   // a real mutex unless options_.thread_mode is kSingle
+  std::condition_variable_any cv_;  // signalled by the progress thread when completions arrive
   std::vector<RemoteRegion> advertise_;
   uint64_t next_ep_id_ = 1;
   // Every endpoint ever created, by id; kept until the transport dies so that Completion::ep
@@ -377,11 +404,15 @@ class UcxTransport final : public Transport {
   common::Ring<Completion> done_;  // finished completions (allocation-free once warm)
   // Registered regions by epoch: what the target side of the AM protocol checks against.
   std::unordered_map<uint64_t, UcxMemoryRegion*> regions_;
-  // AM one-sided Ops waiting for their reply, by request id.
-  std::unordered_map<uint64_t, OpState*> am_ops_;
-  uint64_t next_req_id_ = 1;
-  std::vector<std::unique_ptr<PendingReply>> replies_;  // owed replies, sent after progress
-  std::unordered_set<PendingReply*> replies_sending_;   // handed to UCX, freed by OnReplySent
+  // Replies (emulated_rma.h): every one ever made (reply_pool_), the free ones, those owed (sent
+  // after progress; reply_batch_ is SendReplies' second buffer, so neither loses its capacity)
+  // and the list of those UCX is sending (released by OnReplySent).
+  std::vector<std::unique_ptr<PendingReply>> reply_pool_;
+  std::vector<PendingReply*> reply_free_;
+  std::vector<PendingReply*> replies_;
+  std::vector<PendingReply*> reply_batch_;
+  PendingReply* sending_ = nullptr;
+  std::vector<Segment> serve_table_;  // ServeRmaRequest's decoded table, reused
   // Requests that arrived while our side of their endpoint's handshake was still running.
   std::vector<DeferredRequest> deferred_;
   std::vector<std::unique_ptr<OpState>> op_storage_;
@@ -423,6 +454,11 @@ struct OpState {
   bool linked = false;
   // Completed already (OrphanOps); UCX's late callback only frees the request and the state.
   bool orphaned = false;
+  uint32_t slot = 0;  // index in UcxTransport::op_storage_
+  uint32_t gen = 0;   // bumped by every AllocOp of this slot (path 3's request ids)
+
+  // Back to the pooled state (datapath.cc), keeping the vectors' capacity.
+  void Reset();
 };
 
 }  // namespace ferry::ucx

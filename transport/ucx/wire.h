@@ -13,8 +13,9 @@
 //
 // Active messages (UCP_AM_FLAG_WHOLE_MSG, eager):
 //   kAmNotify      header NotifyHeader, no payload           (paths 1 and 2 of ucx_transport.h)
-//   kAmRmaRequest  header RmaHeader; payload: num_segments RmaSegment entries (offsets in the
-//                  target's region), then a write's data, segment after segment   (path 3)
+//   kAmRmaRequest  header RmaHeader; payload: the packed segment table of num_segments entries
+//                  (table_bytes bytes, transport/common/segment_codec.h: offsets in the target's
+//                  region and lengths), then a write's data, segment after segment  (path 3)
 //   kAmRmaReply    header RmaReplyHeader; payload: a read's data, or the error text (path 3)
 #pragma once
 
@@ -47,12 +48,7 @@ struct RmaHeader {
   uint8_t notify;  // 1: the target queues a kNotify completion after the write landed
   uint16_t reserved;
   uint32_t imm;
-  uint32_t reserved2;
-};
-
-struct RmaSegment {
-  uint64_t remote_offset;
-  uint64_t length;
+  uint32_t table_bytes;  // the packed table's size at the start of the payload
 };
 
 struct RmaReplyHeader {
@@ -63,7 +59,7 @@ struct RmaReplyHeader {
   uint32_t reserved;
 };
 
-static_assert(sizeof(NotifyHeader) == 24 && sizeof(RmaHeader) == 64 && sizeof(RmaSegment) == 16 &&
+static_assert(sizeof(NotifyHeader) == 24 && sizeof(RmaHeader) == 64 &&
               sizeof(RmaReplyHeader) == 32);
 
 }  // namespace ferry::ucx

@@ -56,7 +56,7 @@ Result<std::string> VerbsTransport::ListenCm(const std::string& host_in, uint16_
   std::string host = host_in;
   if (IsLoopback(host) && !port_.ipv4.empty()) host = port_.ipv4;
   FERRY_ASSIGN_OR_RETURN(sockaddr_in sa, Ipv4Address(host, port));
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<common::MaybeMutex> lock(mu_);
   rdma_cm_id* raw = nullptr;
   if (rdma_create_id(cm_channel_.get(), &raw, nullptr, RDMA_PS_TCP) != 0) {
     return VerbsError("rdma_create_id(listen)", errno);
@@ -79,7 +79,7 @@ Result<std::shared_ptr<Endpoint>> VerbsTransport::Accept(Millis timeout) {
   while (true) {
     std::vector<pollfd> fds;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::lock_guard<common::MaybeMutex> lock(mu_);
       if (!listen_id_) return InvalidArgument("Accept without Listen");
       ProgressLocked();
       if (!accepted_.empty()) {
@@ -116,7 +116,7 @@ Result<std::shared_ptr<Endpoint>> VerbsTransport::ConnectCm(const std::string& h
   const auto deadline = Clock::now() + timeout;
   std::shared_ptr<VerbsEndpoint> ep;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<common::MaybeMutex> lock(mu_);
     if (!fatal_.ok()) return fatal_;
     if (endpoints_.size() >= options_.max_endpoints) {
       return ResourceExhausted("connect " + address + ": max_endpoints (" +
@@ -148,7 +148,7 @@ Result<std::shared_ptr<Endpoint>> VerbsTransport::ConnectCm(const std::string& h
   while (true) {
     std::vector<pollfd> fds;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::lock_guard<common::MaybeMutex> lock(mu_);
       ProgressLocked();
       if (ep->state_ == VerbsEndpoint::State::kReady) return std::shared_ptr<Endpoint>(ep);
       if (ep->state_ == VerbsEndpoint::State::kFailed && !ep->lingering_) {
@@ -157,8 +157,8 @@ Result<std::shared_ptr<Endpoint>> VerbsTransport::ConnectCm(const std::string& h
         return s.Annotate("connect " + address);
       }
       if (Clock::now() >= deadline) {
-        FailEndpointLocked(ep.get(), Timeout("no connection within " +
-                                             std::to_string(timeout.count()) + " ms"));
+        FailEndpointLocked(
+            ep.get(), Timeout("no connection within " + std::to_string(timeout.count()) + " ms"));
         Status s = ep->status_;
         DropEndpointLocked(ep.get());
         return s.Annotate("connect " + address);
@@ -174,8 +174,7 @@ Result<std::shared_ptr<Endpoint>> VerbsTransport::ConnectCm(const std::string& h
 // re-checks at the request's own timeout. Short attempts bound that delay to one second.
 Status VerbsTransport::ResolveAddrLocked(VerbsEndpoint* ep) {
   const int ms = static_cast<int>(std::clamp<int64_t>(
-      std::chrono::duration_cast<Millis>(ep->connect_deadline_ - Clock::now()).count(), 1,
-      1000));
+      std::chrono::duration_cast<Millis>(ep->connect_deadline_ - Clock::now()).count(), 1, 1000));
   sockaddr* src = ep->cm_has_src_ ? reinterpret_cast<sockaddr*>(&ep->cm_src_) : nullptr;
   if (rdma_resolve_addr(ep->cm_id_.get(), src, reinterpret_cast<sockaddr*>(&ep->cm_dst_), ms) !=
       0) {
@@ -226,9 +225,8 @@ void VerbsTransport::OnCmEventLocked(rdma_cm_event* ev, std::vector<rdma_cm_id*>
     rdma_conn_param param{};
     param.responder_resources = static_cast<uint8_t>(
         std::min<uint32_t>({uint32_t{ev->param.conn.initiator_depth}, limits_.max_rd_atom, 16u}));
-    param.initiator_depth = static_cast<uint8_t>(
-        std::min<uint32_t>(
-            {uint32_t{ev->param.conn.responder_resources}, limits_.max_init_rd_atom, 16u}));
+    param.initiator_depth = static_cast<uint8_t>(std::min<uint32_t>(
+        {uint32_t{ev->param.conn.responder_resources}, limits_.max_init_rd_atom, 16u}));
     param.retry_count = 7;
     param.rnr_retry_count = 7;  // unlimited: an exhausted receive pool is flow control
     if (rdma_accept(id, &param) != 0) {
@@ -248,11 +246,12 @@ void VerbsTransport::OnCmEventLocked(rdma_cm_event* ev, std::vector<rdma_cm_id*>
     }
     case RDMA_CM_EVENT_ROUTE_RESOLVED: {
       if (ev->id->verbs != ctx_) {
-        FailEndpointLocked(ep, InvalidArgument(
-            "the route to " + ep->peer_address() + " uses RDMA device " +
-            ibv_get_device_name(ev->id->verbs->device) + " but this transport uses " +
-            port_.device + "; pass {\"device\": \"" + ibv_get_device_name(ev->id->verbs->device) +
-            "\"}"));
+        FailEndpointLocked(
+            ep,
+            InvalidArgument("the route to " + ep->peer_address() + " uses RDMA device " +
+                            ibv_get_device_name(ev->id->verbs->device) +
+                            " but this transport uses " + port_.device + "; pass {\"device\": \"" +
+                            ibv_get_device_name(ev->id->verbs->device) + "\"}"));
         break;
       }
       auto qp = CreateQp(ev->id);
@@ -265,12 +264,13 @@ void VerbsTransport::OnCmEventLocked(rdma_cm_event* ev, std::vector<rdma_cm_id*>
       FillLocalData(ep);
       rdma_conn_param param{};
       param.responder_resources = static_cast<uint8_t>(std::min<uint32_t>(limits_.max_rd_atom, 16));
-      param.initiator_depth = static_cast<uint8_t>(std::min<uint32_t>(limits_.max_init_rd_atom, 16));
+      param.initiator_depth =
+          static_cast<uint8_t>(std::min<uint32_t>(limits_.max_init_rd_atom, 16));
       param.retry_count = 7;
       param.rnr_retry_count = 7;
       if (rdma_connect(ev->id, &param) != 0) {
-        FailEndpointLocked(ep, VerbsError("rdma_connect(" + ep->peer_address() + ")", errno,
-                                          ep->qpn()));
+        FailEndpointLocked(
+            ep, VerbsError("rdma_connect(" + ep->peer_address() + ")", errno, ep->qpn()));
       }
       break;
     }
@@ -296,8 +296,8 @@ void VerbsTransport::OnCmEventLocked(rdma_cm_event* ev, std::vector<rdma_cm_id*>
                                          " failed (status " + std::to_string(ev->status) + ")"));
       break;
     case RDMA_CM_EVENT_DISCONNECTED:
-      FailEndpointLocked(ep, PeerFailure("peer " + ep->peer_address() +
-                                         " disconnected (rdma_cm DISCONNECTED)"));
+      FailEndpointLocked(
+          ep, PeerFailure("peer " + ep->peer_address() + " disconnected (rdma_cm DISCONNECTED)"));
       break;
     case RDMA_CM_EVENT_DEVICE_REMOVAL:
       FailAllLocked(PeerFailure("RDMA device " + port_.device + " was removed"));
@@ -306,34 +306,38 @@ void VerbsTransport::OnCmEventLocked(rdma_cm_event* ev, std::vector<rdma_cm_id*>
     case RDMA_CM_EVENT_UNREACHABLE:
     case RDMA_CM_EVENT_CONNECT_ERROR:
     case RDMA_CM_EVENT_ROUTE_ERROR:
-      FailEndpointLocked(ep, PeerFailure("rdma_cm " + what + " (status " +
-                                         std::to_string(ev->status) + ") with " +
-                                         ep->peer_address() +
-                                         (ev->event == RDMA_CM_EVENT_REJECTED
-                                              ? ": nobody listens there or it refused"
-                                              : "")));
+      FailEndpointLocked(
+          ep,
+          PeerFailure(
+              "rdma_cm " + what + " (status " + std::to_string(ev->status) + ") with " +
+              ep->peer_address() +
+              (ev->event == RDMA_CM_EVENT_REJECTED ? ": nobody listens there or it refused" : "")));
       break;
-    default: break;
+    default:
+      break;
   }
 }
 
 void VerbsTransport::SendControlFramesLocked(VerbsEndpoint* ep) {
   while (auto frame = ep->handshake_->TakeOutgoing()) {
-    OpRecord rec;
-    rec.id = next_record_id_++;
-    rec.kind = OpRecord::Kind::kControl;
-    rec.ep = ep;
+    OpRecord* fresh = NewRecordLocked(OpRecord::Kind::kControl, ep);
+    if (fresh == nullptr) {
+      FailEndpointLocked(ep, ResourceExhausted("verbs: more than 16 M operations in flight"));
+      return;
+    }
+    OpRecord& rec = *fresh;
     rec.owned = std::move(*frame);
     rec.owned_mr = MemoryRegistration(
         ibv_reg_mr(pd_.get(), rec.owned.data(), rec.owned.size(), IBV_ACCESS_LOCAL_WRITE));
     if (!rec.owned_mr) {
-      FailEndpointLocked(ep, VerbsError("ibv_reg_mr(handshake frame)", errno, ep->qpn()));
+      const int err = errno;
+      FreeRecordLocked(&rec);
+      FailEndpointLocked(ep, VerbsError("ibv_reg_mr(handshake frame)", err, ep->qpn()));
       return;
     }
-    PlanSend(reinterpret_cast<uintptr_t>(rec.owned.data()), rec.owned.size(),
-             rec.owned_mr->lkey, kHandshakeFragment, kTagHandshake, &rec.plan);
-    ep->backlog_.push_back(rec.id);
-    records_.emplace(rec.id, std::move(rec));
+    PlanSend(reinterpret_cast<uintptr_t>(rec.owned.data()), rec.owned.size(), rec.owned_mr->lkey,
+             kHandshakeFragment, kTagHandshake, &rec.plan);
+    ep->backlog_.push(rec.id);
   }
   PumpLocked(ep);
 }
@@ -341,14 +345,14 @@ void VerbsTransport::SendControlFramesLocked(VerbsEndpoint* ep) {
 void VerbsTransport::OnControlFragmentLocked(VerbsEndpoint* ep, const uint8_t* data,
                                              uint32_t length, bool last) {
   if (!ep->handshake_ || ep->handshake_->done() || ep->state_ != VerbsEndpoint::State::kHandshake) {
-    FailEndpointLocked(ep, ProtocolError("unexpected handshake message from " +
-                                         ep->peer_address()));
+    FailEndpointLocked(ep,
+                       ProtocolError("unexpected handshake message from " + ep->peer_address()));
     return;
   }
   if (ep->hs_frame_.size() + length > kMaxHandshakeFrame) {
-    FailEndpointLocked(ep, ProtocolError("handshake frame from " + ep->peer_address() +
-                                         " exceeds " + std::to_string(kMaxHandshakeFrame) +
-                                         " bytes"));
+    FailEndpointLocked(ep,
+                       ProtocolError("handshake frame from " + ep->peer_address() + " exceeds " +
+                                     std::to_string(kMaxHandshakeFrame) + " bytes"));
     return;
   }
   ep->hs_frame_.insert(ep->hs_frame_.end(), data, data + length);

@@ -107,7 +107,7 @@ Result<std::string> VerbsTransport::ListenOob(const std::string& host, uint16_t 
   socklen_t len = 0;
   FERRY_RETURN_IF_ERROR(common::Resolve(host, port, /*passive=*/true, &ss, &len));
   FERRY_ASSIGN_OR_RETURN(common::Listener listener, common::ListenStream(ss, len, 128));
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<common::MaybeMutex> lock(mu_);
   listen_fd_ = std::move(listener.fd);
   listen_address_ = common::FormatAddress(listener.bound);
   return listen_address_;
@@ -118,7 +118,7 @@ Result<std::shared_ptr<Endpoint>> VerbsTransport::AcceptOob(Millis timeout) {
   while (true) {
     std::vector<pollfd> fds;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::lock_guard<common::MaybeMutex> lock(mu_);
       if (!listen_fd_) return InvalidArgument("Accept without Listen");
       AcceptPendingOobLocked();
       DriveOobSessionsLocked();
@@ -304,7 +304,7 @@ Result<std::shared_ptr<Endpoint>> VerbsTransport::FinishOob(UniqueFd fd, Handsha
   std::shared_ptr<VerbsEndpoint> ep;
   HelloParams hello;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<common::MaybeMutex> lock(mu_);
     if (!fatal_.ok()) return fatal_;
     if (endpoints_.size() >= options_.max_endpoints) {
       return ResourceExhausted("max_endpoints (" + std::to_string(options_.max_endpoints) +
@@ -338,7 +338,7 @@ Result<std::shared_ptr<Endpoint>> VerbsTransport::FinishOob(UniqueFd fd, Handsha
     hello = MakeHello(ep->local_);
   }
   auto fail = [&](Status s) -> Status {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<common::MaybeMutex> lock(mu_);
     DropEndpointLocked(ep.get());
     return s;
   };
@@ -358,7 +358,7 @@ Result<std::shared_ptr<Endpoint>> VerbsTransport::FinishOob(UniqueFd fd, Handsha
     }
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<common::MaybeMutex> lock(mu_);
     Status s = ApplyPeerHello(ep.get(), hs.peer());
     if (s.ok()) s = ConnectQpByHand(ep.get());
     if (!s.ok()) {
@@ -372,7 +372,7 @@ Result<std::shared_ptr<Endpoint>> VerbsTransport::FinishOob(UniqueFd fd, Handsha
   auto ready = RecvFrame(fd.get(), deadline);
   if (!ready.ok()) return fail(ready.status());
   if (*ready != kReady) return fail(ProtocolError("expected the ready frame from " + peer));
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<common::MaybeMutex> lock(mu_);
   ep->control_fd_ = std::move(fd);
   ep->state_ = VerbsEndpoint::State::kReady;
   ep->last_heard_ = Clock::now();

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "transport/common/coarse_clock.h"
 #include "transport/verbs/errors.h"
 #include "transport/verbs/verbs_transport.h"
 
@@ -110,39 +111,23 @@ void VerbsTransport::FailEndpointLocked(VerbsEndpoint* ep, Status why, bool ling
   ep->state_ = VerbsEndpoint::State::kFailed;
   ep->status_ = why;
   // User work fails now, with the endpoint's reason.
-  for (auto it = records_.begin(); it != records_.end();) {
-    OpRecord& rec = it->second;
-    if (rec.ep != ep || (linger && rec.kind == OpRecord::Kind::kControl)) {
-      ++it;
-      continue;
-    }
+  for (auto& owned : records_) {
+    OpRecord& rec = *owned;
+    if (!rec.in_use || rec.ep != ep || (linger && rec.kind == OpRecord::Kind::kControl)) continue;
     if (rec.kind == OpRecord::Kind::kUser) {
-      Completion c = rec.completion;
-      c.code = why.code();
-      c.error = why.message();
-      CompleteLocked(std::move(c));
+      FailOpLocked(rec.context, rec.type, rec.completion_ep, why);
     }
-    it = records_.erase(it);
+    FreeRecordLocked(&rec);
   }
-  auto fail_recv = [&](const PendingRecv& r) {
-    Completion c;
-    c.context = r.context;
-    c.type = OpType::kRecv;
-    c.ep = ep;
-    c.code = why.code();
-    c.error = why.message();
-    CompleteLocked(std::move(c));
-  };
-  for (const PendingRecv& r : ep->recvs_) fail_recv(r);
-  ep->recvs_.clear();
+  auto fail_recv = [&](const PendingRecv& r) { FailOpLocked(r.context, OpType::kRecv, ep, why); };
+  while (!ep->recvs_.empty()) fail_recv(ep->recvs_.pop());
   if (ep->assembling_) fail_recv(*ep->assembling_);
   ep->assembling_.reset();
-  for (const Fragment& f : ep->unexpected_) RepostLocked(f.buffer);
-  ep->unexpected_.clear();
+  while (!ep->unexpected_.empty()) RepostLocked(ep->unexpected_.pop().buffer);
   if (linger) {
     // Keep the QP up briefly so the Reject frame reaches the peer (see HeartbeatLocked()).
     ep->lingering_ = true;
-    ep->linger_until_ = Clock::now() + std::chrono::seconds(1);
+    ep->linger_until_ = common::CoarseNow() + std::chrono::seconds(1);
     return;
   }
   TearDownLocked(ep);
@@ -150,8 +135,8 @@ void VerbsTransport::FailEndpointLocked(VerbsEndpoint* ep, Status why, bool ling
 
 void VerbsTransport::TearDownLocked(VerbsEndpoint* ep) {
   ep->lingering_ = false;
-  for (auto it = records_.begin(); it != records_.end();) {
-    it = it->second.ep == ep ? records_.erase(it) : std::next(it);
+  for (auto& owned : records_) {
+    if (owned->in_use && owned->ep == ep) FreeRecordLocked(owned.get());
   }
   ep->backlog_.clear();
   ep->sq_used_ = 0;
@@ -199,7 +184,7 @@ void VerbsTransport::ReapLocked() {
 }
 
 void VerbsTransport::HeartbeatLocked() {
-  const auto now = Clock::now();
+  const auto now = common::CoarseNow();
   const auto timeout = options_.peer_timeout;
   for (auto& [id, sp] : endpoints_) {
     VerbsEndpoint* ep = sp.get();
@@ -233,15 +218,12 @@ void VerbsTransport::HeartbeatLocked() {
     }
     // Idle: an 8-byte RDMA WRITE to the peer's heartbeat word. A dead peer makes it fail with
     // RETRY_EXC_ERR (QP timeout x retry_cnt); the deadline above is the backstop.
-    OpRecord rec;
-    rec.id = next_record_id_++;
-    rec.kind = OpRecord::Kind::kHeartbeat;
-    rec.ep = ep;
+    OpRecord* rec = NewRecordLocked(OpRecord::Kind::kHeartbeat, ep);
+    if (rec == nullptr) continue;  // the pool is full of work: that is liveness enough
     PlanContiguous(reinterpret_cast<uintptr_t>(hb_word_.get()), sizeof(uint64_t), hb_mr_->lkey,
                    ep->peer_.heartbeat_addr, ep->peer_.heartbeat_rkey, IBV_WR_RDMA_WRITE,
-                   port_.max_msg_sz, &rec.plan);
-    ep->backlog_.push_back(rec.id);
-    records_.emplace(rec.id, std::move(rec));
+                   port_.max_msg_sz, &rec->plan);
+    ep->backlog_.push(rec->id);
     ep->hb_outstanding_ = true;
     ep->hb_posted_ = now;
     ep->last_heard_ = now;
@@ -251,7 +233,10 @@ void VerbsTransport::HeartbeatLocked() {
 
 void VerbsTransport::ProgressLocked(EventCheck events) {
   PollCqLocked();
-  const auto now = Clock::now();
+  // The coarse clock gates the event drains and the housekeeping (a vDSO read without a TSC read:
+  // a steady_clock read on every turn of a busy Poll() was 2.8 % of a ping-pong's samples in the
+  // soft-RoCE VM, docs/perf/transport-analysis.md); both are millisecond-scale gates.
+  const auto now = common::CoarseNow();
   // rdma_get_cm_event and ibv_get_async_event are one failed write()/read() syscall each when
   // nothing is pending, which is almost always. On the Poll() path they were two of the three
   // syscalls of every turn (ibv_post_send is the third on rxe) and, with the contention they
@@ -302,7 +287,7 @@ void VerbsTransport::ProgressThreadMain() {
   while (!stop_) {
     std::vector<pollfd> fds;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::lock_guard<common::MaybeMutex> lock(mu_);
       ProgressLocked();
       fds = WaitFdsLocked();
       PollCqLocked();  // closes the race between the last poll and arming
@@ -312,13 +297,19 @@ void VerbsTransport::ProgressThreadMain() {
 }
 
 size_t VerbsTransport::Poll(std::span<Completion> out) {
-  std::lock_guard<std::mutex> lock(mu_);
-  ProgressLocked(EventCheck::kWhenDue);
-  size_t n = 0;
-  while (n < out.size() && !ready_.empty()) {
-    out[n++] = std::move(ready_.front());
-    ready_.pop_front();
+  // kMulti: a thread that finds the lock taken leaves progress to its holder (non-blocking),
+  // unless the holder is the progress thread: what it reaped is queued for the caller, who then
+  // waits for the lock (a Wait() that returned for a queued completion is followed by a Poll
+  // that returns it).
+  std::unique_lock<common::MaybeMutex> lock(mu_, std::defer_lock);
+  if (options_.progress_thread) {
+    lock.lock();
+  } else if (!lock.try_lock()) {
+    return 0;
   }
+  if (ready_.empty() || out.empty()) ProgressLocked(EventCheck::kWhenDue);
+  size_t n = 0;
+  while (n < out.size() && !ready_.empty()) out[n++] = ready_.pop();
   return n;
 }
 
@@ -333,7 +324,7 @@ Status VerbsTransport::Wait(Millis timeout) {
     }
     std::vector<pollfd> fds;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::lock_guard<common::MaybeMutex> lock(mu_);
       ProgressLocked();
       if (!ready_.empty()) return Status::Ok();
       fds = WaitFdsLocked();

@@ -130,9 +130,13 @@ Result<PeerData> DecodePeerData(std::span<const uint8_t> b) {
 }
 
 VerbsTransport::VerbsTransport(const TransportOptions& options, Config config)
-    : options_(options), config_(std::move(config)), advertise_(options.advertise) {}
+    : options_(options),
+      config_(std::move(config)),
+      mu_(options.thread_mode),
+      advertise_(options.advertise) {}
 
 Result<std::unique_ptr<Transport>> VerbsTransport::Create(const TransportOptions& options) {
+  FERRY_RETURN_IF_ERROR(common::CheckThreadMode(options, "verbs"));
   FERRY_ASSIGN_OR_RETURN(Config config, ParseConfig(options));
   std::unique_ptr<VerbsTransport> t(new VerbsTransport(options, std::move(config)));
   FERRY_RETURN_IF_ERROR(t->Init());
@@ -232,7 +236,7 @@ Status VerbsTransport::Init() {
 VerbsTransport::~VerbsTransport() {
   stop_ = true;
   if (progress_thread_.joinable()) progress_thread_.join();
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<common::MaybeMutex> lock(mu_);
   oob_sessions_.clear();
   for (auto& [id, ep] : endpoints_) {
     FailEndpointLocked(ep.get(), Cancelled("transport destroyed"));
@@ -332,12 +336,12 @@ Result<std::unique_ptr<MemoryRegion>> VerbsTransport::RegisterMemory(void* addr,
 }
 
 void VerbsTransport::Advertise(std::vector<RemoteRegion> regions) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<common::MaybeMutex> lock(mu_);
   advertise_ = std::move(regions);
 }
 
 Stats VerbsTransport::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<common::MaybeMutex> lock(mu_);
   return stats_;
 }
 
@@ -365,7 +369,7 @@ Result<std::string> VerbsTransport::Listen(const std::string& address) {
   uint16_t port = 0;
   FERRY_RETURN_IF_ERROR(common::SplitHostPort(address, &host, &port));
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<common::MaybeMutex> lock(mu_);
     if (listen_id_ || listen_fd_) {
       return InvalidArgument("already listening on " + listen_address_);
     }
@@ -400,12 +404,12 @@ void VerbsEndpoint::ReleaseResources() {
 }
 
 Status VerbsEndpoint::status() const {
-  std::lock_guard<std::mutex> lock(t_->mu_);
+  std::lock_guard<common::MaybeMutex> lock(t_->mu_);
   return status_;
 }
 
 Result<std::unique_ptr<RemoteKey>> VerbsEndpoint::Import(const RemoteRegion& region) {
-  std::lock_guard<std::mutex> lock(t_->mu_);
+  std::lock_guard<common::MaybeMutex> lock(t_->mu_);
   if (!status_.ok()) return status_;
   if (region.rkey.size() != 4) {
     return InvalidArgument("remote region key is " + std::to_string(region.rkey.size()) +
@@ -425,7 +429,7 @@ Result<std::unique_ptr<RemoteKey>> VerbsEndpoint::Import(const RemoteRegion& reg
 }
 
 void VerbsEndpoint::Close() {
-  std::lock_guard<std::mutex> lock(t_->mu_);
+  std::lock_guard<common::MaybeMutex> lock(t_->mu_);
   t_->CloseEndpointLocked(this);
 }
 

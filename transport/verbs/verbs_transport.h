@@ -32,7 +32,15 @@
 //    endpoint is idle) fail the endpoint; QP ack timeout/retry_cnt are set from peer_timeout.
 //
 // Locking: one mutex (mu_) guards all transport and endpoint state; Accept/Connect/Wait release
-// it while they sleep. Completions are queued in ready_ and handed out by Poll().
+// it while they sleep. Poll only tries it (a thread holding it is driving progress). Under
+// ThreadMode::kSingle mu_ is a no-op (common::MaybeMutex). Completions are queued in ready_ and
+// handed out by Poll().
+//
+// Per-operation cost: records of posted Ops are pooled (their WR plans keep their capacity; an
+// id names the pool slot and a generation, so a completion finds its record without a map), the
+// queues are rings, the post-list and repost buffers are members, ownership checks compare
+// typeids, and liveness stamps and gates use the coarse clock (common/coarse_clock.h). Once
+// warm, Post and Poll allocate nothing; error texts are built only on failure.
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -55,6 +63,8 @@
 #include <vector>
 
 #include "transport/backend.h"
+#include "transport/common/maybe_mutex.h"
+#include "transport/common/ring.h"
 #include "transport/handshake.h"
 #include "transport/verbs/device.h"
 #include "transport/verbs/errors.h"
@@ -151,12 +161,20 @@ class VerbsRemoteKey final : public RemoteKey {
   const uint64_t endpoint_id;
 };
 
+// A posted Op (or handshake frame, or heartbeat) until its last WR completes. Pooled by the
+// transport (NewRecordLocked / FreeRecordLocked): `id` names the pool slot and a generation.
 struct OpRecord {
   enum class Kind : uint8_t { kUser, kControl, kHeartbeat };
   uint64_t id = 0;
   Kind kind = Kind::kUser;
+  bool in_use = false;
+  uint32_t slot = 0;  // position in the pool
+  uint32_t gen = 0;   // bumped on every reuse of the slot
   VerbsEndpoint* ep = nullptr;
-  Completion completion;
+  // The user Op's completion fields (the error, if any, is added when it fails).
+  uint64_t context = 0;
+  OpType type = OpType::kSend;
+  Endpoint* completion_ep = nullptr;
   WrPlan plan;
   size_t next_wr = 0;          // first WR not yet posted
   size_t unreleased = 0;       // posted WRs whose SQ slots are not yet released
@@ -217,9 +235,9 @@ class VerbsEndpoint final : public Endpoint {
   Clock::time_point linger_until_;
   uint32_t sq_depth_ = 0;
   uint32_t sq_used_ = 0;
-  std::deque<uint64_t> backlog_;           // OpRecord ids with WRs still to post, in order
-  std::deque<PendingRecv> recvs_;          // kRecv ops naming this endpoint
-  std::deque<Fragment> unexpected_;        // arrived fragments not yet copied out
+  common::Ring<uint64_t> backlog_;         // OpRecord ids with WRs still to post, in order
+  common::Ring<PendingRecv> recvs_;        // kRecv ops naming this endpoint
+  common::Ring<Fragment> unexpected_;      // arrived fragments not yet copied out
   std::optional<PendingRecv> assembling_;  // the recv the current message is copied into
   uint64_t assembled_ = 0;                 // bytes of the current message so far
   bool discarding_ = false;                // current message did not fit; drop to its end
@@ -305,7 +323,14 @@ class VerbsTransport final : public Transport {
   bool TakeRecvLocked(VerbsEndpoint* ep, PendingRecv* out);
   void RepostLocked(uint32_t buffer);
   void FlushRepostsLocked();
-  void CompleteLocked(Completion c);
+  // The next completion slot of ready_, filled with these fields (code Ok).
+  Completion& PushCompletionLocked(uint64_t context, OpType type, Endpoint* ep, uint64_t bytes);
+  // The same with an error.
+  void FailOpLocked(uint64_t context, OpType type, Endpoint* ep, const Status& why);
+  // The record pool (datapath.cc).
+  OpRecord* NewRecordLocked(OpRecord::Kind kind, VerbsEndpoint* ep);  // nullptr: pool full
+  OpRecord* RecordLocked(uint64_t id);  // nullptr: freed, or the slot was reused since
+  void FreeRecordLocked(OpRecord* rec);
 
   // ---- events.cc ----
   // kAlways: also drain rdma_cm and async events (a syscall each); kWhenDue: only if
@@ -330,7 +355,7 @@ class VerbsTransport final : public Transport {
   const TransportOptions options_;
   const Config config_;
   Capabilities caps_;
-  mutable std::mutex mu_;
+  mutable common::MaybeMutex mu_;  // a real mutex unless options_.thread_mode is kSingle
   std::condition_variable accept_cv_;
   MemlockBudget memlock_;
 
@@ -360,9 +385,16 @@ class VerbsTransport final : public Transport {
 
   // ---- plain state, guarded by mu_ ----
   std::unordered_map<uint32_t, VerbsEndpoint*> by_qpn_;
-  std::unordered_map<uint64_t, OpRecord> records_;
-  std::deque<Completion> ready_;
-  std::deque<PendingRecv> shared_recvs_;
+  std::vector<std::unique_ptr<OpRecord>> records_;  // the pool; slot = position
+  std::vector<OpRecord*> free_records_;
+  common::Ring<Completion> ready_;
+  common::Ring<PendingRecv> shared_recvs_;
+  // PumpLocked's and FlushRepostsLocked's working buffers (reused: no allocation per post).
+  std::vector<size_t> pump_remaining_;
+  std::vector<BatchPiece> pump_pieces_;
+  std::vector<ibv_send_wr> pump_wrs_;
+  std::vector<ibv_sge> repost_sges_;
+  std::vector<ibv_recv_wr> repost_wrs_;
   std::deque<std::shared_ptr<VerbsEndpoint>> accepted_;
   std::deque<Status> accept_errors_;
   std::vector<std::unique_ptr<OobSession>>
@@ -378,7 +410,6 @@ class VerbsTransport final : public Transport {
   uint32_t max_read_sge_ = 1;
   uint32_t cq_budget_ = 0;  // spare CQ entries for signaled send WRs
   uint64_t next_endpoint_id_ = 1;
-  uint64_t next_record_id_ = 1;
   uint64_t next_recv_seq_ = 1;
   unsigned cq_events_unacked_ = 0;
   bool cq_armed_ = false;

@@ -23,8 +23,8 @@ void PlanSparse(std::span<const Segment> segments, uint64_t local_base, uint32_t
                                       static_cast<uint32_t>(plan->sges.size()), 0, 0});
         cur = &plan->wrs.back();
       }
-      plan->sges.push_back(ibv_sge{local_base + s.local_offset + done,
-                                   static_cast<uint32_t>(piece), lkey});
+      plan->sges.push_back(
+          ibv_sge{local_base + s.local_offset + done, static_cast<uint32_t>(piece), lkey});
       cur->num_sge++;
       cur->bytes += piece;
       cur_remote_end = remote + piece;
@@ -41,14 +41,14 @@ void PlanContiguous(uint64_t local_addr, uint64_t length, uint32_t lkey, uint64_
              max_wr_bytes, plan);
 }
 
-void PlanSend(uint64_t local_addr, uint64_t length, uint32_t lkey, uint32_t fragment,
-              uint32_t tag, WrPlan* plan) {
+void PlanSend(uint64_t local_addr, uint64_t length, uint32_t lkey, uint32_t fragment, uint32_t tag,
+              WrPlan* plan) {
   if (fragment == 0) fragment = 1;
   uint64_t off = 0;
   do {
     const uint64_t chunk = std::min<uint64_t>(length - off, fragment);
-    PlannedWr wr{IBV_WR_SEND_WITH_IMM, true, tag, 0, 0, static_cast<uint32_t>(plan->sges.size()),
-                 0, chunk};
+    PlannedWr wr{
+        IBV_WR_SEND_WITH_IMM, true, tag, 0, 0, static_cast<uint32_t>(plan->sges.size()), 0, chunk};
     if (chunk > 0) {
       plan->sges.push_back(ibv_sge{local_addr + off, static_cast<uint32_t>(chunk), lkey});
       wr.num_sge = 1;
@@ -63,8 +63,9 @@ void PlanSend(uint64_t local_addr, uint64_t length, uint32_t lkey, uint32_t frag
 void PutFurthestFirst(WrPlan* plan) {
   if (plan->wrs.size() < 2) return;
   auto end = [](const PlannedWr& w) { return w.remote_addr + w.bytes; };
-  auto it = std::max_element(plan->wrs.begin(), plan->wrs.end(),
-                             [&](const PlannedWr& a, const PlannedWr& b) { return end(a) < end(b); });
+  auto it =
+      std::max_element(plan->wrs.begin(), plan->wrs.end(),
+                       [&](const PlannedWr& a, const PlannedWr& b) { return end(a) < end(b); });
   std::rotate(plan->wrs.begin(), it, it + 1);
 }
 
@@ -79,19 +80,18 @@ void AddNotify(uint32_t imm, uint64_t remote_addr, uint32_t rkey, WrPlan* plan) 
   last.imm = imm;
 }
 
-std::vector<BatchPiece> PlanPostBatch(std::span<const size_t> remaining, size_t sq_free,
-                                      size_t cq_budget, size_t max_batch) {
-  std::vector<BatchPiece> out;
+void PlanPostBatch(std::span<const size_t> remaining, size_t sq_free, size_t cq_budget,
+                   size_t max_batch, std::vector<BatchPiece>* out) {
+  out->clear();
   size_t room = std::min(sq_free, max_batch);
   for (size_t i = 0; i < remaining.size() && room > 0 && cq_budget > 0; ++i) {
     if (remaining[i] == 0) continue;
     size_t take = std::min(remaining[i], room);
-    out.push_back(BatchPiece{i, take});
+    out->push_back(BatchPiece{i, take});
     room -= take;
     cq_budget -= 1;
     if (take < remaining[i]) break;  // keep per-endpoint order: nothing may overtake this op
   }
-  return out;
 }
 
 }  // namespace ferry::verbs

@@ -27,10 +27,10 @@ namespace ferry::verbs {
 struct PlannedWr {
   ibv_wr_opcode opcode = IBV_WR_RDMA_WRITE;
   bool with_imm = false;
-  uint32_t imm = 0;            // host order; converted to network order when posted
+  uint32_t imm = 0;  // host order; converted to network order when posted
   uint64_t remote_addr = 0;
   uint32_t rkey = 0;
-  uint32_t first_sge = 0;      // into WrPlan::sges
+  uint32_t first_sge = 0;  // into WrPlan::sges
   uint32_t num_sge = 0;
   uint64_t bytes = 0;
 };
@@ -54,8 +54,8 @@ void PlanContiguous(uint64_t local_addr, uint64_t length, uint32_t lkey, uint64_
 // buffer size); imm = tag, with kLastFragment set on the final one. A 0-byte message is one
 // fragment without SGEs.
 inline constexpr uint32_t kLastFragment = 1u;
-void PlanSend(uint64_t local_addr, uint64_t length, uint32_t lkey, uint32_t fragment,
-              uint32_t tag, WrPlan* plan);
+void PlanSend(uint64_t local_addr, uint64_t length, uint32_t lkey, uint32_t fragment, uint32_t tag,
+              WrPlan* plan);
 
 // Moves the WR reaching furthest into the remote region to the front. An RC QP executes WRs in
 // order and stops at the first the target HCA refuses, so a list that runs past the end of the
@@ -72,7 +72,9 @@ struct BatchPiece {
 
 // Which WRs go into the next post-list. remaining[i] = WRs op i still has to post, in queue
 // order; stops at the first op that does not fit entirely only after taking what fits of it.
-std::vector<BatchPiece> PlanPostBatch(std::span<const size_t> remaining, size_t sq_free,
-                                      size_t cq_budget, size_t max_batch);
+// Replaces *out (its capacity is reused: the data path plans a batch per post without
+// allocating once warm).
+void PlanPostBatch(std::span<const size_t> remaining, size_t sq_free, size_t cq_budget,
+                   size_t max_batch, std::vector<BatchPiece>* out);
 
 }  // namespace ferry::verbs
