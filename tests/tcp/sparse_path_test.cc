@@ -91,12 +91,14 @@ TEST(TcpSparsePath, BounceThresholdBoundaries) {
 }
 
 // Sparse writes of `rows` rows of `row` bytes into a permutation of slots (with every 7th row
-// adjacent to the previous one), through a transport pair configured with bounce_max_row = max.
+// adjacent to the previous one), then a sparse read of the same rows back, through a transport
+// pair configured with bounce_max_row = gather_max_row = max.
 void SparseRoundTrip(uint64_t max, uint64_t row, size_t rows) {
-  SCOPED_TRACE("bounce_max_row=" + std::to_string(max) + " row=" + std::to_string(row) +
-               " rows=" + std::to_string(rows));
+  SCOPED_TRACE("bounce_max_row=gather_max_row=" + std::to_string(max) + " row=" +
+               std::to_string(row) + " rows=" + std::to_string(rows));
   TransportOptions o;
   o.params["bounce_max_row"] = std::to_string(max);
+  o.params["gather_max_row"] = std::to_string(max);
   Pair p = ConnectPair(o, o);
   ASSERT_NE(p.ab, nullptr);
   std::mt19937_64 rng(row * 131 + rows);
@@ -128,12 +130,27 @@ void SparseRoundTrip(uint64_t max, uint64_t row, size_t rows) {
   ASSERT_TRUE(c && c->ok()) << (c ? c->error : "timeout");
   EXPECT_EQ(c->bytes, rows * row);
   EXPECT_TRUE(dst == want);
+  // Back: each row from where it landed (a duplicate slot holds the later row).
+  std::vector<uint8_t> back(rows * row, 0), back_want(rows * row);
+  for (const Segment& s : segs) std::memcpy(&back_want[s.local_offset], &want[s.remote_offset], row);
+  auto back_mr = Take(p.a->RegisterMemory(back.data(), back.size(), kAccessLocal));
+  Op r = MakeOp(OpType::kSparseRead, p.ab.get(), back_mr.get(), 0, 0, 2, key.get());
+  r.segments = segs.data();
+  r.num_segments = segs.size();
+  ASSERT_TRUE(p.a->Post({&r, 1}).ok());
+  c = d.Next(0);
+  ASSERT_TRUE(c && c->ok()) << (c ? c->error : "timeout");
+  EXPECT_EQ(c->bytes, rows * row);
+  EXPECT_TRUE(back == back_want);
 }
 
-TEST(TcpSparsePath, WritesLandOnEitherSideOfTheThreshold) {
+TEST(TcpSparsePath, WritesAndReadsLandOnEitherSideOfTheThreshold) {
   for (uint64_t max : {0ull, 64ull, 1ull << 20}) {
     for (uint64_t row : {1ull, 63ull, 64ull, 65ull, 300ull}) {
       SparseRoundTrip(max, row, 3000);  // > one 64 KiB bounce chunk for rows >= 22 B
+    }
+    for (uint64_t row : {20000ull, 100000ull}) {  // rows near and above the 64 KiB scratch
+      SparseRoundTrip(max, row, 40);
     }
   }
 }
@@ -216,12 +233,15 @@ TEST(TcpSparsePath, BouncedWriteWithOneBadRowIsRefusedBeforeAnyByteLands) {
   EXPECT_TRUE(std::all_of(dst.begin(), dst.end(), [](uint8_t b) { return b == 0x5a; }));
 }
 
-TEST(TcpSparsePath, BadBounceParameterIsInvalidArgument) {
-  TransportOptions o;
-  o.params["bounce_max_row"] = "lots";
-  auto t = CreateTransport("tcp", o);
-  ASSERT_FALSE(t.ok());
-  EXPECT_EQ(t.status().code(), Code::kInvalidArgument);
+TEST(TcpSparsePath, BadBounceOrGatherParameterIsInvalidArgument) {
+  for (const char* name : {"bounce_max_row", "gather_max_row"}) {
+    TransportOptions o;
+    o.params[name] = "lots";
+    auto t = CreateTransport("tcp", o);
+    ASSERT_FALSE(t.ok()) << name;
+    EXPECT_EQ(t.status().code(), Code::kInvalidArgument) << name;
+    EXPECT_NE(t.status().message().find(name), std::string::npos) << t.status().message();
+  }
 }
 
 }  // namespace

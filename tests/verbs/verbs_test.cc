@@ -237,6 +237,64 @@ TEST(Verbs, SparseSplitsAtMaxSge) {
   }
 }
 
+// Ops larger than the port's max_msg_sz (8 MiB on rxe) are cut into several WRs and land whole:
+// a contiguous write and read, and a sparse write whose rows add up to more than max_msg_sz.
+TEST(Verbs, OpsBeyondTheDevicesMaxMessageSizeAreSplit) {
+  REQUIRE_RDMA();
+  Pair p = Connect(Opts({}), Opts({}));
+  ASSERT_TRUE(p.c_ep);
+  uint64_t max_msg = 0;
+  for (const auto& d : p.client->devices()) {
+    if (d.attributes.count("max_msg_sz")) max_msg = std::stoull(d.attributes.at("max_msg_sz"));
+  }
+  ASSERT_GT(max_msg, 0u);
+  ASSERT_LE(max_msg, 64ull << 20) << "a device with a larger max_msg_sz needs larger buffers here";
+  EXPECT_GT(p.client->capabilities().max_message_size, max_msg);
+  const uint64_t len = 2 * max_msg + 12285;  // not a multiple of anything
+  std::vector<uint8_t> local(len), remote(len), back(len);
+  Fill(local, 21);
+  auto lmr = Reg(p.client.get(), local, kAccessLocal);
+  auto bmr = Reg(p.client.get(), back, kAccessLocal);
+  auto rmr = Reg(p.server.get(), remote, kAccessRemote);
+  auto key = p.c_ep->Import(rmr->descriptor());
+  ASSERT_TRUE(key.ok());
+  const auto before = StatsOf(*p.client);
+  Op w{.type = OpType::kWrite, .ep = p.c_ep.get(), .local = lmr.get(), .length = len,
+       .remote = key->get()};
+  ASSERT_OK(p.client->Post({&w, 1}));
+  auto cc = Drain(p.client.get(), 1);
+  ASSERT_EQ(cc.size(), 1u);
+  ASSERT_TRUE(cc[0].ok()) << cc[0].error;
+  EXPECT_EQ(cc[0].bytes, len);
+  EXPECT_GE(StatsOf(*p.client).wrs_posted - before.wrs_posted, 2u);
+  ASSERT_EQ(std::memcmp(remote.data(), local.data(), len), 0);
+  Op r{.type = OpType::kRead, .ep = p.c_ep.get(), .local = bmr.get(), .length = len,
+       .remote = key->get()};
+  ASSERT_OK(p.client->Post({&r, 1}));
+  cc = Drain(p.client.get(), 1);
+  ASSERT_EQ(cc.size(), 1u);
+  ASSERT_TRUE(cc[0].ok()) << cc[0].error;
+  ASSERT_EQ(std::memcmp(back.data(), local.data(), len), 0);
+  // Sparse: 4 KiB rows, local pieces in reverse order, every other remote row (no merging).
+  const uint64_t row = 4096, rows = len / (2 * row);
+  ASSERT_GT(rows * row, max_msg);
+  std::fill(remote.begin(), remote.end(), 0);
+  std::vector<Segment> segs;
+  for (uint64_t i = 0; i < rows; ++i) segs.push_back({(rows - 1 - i) * row, 2 * i * row, row});
+  Op s{.type = OpType::kSparseWrite, .ep = p.c_ep.get(), .local = lmr.get(), .remote = key->get(),
+       .segments = segs.data(), .num_segments = segs.size()};
+  ASSERT_OK(p.client->Post({&s, 1}));
+  cc = Drain(p.client.get(), 1);
+  ASSERT_EQ(cc.size(), 1u);
+  ASSERT_TRUE(cc[0].ok()) << cc[0].error;
+  EXPECT_EQ(cc[0].bytes, rows * row);
+  for (uint64_t i = 0; i < rows; ++i) {
+    ASSERT_EQ(std::memcmp(remote.data() + 2 * i * row, local.data() + (rows - 1 - i) * row, row), 0)
+        << i;
+    ASSERT_EQ(remote[(2 * i + 1) * row], 0) << "gap row " << i << " was written";
+  }
+}
+
 // More WRs than the send queue holds: split into several post-lists, each signaled at its end.
 TEST(Verbs, PostListBatchingThroughSmallSendQueue) {
   REQUIRE_RDMA();

@@ -301,7 +301,7 @@ bool TcpTransport::OnTable(Conn& c) {
   item.data.SetSegments(e->base, item.owned_table.data(), item.owned_table.size(), true, total);
   // Small rows: gathered into the tx scratch and sent as one buffer (FlushTx), the mirror of
   // the bounce receive of small-row writes; one iovec a row costs the kernel more per row.
-  item.gather = ShouldBounce(total, item.owned_table.size(), params_.bounce_max_row);
+  item.gather = ShouldBounce(total, item.owned_table.size(), params_.gather_max_row);
   item.pin_key = h.key;
   ++e->pins;
   return true;

@@ -26,13 +26,14 @@ constexpr int kMaxEvents = 64;
 
 Result<Params> ParseParams(const TransportOptions& options) {
   static const char* const kKnown[] = {"sndbuf", "rcvbuf", "max_unexpected_bytes",
-                                       "bounce_max_row"};
+                                       "bounce_max_row", "gather_max_row"};
   for (const auto& [key, value] : options.params) {
     bool known = false;
     for (const char* k : kKnown) known = known || key == k;
     if (!known) {
       return InvalidArgument("tcp: unknown parameter '" + key +
-                             "' (known: sndbuf, rcvbuf, max_unexpected_bytes, bounce_max_row)");
+                             "' (known: sndbuf, rcvbuf, max_unexpected_bytes, bounce_max_row, "
+                             "gather_max_row)");
     }
   }
   Params p;
@@ -42,6 +43,8 @@ Result<Params> ParseParams(const TransportOptions& options) {
                          ParamUint(options, "max_unexpected_bytes", kDefaultUnexpectedLimit));
   FERRY_ASSIGN_OR_RETURN(p.bounce_max_row,
                          ParamUint(options, "bounce_max_row", kDefaultBounceMaxRow));
+  FERRY_ASSIGN_OR_RETURN(p.gather_max_row,
+                         ParamUint(options, "gather_max_row", kDefaultGatherMaxRow));
   if (p.sndbuf > (1u << 30) || p.rcvbuf > (1u << 30)) {
     return InvalidArgument("tcp: sndbuf/rcvbuf above 1 GiB");
   }

@@ -64,11 +64,18 @@ inline constexpr size_t kCtrlSize = 8192;
 inline constexpr size_t kTailLookAhead = 512;
 inline constexpr uint64_t kDefaultUnexpectedLimit = 64ull << 20;
 // Target of a sparse write whose rows average at most this many bytes: the payload is received
-// into the connection's scratch buffer and scattered with memcpy (see Rx::bounce). Measured
-// crossover of receiver CPU per row (docs/perf/tcp-profile.md): bounce wins up to ~96 B rows,
-// readv wins from 128 B on. The same bound picks the gathered send of a sparse read response
-// (TxItem::gather) over one iovec per row. Parameter bounce_max_row overrides it (0 disables).
-inline constexpr uint64_t kDefaultBounceMaxRow = 96;
+// into the connection's scratch buffer and scattered with non-temporal stores (Rx::bounce,
+// common::ScatterRow) instead of one readv iovec per row. End to end (ferry-bw, loopback, rows
+// at random places of a 64 MiB region, alternated A/B, docs/perf/tcp-profile.md) the bounce
+// gives 2.3x the rows/s at 256 B, 1.6-2.0x at 1 KiB and 1.2-1.4x at 16 KiB: the kernel's
+// copy into each row reads the destination lines first, ScatterRow does not. Parameter
+// bounce_max_row overrides it (0 disables).
+inline constexpr uint64_t kDefaultBounceMaxRow = 16384;
+// Target of a sparse read whose rows average at most this many bytes: the response is gathered
+// chunk by chunk into the tx scratch and sent as one buffer (TxItem::gather) instead of one
+// sendmsg iovec per row. Same A/B: 2.2x at 256 B, even at 1 KiB, 0.7-0.75x at 4-16 KiB (there
+// the kernel's per-iovec cost is small next to the extra copy). Parameter gather_max_row.
+inline constexpr uint64_t kDefaultGatherMaxRow = 512;
 
 // Whether the target receives a checked sparse write of `total` bytes in `nsegs` rows through
 // the bounce buffer: rows averaging at most max_row bytes (max_row 0: never).
@@ -227,6 +234,7 @@ struct Params {
   uint64_t rcvbuf = 0;
   uint64_t unexpected_limit = kDefaultUnexpectedLimit;
   uint64_t bounce_max_row = kDefaultBounceMaxRow;
+  uint64_t gather_max_row = kDefaultGatherMaxRow;
 };
 
 class TcpTransport final : public Transport {
