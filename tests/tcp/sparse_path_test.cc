@@ -51,6 +51,53 @@ TEST(TcpSparsePath, FillMergesOnlySegmentsThatTouch) {
   EXPECT_EQ(iov[1].iov_len, 8u);
 }
 
+// Fill memoizes its first merged run: after any Advance, the iovecs must equal those of a fresh
+// cursor at the same position (runs of touching rows, zero-length rows, breaks, odd advances,
+// Fill limited to few iovecs, and CopyIn moving the cursor between Fills).
+TEST(TcpSparsePath, FillMemoMatchesAFreshWalk) {
+  std::mt19937_64 rng(17);
+  std::vector<uint8_t> mem(1 << 20);
+  for (int round = 0; round < 20; ++round) {
+    std::vector<Segment> segs;
+    uint64_t at = 0, total = 0;
+    for (int k = 0; k < 3000; ++k) {
+      const uint64_t len = rng() % 9 == 0 ? 0 : 1 + rng() % 64;
+      if (rng() % 50 == 0) at += 1 + rng() % 100;  // a break: the next row does not touch
+      if (at + len > mem.size()) break;
+      segs.push_back({at, 0, len});
+      at += len;
+      total += len;
+    }
+    Cursor c, fresh;
+    c.SetSegments(mem.data(), segs.data(), segs.size(), false, total);
+    std::vector<uint8_t> sink(total);
+    uint64_t done = 0;
+    while (done < total) {
+      const size_t max = 1 + rng() % 4;
+      iovec a[4], b[4];
+      uint64_t ab = 0, bb = 0;
+      const size_t na = c.Fill(a, max, &ab);
+      fresh.SetSegments(mem.data(), segs.data(), segs.size(), false, total);
+      fresh.Advance(done);
+      const size_t nb = fresh.Fill(b, max, &bb);
+      ASSERT_EQ(na, nb) << "round " << round << " done " << done;
+      ASSERT_EQ(ab, bb) << "round " << round << " done " << done;
+      for (size_t k = 0; k < na; ++k) {
+        ASSERT_EQ(a[k].iov_base, b[k].iov_base) << k;
+        ASSERT_EQ(a[k].iov_len, b[k].iov_len) << k;
+      }
+      const uint64_t n = std::min<uint64_t>(total - done, 1 + rng() % (ab + 1));
+      if (rng() % 5 == 0) {
+        c.CopyIn(sink.data(), n);  // moves the cursor without Fill
+      } else {
+        c.Advance(n);
+      }
+      done += n;
+    }
+    EXPECT_EQ(c.remaining, 0u);
+  }
+}
+
 TEST(TcpSparsePath, CopyInScattersAcrossChunkAndSegmentBoundaries) {
   std::mt19937_64 rng(5);
   constexpr size_t kRows = 300;

@@ -81,27 +81,65 @@ size_t Cursor::Fill(iovec* iov, size_t max, uint64_t* bytes) const {
   // Segments that touch in memory (row i ends where row i+1 starts, common for an initiator's
   // packed source rows) share one iovec: the kernel's cost is per iovec, not per byte. Merging
   // stops at kFillBytes so that a long mergeable run is not walked far beyond what one system
-  // call can move.
+  // call can move, and the first run is memoized (run_*): a readv() moves ~64-256 KiB of a
+  // 6.4 MB run, and re-walking the run's 100 000 rows on each call took 22 % of an initiator's
+  // samples in a 100 000 x 64 B sparse read.
   size_t count = 0;
   uint64_t left = remaining;
   uint64_t added = 0;
+  size_t i = idx;
   uint64_t o = off;
-  for (size_t i = idx; i < nsegs && left > 0 && added < kFillBytes; ++i, o = 0) {
+  bool first_run = true;  // still inside the run that starts at the current position
+  if (run_end != nullptr && remaining >= run_rem) {
+    // Known run: emit it whole and walk on from where it was last seen to end.
+    const uint64_t d = remaining - run_rem;
+    if (d > 0) {
+      iov[count++] = {run_end - d, d};
+      added = d;
+      left -= d;
+    }
+    i = run_idx;
+    o = run_off;
+  }
+  for (; i < nsegs && left > 0 && added < kFillBytes;) {
     const Segment& s = segs[i];
-    if (s.length == o) continue;
+    if (s.length == o) {
+      ++i;
+      o = 0;
+      continue;
+    }
     const uint64_t n = std::min(s.length - o, left);
     uint8_t* p = base + SegOffset(*this, s) + o;
     if (count > 0 && static_cast<uint8_t*>(iov[count - 1].iov_base) + iov[count - 1].iov_len == p) {
       iov[count - 1].iov_len += n;
     } else {
+      if (count == 1 && first_run) {  // the first run ends before this piece
+        first_run = false;
+        Memo(i, o, iov[0]);
+      }
       if (count == max) break;
       iov[count++] = {p, n};
     }
     added += n;
     left -= n;
+    if (n == s.length - o) {
+      ++i;
+      o = 0;
+    } else {
+      o += n;
+    }
   }
+  if (first_run && count > 0) Memo(i, o, iov[0]);
   *bytes += added;
   return count;
+}
+
+void Cursor::Memo(size_t at_idx, uint64_t at_off, const iovec& first) const {
+  // `first` starts at the current position, so the run ends first.iov_len bytes further on.
+  run_idx = at_idx;
+  run_off = at_off;
+  run_end = static_cast<uint8_t*>(first.iov_base) + first.iov_len;
+  run_rem = remaining - first.iov_len;
 }
 
 void Cursor::Advance(uint64_t n) {

@@ -34,6 +34,15 @@ struct Cursor {
   size_t idx = 0;            // current segment
   uint64_t off = 0;          // bytes done in the current segment / contiguous range
   uint64_t remaining = 0;
+  // Memo of Fill's first merged run, so that a long run of touching segments (an initiator's
+  // packed rows) is walked once per transfer, not once per readv()/sendmsg() that moves a part
+  // of it: from the current position up to segment position (run_idx, run_off), where
+  // `remaining` will be run_rem, memory is one range ending at run_end. Valid while
+  // remaining >= run_rem (positions only move forward); run_end null: none.
+  mutable size_t run_idx = 0;
+  mutable uint64_t run_off = 0;
+  mutable uint64_t run_rem = 0;
+  mutable uint8_t* run_end = nullptr;
 
   void SetContig(uint8_t* p, uint64_t n);
   void SetSegments(uint8_t* b, const Segment* s, size_t n, bool remote, uint64_t total);
@@ -53,6 +62,7 @@ struct Cursor {
  private:
   template <typename Visit>
   void WalkSegments(uint64_t n, Visit&& visit);
+  void Memo(size_t at_idx, uint64_t at_off, const iovec& first) const;
 };
 
 // One frame (or reply) waiting to be sent: header, optional segment table, payload.
