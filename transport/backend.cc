@@ -98,7 +98,10 @@ Status ValidateOp(const Op& op, const Capabilities& caps, uint64_t max_segments,
                               : kAccessRemoteRead;
   if (!sparse) {
     Status s = common::CheckRemoteAccess(rr.length, rr.access, op.remote_offset, op.length, needed);
-    return s.Annotate(who());
+    // Annotated only on failure: who() allocates (it was built for every contiguous write and
+    // read: 3 % of an ucx-shm 8 B write latency run's samples).
+    if (!s.ok()) return s.Annotate(who());
+    return Status::Ok();
   }
   if (op.num_segments == 0 || op.segments == nullptr) {
     return InvalidArgument(who() + ": empty segment list");
