@@ -7,6 +7,7 @@
 #include <new>
 #include <vector>
 
+#include "tests/core/fakes.h"
 #include "transport/backend.h"
 
 namespace {
@@ -29,22 +30,9 @@ void operator delete(void* p, size_t) noexcept { std::free(p); }
 namespace ferry {
 namespace {
 
-class Region : public MemoryRegion {
- public:
-  Region() : MemoryRegion(nullptr, 1 << 20, kAccessLocal) {}
-};
-class Key : public RemoteKey {
- public:
-  Key() : RemoteKey(RemoteRegion{0x10000, 1 << 20, kAccessRemote, 1, {1, 2, 3}}) {}
-};
-class Ep : public Endpoint {
- public:
-  Status status() const override { return Status::Ok(); }
-  Result<std::unique_ptr<RemoteKey>> Import(const RemoteRegion&) override {
-    return Unsupported("fake");
-  }
-  void Close() override {}
-};
+using testing_fakes::FakeEndpoint;
+using testing_fakes::FakeKey;
+using testing_fakes::FakeRegion;
 
 TEST(NoAlloc, ValidOpsOfEveryTypeAllocateNothingAndErrorsDo) {
   Capabilities caps;
@@ -52,9 +40,9 @@ TEST(NoAlloc, ValidOpsOfEveryTypeAllocateNothingAndErrorsDo) {
   caps.notify = true;
   caps.max_message_size = 1ull << 30;
   caps.max_segments = 1000;
-  Region local;
-  Key key;
-  Ep ep;
+  FakeRegion local(1 << 20, kAccessLocal);
+  FakeKey key(1 << 20, kAccessRemote);
+  FakeEndpoint ep;
   std::vector<Segment> segs = {{0, 64, 64}, {128, 4096, 256}};
   std::vector<Op> ops;
   for (OpType t : {OpType::kSend, OpType::kRecv, OpType::kWrite, OpType::kRead,

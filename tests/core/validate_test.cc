@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tests/common/print.h"
+#include "tests/core/fakes.h"
 #include "transport/backend.h"
 #include "transport/common/segment_check.h"
 #include "transport/common/socket.h"
@@ -18,29 +19,12 @@ namespace ferry {
 namespace {
 
 using common::CheckRemoteAccess;
+using testing_fakes::FakeEndpoint;
+using testing_fakes::FakeKey;
+using testing_fakes::FakeRegion;
 using common::SplitHostPort;
 
 constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
-
-class FakeRegion : public MemoryRegion {
- public:
-  FakeRegion(size_t size, uint32_t access) : MemoryRegion(nullptr, size, access) {}
-};
-
-class FakeKey : public RemoteKey {
- public:
-  FakeKey(uint64_t length, uint32_t access)
-      : RemoteKey(RemoteRegion{0x10000, length, access, 1, {1, 2, 3}}) {}
-};
-
-class FakeEndpoint : public Endpoint {
- public:
-  Status status() const override { return Status::Ok(); }
-  Result<std::unique_ptr<RemoteKey>> Import(const RemoteRegion&) override {
-    return Unsupported("fake");
-  }
-  void Close() override {}
-};
 
 Capabilities AllCaps() {
   Capabilities c;
