@@ -96,6 +96,15 @@ std::vector<Completion> Drain(Transport* t, size_t want, Millis timeout = Millis
   return out;
 }
 
+// Posts one op and waits for its one completion, which must be a success.
+void PostOne(Transport* t, const Op& op, Completion* out) {
+  ASSERT_OK(t->Post({&op, 1}));
+  auto cc = Drain(t, 1);
+  ASSERT_EQ(cc.size(), 1u);
+  ASSERT_TRUE(cc[0].ok()) << cc[0].error;
+  *out = std::move(cc[0]);
+}
+
 std::unique_ptr<MemoryRegion> Reg(Transport* t, std::vector<uint8_t>& buf, uint32_t access) {
   auto r = t->RegisterMemory(buf.data(), buf.size(), access);
   EXPECT_TRUE(r.ok()) << r.status().ToString();
@@ -261,19 +270,14 @@ TEST(Verbs, OpsBeyondTheDevicesMaxMessageSizeAreSplit) {
   const auto before = StatsOf(*p.client);
   Op w{.type = OpType::kWrite, .ep = p.c_ep.get(), .local = lmr.get(), .length = len,
        .remote = key->get()};
-  ASSERT_OK(p.client->Post({&w, 1}));
-  auto cc = Drain(p.client.get(), 1);
-  ASSERT_EQ(cc.size(), 1u);
-  ASSERT_TRUE(cc[0].ok()) << cc[0].error;
-  EXPECT_EQ(cc[0].bytes, len);
+  Completion c;
+  ASSERT_NO_FATAL_FAILURE(PostOne(p.client.get(), w, &c));
+  EXPECT_EQ(c.bytes, len);
   EXPECT_GE(StatsOf(*p.client).wrs_posted - before.wrs_posted, 2u);
   ASSERT_EQ(std::memcmp(remote.data(), local.data(), len), 0);
   Op r{.type = OpType::kRead, .ep = p.c_ep.get(), .local = bmr.get(), .length = len,
        .remote = key->get()};
-  ASSERT_OK(p.client->Post({&r, 1}));
-  cc = Drain(p.client.get(), 1);
-  ASSERT_EQ(cc.size(), 1u);
-  ASSERT_TRUE(cc[0].ok()) << cc[0].error;
+  ASSERT_NO_FATAL_FAILURE(PostOne(p.client.get(), r, &c));
   ASSERT_EQ(std::memcmp(back.data(), local.data(), len), 0);
   // Sparse: 4 KiB rows, local pieces in reverse order, every other remote row (no merging).
   const uint64_t row = 4096, rows = len / (2 * row);
@@ -283,11 +287,8 @@ TEST(Verbs, OpsBeyondTheDevicesMaxMessageSizeAreSplit) {
   for (uint64_t i = 0; i < rows; ++i) segs.push_back({(rows - 1 - i) * row, 2 * i * row, row});
   Op s{.type = OpType::kSparseWrite, .ep = p.c_ep.get(), .local = lmr.get(), .remote = key->get(),
        .segments = segs.data(), .num_segments = segs.size()};
-  ASSERT_OK(p.client->Post({&s, 1}));
-  cc = Drain(p.client.get(), 1);
-  ASSERT_EQ(cc.size(), 1u);
-  ASSERT_TRUE(cc[0].ok()) << cc[0].error;
-  EXPECT_EQ(cc[0].bytes, rows * row);
+  ASSERT_NO_FATAL_FAILURE(PostOne(p.client.get(), s, &c));
+  EXPECT_EQ(c.bytes, rows * row);
   for (uint64_t i = 0; i < rows; ++i) {
     ASSERT_EQ(std::memcmp(remote.data() + 2 * i * row, local.data() + (rows - 1 - i) * row, row), 0)
         << i;
@@ -357,10 +358,8 @@ TEST(Verbs, InlineBelowMaxInlineOnly) {
     const auto before = StatsOf(*p.client);
     Op w{.type = OpType::kWrite, .ep = p.c_ep.get(), .local = lmr.get(), .length = len,
          .remote = key->get()};
-    ASSERT_OK(p.client->Post({&w, 1}));
-    auto cc = Drain(p.client.get(), 1);
-    ASSERT_EQ(cc.size(), 1u);
-    ASSERT_TRUE(cc[0].ok()) << cc[0].error;
+    Completion c;
+    ASSERT_NO_FATAL_FAILURE(PostOne(p.client.get(), w, &c));
     EXPECT_EQ(StatsOf(*p.client).inline_wrs - before.inline_wrs, len <= max_inline ? 1u : 0u)
         << "len " << len;
     EXPECT_EQ(std::memcmp(remote.data(), local.data(), len), 0);
