@@ -24,6 +24,11 @@ namespace ferry {
 // one-sided requests; transport/common/segment_codec.h).
 inline constexpr uint16_t kProtocolVersion = 2;
 inline constexpr size_t kMaxHandshakeFrame = 1u << 20;
+// How long an accepted connection may take to complete its handshake, on every backend:
+// peer_timeout, but never less than this. A hello segment lost right after a retransmitted SYN
+// waits for Linux's 3 s fallback RTO (6 s more if lost again), longer than a short peer_timeout:
+// CI saw a 10 %-loss namespace drop such a peer at 2 s. Silent connections still go within it.
+inline constexpr Millis kHandshakeFloor{10000};
 
 struct HelloParams {
   std::string backend;

@@ -105,6 +105,23 @@ TEST(TcpHostile, WrongBackendOrSecretIsRefused) {
   EXPECT_EQ(ep.status().code(), Code::kPermissionDenied) << ep.status().ToString();
 }
 
+// A hello that arrives after peer_timeout (as one lost after a retransmitted SYN does, behind
+// Linux's 3 s fallback RTO) still completes: the handshake bound is never below kHandshakeFloor.
+TEST(TcpHostile, SlowHelloPastPeerTimeoutIsStillAccepted) {
+  TransportOptions o;
+  o.progress_thread = true;
+  o.peer_timeout = Millis(300);
+  auto t = MakeTcp(o);
+  auto address = *t->Listen("127.0.0.1:0");
+  RawPeer raw;
+  ASSERT_TRUE(raw.Connect(address));
+  std::this_thread::sleep_for(Millis(1200));
+  Status st = raw.Handshake(RawHello());
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  auto ep = t->Accept(Millis(5000));
+  ASSERT_TRUE(ep.ok()) << ep.status().ToString();
+}
+
 struct HostileCase {
   const char* name;
   std::vector<uint8_t> bytes;  // sent after the handshake

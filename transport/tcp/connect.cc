@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -123,7 +124,7 @@ Conn* TcpTransport::NewConn(UniqueFd fd, bool server, std::string peer_address) 
   c->server = server;
   c->peer_address = std::move(peer_address);
   c->last_rx = c->last_tx = Clock::now();
-  c->deadline = c->last_rx + options_.peer_timeout;
+  c->deadline = c->last_rx + std::max(options_.peer_timeout, kHandshakeFloor);  // Connect narrows it
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.u64 = c->id;

@@ -391,8 +391,10 @@ Clock::duration UcxTransport::AcceptBudget() const {
   // under emulation (seen in the soft-RoCE VM: 2.5 s for one ucp_ep_create), more than a short
   // peer_timeout. A generous budget costs little: a dead peer is still noticed at once (EOF on
   // the control connection), and the endpoint is not the caller's before it is ready.
-  if (!verbs_lanes_) return options_.peer_timeout;
-  return std::max<Clock::duration>(options_.peer_timeout, kMinVerbsSetupTime);
+  // Without them, a lossy link's retransmissions still need kHandshakeFloor (handshake.h).
+  const Clock::duration floor = std::max<Clock::duration>(options_.peer_timeout, kHandshakeFloor);
+  if (!verbs_lanes_) return floor;
+  return std::max<Clock::duration>(floor, kMinVerbsSetupTime);
 }
 
 void UcxTransport::EnterReady(UcxEndpoint* ep) {
