@@ -20,13 +20,19 @@ namespace ferry::tcp {
 using common::FormatAddress;
 using common::SocketError;
 
+void TcpTransport::SetUserTimeout(int fd, Millis timeout) {
+  const auto ms = static_cast<unsigned int>(timeout.count());
+  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof(ms));
+}
+
 void TcpTransport::ConfigureSocket(int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   // The kernel gives up on unacknowledged data after peer_timeout as well, so a black-holed
-  // link fails even while our own frames are queued.
-  unsigned int user_timeout = static_cast<unsigned int>(options_.peer_timeout.count());
-  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof(user_timeout));
+  // link fails even while our own frames are queued. Until the handshake is done it gets the
+  // handshake's own bound (kHandshakeFloor: a hello may wait behind a 3 s fallback RTO);
+  // HandshakeFrame narrows it to peer_timeout.
+  SetUserTimeout(fd, std::max(options_.peer_timeout, kHandshakeFloor));
   if (params_.sndbuf > 0) {
     int v = static_cast<int>(params_.sndbuf);
     setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof(v));
@@ -251,6 +257,7 @@ Status TcpTransport::HandshakeFrame(Conn& c) {
   c.hs_in = std::vector<uint8_t>();
   c.state = Conn::State::kOpen;
   c.last_rx = Clock::now();
+  SetUserTimeout(c.fd.get(), options_.peer_timeout);
   // The handle exists before any data frame is read, so every completion can name it.
   auto handle = std::make_shared<TcpEndpoint>(this, &c);
   c.handle = handle.get();

@@ -292,6 +292,7 @@ class TcpTransport final : public Transport {
   void Fail(Conn& c, Status why);
   void SetWantOut(Conn& c, bool on);
   void ConfigureSocket(int fd);
+  static void SetUserTimeout(int fd, Millis timeout);  // TCP_USER_TIMEOUT
   void Sweep();
   void ReleaseConn(Conn* c);
 
