@@ -78,18 +78,6 @@ Result<BenchOp> ParseBenchOp(std::string_view name) {
                          "pack_write or pack_read)");
 }
 
-bool IsSparse(BenchOp op) {
-  return op == BenchOp::kSparseWrite || op == BenchOp::kSparseRead;
-}
-bool IsPack(BenchOp op) {
-  return op == BenchOp::kPackWrite || op == BenchOp::kPackRead;
-}
-bool UsesRows(BenchOp op) {
-  return IsSparse(op) || IsPack(op);
-}
-bool IsRead(BenchOp op) {
-  return op == BenchOp::kRead || op == BenchOp::kSparseRead;
-}
 
 uint64_t OpBytes(const BenchConfig& config, uint64_t size) {
   return UsesRows(config.op) ? config.rows * config.row_size : size;

@@ -55,10 +55,20 @@ Result<BenchOp> ParseBenchOp(std::string_view name);
 std::string_view CheckName(Check check);
 std::string_view CheckPolicyName(CheckPolicy policy);
 Result<CheckPolicy> ParseCheckPolicy(std::string_view name);
-bool IsSparse(BenchOp op);  // a segment list per op (sparse_write, sparse_read)
-bool IsPack(BenchOp op);    // pack_write, pack_read
-bool UsesRows(BenchOp op);  // sizes are rows * row_size: sparse and pack ops
-bool IsRead(BenchOp op);    // one-sided reads (read, sparse_read)
+// Inline: the timed loops ask these per turn.
+// A segment list per op (sparse_write, sparse_read).
+inline bool IsSparse(BenchOp op) {
+  return op == BenchOp::kSparseWrite || op == BenchOp::kSparseRead;
+}
+inline bool IsPack(BenchOp op) {  // pack_write, pack_read
+  return op == BenchOp::kPackWrite || op == BenchOp::kPackRead;
+}
+inline bool UsesRows(BenchOp op) {  // sizes are rows * row_size: sparse and pack ops
+  return IsSparse(op) || IsPack(op);
+}
+inline bool IsRead(BenchOp op) {  // one-sided reads (read, sparse_read)
+  return op == BenchOp::kRead || op == BenchOp::kSparseRead;
+}
 
 struct BenchConfig {
   Mode mode = Mode::kLatency;

@@ -357,7 +357,7 @@ inline uint8_t LoadByte(const uint8_t* p) {
   return __atomic_load_n(p, __ATOMIC_ACQUIRE);
 }
 // The tag of op `seq` (never 0, which the target area starts as).
-uint8_t Tag(uint64_t seq);
+inline uint8_t Tag(uint64_t seq) { return static_cast<uint8_t>(1 + seq % 251); }
 
 // Offsets of the rows of op `seq` in the target area, in row order: RowOffset(seq, k) for
 // k = 0, 1, ... with the per-op hash (four splitmix rounds) computed once instead of per row.

@@ -14,9 +14,6 @@
 #include "transport/common/copy_row.h"
 
 namespace ferry::bench::internal {
-uint8_t Tag(uint64_t seq) {
-  return static_cast<uint8_t>(1 + seq % 251);
-}
 
 RowWalk::RowWalk(const BenchConfig& c, const Phase& p, const Stream& s, uint64_t seq)
     : perm_(p.perm.data()),

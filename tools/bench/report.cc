@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "tools/bench/timer.h"
 #include "tools/plot/json.h"
 #include "tools/plot/plot.h"
 
@@ -128,6 +129,7 @@ std::string FormatTextHeader(const RunHeader& h) {
   if (c.mode == Mode::kLatency) {
     const bool full = IsRead(c.op);
     out += Line("Latency", full ? "full round trip" : "half round trip (ping-pong)");
+    out += Line("Timer", TickClock::Get().description());
   }
   out += kRule;
   if (c.mode == Mode::kLatency) {
