@@ -239,10 +239,12 @@ if any(k[0] == "verbs" for k in vals):
 # ---- sparse
 SPARSE_BACKENDS = ("tcp", "ucx-shm", "ucx-tcp", "verbs")
 sparse_res = {}  # (backend, op, rs, rows) -> {"pack": ratios, "gather": ratios}
+# The memcpy gather per (section, rows, row size, pair): "sparse" on the host, "sparse-verbs"
+# inside the VM (the verbs cells are divided by the guest's own gather).
 gather = {}
 for r in rows:
-    if r["section"] == "sparse" and r["test"] == "gather" and num(r["value"]):
-        gather[(int(r["rows"]), int(r["row_size"]), int(r["pair"]))] = float(r["value"])
+    if r["section"] in ("sparse", "sparse-verbs") and r["test"] == "gather" and num(r["value"]):
+        gather[(r["section"], int(r["rows"]), int(r["row_size"]), int(r["pair"]))] = float(r["value"])
 old_gather = {}
 for r in old_rows:
     if r["section"] == "sparse" and r["test"] == "gather" and num(r["value"]):
@@ -278,7 +280,8 @@ if any(k[0].startswith("sparse") for k in vals) or any(k[0].startswith("sparse")
            "(two-sided; a pull served by packing). *memcpy gather*: `perf/compare/gather` "
            "(gather.cc, g++ -O2), one thread copying the same number of rows from random places "
            "of a 64 MiB buffer into a contiguous one, walking a permutation of its rows like "
-           "ferry-bw does — the in-process packing limit. Ratios are per pair, median "
+           "ferry-bw does — the in-process packing limit (for verbs, measured inside the same VM "
+           "boot: the guest's CPU is emulated). Ratios are per pair, median "
            "(min–max). *Checked*: the same sparse op's checked pass (every row verified where it "
            "landed), for scale only. *Earlier*: the 2026-11-22 run's checked sparse write ÷ a "
            "pack-then-send *formula* (gather time + contiguous write time).", "",
@@ -297,8 +300,9 @@ if any(k[0].startswith("sparse") for k in vals) or any(k[0].startswith("sparse")
                     sp = vals.get((sec, f"{op}:{nrows}:{rs}", size), {})
                     pk = vals.get((sec, f"{pack}:{nrows}:{rs}", size), {}).get("ferry", {})
                     f = sp.get("ferry", {})
-                    gp = {pr: gather[(nrows, rs, pr)] for pr in range(1, 100)
-                          if (nrows, rs, pr) in gather}
+                    gsec = "sparse-verbs" if be == "verbs" else "sparse"
+                    gp = {pr: gather[(gsec, nrows, rs, pr)] for pr in range(1, 100)
+                          if (gsec, nrows, rs, pr) in gather}
                     r_p, r_g = ratios(f, pk), ratios(f, gp)
                     sparse_res[(be, op, rs, nrows)] = {"pack": r_p, "gather": r_g}
                     earlier = earlier_sparse(be, rs, nrows) if op == "sparse_write" else []

@@ -34,6 +34,9 @@ WRITE_DOC=1
 INNER_VM=0
 APPEND=0
 OUT="${PERFCMP_OUT:-/tmp/ferry-perfcmp}"
+# Parts of the verbs section (env PERFCMP_VERBS_PARTS, e.g. "lat" to re-run only the latency
+# comparisons with --append after removing their rows).
+VERBS_PARTS="${PERFCMP_VERBS_PARTS:-lat,bw,sparse}"
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -54,7 +57,8 @@ done
 LAT="$BUILD/tools/bench/ferry-lat"
 BW="$BUILD/tools/bench/ferry-bw"
 PLOT="$BUILD/tools/plot/ferry-plot"
-GATHER="$OUT/gather"
+# In the build folder, so the VM (which sees the host's tree, not its /tmp) runs the same binary.
+GATHER="$BUILD/perfcmp-gather"
 SAMPLES="$OUT/samples.csv"
 CMDS="$OUT/commands.txt"
 PORT=20000
@@ -204,6 +208,20 @@ section_tcp() {
   done
 }
 
+# gather_rows SECTION PAIR: the in-process reference, a single-thread memcpy gather of the same
+# rows (64 B / 256 B, 1k / 10k / 100k rows from random places of 64 MiB), recorded as test "gather".
+gather_rows() {
+  local sec=$1 p=$2 rs rows line
+  for rs in 64 256; do
+    for rows in 1000 10000 100000; do
+      note_cmd "$GATHER ROWS ROW_SIZE 67108864 0.2"
+      line=$("$GATHER" "$rows" "$rs" 67108864 0.2)
+      sample "$sec" gather rows_per_sec "$((rows * rs))" "$rows" "$rs" "$p" ref "$(cut -d, -f5 <<<"$line")" rows/s \
+        "$([ -n "$line" ] && echo ok || echo failed)"
+    done
+  done
+}
+
 # sparse_rows SECTION_PREFIX PAIR DURATION BACKEND... : the sparse ops and their measured
 # pack-then-send references, 64 B / 256 B rows, 1k / 10k / 100k rows per op. sparse_write and
 # sparse_read make both passes (checked, then timed); pack_write / pack_read run the timed pass
@@ -234,17 +252,10 @@ sparse_rows() {
 }
 
 section_sparse() {
-  local p rs rows line
+  local p
   for p in $(seq 1 "$PAIRS"); do
     log "sparse pair $p/$PAIRS"
-    for rs in 64 256; do
-      for rows in 1000 10000 100000; do
-        # in-process reference: single-thread memcpy gather of the same rows
-        note_cmd "$GATHER ROWS ROW_SIZE 67108864 0.2"
-        line=$("$GATHER" "$rows" "$rs" 67108864 0.2)
-        sample sparse gather rows_per_sec "$((rows * rs))" "$rows" "$rs" "$p" ref "$(cut -d, -f5 <<<"$line")" rows/s ok
-      done
-    done
+    gather_rows sparse "$p"
     sparse_rows sparse- "$p" 0.5 tcp ucx-shm ucx-tcp
   done
 }
@@ -255,19 +266,24 @@ section_verbs_inner() {
   local gid=${FERRY_RDMA_GID_INDEX:-1} addr=${FERRY_RDMA_ADDR:-127.0.0.1}
   local -a prm=(--transport verbs --param device=rxe0 --param "gid_index=$gid")
   SAMPLES=/dev/stdout
+  # Latency runs 5000 round trips a size (0.1-0.6 s in the guest): with perftest's 300 the
+  # typical of a TCG guest swung 0.84-1.64x between pairs; a 10 s run of each measured 1.03x.
+  local n=${VERBS_LAT_ITERS:-5000}
   for p in $(seq 1 "$PAIRS"); do
     for t in write send read; do
-      ferry verbs "ib_${t}_lat=t_typical_usec" "$p" "$LAT" "${prm[@]}" --local --op "$t" -s 8,4K -n 300
+      [[ ,$VERBS_PARTS, == *,lat,* ]] || continue
+      ferry verbs "ib_${t}_lat=t_typical_usec" "$p" "$LAT" "${prm[@]}" --local --op "$t" -s 8,4K -n "$n"
       for s in 8 4096; do
         next_port
-        "ib_${t}_lat" -d rxe0 -x "$gid" -s "$s" -n 300 -p "$PORT" >/dev/null 2>&1 & srv=$!
+        "ib_${t}_lat" -d rxe0 -x "$gid" -s "$s" -n "$n" -p "$PORT" >/dev/null 2>&1 & srv=$!
         sleep 0.5
-        v=$(timeout 60 "ib_${t}_lat" -d rxe0 -x "$gid" -s "$s" -n 300 -p "$PORT" "$addr" 2>&1 | awk '$1 == '"$s"' {print $5}')
+        v=$(timeout 60 "ib_${t}_lat" -d rxe0 -x "$gid" -s "$s" -n "$n" -p "$PORT" "$addr" 2>&1 | awk '$1 == '"$s"' {print $5}')
         wait "$srv" 2>/dev/null
         echo "verbs,ib_${t}_lat,lat_p50_usec,$s,,,$p,ref,$v,usec,$([ -n "$v" ] && echo ok || echo failed)"
       done
     done
     for t in write read; do
+      [[ ,$VERBS_PARTS, == *,bw,* ]] || continue
       ferry verbs "ib_${t}_bw=bw_avg_mb_s" "$p" "$BW" "${prm[@]}" --local --op "$t" -s 64K,1M -n 100
       for s in 65536 1048576; do
         next_port
@@ -280,7 +296,11 @@ section_verbs_inner() {
     done
     # The sparse comparisons over verbs (the guest CPU is emulated: only the ratios matter; an op
     # of 100k 256 B rows takes about a second there, hence the short warmup).
+    [[ ,$VERBS_PARTS, == *,sparse,* ]] || continue
     SPARSE_WARMUP=2 sparse_rows sparse- "$p" 1 verbs
+    # The memcpy gather measured in the same guest: the verbs cells are divided by it, not by
+    # the host's (an emulated CPU copies far slower).
+    gather_rows sparse-verbs "$p"
   done
 }
 
@@ -288,13 +308,13 @@ section_verbs() {
   log "verbs: booting the soft-RoCE VM (one boot for the whole section)"
   note_cmd "tools/softroce/ferry-vm run --timeout 4800 -- perf/compare/run.sh --vm-inner --pairs $PAIRS --build $BUILD"
   "$ROOT/tools/softroce/ferry-vm" run --wait --timeout 4800 --cwd "$ROOT" -- \
-      "$HERE/run.sh" --vm-inner --pairs "$PAIRS" --build "$BUILD" --out "$OUT" 2>"$OUT/vm.err" |
+      env PERFCMP_VERBS_PARTS="$VERBS_PARTS" "$HERE/run.sh" --vm-inner --pairs "$PAIRS" --build "$BUILD" --out "$OUT" 2>"$OUT/vm.err" |
     grep -E '^(verbs|sparse-verbs),' >>"$SAMPLES" || log "verbs section failed or timed out; partial samples kept (see $OUT/vm.err)"
 }
 
 # ---------------------------------------------------------------- main
 if [ "$INNER_VM" = 1 ]; then
-  OUT=$(mktemp -d); GATHER=/bin/false; CMDS=/dev/null
+  OUT=$(mktemp -d); CMDS=/dev/null
   section_verbs_inner
   exit 0
 fi
