@@ -9,6 +9,7 @@
 // Code::kProtocol; a wrong secret ends it with Code::kPermissionDenied after sending a Reject.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -29,6 +30,9 @@ inline constexpr size_t kMaxHandshakeFrame = 1u << 20;
 // waits for Linux's 3 s fallback RTO (6 s more if lost again), longer than a short peer_timeout:
 // CI saw a 10 %-loss namespace drop such a peer at 2 s. Silent connections still go within it.
 inline constexpr Millis kHandshakeFloor{10000};
+inline Millis HandshakeBound(Millis peer_timeout) {
+  return std::max(peer_timeout, kHandshakeFloor);
+}
 
 struct HelloParams {
   std::string backend;

@@ -78,7 +78,6 @@ Result<BenchOp> ParseBenchOp(std::string_view name) {
                          "pack_write or pack_read)");
 }
 
-
 uint64_t OpBytes(const BenchConfig& config, uint64_t size) {
   return UsesRows(config.op) ? config.rows * config.row_size : size;
 }

@@ -34,16 +34,13 @@
 
 #include "tools/bench/config.h"
 #include "tools/bench/stats.h"
+#include "tools/bench/timer.h"
 #include "transport/pool.h"
 #include "transport/transport.h"
 
 namespace ferry::bench::internal {
 
-inline uint64_t NowNs() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now().time_since_epoch())
-                                   .count());
-}
+inline uint64_t NowNs() { return TickClock::SteadyNs(); }
 
 // Completion context layout (64 bits):  owner:8 | kind:8 | stream:16 | slot:32
 enum class Kind : uint8_t {

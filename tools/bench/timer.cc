@@ -1,6 +1,5 @@
 #include "tools/bench/timer.h"
 
-#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -30,12 +29,6 @@ bool InvariantTsc(std::string* why) {
 }
 
 }  // namespace
-
-uint64_t TickClock::SteadyNs() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now().time_since_epoch())
-                                   .count());
-}
 
 TickClock::TickClock() {
   std::string why = "not an x86-64 build";

@@ -8,6 +8,7 @@
 // ToNs() are const and lock-free. Ticks are only comparable within one process.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -31,7 +32,11 @@ class TickClock {
   // "tsc (2.45 GHz, calibrated against steady_clock)" or "steady_clock (...why...)".
   const std::string& description() const { return description_; }
 
-  static uint64_t SteadyNs();
+  static uint64_t SteadyNs() {
+    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                     std::chrono::steady_clock::now().time_since_epoch())
+                                     .count());
+  }
 
  private:
   TickClock();

@@ -8,7 +8,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -30,9 +29,9 @@ void TcpTransport::ConfigureSocket(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   // The kernel gives up on unacknowledged data after peer_timeout as well, so a black-holed
   // link fails even while our own frames are queued. Until the handshake is done it gets the
-  // handshake's own bound (kHandshakeFloor: a hello may wait behind a 3 s fallback RTO);
+  // handshake's own bound (HandshakeBound: a hello may wait behind a 3 s fallback RTO);
   // HandshakeFrame narrows it to peer_timeout.
-  SetUserTimeout(fd, std::max(options_.peer_timeout, kHandshakeFloor));
+  SetUserTimeout(fd, HandshakeBound(options_.peer_timeout));
   if (params_.sndbuf > 0) {
     int v = static_cast<int>(params_.sndbuf);
     setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof(v));
@@ -130,7 +129,7 @@ Conn* TcpTransport::NewConn(UniqueFd fd, bool server, std::string peer_address) 
   c->server = server;
   c->peer_address = std::move(peer_address);
   c->last_rx = c->last_tx = Clock::now();
-  c->deadline = c->last_rx + std::max(options_.peer_timeout, kHandshakeFloor);  // Connect narrows it
+  c->deadline = c->last_rx + HandshakeBound(options_.peer_timeout);  // Connect narrows it
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.u64 = c->id;

@@ -49,9 +49,6 @@ namespace ferry::ucx {
 namespace {
 
 constexpr uint64_t kListenerKey = 0;  // epoll data of the listening socket (ids start at 1)
-// Least time an accepted connection gets for its handshake, and again for UCX's wireup, when
-// the context has verbs lanes (AcceptBudget).
-constexpr std::chrono::seconds kMinVerbsSetupTime{10};
 
 Status Resolve(const std::string& address, sockaddr_storage* out, socklen_t* len,
                std::string* host_out, uint16_t* port_out) {
@@ -391,10 +388,9 @@ Clock::duration UcxTransport::AcceptBudget() const {
   // under emulation (seen in the soft-RoCE VM: 2.5 s for one ucp_ep_create), more than a short
   // peer_timeout. A generous budget costs little: a dead peer is still noticed at once (EOF on
   // the control connection), and the endpoint is not the caller's before it is ready.
-  // Without them, a lossy link's retransmissions still need kHandshakeFloor (handshake.h).
-  const Clock::duration floor = std::max<Clock::duration>(options_.peer_timeout, kHandshakeFloor);
-  if (!verbs_lanes_) return floor;
-  return std::max<Clock::duration>(floor, kMinVerbsSetupTime);
+  // Without them, a lossy link's retransmissions need it too: HandshakeBound (handshake.h) covers
+  // both, for the handshake and again for UCX's wireup.
+  return HandshakeBound(options_.peer_timeout);
 }
 
 void UcxTransport::EnterReady(UcxEndpoint* ep) {

@@ -179,7 +179,7 @@ void VerbsTransport::AcceptOobLocked(UniqueFd fd, std::string peer) {
   s->ep = ep;
   s->handshake = std::make_unique<Handshake>(Handshake::Role::kServer, MakeHello(ep->local_));
   // A connection that does not finish its handshake in this time is dropped.
-  s->deadline = Clock::now() + std::max(options_.peer_timeout, kHandshakeFloor);
+  s->deadline = Clock::now() + HandshakeBound(options_.peer_timeout);
   oob_sessions_.push_back(std::move(s));
 }
 
