@@ -180,8 +180,18 @@ Result<CheckpointManifest> ParseManifest(std::string_view text) {
 
 namespace {
 
-// Writes `text` to dir/name through a temporary file, fsync and rename, then fsyncs the
-// directory: a crash leaves the old file or the new one, never a torn one.
+constexpr std::string_view kPeriodicPrefix = "clock-";
+
+// The clock of a periodic checkpoint's name, or nullopt.
+std::optional<uint64_t> PeriodicClock(std::string_view name) {
+  if (name.substr(0, kPeriodicPrefix.size()) != kPeriodicPrefix) return std::nullopt;
+  uint64_t c = 0;
+  if (!ParseNum(name.substr(kPeriodicPrefix.size()), &c)) return std::nullopt;
+  return c;
+}
+
+}  // namespace
+
 Status WriteFileAtomic(const std::string& dir, const std::string& name, const std::string& text) {
   const std::string path = dir + "/" + name;
   const std::string tmp = path + ".tmp";
@@ -212,18 +222,6 @@ Status WriteFileAtomic(const std::string& dir, const std::string& name, const st
   ::close(dfd);
   return rc == 0 ? Status::Ok() : IoError("fsync directory " + dir, e);
 }
-
-constexpr std::string_view kPeriodicPrefix = "clock-";
-
-// The clock of a periodic checkpoint's name, or nullopt.
-std::optional<uint64_t> PeriodicClock(std::string_view name) {
-  if (name.substr(0, kPeriodicPrefix.size()) != kPeriodicPrefix) return std::nullopt;
-  uint64_t c = 0;
-  if (!ParseNum(name.substr(kPeriodicPrefix.size()), &c)) return std::nullopt;
-  return c;
-}
-
-}  // namespace
 
 Status WriteManifest(const std::string& dir, const CheckpointManifest& m) {
   return WriteFileAtomic(dir, "MANIFEST", EncodeManifest(m));

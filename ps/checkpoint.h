@@ -69,6 +69,9 @@ std::string EncodeManifest(const CheckpointManifest& m);
 // kProtocol naming the line for anything malformed (fuzzed).
 Result<CheckpointManifest> ParseManifest(std::string_view text);
 Status WriteManifest(const std::string& dir, const CheckpointManifest& m);
+// Writes `text` to dir/name through a temporary file, fsync and rename, then fsyncs the
+// directory: a crash leaves the old file or the new one, never a torn one.
+Status WriteFileAtomic(const std::string& dir, const std::string& name, const std::string& text);
 Result<CheckpointManifest> ReadManifest(const std::string& dir);
 // kInvalidArgument naming the first table of `job` the manifest lacks or lays out differently.
 Status CheckManifestMatches(const CheckpointManifest& m, const JobSpec& job);

@@ -1,5 +1,5 @@
-// Generator: options, the sample streams (Zipf values, count-valued numerics, labels), line
-// formatting, and Generate(), which writes the files and scores the truth model.
+// Generator: options, the sample streams (Zipf values and count-valued numerics, or text
+// documents; labels) and line formatting. Generate() is in gen_run.cc.
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -13,8 +13,10 @@ using internal::Mix64;
 Result<Truth> ParseTruth(std::string_view name) {
   if (name == "lr") return Truth::kLr;
   if (name == "fm") return Truth::kFm;
+  if (name == "ffm") return Truth::kFfm;
   if (name == "mlp") return Truth::kMlp;
-  return InvalidArgument("unknown truth model '" + std::string(name) + "'; expected lr, fm or mlp");
+  return InvalidArgument("unknown truth model '" + std::string(name) +
+                         "'; expected lr, fm, ffm or mlp");
 }
 
 std::string_view TruthName(Truth truth) {
@@ -23,10 +25,22 @@ std::string_view TruthName(Truth truth) {
       return "lr";
     case Truth::kFm:
       return "fm";
+    case Truth::kFfm:
+      return "ffm";
     case Truth::kMlp:
       return "mlp";
   }
   return "unknown";
+}
+
+Result<Layout> ParseLayout(std::string_view name) {
+  if (name == "ctr") return Layout::kCtr;
+  if (name == "text") return Layout::kText;
+  return InvalidArgument("unknown layout '" + std::string(name) + "'; expected ctr or text");
+}
+
+std::string_view LayoutName(Layout layout) {
+  return layout == Layout::kText ? "text" : "ctr";
 }
 
 std::string CriteoToken(uint32_t field, uint32_t value) {
@@ -86,13 +100,41 @@ uint64_t ZipfSampler::Sample(Rng* rng) const {
 
 struct Generator::Stream {
   internal::Rng rng;
-  std::vector<internal::ZipfSampler> zipf;
+  std::vector<internal::ZipfSampler> zipf;  // per field; text: the one over words
+  std::vector<uint32_t> tokens;             // text: the document being drawn
 };
 
 namespace {
 
+// Text document lengths: log-normal with this sigma (the 10th and 90th percentiles a factor
+// e^(2 * 1.2816 * 0.9) = 10 apart), mu such that the mean is --words; at least 1 token, at most
+// kMaxLengthFactor times the mean (beyond 4 sigma: it bounds the work per document).
+constexpr double kLengthSigma = 0.9;
+constexpr double kMaxLengthFactor = 30;
+constexpr uint64_t kMaxWords = 100000;
+
+Status CheckTextOptions(const GenOptions& o) {
+  if (o.format == Format::kCriteo) {
+    return InvalidArgument(
+        "--format criteo has no text layout: use --format libsvm or libffm with --layout text");
+  }
+  if (o.truth != Truth::kLr) {
+    return InvalidArgument("--layout text supports --truth lr (got --truth " +
+                           std::string(TruthName(o.truth)) + ")");
+  }
+  if (o.numeric != 0) return InvalidArgument("--layout text has no --numeric features");
+  if (o.words == 0 || o.words > kMaxWords) {
+    return InvalidArgument("--words (mean tokens per document) must be in 1..100000");
+  }
+  return Status::Ok();
+}
+
 Status CheckOptions(const GenOptions& o) {
   if (o.samples == 0) return InvalidArgument("--samples must be at least 1");
+  if (o.layout != Layout::kCtr && o.layout != Layout::kText) {
+    return InvalidArgument("--layout must be ctr or text");
+  }
+  if (o.layout == Layout::kText) FERRY_RETURN_IF_ERROR(CheckTextOptions(o));
   if (o.fields == 0 || o.fields > 1000) return InvalidArgument("--fields must be in 1..1000");
   if (o.features == 0 && (o.vocab == 0 || o.vocab > (uint64_t{1} << 32))) {
     return InvalidArgument("--vocab must be in 1..2^32");
@@ -104,6 +146,12 @@ Status CheckOptions(const GenOptions& o) {
   if (o.numeric > 1000) return InvalidArgument("--numeric must be in 0..1000");
   if (o.factors == 0 || o.factors > 64) return InvalidArgument("--factors must be in 1..64");
   if (o.hidden == 0 || o.hidden > 256) return InvalidArgument("--hidden must be in 1..256");
+  if (!(o.logit_sd > 0 && o.logit_sd <= 10)) {
+    return InvalidArgument("--logit-sd must be in (0, 10] (1.5: Bayes AUC about 0.82)");
+  }
+  if (!(o.positive_rate > 0 && o.positive_rate < 1)) {
+    return InvalidArgument("--positive-rate must be strictly between 0 and 1");
+  }
   if (o.format == Format::kCriteo &&
       (o.fields != kCriteoCatColumns || o.numeric != kCriteoIntColumns)) {
     return InvalidArgument(
@@ -140,7 +188,10 @@ void PutFloat(std::string* out, float v) {
 Generator::Generator(const GenOptions& options) : options_(options) {}
 Generator::~Generator() = default;
 
-Result<std::unique_ptr<Generator>> Generator::Create(const GenOptions& options) {
+Result<std::unique_ptr<Generator>> Generator::Create(const GenOptions& given) {
+  GenOptions options = given;
+  // A text vocabulary is one field: --features, if given, is its size.
+  if (options.layout == Layout::kText) options.fields = 1;
   FERRY_RETURN_IF_ERROR(CheckOptions(options));
   std::unique_ptr<Generator> g(new Generator(options));
   const uint32_t fields = options.fields;
@@ -173,13 +224,50 @@ Result<std::unique_ptr<Generator>> Generator::Create(const GenOptions& options) 
   return g;
 }
 
-void Generator::Draw(Stream* stream, GenSample* s, bool label) const {
-  s->values.resize(options_.fields);
-  for (uint32_t f = 0; f < options_.fields; ++f) {
-    s->values[f] = static_cast<uint32_t>(stream->zipf[f].Sample(&stream->rng) - 1);
+void Generator::DrawDocument(Stream* stream, GenSample* s) const {
+  const double mean = static_cast<double>(options_.words);
+  const double mu = std::log(mean) - 0.5 * kLengthSigma * kLengthSigma;
+  const double length = std::round(std::exp(mu + kLengthSigma * stream->rng.Normal()));
+  const auto tokens = static_cast<size_t>(std::clamp(length, 1.0, kMaxLengthFactor * mean));
+  std::vector<uint32_t>& t = stream->tokens;
+  t.resize(tokens);
+  for (uint32_t& w : t) w = static_cast<uint32_t>(stream->zipf[0].Sample(&stream->rng) - 1);
+  std::sort(t.begin(), t.end());
+  s->words.clear();
+  s->word_counts.clear();
+  for (size_t i = 0; i < tokens;) {
+    size_t j = i + 1;
+    while (j < tokens && t[j] == t[i]) ++j;
+    s->words.push_back(t[i]);
+    s->word_counts.push_back(static_cast<uint32_t>(j - i));
+    i = j;
   }
-  s->counts.resize(options_.numeric);
-  for (uint32_t k = 0; k < options_.numeric; ++k) s->counts[k] = DrawCount(&stream->rng);
+  double squares = 0;
+  for (uint32_t c : s->word_counts) squares += static_cast<double>(c) * c;
+  const double inv_norm = 1.0 / std::sqrt(squares);
+  s->word_values.resize(s->words.size());
+  for (size_t i = 0; i < s->words.size(); ++i) {
+    // Rounded to float here, so the truth scores exactly the value the file holds.
+    s->word_values[i] = static_cast<float>(s->word_counts[i] * inv_norm);
+  }
+}
+
+void Generator::Draw(Stream* stream, GenSample* s, bool label) const {
+  if (options_.layout == Layout::kText) {
+    s->values.clear();
+    s->counts.clear();
+    DrawDocument(stream, s);
+  } else {
+    s->words.clear();
+    s->word_counts.clear();
+    s->word_values.clear();
+    s->values.resize(options_.fields);
+    for (uint32_t f = 0; f < options_.fields; ++f) {
+      s->values[f] = static_cast<uint32_t>(stream->zipf[f].Sample(&stream->rng) - 1);
+    }
+    s->counts.resize(options_.numeric);
+    for (uint32_t k = 0; k < options_.numeric; ++k) s->counts[k] = DrawCount(&stream->rng);
+  }
   if (!label) return;
   s->logit = model_->Logit(*s);
   const double p = 1.0 / (1.0 + std::exp(-s->logit));
@@ -209,7 +297,8 @@ Status Generator::WriteTruth(const std::string& path) const {
 void Generator::AppendLine(Format format, const GenSample& s, std::string* out) const {
   out->push_back(s.label > 0.5f ? '1' : '0');
   const uint32_t fields = options_.fields;
-  if (format == Format::kCriteo) {
+  const bool text = options_.layout == Layout::kText;
+  if (format == Format::kCriteo && !text) {
     for (uint32_t k = 0; k < options_.numeric; ++k) {
       out->push_back('\t');
       PutU64(out, s.counts[k]);
@@ -222,6 +311,16 @@ void Generator::AppendLine(Format format, const GenSample& s, std::string* out) 
     return;
   }
   const bool ffm = format == Format::kLibffm;
+  if (text) {
+    for (size_t i = 0; i < s.words.size(); ++i) {
+      out->append(ffm ? " 0:" : " ");
+      PutU64(out, FeatureIndex(0, s.words[i]));
+      out->push_back(':');
+      PutFloat(out, s.word_values[i]);
+    }
+    out->push_back('\n');
+    return;
+  }
   for (uint32_t f = 0; f < fields; ++f) {
     out->push_back(' ');
     if (ffm) {

@@ -1,5 +1,8 @@
-// Synthetic CTR data with a known ("hidden") truth model: the library behind ferry-gen, also
-// called directly by tests.
+// Synthetic training data with a known ("hidden") truth model: the library behind ferry-gen,
+// also called directly by tests. Two layouts:
+//
+//   ctr   click-through rows: one value in each categorical field, plus count-valued numerics
+//   text  bag-of-words documents: many distinct words per sample, tf values of unit L2 norm
 //
 //   GenOptions o;
 //   o.samples = 1000000; o.test_samples = 100000;
@@ -7,26 +10,36 @@
 //   o.truth = Truth::kFm; o.seed = 7;
 //   FERRY_ASSIGN_OR_RETURN(GenSummary s, Generate(o));   // s.bayes_auc: the best any model can do
 //
-// A sample has one value in each of `fields` categorical fields (Zipf(zipf) over the field's
-// values, value 0 the most frequent) and `numeric` count-valued features. Its label is drawn
-// Bernoulli(sigmoid(logit)) where logit comes from the truth model:
-//   lr:  bias + sum_f w[f][v_f] + sum_k a_k ln(1 + x_k)
+// ctr: a sample has one value in each of `fields` categorical fields (Zipf(zipf) over the
+// field's values, value 0 the most frequent) and `numeric` count-valued features. Its label is
+// drawn Bernoulli(sigmoid(logit)) where logit = bias + scale * (the truth model's score):
+//   lr:  sum_f w[f][v_f] + sum_k a_k ln(1 + x_k)
 //   fm:  lr + sum_{f<g} <u[f][v_f], u[g][v_g]>                 (factors-long vectors)
-//   mlp: bias + sum_h c_h tanh(b_h + sum_i W_hi e_i) + sum_k a_k ln(1 + x_k), e = the
-//        concatenated per-field embeddings e[f][v_f] (factors-long): not linear in any feature
-//        encoding and not pairwise, so LR and FM can only approximate it.
-// Parameters are drawn from (approximately) normal distributions and scaled so that the
-// Bayes-optimal AUC is about 0.8 and the positive rate about 25%. They are computed on demand
-// from the seed (no tables), so memory stays small whatever the vocabulary.
+//   ffm: lr + sum_{f<g} <u[f][v_f][g], u[g][v_g][f]>           (libffm's model: one vector per
+//        value and other field, drawn independently across the other field, so an FM, with one
+//        vector per value, can only approximate it; O(F^2 k) per sample, fine for F <= ~40)
+//   mlp: sum_h c_h tanh(b_h + sum_i W_hi e_i) + sum_k a_k ln(1 + x_k), e = the concatenated
+//        per-field embeddings e[f][v_f] (factors-long): not linear in any feature encoding and
+//        not pairwise, so LR and FM can only approximate it.
+// text: a document of L tokens, L log-normal around `words` (at least 1), each token a word of
+// the `vocab`-word vocabulary drawn Zipf(zipf) (word 0 the most frequent). The sample holds the
+// distinct words with their term counts c_w and values x_w = c_w / ||c||_2 (unit L2 norm, as
+// LIBSVM's rcv1 and news20 sets). Truth lr only: score = sum_w beta_w x_w, beta_w heavy-tailed
+// (a few percent of "topic" words strong, the rest near 0; gen_truth.cc has the distribution).
+// Parameters are computed on demand from the seed (no tables), so memory stays small whatever
+// the vocabulary. Calibration picks scale so that the logits' standard deviation over the data
+// is logit_sd (1.5: Bayes-optimal AUC about 0.82) and bias so that the mean click probability is
+// positive_rate.
 //
 // Outputs (streamed, bounded memory; gzip at level 1 with gzip = true):
 //   libsvm  "1 17:1 1042:1 ... 26001:1.609438"   index = offset(f) + v + 1, offset(f) = sum of
 //           the vocabularies of fields < f; numeric feature k has index total_vocab + k + 1 and
 //           value ln(1 + x_k), left out when x_k = 0. 1-based and ascending, so LIBLINEAR
-//           reads it.
+//           reads it. text: "1 1:0.4472136 7:0.2236068 ..." word w at index w + 1.
 //   libffm  "1 0:17:1 1:1042:1 ... 26:26001:1.609438"   field:index:value, numeric fields F + k.
+//           text: every word in field 0.
 //   criteo  label, 13 counts x_k, 26 tokens CriteoToken(f, v) (8 hex digits), tab separated;
-//           needs fields = 26 and numeric = 13.
+//           needs fields = 26 and numeric = 13; ctr layout only.
 // Determinism: the same options (apart from file names) give the same bytes. Train and test
 // samples come from separate streams, so --samples does not change the test set.
 // Thread-safety: a Generator is used by one thread at a time.
@@ -43,22 +56,31 @@
 
 namespace ferry::models {
 
-enum class Truth { kLr, kFm, kMlp };
-Result<Truth> ParseTruth(std::string_view name);  // "lr" | "fm" | "mlp"
+enum class Truth { kLr, kFm, kFfm, kMlp };
+Result<Truth> ParseTruth(std::string_view name);  // "lr" | "fm" | "ffm" | "mlp"
 std::string_view TruthName(Truth truth);
+
+enum class Layout { kCtr, kText };
+Result<Layout> ParseLayout(std::string_view name);  // "ctr" | "text"
+std::string_view LayoutName(Layout layout);
 
 struct GenOptions {
   uint64_t samples = 0;       // training samples (>= 1)
   uint64_t test_samples = 0;  // held-out samples, written to test_out
-  uint32_t fields = 26;       // categorical fields, 1..1000
-  uint64_t vocab = 1000;      // values per field, 1..2^32
-  uint64_t features = 0;      // > 0: total values over all fields (overrides vocab; the first
-                              // features % fields fields get one value more)
-  double zipf = 1.1;          // Zipf exponent of value frequencies (0: uniform), 0..10
-  uint32_t numeric = 0;       // count-valued features, 0..1000
-  Truth truth = Truth::kLr;
-  uint32_t factors = 4;  // fm: factor length; mlp: embedding length (1..64)
-  uint32_t hidden = 16;  // mlp: hidden units (1..256)
+  Layout layout = Layout::kCtr;
+  uint32_t fields = 26;         // categorical fields, 1..1000; text: ignored (the vocabulary is one
+                                // field, so Create sets it to 1 in options())
+  uint64_t vocab = 1000;        // values per field, 1..2^32; text: words in the vocabulary
+  uint64_t features = 0;        // > 0: total values over all fields (overrides vocab; the first
+                                // features % fields fields get one value more)
+  double zipf = 1.1;            // Zipf exponent of value / word frequencies (0: uniform), 0..10
+  uint32_t numeric = 0;         // count-valued features, 0..1000; text: must be 0
+  uint64_t words = 100;         // text: mean tokens per document, 1..100000
+  Truth truth = Truth::kLr;     // text: lr only
+  uint32_t factors = 4;         // fm, ffm: factor length; mlp: embedding length (1..64)
+  uint32_t hidden = 16;         // mlp: hidden units (1..256)
+  double logit_sd = 1.5;        // calibration: standard deviation of the logits, (0, 10]
+  double positive_rate = 0.25;  // calibration: mean click probability, (0, 1)
   Format format = Format::kLibsvm;
   std::string out;        // training file (required)
   std::string test_out;   // required iff test_samples > 0
@@ -67,12 +89,15 @@ struct GenOptions {
   uint64_t seed = 1;
 };
 
-// One generated sample.
+// One generated sample. ctr fills values and counts, text the three word vectors.
 struct GenSample {
   float label = 0;
-  double logit = 0;              // of the truth model; p = sigmoid(logit)
-  std::vector<uint32_t> values;  // per categorical field, 0-based (0 = most frequent)
-  std::vector<uint32_t> counts;  // per numeric feature
+  double logit = 0;                   // of the truth model; p = sigmoid(logit)
+  std::vector<uint32_t> values;       // per categorical field, 0-based (0 = most frequent)
+  std::vector<uint32_t> counts;       // per numeric feature
+  std::vector<uint32_t> words;        // text: the distinct words, ascending (0 = most frequent)
+  std::vector<uint32_t> word_counts;  // text: term count of words[i] (sum = document length)
+  std::vector<float> word_values;     // text: the value written, word_counts / their L2 norm
 };
 
 struct GenSummary {
@@ -86,7 +111,9 @@ struct GenSummary {
   bool on_test = false;      // whether the two above are on the test set
   double bias = 0;           // truth model's bias after calibration
   double scale = 0;          // factor the raw parameters were scaled by
-  uint64_t total_vocab = 0;  // distinct categorical values over all fields
+  uint64_t total_vocab = 0;  // distinct categorical values over all fields (text: words)
+  double mean_features = 0;  // features per training sample, as the readers see them
+  double mean_tokens = 0;    // text: tokens per training document (0 for ctr)
 };
 
 class Generator {
@@ -98,7 +125,8 @@ class Generator {
   void NextTrain(GenSample* s);  // the training stream
   void NextTest(GenSample* s);   // the independent test stream
 
-  // Appends the sample as one line (with '\n') in options().format / any format.
+  // Appends the sample as one line (with '\n') in options().format / any format (text samples:
+  // libsvm or libffm; asked for criteo, they are written as libsvm).
   void AppendLine(const GenSample& s, std::string* out) const {
     AppendLine(options_.format, s, out);
   }
@@ -106,7 +134,8 @@ class Generator {
 
   uint64_t vocab(uint32_t field) const { return vocab_[field]; }
   uint64_t total_vocab() const { return offsets_.back(); }
-  // 1-based LIBSVM index of value v of field f, and of numeric feature k.
+  // 1-based LIBSVM index of value v of field f (text: of word v, with f = 0), and of numeric
+  // feature k.
   uint64_t FeatureIndex(uint32_t field, uint32_t value) const {
     return offsets_[field] + value + 1;
   }
@@ -124,8 +153,9 @@ class Generator {
  private:
   explicit Generator(const GenOptions& options);
   struct Stream;
-  // Draws values and counts; with label also the logit and the label.
+  // Draws values and counts (ctr) or a document (text); with label also the logit and label.
   void Draw(Stream* stream, GenSample* s, bool label) const;
+  void DrawDocument(Stream* stream, GenSample* s) const;
 
   GenOptions options_;
   std::vector<uint64_t> vocab_;
@@ -143,17 +173,22 @@ Result<GenSummary> Generate(const GenOptions& options);
 
 // A truth file read back (docs/data-formats.md). Scores GenSamples like Generator::Logit, so a
 // test can check the file, and a trainer can compare its learned weights with the truth.
+// Text truths have fields = 1, vocab = {words}, and weight[w] for word w.
 struct TruthTable {
   Truth kind = Truth::kLr;
+  Layout layout = Layout::kCtr;
   uint32_t fields = 0, numeric = 0, factors = 0, hidden = 0;
   std::vector<uint64_t> vocab;    // per field
   std::vector<uint64_t> offsets;  // fields + 1 prefix sums
   double bias = 0;
-  std::vector<double> numeric_weight;           // numeric
-  std::vector<double> weight;                   // lr, fm: per value, at offsets[f] + v
-  std::vector<double> vectors;                  // fm factors / mlp embeddings: factors per value
+  std::vector<double> numeric_weight;  // numeric
+  std::vector<double> weight;          // lr, fm, ffm: per value, at offsets[f] + v
+  // Per value at (offsets[f] + v) * stride: fm factors and mlp embeddings (stride = factors);
+  // ffm u[f][v][g] for every field g at + g * factors (stride = fields * factors; g = f unused).
+  std::vector<double> vectors;
   std::vector<double> hidden_bias, out_weight;  // mlp: hidden
   std::vector<double> in_weight;                // mlp: hidden x (fields * factors), row-major
+  size_t VectorStride() const { return kind == Truth::kFfm ? size_t{fields} * factors : factors; }
   double Logit(const GenSample& s) const;
 };
 Result<TruthTable> LoadTruth(const std::string& path);

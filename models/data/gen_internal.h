@@ -32,15 +32,19 @@ struct Rng {
   }
 };
 
-// An approximately standard normal number that is a pure function of (seed, a, b): the sum of
-// four 16-bit uniforms (Irwin-Hall), centred and scaled to unit variance. Cheap enough to
-// compute every truth parameter on demand instead of storing tables.
-inline double HashGauss(uint64_t seed, uint64_t a, uint64_t b) {
-  const uint64_t h = Mix64(Mix64(seed ^ Mix64(a)) + b);
+// An approximately standard normal number made of the 64 bits of h: the sum of its four 16-bit
+// lanes as uniforms (Irwin-Hall), centred and scaled to unit variance.
+inline double BitsGauss(uint64_t h) {
   const double sum =
       static_cast<double>((h & 0xFFFF) + ((h >> 16) & 0xFFFF) + ((h >> 32) & 0xFFFF) + (h >> 48)) /
       65536.0;
   return (sum - 2.0) * 1.7320508075688772;  // var of a sum of 4 U(0,1) is 1/3
+}
+
+// BitsGauss of a hash of (seed, a, b): a pure function of its arguments, cheap enough to
+// compute every truth parameter on demand instead of storing tables.
+inline double HashGauss(uint64_t seed, uint64_t a, uint64_t b) {
+  return BitsGauss(Mix64(Mix64(seed ^ Mix64(a)) + b));
 }
 
 // Zipf over ranks 1..n with P(k) ~ k^-s by rejection-inversion (Hörmann & Derflinger 1996, as
@@ -89,32 +93,40 @@ namespace ferry::models {
 // The truth model with parameters computed from the seed (see gen.h for the functions).
 class Generator::Model {
  public:
+  // options as normalised by Generator::Create (text: fields = 1).
   explicit Model(const GenOptions& options);
   // The score before calibration; logit = bias + scale * Raw.
   double Raw(const GenSample& s) const;
-  // Picks scale so that the logits' standard deviation is kLogitSd over `raws` (a sample of
-  // the data) and bias so that the mean predicted probability is kPositiveRate.
+  // Picks scale so that the logits' standard deviation is options.logit_sd over `raws` (a
+  // sample of the data) and bias so that the mean predicted probability is
+  // options.positive_rate.
   void Calibrate(const std::vector<double>& raws);
   double Logit(const GenSample& s) const { return bias_ + scale_ * Raw(s); }
   Status Write(const std::string& path, const std::vector<uint64_t>& vocab) const;
   double bias() const { return bias_; }
   double scale() const { return scale_; }
 
-  static constexpr double kLogitSd = 1.5;  // Bayes AUC ~0.82 for normal logits
-  static constexpr double kPositiveRate = 0.25;
-
  private:
   // Raw (uncalibrated) parameters.
-  double Weight(uint32_t f, uint64_t v) const;
+  double Weight(uint32_t f, uint64_t v) const;              // ctr
+  double WordWeight(uint64_t w) const;                      // text
   double Vector(uint32_t f, uint64_t v, uint32_t j) const;  // fm factor / mlp embedding
+  // ffm: the vector u[f][v][g] (factors long) into out, with fv = FfmKey(f, v); and the
+  // pairwise sum of a sample (keys[f] = FfmKey(f, v_f)) in units of (s sqrt(3) / 2^16)^2.
+  uint64_t FfmKey(uint32_t f, uint64_t v) const;
+  void FfmVector(uint64_t fv, uint32_t g, double* out) const;
+  int64_t FfmPairs(const uint64_t* keys) const;
   double NumericWeight(uint32_t k) const;
 
   Truth kind_;
+  Layout layout_;
   uint32_t fields_, numeric_, factors_, hidden_;
+  double logit_sd_, positive_rate_;
   uint64_t seed_w_, seed_u_, seed_a_;
   double factor_sd_;
   std::vector<double> in_weight_, hidden_bias_, out_weight_;  // mlp
   mutable std::vector<double> scratch_;                       // mlp input / fm sums
+  mutable std::vector<uint64_t> keys_;                        // ffm: FfmKey per field
   double bias_ = 0, scale_ = 1;
 };
 

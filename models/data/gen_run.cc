@@ -43,16 +43,33 @@ class Scorer {
   uint64_t n_ = 0, positives_ = 0;
 };
 
+// Features and tokens over the samples written, for the summary's per-sample means.
+struct Sizes {
+  uint64_t features = 0, tokens = 0;
+  void Add(const GenOptions& o, const GenSample& s) {
+    if (o.layout == Layout::kText) {
+      features += s.words.size();
+      for (uint32_t c : s.word_counts) tokens += c;
+    } else if (o.format == Format::kCriteo) {
+      features += uint64_t{o.fields} + o.numeric;  // every column, a 0 count too
+    } else {
+      features += o.fields;
+      for (uint32_t c : s.counts) features += c != 0;  // ln(1 + 0) = 0 is left out
+    }
+  }
+};
+
 // Writes `count` samples drawn by `next` to `path`; scores them into *scorer.
 template <typename Next>
 Status WriteSamples(const Generator& gen, const std::string& path, uint64_t count, Next next,
-                    Scorer* scorer) {
+                    Scorer* scorer, Sizes* sizes) {
   FERRY_ASSIGN_OR_RETURN(auto file, internal::OutputFile::Open(path, gen.options().gzip));
   GenSample s;
   for (uint64_t i = 0; i < count; ++i) {
     next(&s);
     gen.AppendLine(s, &file->buffer());
     scorer->Add(s.logit, s.label);
+    sizes->Add(gen.options(), s);
     FERRY_RETURN_IF_ERROR(file->MaybeFlush());
   }
   return file->Close();
@@ -63,12 +80,14 @@ Status WriteSamples(const Generator& gen, const std::string& path, uint64_t coun
 Result<GenSummary> Generate(const GenOptions& options) {
   FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Generator> gen, Generator::Create(options));
   Scorer train, test;
+  Sizes train_sizes, test_sizes;
   FERRY_RETURN_IF_ERROR(WriteSamples(
-      *gen, options.out, options.samples, [&](GenSample* s) { gen->NextTrain(s); }, &train));
+      *gen, options.out, options.samples, [&](GenSample* s) { gen->NextTrain(s); }, &train,
+      &train_sizes));
   if (options.test_samples > 0) {
     FERRY_RETURN_IF_ERROR(WriteSamples(
         *gen, options.test_out, options.test_samples, [&](GenSample* s) { gen->NextTest(s); },
-        &test));
+        &test, &test_sizes));
   }
   if (!options.truth_out.empty()) FERRY_RETURN_IF_ERROR(gen->WriteTruth(options.truth_out));
   GenSummary sum;
@@ -83,6 +102,9 @@ Result<GenSummary> Generate(const GenOptions& options) {
   sum.bias = gen->bias();
   sum.scale = gen->scale();
   sum.total_vocab = gen->total_vocab();
+  const auto n = static_cast<double>(options.samples);
+  sum.mean_features = static_cast<double>(train_sizes.features) / n;
+  sum.mean_tokens = static_cast<double>(train_sizes.tokens) / n;
   return sum;
 }
 

@@ -1,6 +1,7 @@
 // LoadTruth: reads a truth file written by Generator::WriteTruth back into a TruthTable.
-// The format is line based (docs/data-formats.md): a header of "key value..." lines, then
-// numeric_weight, hidden_unit and feature lines. Errors say "FILE:LINE: what".
+// The format is line based (docs/data-formats.md): a header of "key value..." lines (a file
+// without a layout line is ctr), then numeric_weight, hidden_unit and feature lines. Errors say
+// "FILE:LINE: what".
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
@@ -80,8 +81,8 @@ Result<TruthTable> LoadTruth(const std::string& path) {
     std::vector<std::string_view> args;
     while (tokens.Next(&tok)) args.push_back(tok);
     uint64_t u = 0;
-    const bool shape = key == "kind" || key == "fields" || key == "numeric" || key == "factors" ||
-                       key == "hidden" || key == "vocab";
+    const bool shape = key == "kind" || key == "layout" || key == "fields" || key == "numeric" ||
+                       key == "factors" || key == "hidden" || key == "vocab";
     if (shape && sized) {
       // The tables are sized by the vocab line: the shape cannot change behind it.
       return bad("'" + std::string(key) + "' after the vocab line");
@@ -91,6 +92,11 @@ Result<TruthTable> LoadTruth(const std::string& path) {
       Result<Truth> kind = ParseTruth(args[0]);
       if (!kind.ok()) return bad(kind.status().message());
       t.kind = *kind;
+    } else if (key == "layout") {
+      if (args.size() != 1) return bad("layout takes one word");
+      Result<Layout> layout = ParseLayout(args[0]);
+      if (!layout.ok()) return bad(layout.status().message());
+      t.layout = *layout;
     } else if (key == "fields" || key == "numeric" || key == "factors" || key == "hidden") {
       if (args.size() != 1 || !ToU64(args[0], &u) || u > 100000) {
         return bad("bad " + std::string(key) + " (want one integer up to 100000)");
@@ -102,6 +108,10 @@ Result<TruthTable> LoadTruth(const std::string& path) {
       *target = static_cast<uint32_t>(u);
     } else if (key == "vocab") {
       if (args.size() != t.fields) return bad("vocab needs one count per field");
+      if (t.layout == Layout::kText &&
+          (t.kind != Truth::kLr || t.fields != 1 || t.numeric != 0 || t.factors != 0)) {
+        return bad("a text truth is lr with fields 1, numeric 0 and factors 0");
+      }
       t.offsets.assign(1, 0);
       for (std::string_view a : args) {
         if (!ToU64(a, &u) || u == 0 || u > kMaxLoadedValues) return bad("bad vocab count");
@@ -110,14 +120,14 @@ Result<TruthTable> LoadTruth(const std::string& path) {
       }
       const uint64_t values = t.offsets.back();
       const uint64_t hidden_weights = uint64_t{t.hidden} * t.fields * t.factors;  // < 2^50
-      if (values > kMaxLoadedValues ||
-          (values > 0 && (1 + uint64_t{t.factors}) > kMaxLoadedValues / values) ||
+      const uint64_t stride = t.VectorStride();                                   // < 2^34
+      if (values > kMaxLoadedValues || (values > 0 && (1 + stride) > kMaxLoadedValues / values) ||
           hidden_weights > kMaxLoadedValues) {
         return bad("model too large to load (more than 2^31 parameters)");
       }
       seen.assign(values, false);
       t.weight.assign(t.kind == Truth::kMlp ? 0 : t.offsets.back(), 0.0);
-      t.vectors.assign(t.offsets.back() * t.factors, 0.0);
+      t.vectors.assign(t.offsets.back() * stride, 0.0);
       t.numeric_weight.assign(t.numeric, 0.0);
       t.hidden_bias.assign(t.hidden, 0.0);
       t.out_weight.assign(t.hidden, 0.0);
@@ -143,20 +153,21 @@ Result<TruthTable> LoadTruth(const std::string& path) {
       }
     } else if (key == "feature") {
       uint64_t f, v;
-      const size_t want = 2 + (t.kind == Truth::kMlp ? 0 : 1) + t.factors;
+      const size_t stride = t.VectorStride();
+      const size_t want = 2 + (t.kind == Truth::kMlp ? 0 : 1) + stride;
       if (args.size() != want || !ToU64(args[0], &f) || f >= t.fields || !ToU64(args[1], &v) ||
           v >= t.vocab[f]) {
         return bad("bad feature line (want: feature FIELD VALUE" +
                    std::string(t.kind == Truth::kMlp ? "" : " WEIGHT") + " and " +
-                   std::to_string(t.factors) + " vector entries)");
+                   std::to_string(stride) + " vector entries)");
       }
       const uint64_t at = t.offsets[f] + v;
       if (seen[at]) return bad("feature " + std::to_string(f) + " " + std::to_string(v) + " twice");
       seen[at] = true;
       size_t i = 2;
       if (t.kind != Truth::kMlp && !ToDouble(args[i++], &t.weight[at])) return bad("bad weight");
-      for (uint32_t j = 0; j < t.factors; ++j) {
-        if (!ToDouble(args[i++], &t.vectors[at * t.factors + j])) return bad("bad vector entry");
+      for (size_t j = 0; j < stride; ++j) {
+        if (!ToDouble(args[i++], &t.vectors[at * stride + j])) return bad("bad vector entry");
       }
       ++features;
     } else {

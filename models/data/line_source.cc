@@ -62,6 +62,11 @@ void LineSource::Rewind() {
   piece_ = 0;
 }
 
+void LineSource::HashOverlongLines(uint64_t seed) {
+  overlong_hash_ = std::make_unique<StreamingLineHash>();
+  overlong_seed_ = seed;
+}
+
 Status LineSource::OpenPiece() {
   const Piece& piece = pieces_[piece_];
   // A shard starting inside a file starts one byte early: if that byte is the '\n' ending the
@@ -106,6 +111,9 @@ Result<LineSource::Block> LineSource::Next() {
       // Discard through the next '\n' (or to end of file).
       const char* nl = FindNewline(buf + head_, avail);
       const size_t n = nl ? static_cast<size_t>(nl - (buf + head_)) + 1 : avail;
+      if (mode_ == Mode::kDropLong && overlong_hash_) {
+        overlong_hash_->Update(std::string_view(buf + head_, nl ? n - 1 : n));
+      }
       head_ += n;
       pos_ += n;
       dropped_ += n;
@@ -117,6 +125,7 @@ Result<LineSource::Block> LineSource::Next() {
       mode_ = Mode::kLines;
       if (was_long) {
         Block b{Block::Kind::kOverlong, piece_, {}, dropped_};
+        if (overlong_hash_) b.line_hash = overlong_hash_->Finish();
         dropped_ = 0;
         return b;
       }
@@ -139,6 +148,7 @@ Result<LineSource::Block> LineSource::Next() {
       if (head_ == 0 && tail_ == capacity_) {
         // A line longer than the whole buffer: skip it rather than grow without bound.
         mode_ = Mode::kDropLong;
+        if (overlong_hash_) overlong_hash_->Reset(overlong_seed_);
         continue;
       }
       FERRY_RETURN_IF_ERROR(Fill());

@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "models/data/holdout.h"
 #include "models/data/input.h"
 #include "transport/status.h"
 
@@ -45,7 +46,8 @@ class LineSource {
     // kLines: one or more whole lines, each ending in '\n' except the last line of a file that
     // has none. Valid until the next call of Next() or Rewind().
     std::string_view text;
-    uint64_t bytes = 0;  // kLines: text.size(); kOverlong: bytes of the skipped line
+    uint64_t bytes = 0;      // kLines: text.size(); kOverlong: bytes of the skipped line
+    uint64_t line_hash = 0;  // kOverlong after HashOverlongLines: LineHash of the skipped line
   };
 
   // buffer_bytes >= 2. Opens nothing yet: files are opened piece by piece.
@@ -58,6 +60,9 @@ class LineSource {
   Result<Block> Next();
   // Back to the first line of the first piece.
   void Rewind();
+  // From now on, kOverlong blocks carry the LineHash (holdout.h) of the line they skip, with
+  // this seed: the held-out split places those lines too, though they are never held whole.
+  void HashOverlongLines(uint64_t seed);
 
   const std::vector<InputFile>& inputs() const { return inputs_; }
   const std::vector<Piece>& pieces() const { return pieces_; }
@@ -80,6 +85,8 @@ class LineSource {
   uint64_t pos_ = 0;      // file offset of buffer_[head_]
   uint64_t dropped_ = 0;  // bytes of the overlong line being skipped
   bool eof_ = false;
+  std::unique_ptr<StreamingLineHash> overlong_hash_;  // null unless HashOverlongLines
+  uint64_t overlong_seed_ = 0;
 };
 
 }  // namespace ferry::models

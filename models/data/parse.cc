@@ -38,10 +38,14 @@ bool IsBlankLine(Format format, std::string_view line) {
 }
 
 Status ParseLine(Format format, std::string_view line, uint64_t seed, uint32_t hash_bits,
-                 Batch* out) {
+                 Batch* out, const FieldMap* field_map) {
+  if (field_map && format != Format::kLibsvm) {
+    return InvalidArgument("a field map applies to libsvm input only, not " +
+                           std::string(FormatName(format)));
+  }
   switch (format) {
     case Format::kLibsvm:
-      return ParseLibsvmLine(line, seed, hash_bits, out);
+      return ParseLibsvmLine(line, seed, hash_bits, out, field_map);
     case Format::kCriteo:
       return ParseCriteoLine(line, seed, hash_bits, out);
     case Format::kLibffm:

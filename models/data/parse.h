@@ -1,6 +1,7 @@
 // Input formats and their single-line parsers (pure functions; the Reader streams lines into them).
 //
 //   LIBSVM   "1 3:1 17:0.5 # comment"         label idx:val ...; id = HashIndex(0, idx), field 0
+//                                             (or the field of idx in a FieldMap, field_map.h)
 //   Criteo   "1\t5\t\t...\t68fd1e64\t..."      label, I1..I13 integers, C1..C26 tokens (TSV)
 //   libffm   "0 2:17:1 5:901:0.5"              label field:idx:val ...; id = HashIndex(field, idx)
 //
@@ -25,6 +26,8 @@
 #include "transport/status.h"
 
 namespace ferry::models {
+
+class FieldMap;  // field_map.h
 
 enum class Format { kLibsvm, kCriteo, kLibffm };
 
@@ -55,7 +58,10 @@ bool IsBlankLine(Format format, std::string_view line);
 // idx a non-negative integer (0- or 1-based alike: it is only hashed); val a finite float;
 // "qid:N" tokens are skipped; everything from '#' on is a comment. Tokens are separated by
 // spaces or tabs. A label with no features is a valid (empty) sample.
-Status ParseLibsvmLine(std::string_view line, uint64_t seed, uint32_t hash_bits, Batch* out);
+// With a field_map, each feature's field is field_map->Lookup(idx) (the id is unchanged); an
+// index the map does not cover fails the line: "feature index 123 is not in the field map".
+Status ParseLibsvmLine(std::string_view line, uint64_t seed, uint32_t hash_bits, Batch* out,
+                       const FieldMap* field_map = nullptr);
 
 // label \t I1 .. I13 \t C1 .. C26 (exactly 40 tab-separated columns). Label 0 or 1. An empty
 // column adds no feature. I-columns are integers (possibly negative), bucketized by
@@ -67,8 +73,9 @@ Status ParseCriteoLine(std::string_view line, uint64_t seed, uint32_t hash_bits,
 // non-negative integer, val a finite float; '#' starts a comment as in LIBSVM.
 Status ParseLibffmLine(std::string_view line, uint64_t seed, uint32_t hash_bits, Batch* out);
 
-// Dispatches on format.
+// Dispatches on format. field_map is for LIBSVM only: with another format it is
+// InvalidArgument.
 Status ParseLine(Format format, std::string_view line, uint64_t seed, uint32_t hash_bits,
-                 Batch* out);
+                 Batch* out, const FieldMap* field_map = nullptr);
 
 }  // namespace ferry::models

@@ -9,8 +9,13 @@
 // inline, value "1" recognised without a float parse); anything else (qid, errors, indices of
 // 20 digits) goes through the general token path. Raw indices are collected first and hashed
 // with one HashIndices call per line.
+//
+// Fields: 0, or with a FieldMap the field of each raw index, looked up before hashing (the ids
+// do not depend on the map, so a model's ids match with and without one).
+#include <optional>
 #include <string>
 
+#include "models/data/field_map.h"
 #include "models/data/hashing.h"
 #include "models/data/parse.h"
 #include "models/data/parse_internal.h"
@@ -38,7 +43,8 @@ std::string FeatureError(size_t feature, std::string_view token, const char* wha
 
 }  // namespace
 
-Status ParseLibsvmLine(std::string_view line, uint64_t seed, uint32_t hash_bits, Batch* out) {
+Status ParseLibsvmLine(std::string_view line, uint64_t seed, uint32_t hash_bits, Batch* out,
+                       const FieldMap* field_map) {
   FERRY_RETURN_IF_ERROR(ValidateHashBits(hash_bits));
   internal::EnsureOffsets(out);
   line = internal::StripCr(line);
@@ -103,8 +109,20 @@ Status ParseLibsvmLine(std::string_view line, uint64_t seed, uint32_t hash_bits,
     out->values.push_back(value);
   }
   const size_t n = out->ids.size() - nnz;
+  if (field_map) {
+    // While ids still hold the raw indices: the map speaks the file's indices.
+    for (size_t i = nnz; i < out->ids.size(); ++i) {
+      const std::optional<uint32_t> field = field_map->Lookup(out->ids[i]);
+      if (!field) {
+        return Reject(out, nnz,
+                      "feature index " + std::to_string(out->ids[i]) + " is not in the field map");
+      }
+      out->fields.push_back(*field);
+    }
+  } else {
+    out->fields.resize(out->ids.size(), 0);
+  }
   HashIndices(0, out->ids.data() + nnz, n, seed, hash_bits);
-  out->fields.resize(out->ids.size(), 0);
   return internal::Commit(out, nnz, label);
 }
 

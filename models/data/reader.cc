@@ -31,7 +31,17 @@ Status CheckOptions(const ReaderOptions& o) {
     return InvalidArgument("buffer_bytes " + std::to_string(o.buffer_bytes) +
                            " is out of range 64 B .. 4 GiB");
   }
+  FERRY_RETURN_IF_ERROR(ValidateHoldout(o.holdout));
+  if (o.field_map && o.format != Format::kLibsvm) {
+    return InvalidArgument("a field map applies to libsvm input only; " +
+                           std::string(FormatName(o.format)) + " lines carry their own fields");
+  }
+  if (o.field_map && o.field_map->empty()) return InvalidArgument("the field map is empty");
   return ValidateHashBits(o.hash_bits);
+}
+
+internal::ParseConfig ConfigOf(const ReaderOptions& o) {
+  return {o.format, o.hash_seed, o.hash_bits, o.buffer_bytes, o.holdout, o.field_map.get()};
 }
 
 }  // namespace
@@ -56,16 +66,16 @@ Result<std::unique_ptr<Reader>> Reader::Open(const ReaderOptions& options) {
   r->first_line_.assign(pieces.size(), -1);
   r->source_ =
       std::make_unique<LineSource>(std::move(inputs), std::move(pieces), options.buffer_bytes);
+  // A line too long for the buffer is never held whole, yet belongs to one side of the split.
+  if (options.holdout.Filters()) r->source_->HashOverlongLines(options.holdout.seed);
   FERRY_RETURN_IF_ERROR(r->Start());
   return r;
 }
 
 Status Reader::Start() {
   if (options_.threads == 1) return Status::Ok();
-  internal::ParseConfig config{options_.format, options_.hash_seed, options_.hash_bits,
-                               options_.buffer_bytes};
-  FERRY_ASSIGN_OR_RETURN(pipeline_,
-                         internal::ParsePipeline::Start(source_.get(), config, options_.threads));
+  FERRY_ASSIGN_OR_RETURN(pipeline_, internal::ParsePipeline::Start(
+                                        source_.get(), ConfigOf(options_), options_.threads));
   return Status::Ok();
 }
 
@@ -137,6 +147,7 @@ Result<size_t> Reader::Next(size_t max_samples, Batch* batch) {
 }
 
 Result<size_t> Reader::NextInline(size_t max_samples, Batch* batch) {
+  const internal::ParseConfig config = ConfigOf(options_);
   size_t got = 0;
   while (got < max_samples) {
     if (pending_.empty()) {
@@ -150,8 +161,12 @@ Result<size_t> Reader::NextInline(size_t max_samples, Batch* batch) {
       if (block.kind == LineSource::Block::Kind::kOverlong) {
         ++stats_.lines;
         stats_.bytes += block.bytes;
-        FERRY_RETURN_IF_ERROR(
-            Malformed(piece_lines_++, internal::OverlongReason(options_.buffer_bytes)));
+        const uint64_t index = piece_lines_++;
+        if (config.holdout.Filters() && !config.holdout.KeepsHash(block.line_hash)) {
+          ++stats_.skipped_other_side;
+          continue;
+        }
+        FERRY_RETURN_IF_ERROR(Malformed(index, internal::OverlongReason(options_.buffer_bytes)));
         continue;
       }
       pending_ = block.text;
@@ -162,8 +177,14 @@ Result<size_t> Reader::NextInline(size_t max_samples, Batch* batch) {
     const uint64_t index = piece_lines_++;
     ++stats_.lines;
     stats_.bytes += consumed;
-    if (IsBlankLine(options_.format, line)) continue;
-    Status s = ParseLine(options_.format, line, options_.hash_seed, options_.hash_bits, batch);
+    const internal::LineFate fate = internal::Triage(config, line);
+    if (fate == internal::LineFate::kBlank) continue;
+    if (fate == internal::LineFate::kOtherSide) {
+      ++stats_.skipped_other_side;
+      continue;
+    }
+    Status s =
+        ParseLine(config.format, line, config.seed, config.hash_bits, batch, config.field_map);
     if (!s.ok()) {
       FERRY_RETURN_IF_ERROR(Malformed(index, s.message()));
       continue;
@@ -196,6 +217,7 @@ Result<size_t> Reader::NextThreaded(size_t max_samples, Batch* batch) {
       piece_lines_ += chunk_->lines;
       stats_.lines += chunk_->lines;
       stats_.bytes += chunk_->bytes;
+      stats_.skipped_other_side += chunk_->skipped;
       chunk_cursor_ = 0;
       chunk_bad_ = 0;
     }

@@ -28,6 +28,18 @@
 // "FILE:LINE: reason". A line longer than buffer_bytes is malformed ("raise buffer_bytes").
 // Blank lines (and comment-only lines in LIBSVM/libffm) are neither samples nor errors.
 //
+// Held-out split (options.holdout, holdout.h): a line is held out iff a seeded hash of its bytes
+// maps below holdout.fraction; the reader keeps one side (keep = kRest for training, kHeldOut
+// for validation) and skips the lines of the other before parsing them. Skipped lines are
+// counted in stats().skipped_other_side and are neither samples nor malformed (a malformed line
+// is reported by the reader of its side only, also one too long for the buffer). The split
+// depends on the line's bytes only: the two sides over all shards are every sample exactly once,
+// whatever the sharding, threads, buffer size or gzip. fraction 0: no split, every line is on
+// the kRest side.
+//
+// Field map (options.field_map, field_map.h; LIBSVM only): the fields of LIBSVM features come
+// from the map instead of being 0; an index the map does not cover makes the line malformed.
+//
 // Memory: bounded, whatever the file sizes: one read buffer of buffer_bytes (+64 KiB of
 // compressed input for gzip); with threads > 1 about buffer_bytes more of raw text in flight
 // plus its parsed form.
@@ -46,6 +58,8 @@
 #include <vector>
 
 #include "models/data/batch.h"
+#include "models/data/field_map.h"
+#include "models/data/holdout.h"
 #include "models/data/parse.h"
 #include "transport/status.h"
 
@@ -62,6 +76,12 @@ struct ReaderOptions {
   uint32_t hash_bits = 0;         // 0 (all 64 bits) or 8..64
   size_t buffer_bytes = 4 << 20;  // read buffer; also the longest line accepted (>= 64)
   std::function<void(const std::string&)> on_malformed;  // default: a line on stderr
+  // Held-out split (holdout.h): which side of it this reader keeps. Default: no split.
+  using Holdout = models::Holdout;
+  Holdout holdout;
+  // LIBSVM only (Open refuses it with another format): fields of the features by index.
+  // Shared, immutable; the reader keeps a reference for its lifetime.
+  std::shared_ptr<const FieldMap> field_map;
 };
 
 // Counters of the current pass (reset by Rewind).
@@ -71,6 +91,8 @@ struct ReaderStats {
   uint64_t malformed = 0;  // lines skipped as malformed
   uint64_t features = 0;   // features in the returned samples
   uint64_t bytes = 0;      // uncompressed bytes of the lines read
+  // Lines left to the other side of the held-out split (included in `lines`; never blank).
+  uint64_t skipped_other_side = 0;
 };
 
 class LineSource;  // line_source.h

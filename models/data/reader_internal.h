@@ -20,6 +20,8 @@
 #include <vector>
 
 #include "models/data/batch.h"
+#include "models/data/field_map.h"
+#include "models/data/holdout.h"
 #include "models/data/line_source.h"
 #include "models/data/parse.h"
 #include "transport/status.h"
@@ -31,6 +33,8 @@ struct ParseConfig {
   uint64_t seed = 0;
   uint32_t hash_bits = 0;
   size_t buffer_bytes = 0;
+  Holdout holdout;
+  const FieldMap* field_map = nullptr;  // owned by the Reader's options, outlives the pipeline
 };
 
 // A malformed line of a chunk: its index among the chunk's lines, how many of the chunk's
@@ -45,10 +49,12 @@ struct ParsedChunk {
   enum class Kind { kData, kEnd, kError };
   Kind kind = Kind::kData;
   size_t piece = 0;
-  std::string text;       // raw lines; cleared once parsed
-  bool overlong = false;  // one line that did not fit the read buffer (text is empty)
-  uint64_t bytes = 0;     // raw bytes the chunk stands for
-  uint64_t lines = 0;     // lines in the chunk, blank and malformed included
+  std::string text;            // raw lines; cleared once parsed
+  bool overlong = false;       // one line that did not fit the read buffer (text is empty)
+  uint64_t overlong_hash = 0;  // its LineHash (LineSource::HashOverlongLines)
+  uint64_t bytes = 0;          // raw bytes the chunk stands for
+  uint64_t lines = 0;          // lines in the chunk, blank, malformed and skipped included
+  uint64_t skipped = 0;        // lines of the other side of the held-out split
   Batch batch;
   std::vector<BadLine> bad;
   Status status;  // kError
@@ -66,7 +72,17 @@ inline std::string_view TakeLine(std::string_view* text, size_t* consumed) {
 
 std::string OverlongReason(size_t buffer_bytes);
 
-// Parses every line of chunk->text into chunk->batch / lines / bad, then clears the text.
+// What becomes of one line, the same for both paths: blank lines first (they stay blank on
+// both sides of a split), then the split, then the parser.
+enum class LineFate { kBlank, kOtherSide, kParse };
+inline LineFate Triage(const ParseConfig& config, std::string_view line) {
+  if (IsBlankLine(config.format, line)) return LineFate::kBlank;
+  if (config.holdout.Filters() && !config.holdout.Keeps(line)) return LineFate::kOtherSide;
+  return LineFate::kParse;
+}
+
+// Parses every line of chunk->text into chunk->batch / lines / skipped / bad, then clears the
+// text.
 void ParseChunk(const ParseConfig& config, ParsedChunk* chunk);
 
 class ParsePipeline {

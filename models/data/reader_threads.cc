@@ -65,7 +65,11 @@ std::string OverlongReason(size_t buffer_bytes) {
 void ParseChunk(const ParseConfig& config, ParsedChunk* chunk) {
   if (chunk->overlong) {
     chunk->lines = 1;
-    chunk->bad.push_back({0, 0, OverlongReason(config.buffer_bytes)});
+    if (config.holdout.Filters() && !config.holdout.KeepsHash(chunk->overlong_hash)) {
+      chunk->skipped = 1;
+    } else {
+      chunk->bad.push_back({0, 0, OverlongReason(config.buffer_bytes)});
+    }
     return;
   }
   std::string_view text = chunk->text;
@@ -74,8 +78,14 @@ void ParseChunk(const ParseConfig& config, ParsedChunk* chunk) {
     size_t consumed;
     const std::string_view line = TakeLine(&text, &consumed);
     const uint64_t index = chunk->lines++;
-    if (IsBlankLine(config.format, line)) continue;
-    Status s = ParseLine(config.format, line, config.seed, config.hash_bits, &batch);
+    const LineFate fate = Triage(config, line);
+    if (fate == LineFate::kBlank) continue;
+    if (fate == LineFate::kOtherSide) {
+      ++chunk->skipped;
+      continue;
+    }
+    Status s =
+        ParseLine(config.format, line, config.seed, config.hash_bits, &batch, config.field_map);
     if (!s.ok()) chunk->bad.push_back({index, batch.size(), s.message()});
   }
   chunk->text.clear();
@@ -101,7 +111,8 @@ struct ParsePipeline::State {
         c->piece = 0;
         c->text.clear();
         c->overlong = false;
-        c->bytes = c->lines = 0;
+        c->overlong_hash = 0;
+        c->bytes = c->lines = c->skipped = 0;
         c->batch.Clear();
         c->bad.clear();
         c->status = Status::Ok();
@@ -134,6 +145,7 @@ struct ParsePipeline::State {
       }
       if (block->kind == LineSource::Block::Kind::kOverlong) {
         chunk->overlong = true;
+        chunk->overlong_hash = block->line_hash;
         chunk->bytes = block->bytes;
         if (!send(std::move(chunk))) return;
         continue;

@@ -29,18 +29,23 @@ std::string_view ModelKindName(ModelKind kind) {
       return "ftrl";
     case ModelKind::kFm:
       return "fm";
+    case ModelKind::kFfm:
+      return "ffm";
     case ModelKind::kMlp:
       return "mlp";
+    case ModelKind::kDeepFm:
+      return "deepfm";
   }
   return "unknown";
 }
 
 Result<ModelKind> ParseModelKind(std::string_view name) {
-  for (ModelKind kind : {ModelKind::kLr, ModelKind::kFtrl, ModelKind::kFm, ModelKind::kMlp}) {
+  for (ModelKind kind : {ModelKind::kLr, ModelKind::kFtrl, ModelKind::kFm, ModelKind::kFfm,
+                         ModelKind::kMlp, ModelKind::kDeepFm}) {
     if (name == ModelKindName(kind)) return kind;
   }
   return InvalidArgument("unknown model kind '" + std::string(name) +
-                         "'; known kinds: lr, ftrl, fm, mlp");
+                         "'; known kinds: lr, ftrl, fm, ffm, mlp, deepfm");
 }
 
 Status ValidateModelName(std::string_view name, std::string_view what) {

@@ -4,7 +4,8 @@
 // This is what models/io/model_reader.h loads and what ferry-predict evaluates; the trainer
 // streams its tables out with models/io/model_writer.h instead of building a Model.
 // Conventions used by the training layer (not enforced here):
-//   - sparse tables ("weights", "linear", "factors", "embeddings") hold one row per feature id;
+//   - sparse tables ("weights", "linear", "factors", "field_factors", "embeddings") hold one row
+//     per feature id;
 //   - a dense parameter block (an MLP layer) is a table holding ONE row, key 0;
 //   - params carry what a reader needs to rebuild the features and the model: hash seed, hash
 //     bits, input format, hyper-parameters, "mlp_shape" (MlpShape::Encode()), ...
@@ -27,9 +28,9 @@
 
 namespace ferry::models {
 
-enum class ModelKind : uint8_t { kLr, kFtrl, kFm, kMlp };
+enum class ModelKind : uint8_t { kLr, kFtrl, kFm, kFfm, kMlp, kDeepFm };
 
-// "lr", "ftrl", "fm", "mlp".
+// "lr", "ftrl", "fm", "ffm", "mlp", "deepfm".
 std::string_view ModelKindName(ModelKind kind);
 // Inverse of ModelKindName; kInvalidArgument listing the known kinds.
 Result<ModelKind> ParseModelKind(std::string_view name);

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "models/kernels/kernel_batch.h"
-#include "models/kernels/logistic.h"
+#include "models/kernels/sample_loop.h"
 #include "transport/status.h"
 
 namespace ferry::models {
@@ -36,28 +36,24 @@ inline constexpr uint32_t kMaxFmFactors = 1u << 16;
 
 namespace fm_detail {
 
-template <bool kBackward, BatchLike B, typename WL, typename GL, typename WV, typename GV>
-Result<double> Pass(uint32_t k, const B& batch, std::span<const uint32_t> uidx, uint32_t bias_u,
-                    WL&& w_lin, GL&& g_lin, WV&& w_fac, GV&& g_fac, std::span<float> probs) {
-  if (k == 0 || k > kMaxFmFactors) {
-    return InvalidArgument("FM factor dimension k=" + std::to_string(k) + " is outside [1, " +
-                           std::to_string(kMaxFmFactors) + "]");
-  }
-  FERRY_RETURN_IF_ERROR(CheckKernelBatch(batch, uidx, probs.size(), /*need_fields=*/false));
-  const std::span<const float> labels(batch.labels);
-  const std::span<const uint32_t> offsets(batch.offsets);
-  const std::span<const float> values(batch.values);
-  const float bias = bias_u == kNoBias ? 0.0f : w_lin(bias_u)[0];
-  std::vector<float> s(k);
-  double loss = 0.0;
-  double bias_grad = 0.0;
-  for (size_t i = 0; i < labels.size(); ++i) {
-    std::fill(s.begin(), s.end(), 0.0f);
-    float linear = bias;
+// The pairwise term over one sample's occurrences (a kernel_detail::SampleLoop term), reading
+// factor rows of dim k through w_fac. DeepFM (deepfm.h) uses it on its embedding rows.
+// s: caller-owned scratch of at least k floats, holding s_f of the current sample between
+// Logit and Backward.
+template <typename WV, typename GV>
+struct PairTerm {
+  uint32_t k;
+  std::span<const uint32_t> uidx;
+  std::span<const float> values;
+  WV& w_fac;
+  GV& g_fac;
+  float* s;
+
+  float Logit(size_t, uint32_t begin, uint32_t end) {
+    std::fill(s, s + k, 0.0f);
     float squares = 0.0f;  // sum_j sum_f v^2 x^2
-    for (uint32_t j = offsets[i]; j < offsets[i + 1]; ++j) {
+    for (uint32_t j = begin; j < end; ++j) {
       const float x = values[j];
-      linear += w_lin(uidx[j])[0] * x;
       const float* v = w_fac(uidx[j]);
       for (uint32_t f = 0; f < k; ++f) {
         const float vx = v[f] * x;
@@ -67,25 +63,30 @@ Result<double> Pass(uint32_t k, const B& batch, std::span<const uint32_t> uidx, 
     }
     float pairs = 0.0f;
     for (uint32_t f = 0; f < k; ++f) pairs += s[f] * s[f];
-    const float z = linear + 0.5f * (pairs - squares);
-    probs[i] = Sigmoid(z);
-    loss += LogLoss<double>(z, labels[i]);
-    if constexpr (kBackward) {
-      const float dz = probs[i] - labels[i];
-      bias_grad += dz;
-      for (uint32_t j = offsets[i]; j < offsets[i + 1]; ++j) {
-        const float x = values[j];
-        g_lin(uidx[j])[0] += dz * x;
-        const float* v = w_fac(uidx[j]);
-        float* gv = g_fac(uidx[j]);
-        for (uint32_t f = 0; f < k; ++f) gv[f] += dz * x * (s[f] - v[f] * x);
-      }
+    return 0.5f * (pairs - squares);
+  }
+
+  void Backward(size_t, uint32_t begin, uint32_t end, float dz) {
+    for (uint32_t j = begin; j < end; ++j) {
+      const float x = values[j];
+      const float* v = w_fac(uidx[j]);
+      float* gv = g_fac(uidx[j]);
+      for (uint32_t f = 0; f < k; ++f) gv[f] += dz * x * (s[f] - v[f] * x);
     }
   }
-  if constexpr (kBackward) {
-    if (bias_u != kNoBias) g_lin(bias_u)[0] += static_cast<float>(bias_grad);
+};
+
+template <bool kBackward, BatchLike B, typename WL, typename GL, typename WV, typename GV>
+Result<double> Pass(uint32_t k, const B& batch, std::span<const uint32_t> uidx, uint32_t bias_u,
+                    WL&& w_lin, GL&& g_lin, WV&& w_fac, GV&& g_fac, std::span<float> probs) {
+  if (k == 0 || k > kMaxFmFactors) {
+    return InvalidArgument("FM factor dimension k=" + std::to_string(k) + " is outside [1, " +
+                           std::to_string(kMaxFmFactors) + "]");
   }
-  return loss;
+  FERRY_RETURN_IF_ERROR(CheckKernelBatch(batch, uidx, probs.size(), /*need_fields=*/false));
+  std::vector<float> s(k);
+  PairTerm<WV, GV> term{k, uidx, std::span<const float>(batch.values), w_fac, g_fac, s.data()};
+  return kernel_detail::SampleLoop<kBackward>(batch, uidx, bias_u, w_lin, g_lin, term, probs);
 }
 
 }  // namespace fm_detail

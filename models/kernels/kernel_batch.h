@@ -7,7 +7,8 @@
 //      offsets [n + 1]   sample i owns feature occurrences [offsets[i], offsets[i+1])
 //      ids     [m]       hashed feature ids (kernels never look at them; they use uidx)
 //      values  [m]       feature values
-//      fields  [m]       field of each occurrence (only the MLP reads them; may be empty otherwise)
+//      fields  [m]       field of each occurrence (the MLP, FFM and DeepFM read them; may be empty
+//                        for LR and FM)
 //  - uidx [m]: for occurrence j, the index of ids[j] among the batch's unique ids;
 //  - accessors, called as `w(u)` / `g(u)` with a unique index u (uint32_t):
 //      w(u) -> const float*   the pulled row of unique id u (`dim` floats, read in place)
@@ -97,6 +98,20 @@ Status CheckKernelBatch(const B& batch, std::span<const uint32_t> uidx, size_t p
   if (probs_size != n) {
     return InvalidArgument("probability output has " + std::to_string(probs_size) +
                            " slots but the batch has " + std::to_string(n) + " samples");
+  }
+  return Status::Ok();
+}
+
+// For the field-aware kernels (MLP, FFM, DeepFM): kInvalidArgument naming the first occurrence
+// whose field is >= num_fields, prefixed with `model` ("mlp", "ffm", ...). O(m).
+inline Status CheckFieldRange(std::span<const uint32_t> fields, uint32_t num_fields,
+                              const char* model) {
+  for (size_t j = 0; j < fields.size(); ++j) {
+    if (fields[j] >= num_fields) {
+      return InvalidArgument(std::string(model) + ": feature " + std::to_string(j) + " has field " +
+                             std::to_string(fields[j]) + " but the model has " +
+                             std::to_string(num_fields) + " fields");
+    }
   }
   return Status::Ok();
 }

@@ -16,7 +16,7 @@
 #include <span>
 
 #include "models/kernels/kernel_batch.h"
-#include "models/kernels/logistic.h"
+#include "models/kernels/sample_loop.h"
 #include "transport/status.h"
 
 namespace ferry::models {
@@ -26,27 +26,8 @@ template <bool kBackward, BatchLike B, typename W, typename G>
 Result<double> Pass(const B& batch, std::span<const uint32_t> uidx, uint32_t bias_u, W&& w, G&& g,
                     std::span<float> probs) {
   FERRY_RETURN_IF_ERROR(CheckKernelBatch(batch, uidx, probs.size(), /*need_fields=*/false));
-  const std::span<const float> labels(batch.labels);
-  const std::span<const uint32_t> offsets(batch.offsets);
-  const std::span<const float> values(batch.values);
-  const float bias = bias_u == kNoBias ? 0.0f : w(bias_u)[0];
-  double loss = 0.0;
-  double bias_grad = 0.0;
-  for (size_t i = 0; i < labels.size(); ++i) {
-    float z = bias;
-    for (uint32_t j = offsets[i]; j < offsets[i + 1]; ++j) z += w(uidx[j])[0] * values[j];
-    probs[i] = Sigmoid(z);
-    loss += LogLoss<double>(z, labels[i]);
-    if constexpr (kBackward) {
-      const float dz = probs[i] - labels[i];
-      for (uint32_t j = offsets[i]; j < offsets[i + 1]; ++j) g(uidx[j])[0] += dz * values[j];
-      bias_grad += dz;
-    }
-  }
-  if constexpr (kBackward) {
-    if (bias_u != kNoBias) g(bias_u)[0] += static_cast<float>(bias_grad);
-  }
-  return loss;
+  kernel_detail::LinearOnly term;
+  return kernel_detail::SampleLoop<kBackward>(batch, uidx, bias_u, w, g, term, probs);
 }
 
 }  // namespace lr_detail

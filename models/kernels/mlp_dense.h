@@ -1,9 +1,9 @@
 // The dense (fully connected) half of the MLP kernel, batched over the minibatch with Eigen.
 //
-// The templates in models/kernels/mlp.h pool the embeddings into MlpWorkspace::input and call
-// these two functions; they are declared here, Eigen-free, so that Eigen stays inside
-// mlp_dense.cc. Layer parameters are read and their gradients written IN PLACE through the given
-// pointers (Eigen::Map, no copies); the layout is MlpShape's LayerParams.
+// The templates in models/kernels/mlp_pass.h (MLP and DeepFM) pool the embeddings into
+// MlpWorkspace::input and call these two functions; they are declared here, Eigen-free, so that
+// Eigen stays inside mlp_dense.cc. Layer parameters are read and their gradients written IN PLACE
+// through the given pointers (Eigen::Map, no copies); the layout is MlpShape's LayerParams.
 //
 // Activations are column-major matrices with one column per sample:
 //
@@ -13,6 +13,7 @@
 //     float hidden[l][n][hidden[l]];         // post-ReLU activations of hidden layer l
 //     float logits[n];                       // dense logit per sample
 //     float delta[..], delta_prev[..];       // backward scratch
+//     float fm_sum[embed_dim];               // DeepFM: sum_j x_j e_{u_j} of the current sample
 //   };
 //
 // Thread-safety: a workspace belongs to one thread; reuse it across batches so buffers are
@@ -35,6 +36,7 @@ struct MlpWorkspace {
   std::vector<float> logits;
   std::vector<float> delta;
   std::vector<float> delta_prev;
+  std::vector<float> fm_sum;  // used by the templates in mlp_pass.h, not by the functions below
 };
 
 // Forward through every layer for n samples: reads ws.input (InputDim x n, column per sample,

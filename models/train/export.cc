@@ -23,8 +23,8 @@ Status ExportCheckpoint(const std::string& dir, const ps::JobSpec& job, const Mo
     // first, and the same model must give the same file (a BSP run is reproducible bit for bit).
     std::vector<std::pair<uint64_t, size_t>> order;
     std::vector<float> weights;
-    FERRY_RETURN_IF_ERROR(ps::ForEachCheckpointRow(
-        dir, m, index, o, [&](uint64_t key, const uint8_t* row) -> Status {
+    FERRY_RETURN_IF_ERROR(
+        ps::ForEachCheckpointRow(dir, m, index, o, [&](uint64_t key, const uint8_t* row) -> Status {
           const float* wr = reinterpret_cast<const float*>(row + layout.embedding_offset);
           order.emplace_back(key, weights.size());
           weights.insert(weights.end(), wr, wr + spec.dim);

@@ -5,19 +5,21 @@
 namespace ferry::models {
 
 void AddTrainFlags(CLI::App& app, TrainOptions* o, TrainFlagText* t) {
-  app.add_option("--model", t->model, "lr, ftrl, fm or mlp")
-      ->check(CLI::IsMember({"lr", "ftrl", "fm", "mlp"}))
+  app.add_option("--model", t->model, "lr, ftrl, fm, ffm, mlp or deepfm")
+      ->check(CLI::IsMember({"lr", "ftrl", "fm", "ffm", "mlp", "deepfm"}))
       ->capture_default_str();
   app.add_option("--train", o->train_files, "training files (plain or gzip)")->required();
   app.add_option("--test", o->test_files, "held-out files: logloss and exact AUC at the end");
   app.add_option("--format", t->format, "libsvm, criteo or libffm")
       ->check(CLI::IsMember({"libsvm", "svmlight", "criteo", "libffm"}))
       ->capture_default_str();
-  app.add_option("--epochs", o->epochs, "passes over the training files")
-      ->check(CLI::PositiveNumber)
+  app.add_option("--validation", o->validation_files,
+                 "held-out files for early stopping (default: a fraction of the training lines)");
+  app.add_option("--epochs", t->epochs,
+                 "passes over the training files, or auto: while the held-out logloss improves")
       ->capture_default_str();
-  app.add_option("--batch-size", o->batch_size, "samples per minibatch (per worker)")
-      ->check(CLI::PositiveNumber)
+  app.add_option("--batch-size", t->batch_size,
+                 "samples per minibatch per worker, or auto: from the data size")
       ->capture_default_str();
   app.add_option("--servers", o->servers, "servers of the local cluster (or of the launcher's job)")
       ->check(CLI::PositiveNumber)
@@ -49,6 +51,26 @@ void AddTrainFlags(CLI::App& app, TrainOptions* o, TrainFlagText* t) {
       ->capture_default_str();
   app.add_option("--eval-samples", o->eval_samples, "test samples a streaming evaluation reads")
       ->capture_default_str();
+  auto* stopping = "When training stops (--epochs auto)";
+  app.add_option("--validation-fraction", o->validation_fraction,
+                 "share of the training lines held out (by a hash of the line) when there is no\n"
+                 "--validation file (default 0.1 with --epochs auto, else 0)")
+      ->check(CLI::Range(0.0, 0.9))
+      ->group(stopping);
+  app.add_option("--max-epochs", o->max_epochs,
+                 "cap on the automatic passes (default: from the data size, at most 100)")
+      ->check(CLI::PositiveNumber)
+      ->group(stopping);
+  app.add_option("--patience", o->patience,
+                 "stop after this many passes without an improvement of the held-out logloss")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str()
+      ->group(stopping);
+  app.add_option("--min-improvement", o->min_improvement,
+                 "relative gain of the held-out logloss that counts as an improvement")
+      ->check(CLI::Range(0.0, 0.5))
+      ->capture_default_str()
+      ->group(stopping);
   auto* hyper = "Hyper-parameters (defaults work on ordinary sparse data)";
   app.add_option("--optimizer", o->optimizer, "lr model: sgd or adagrad")
       ->check(CLI::IsMember({"sgd", "adagrad"}))
@@ -60,14 +82,16 @@ void AddTrainFlags(CLI::App& app, TrainOptions* o, TrainFlagText* t) {
   app.add_option("--beta", o->beta, "FTRL beta (default 1)")->group(hyper);
   app.add_option("--l1", o->l1, "L1 regularisation (FTRL; default 0.05)")->group(hyper);
   app.add_option("--l2", o->l2, "L2 regularisation (default: FTRL 0.1, others 0)")->group(hyper);
-  app.add_option("--factors", o->factors, "FM factors k")->capture_default_str()->group(hyper);
-  app.add_option("--embed-dim", o->embed_dim, "MLP embedding width")
+  app.add_option("--factors", o->factors, "FM / FFM factors k (default: fm 8, ffm 4)")
+      ->group(hyper);
+  app.add_option("--embed-dim", o->embed_dim, "MLP / DeepFM embedding width")
       ->capture_default_str()
       ->group(hyper);
   app.add_option("--hidden", t->hidden, "MLP hidden layer widths, e.g. 64,32")
       ->capture_default_str()
       ->group(hyper);
-  app.add_option("--fields", o->fields, "MLP input fields (0: from the data)")->group(hyper);
+  app.add_option("--fields", o->fields, "fields of ffm, mlp and deepfm (0: from the data)")
+      ->group(hyper);
   app.add_flag("!--no-wide", o->wide, "MLP without the linear (wide) part")->group(hyper);
   app.add_option("--dense-lr", o->dense_learning_rate, "MLP: Adam step on the dense layers")
       ->capture_default_str()
@@ -80,6 +104,10 @@ void AddTrainFlags(CLI::App& app, TrainOptions* o, TrainFlagText* t) {
   app.add_option("--hash-bits", o->hash_bits, "keep this many bits of the feature hash (0: 64)")
       ->group(data);
   app.add_option("--hash-seed", o->hash_seed, "feature hash seed")->group(data);
+  app.add_option("--field-map", o->field_map,
+                 "libsvm: file of 'FIRST-LAST FIELD' lines giving each feature index a field\n"
+                 "(for ffm, mlp and deepfm on libsvm data)")
+      ->group(data);
   app.add_option("--threads", o->parse_threads, "parsing threads per worker")
       ->check(CLI::Range(1, 64))
       ->capture_default_str()
@@ -111,7 +139,28 @@ void AddTrainFlags(CLI::App& app, TrainOptions* o, TrainFlagText* t) {
       ->group("");
 }
 
+namespace {
+
+// "auto" -> 0, else a positive integer.
+Status AutoOrCount(const std::string& text, const char* flag, uint32_t* out) {
+  if (text == "auto") {
+    *out = 0;
+    return Status::Ok();
+  }
+  uint32_t v = 0;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || p != text.data() + text.size() || v == 0) {
+    return InvalidArgument(std::string(flag) + " '" + text + "' is not auto or a positive number");
+  }
+  *out = v;
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status FinalizeTrainFlags(const TrainFlagText& t, TrainOptions* o) {
+  FERRY_RETURN_IF_ERROR(AutoOrCount(t.epochs, "--epochs", &o->epochs));
+  FERRY_RETURN_IF_ERROR(AutoOrCount(t.batch_size, "--batch-size", &o->batch_size));
   FERRY_ASSIGN_OR_RETURN(o->model, ParseModelKind(t.model));
   FERRY_ASSIGN_OR_RETURN(o->format, ParseFormat(t.format));
   auto c = ps::ParseConsistency(t.consistency);

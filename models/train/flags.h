@@ -2,7 +2,6 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <string>
 
 #include "models/train/train_options.h"
@@ -17,6 +16,8 @@ struct TrainFlagText {
   std::string model_format = "binary";
   std::string progress = "auto";
   std::string hidden = "64,32";
+  std::string epochs = "auto";
+  std::string batch_size = "auto";
 };
 
 void AddTrainFlags(CLI::App& app, TrainOptions* o, TrainFlagText* text);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "models/data/field_map.h"
 #include "models/data/reader.h"
 
 namespace ferry::models {
@@ -44,9 +45,15 @@ ps::TableSpec Table(std::string name, uint32_t dim, ps::OptimizerSpec opt) {
   return t;
 }
 
-// Fields of the first lines of the first train file (libffm), for the MLP's input width.
+// Fields of the data, for the field-aware models: criteo's 39, the field map's, or those of the
+// first lines of the first train file (libffm). A field the count misses makes the kernel refuse
+// the batch that has it, naming the field.
 Result<uint32_t> CountFields(const TrainOptions& o) {
-  if (o.format == Format::kCriteo) return 39u;
+  if (o.format == Format::kCriteo) return kCriteoFields;
+  if (!o.field_map.empty()) {
+    FERRY_ASSIGN_OR_RETURN(FieldMap map, FieldMap::Load(o.field_map));
+    return std::max(map.num_fields(), 1u);
+  }
   if (o.format == Format::kLibsvm) return 1u;
   ReaderOptions ro;
   ro.format = o.format;
@@ -67,16 +74,26 @@ Result<uint32_t> CountFields(const TrainOptions& o) {
 
 Status ValidateTrainOptions(const TrainOptions& o) {
   if (o.train_files.empty()) return InvalidArgument("no training file (--train FILE...)");
-  if (o.epochs == 0) return InvalidArgument("--epochs must be at least 1");
-  if (o.batch_size == 0 || o.batch_size > (1u << 22)) {
-    return InvalidArgument("--batch-size must be 1..4194304");
+  if (o.batch_size > (1u << 22)) return InvalidArgument("--batch-size must be 1..4194304");
+  if (!(o.validation_fraction < 0.9)) {
+    return InvalidArgument("--validation-fraction must be below 0.9");
+  }
+  if (o.epochs == 0 && o.validation_files.empty() && o.validation_fraction == 0) {
+    return InvalidArgument(
+        "--epochs auto watches held-out data: give --validation FILE or a "
+        "--validation-fraction above 0, or a number of --epochs");
+  }
+  if (o.patience == 0) return InvalidArgument("--patience must be at least 1");
+  if (!(o.min_improvement >= 0 && o.min_improvement < 0.5)) {
+    return InvalidArgument("--min-improvement must be in [0, 0.5)");
+  }
+  if (!o.field_map.empty() && o.format != Format::kLibsvm) {
+    return InvalidArgument("--field-map is for libsvm input (libffm and criteo carry fields)");
   }
   if (o.optimizer != "sgd" && o.optimizer != "adagrad") {
     return InvalidArgument("--optimizer '" + o.optimizer + "' is not sgd or adagrad");
   }
-  if (o.model == ModelKind::kFm && (o.factors == 0 || o.factors > 1024)) {
-    return InvalidArgument("--factors must be 1..1024");
-  }
+  if (o.factors > 1024) return InvalidArgument("--factors must be 1..1024");
   if (o.servers == 0 || o.workers == 0) return InvalidArgument("--servers/--workers must be >= 1");
   if (!(o.init_std >= 0.0f)) return InvalidArgument("--init-std must be >= 0");
   if (o.checkpoint_every > 0 && o.checkpoint_dir.empty()) {
@@ -90,90 +107,115 @@ Status ValidateTrainOptions(const TrainOptions& o) {
   return Status::Ok();
 }
 
+namespace {
+
+// A sparse table of `dim`-wide rows drawn from N(0, init_std) (factors, embeddings).
+ps::TableSpec Latent(std::string name, uint32_t dim, ps::OptimizerSpec opt, const TrainOptions& o) {
+  ps::TableSpec t = Table(std::move(name), dim, opt);
+  t.init.kind = ps::InitializerSpec::Kind::kNormal;
+  t.init.b = o.init_std;
+  t.init.seed = o.seed;
+  return t;
+}
+
+int Add(ModelDef* d, ps::TableSpec t) {
+  d->tables.push_back(std::move(t));
+  return static_cast<int>(d->tables.size() - 1);
+}
+
+ps::OptimizerSpec LrOptimizer(const TrainOptions& o) {
+  if (o.optimizer != "sgd") return Adagrad(Or(o.learning_rate, 0.1f), Or(o.l2, 0.0f));
+  ps::OptimizerSpec s;
+  s.kind = ps::Optimizer::kSgd;
+  // Gradients are sums over the batch: scale the step by the batch size.
+  s.learning_rate = Or(o.learning_rate, 0.5f / static_cast<float>(o.batch_size));
+  s.l2 = Or(o.l2, 0.0f);
+  return s;
+}
+
+// The MLP part of mlp and deepfm: embeddings (already added) feed dense.<l>, one Adam row each.
+Status AddDense(ModelDef* d, const TrainOptions& o) {
+  FERRY_RETURN_IF_ERROR(d->shape.Validate());
+  for (size_t l = 0; l < d->shape.NumLayers(); ++l) {
+    ps::OptimizerSpec adam;
+    adam.kind = ps::Optimizer::kAdam;
+    adam.learning_rate = o.dense_learning_rate;
+    ps::TableSpec t = Table("dense." + std::to_string(l),
+                            static_cast<uint32_t>(d->shape.LayerParamCount(l)), adam);
+    t.initial_rows = 64;
+    // He-uniform for the ReLU layers, Glorot-uniform for the output (biases start small
+    // too: the initializer is per row, and each layer is one row).
+    const double in = static_cast<double>(d->shape.LayerIn(l));
+    const double out = static_cast<double>(d->shape.LayerOut(l));
+    const double bound =
+        l + 1 < d->shape.NumLayers() ? std::sqrt(6.0 / in) : std::sqrt(6.0 / (in + out));
+    t.init.kind = ps::InitializerSpec::Kind::kUniform;
+    t.init.a = static_cast<float>(-bound);
+    t.init.b = static_cast<float>(bound);
+    t.init.seed = o.seed + 1000 + l;
+    d->dense.push_back(Add(d, t));
+  }
+  return Status::Ok();
+}
+
+Result<uint32_t> FieldsOf(const TrainOptions& o) {
+  if (o.fields != 0) return o.fields;
+  return CountFields(o);
+}
+
+}  // namespace
+
 Result<ModelDef> DefineModel(const TrainOptions& o) {
   FERRY_RETURN_IF_ERROR(ValidateTrainOptions(o));
   ModelDef d;
   d.kind = o.model;
+  if (!o.field_map.empty()) {
+    FERRY_ASSIGN_OR_RETURN(FieldMap map, FieldMap::Load(o.field_map));
+    d.field_map = map.Encode();
+  }
   switch (o.model) {
-    case ModelKind::kLr: {
-      ps::OptimizerSpec s;
-      if (o.optimizer == "sgd") {
-        s.kind = ps::Optimizer::kSgd;
-        // Gradients are sums over the batch: scale the step by the batch size.
-        s.learning_rate = Or(o.learning_rate, 0.5f / static_cast<float>(o.batch_size));
-        s.l2 = Or(o.l2, 0.0f);
-      } else {
-        s = Adagrad(Or(o.learning_rate, 0.1f), Or(o.l2, 0.0f));
-      }
-      d.tables.push_back(Table("weights", 1, s));
-      d.linear = 0;
+    case ModelKind::kLr:
+      d.linear = Add(&d, Table("weights", 1, LrOptimizer(o)));
       break;
-    }
     case ModelKind::kFtrl:
-      d.tables.push_back(Table("weights", 1, Ftrl(o)));
-      d.linear = 0;
+      d.linear = Add(&d, Table("weights", 1, Ftrl(o)));
       break;
-    case ModelKind::kFm: {
-      d.k = o.factors;
-      d.tables.push_back(Table("linear", 1, Ftrl(o)));
+    case ModelKind::kFm:
+      d.k = o.factors != 0 ? o.factors : kDefaultFmFactors;
+      d.linear = Add(&d, Table("linear", 1, Ftrl(o)));
       // Factor step 0.01, not 0.05. Gradients are batch sums, so Adagrad's first steps are about
       // lr * sign(g) on every coordinate of every frequent value at once; those moves are
       // coherent across the fields, and the pairwise term grows with (fields * lr)^2. At 0.05,
       // asp runs on ordinary many-field data diverged: ferry-gen --format criteo --vocab 100,
       // 40k samples: test logloss 2.00 and 0.55 (lr: 0.486); 26 fields x 50 values, 50k
-      // samples: 0.64 and 0.64 (lr: 0.468). At 0.01: 0.473-0.486 and 0.458-0.475, and as good or
-      // better on every lr-truth set tried (100k-400k samples). It grows fm-truth interactions
-      // more slowly per epoch (--truth fm, 10 fields, 400k samples: AUC 0.742 against 0.784 at
-      // 0.05), so --lr 0.05 remains the flag for few-field data with strong interactions.
-      ps::TableSpec f = Table("factors", o.factors, Adagrad(Or(o.learning_rate, 0.01f), 1e-5f));
-      f.init.kind = ps::InitializerSpec::Kind::kNormal;
-      f.init.b = o.init_std;
-      f.init.seed = o.seed;
-      d.tables.push_back(f);
-      d.linear = 0;
-      d.factors = 1;
+      // samples: 0.64 and 0.64 (lr: 0.468).
+      d.factors = Add(&d, Latent("factors", d.k, Adagrad(Or(o.learning_rate, 0.01f), 1e-5f), o));
+      break;
+    case ModelKind::kFfm: {
+      d.k = o.factors != 0 ? o.factors : kDefaultFfmFactors;
+      FERRY_ASSIGN_OR_RETURN(d.fields, FieldsOf(o));
+      if (uint64_t{d.k} * d.fields > kMaxFfmRowFloats) {
+        return InvalidArgument("ffm rows of " + std::to_string(d.fields) + " fields x " +
+                               std::to_string(d.k) + " factors exceed " +
+                               std::to_string(kMaxFfmRowFloats) + " floats");
+      }
+      d.linear = Add(&d, Table("linear", 1, Ftrl(o)));
+      d.factors = Add(&d, Latent("field_factors", d.k * d.fields,
+                                 Adagrad(Or(o.learning_rate, 0.01f), 1e-5f), o));
       break;
     }
-    case ModelKind::kMlp: {
-      uint32_t fields = o.fields;
-      if (fields == 0) {
-        FERRY_ASSIGN_OR_RETURN(fields, CountFields(o));
-      }
-      d.shape.num_fields = fields;
+    case ModelKind::kMlp:
+    case ModelKind::kDeepFm: {
+      FERRY_ASSIGN_OR_RETURN(d.shape.num_fields, FieldsOf(o));
       d.shape.embed_dim = o.embed_dim;
       d.shape.hidden = o.hidden;
       FERRY_RETURN_IF_ERROR(d.shape.Validate());
-      if (o.wide) {
-        d.tables.push_back(Table("wide", 1, Ftrl(o)));
-        d.linear = 0;
-      }
-      ps::TableSpec e =
-          Table("embeddings", o.embed_dim, Adagrad(Or(o.learning_rate, 0.05f), 1e-5f));
-      e.init.kind = ps::InitializerSpec::Kind::kNormal;
-      e.init.b = o.init_std;
-      e.init.seed = o.seed;
-      d.embeddings = static_cast<int>(d.tables.size());
-      d.tables.push_back(e);
-      for (size_t l = 0; l < d.shape.NumLayers(); ++l) {
-        ps::OptimizerSpec adam;
-        adam.kind = ps::Optimizer::kAdam;
-        adam.learning_rate = o.dense_learning_rate;
-        ps::TableSpec t = Table("dense." + std::to_string(l),
-                                static_cast<uint32_t>(d.shape.LayerParamCount(l)), adam);
-        t.initial_rows = 64;
-        // He-uniform for the ReLU layers, Glorot-uniform for the output (biases start small
-        // too: the initializer is per row, and each layer is one row).
-        const double in = static_cast<double>(d.shape.LayerIn(l));
-        const double out = static_cast<double>(d.shape.LayerOut(l));
-        const double bound =
-            l + 1 < d.shape.NumLayers() ? std::sqrt(6.0 / in) : std::sqrt(6.0 / (in + out));
-        t.init.kind = ps::InitializerSpec::Kind::kUniform;
-        t.init.a = static_cast<float>(-bound);
-        t.init.b = static_cast<float>(bound);
-        t.init.seed = o.seed + 1000 + l;
-        d.dense.push_back(static_cast<int>(d.tables.size()));
-        d.tables.push_back(t);
-      }
+      const bool deepfm = o.model == ModelKind::kDeepFm;
+      if (o.wide || deepfm) d.linear = Add(&d, Table(deepfm ? "linear" : "wide", 1, Ftrl(o)));
+      d.embeddings =
+          Add(&d, Latent("embeddings", o.embed_dim,
+                         Adagrad(Or(o.learning_rate, deepfm ? 0.01f : 0.05f), 1e-5f), o));
+      FERRY_RETURN_IF_ERROR(AddDense(&d, o));
       break;
     }
   }
@@ -186,6 +228,11 @@ ModelParams DescribeModel(const TrainOptions& o, const ModelDef& def) {
   p["hash_seed"] = std::to_string(o.hash_seed);
   p["hash_bits"] = std::to_string(o.hash_bits);
   p["bias_id"] = std::to_string(kBiasId);
+  if (!def.field_map.empty()) {
+    // A map too large for a parameter stays outside: ferry-predict then asks for --field-map.
+    p["field_map"] =
+        def.field_map.size() <= kMaxModelParamValueBytes ? def.field_map : kExternalFieldMap;
+  }
   for (const ps::TableSpec& t : def.tables) {
     const ps::OptimizerSpec& s = t.optimizer;
     std::string d = std::string(ps::OptimizerName(s.kind));
@@ -197,8 +244,11 @@ ModelParams DescribeModel(const TrainOptions& o, const ModelDef& def) {
     }
     p["optimizer." + t.name] = d;
   }
-  if (def.kind == ModelKind::kFm) p["factors"] = std::to_string(def.k);
-  if (def.kind == ModelKind::kMlp) {
+  if (def.kind == ModelKind::kFm || def.kind == ModelKind::kFfm) {
+    p["factors"] = std::to_string(def.k);
+  }
+  if (def.kind == ModelKind::kFfm) p["fields"] = std::to_string(def.fields);
+  if (def.kind == ModelKind::kMlp || def.kind == ModelKind::kDeepFm) {
     p["mlp_shape"] = def.shape.Encode();
     p["wide"] = def.linear >= 0 ? "1" : "0";
   }

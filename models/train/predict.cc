@@ -1,15 +1,15 @@
 // ferry-predict's engine (predict.h).
 #include "models/train/predict.h"
 
+#include <algorithm>
 #include <charconv>
 
+#include "models/data/field_map.h"
 #include "models/data/reader.h"
 #include "models/eval/metrics.h"
-#include "models/kernels/fm.h"
-#include "models/kernels/lr.h"
-#include "models/kernels/mlp.h"
 #include "models/kernels/mlp_shape.h"
 #include "models/train/model_def.h"
+#include "models/train/model_kernel.h"
 #include "models/train/step.h"
 
 namespace ferry::models {
@@ -30,7 +30,11 @@ Result<uint64_t> ParamU64(const Model& m, std::string_view key) {
 // Rows of one table for the batch's unique ids, looked up once per batch.
 class TableRows {
  public:
-  TableRows(const ModelTable* t) : t_(t), zero_(t != nullptr ? t->dim() : 1, 0.0f) {}
+  struct Accessor {
+    const std::vector<const float*>* rows;
+    const float* operator()(uint32_t u) const { return (*rows)[u]; }
+  };
+  explicit TableRows(const ModelTable* t) : t_(t), zero_(t->dim(), 0.0f) {}
   void Lookup(const std::vector<uint64_t>& ids) {
     rows_.resize(ids.size());
     for (size_t u = 0; u < ids.size(); ++u) {
@@ -38,9 +42,7 @@ class TableRows {
       rows_[u] = r != nullptr ? r : zero_.data();
     }
   }
-  auto Accessor() const {
-    return [this](uint32_t u) { return rows_[u]; };
-  }
+  Accessor accessor() const { return Accessor{&rows_}; }
 
  private:
   const ModelTable* t_;
@@ -48,10 +50,102 @@ class TableRows {
   std::vector<const float*> rows_;
 };
 
+bool IsDense(const ModelLayout& m, size_t t) {
+  return std::find(m.dense.begin(), m.dense.end(), static_cast<int>(t)) != m.dense.end();
+}
+
+// The model file's tables in the roles of ModelLayout (names as in model_def.h).
+struct ModelTables {
+  ModelLayout layout;
+  std::vector<const ModelTable*> tables;
+};
+
+Result<ModelTables> TablesOf(const Model& model) {
+  ModelTables m;
+  m.layout.kind = model.kind;
+  auto add = [&m](const ModelTable* t) {
+    m.tables.push_back(t);
+    return static_cast<int>(m.tables.size() - 1);
+  };
+  auto require = [&](std::string_view name, uint32_t dim) -> Result<int> {
+    FERRY_ASSIGN_OR_RETURN(const ModelTable* t, model.RequireTable(name, dim));
+    return add(t);
+  };
+  switch (model.kind) {
+    case ModelKind::kLr:
+    case ModelKind::kFtrl: {
+      FERRY_ASSIGN_OR_RETURN(m.layout.linear, require("weights", 1));
+      return m;
+    }
+    case ModelKind::kFm:
+    case ModelKind::kFfm: {
+      FERRY_ASSIGN_OR_RETURN(uint64_t k, ParamU64(model, "factors"));
+      uint64_t fields = 1;
+      if (model.kind == ModelKind::kFfm) {
+        FERRY_ASSIGN_OR_RETURN(fields, ParamU64(model, "fields"));
+      }
+      if (k == 0 || fields == 0 || k * fields > kMaxFfmRowFloats) {
+        return ProtocolError("model parameters factors = " + std::to_string(k) +
+                             ", fields = " + std::to_string(fields) + " are out of range");
+      }
+      m.layout.k = static_cast<uint32_t>(k);
+      m.layout.fields = static_cast<uint32_t>(fields);
+      FERRY_ASSIGN_OR_RETURN(m.layout.linear, require("linear", 1));
+      FERRY_ASSIGN_OR_RETURN(m.layout.factors,
+                             require(model.kind == ModelKind::kFm ? "factors" : "field_factors",
+                                     static_cast<uint32_t>(k * fields)));
+      return m;
+    }
+    case ModelKind::kMlp:
+    case ModelKind::kDeepFm: {
+      FERRY_ASSIGN_OR_RETURN(std::string_view enc, model.RequireParam("mlp_shape"));
+      FERRY_ASSIGN_OR_RETURN(m.layout.shape, MlpShape::Parse(enc));
+      const char* wide = model.kind == ModelKind::kMlp ? "wide" : "linear";
+      if (const ModelTable* t = model.FindTable(wide)) {
+        if (t->dim() != 1) return ProtocolError(std::string("table ") + wide + " is not 1 wide");
+        m.layout.linear = add(t);
+      }
+      FERRY_ASSIGN_OR_RETURN(m.layout.embeddings, require("embeddings", m.layout.shape.embed_dim));
+      for (size_t l = 0; l < m.layout.shape.NumLayers(); ++l) {
+        const std::string name = "dense." + std::to_string(l);
+        FERRY_ASSIGN_OR_RETURN(
+            int t, require(name, static_cast<uint32_t>(m.layout.shape.LayerParamCount(l))));
+        if (m.tables[t]->Find(0) == nullptr) {
+          return ProtocolError("table " + name + " lacks its row (key 0)");
+        }
+        m.layout.dense.push_back(t);
+      }
+      return m;
+    }
+  }
+  return ProtocolError("unknown model kind");
+}
+
+// The field map the model was trained with (or the one given instead), for libsvm input.
+Result<std::shared_ptr<const FieldMap>> FieldMapOf(const Model& model, const PredictOptions& o,
+                                                   Format format) {
+  std::shared_ptr<const FieldMap> out;
+  if (!o.field_map.empty()) {
+    FERRY_ASSIGN_OR_RETURN(FieldMap map, FieldMap::Load(o.field_map));
+    out = std::make_shared<const FieldMap>(std::move(map));
+    return out;
+  }
+  auto it = model.params.find("field_map");
+  if (it == model.params.end() || format != Format::kLibsvm) return out;
+  if (it->second == kExternalFieldMap) {
+    return InvalidArgument(
+        "the model was trained with a field map too large to carry in the model file: give it "
+        "again with --field-map");
+  }
+  auto map = FieldMap::Parse(it->second);
+  if (!map.ok()) return map.status().Annotate("the model's field_map parameter");
+  out = std::make_shared<const FieldMap>(std::move(*map));
+  return out;
+}
+
 }  // namespace
 
-Status Predict(const Model& model, const PredictOptions& o, std::FILE* out,
-               PredictReport* report) {
+Status Predict(const Model& model, const PredictOptions& o, std::FILE* out, PredictReport* report) {
   ReaderOptions ro;
   ro.files = o.files;
   std::string_view format = o.format;
@@ -64,49 +158,16 @@ Status Predict(const Model& model, const PredictOptions& o, std::FILE* out,
   ro.hash_bits = static_cast<uint32_t>(bits);
   ro.threads = o.parse_threads;
   ro.strict = o.strict;
+  FERRY_ASSIGN_OR_RETURN(ro.field_map, FieldMapOf(model, o, ro.format));
 
-  // The model's tables (names as in model_def.h).
-  const ModelTable* linear = nullptr;
-  const ModelTable* factors = nullptr;
-  const ModelTable* embeddings = nullptr;
-  std::vector<const ModelTable*> dense;
-  uint32_t k = 0;
-  MlpShape shape;
-  switch (model.kind) {
-    case ModelKind::kLr:
-    case ModelKind::kFtrl: {
-      FERRY_ASSIGN_OR_RETURN(linear, model.RequireTable("weights", 1));
-      break;
-    }
-    case ModelKind::kFm: {
-      FERRY_ASSIGN_OR_RETURN(uint64_t kk, ParamU64(model, "factors"));
-      k = static_cast<uint32_t>(kk);
-      FERRY_ASSIGN_OR_RETURN(linear, model.RequireTable("linear", 1));
-      FERRY_ASSIGN_OR_RETURN(factors, model.RequireTable("factors", k));
-      break;
-    }
-    case ModelKind::kMlp: {
-      FERRY_ASSIGN_OR_RETURN(std::string_view enc, model.RequireParam("mlp_shape"));
-      FERRY_ASSIGN_OR_RETURN(shape, MlpShape::Parse(enc));
-      linear = model.FindTable("wide");
-      if (linear != nullptr && linear->dim() != 1) return ProtocolError("table wide is not 1 wide");
-      FERRY_ASSIGN_OR_RETURN(embeddings, model.RequireTable("embeddings", shape.embed_dim));
-      for (size_t l = 0; l < shape.NumLayers(); ++l) {
-        FERRY_ASSIGN_OR_RETURN(const ModelTable* t,
-                               model.RequireTable("dense." + std::to_string(l),
-                                                  static_cast<uint32_t>(shape.LayerParamCount(l))));
-        if (t->Find(0) == nullptr) {
-          return ProtocolError("table dense." + std::to_string(l) + " lacks its row (key 0)");
-        }
-        dense.push_back(t);
-      }
-      break;
-    }
-  }
+  FERRY_ASSIGN_OR_RETURN(ModelTables m, TablesOf(model));
   FERRY_ASSIGN_OR_RETURN(auto reader, Reader::Open(ro));
-  TableRows lin(linear), fac(factors), emb(embeddings);
+  std::vector<TableRows> rows;
+  for (const ModelTable* t : m.tables) rows.emplace_back(t);
+  std::vector<TableRows::Accessor> access;
+  for (const TableRows& r : rows) access.push_back(r.accessor());
   std::vector<const float*> dense_rows;
-  for (const ModelTable* t : dense) dense_rows.push_back(t->Find(0));
+  for (int t : m.layout.dense) dense_rows.push_back(m.tables[t]->Find(0));
   UniqueIds ids;
   MlpWorkspace ws;
   std::vector<float> probs;
@@ -117,29 +178,14 @@ Status Predict(const Model& model, const PredictOptions& o, std::FILE* out,
     b.Clear();
     FERRY_ASSIGN_OR_RETURN(size_t n, reader->Next(o.batch_size, &b));
     if (n == 0) break;
-    ids.Build(b, linear != nullptr);
-    const uint32_t bias = linear != nullptr ? ids.bias() : kNoBias;
-    if (linear != nullptr) lin.Lookup(ids.ids());
-    if (factors != nullptr) fac.Lookup(ids.ids());
-    if (embeddings != nullptr) emb.Lookup(ids.ids());
-    probs.resize(n);
-    Result<double> l = 0.0;
-    switch (model.kind) {
-      case ModelKind::kLr:
-      case ModelKind::kFtrl:
-        l = LrForward(b, ids.uidx(), bias, lin.Accessor(), probs);
-        break;
-      case ModelKind::kFm:
-        l = FmForward(k, b, ids.uidx(), bias, lin.Accessor(), fac.Accessor(), probs);
-        break;
-      case ModelKind::kMlp:
-        l = linear != nullptr
-                ? MlpForward(shape, b, ids.uidx(), bias, lin.Accessor(), emb.Accessor(),
-                             dense_rows, ws, probs)
-                : MlpForward(shape, b, ids.uidx(), kNoBias, NoTable{}, emb.Accessor(),
-                             dense_rows, ws, probs);
-        break;
+    ids.Build(b, m.layout.linear >= 0);
+    for (size_t t = 0; t < rows.size(); ++t) {
+      if (!IsDense(m.layout, t)) rows[t].Lookup(ids.ids());
     }
+    probs.resize(n);
+    auto l = RunModelKernel<false>(m.layout, b, ids.uidx(), ids.bias(),
+                                   std::span<const TableRows::Accessor>(access),
+                                   std::span<const NoTable>(), dense_rows, {}, ws, probs);
     FERRY_RETURN_IF_ERROR(l.status());
     loss.AddSum(*l, n);
     FERRY_RETURN_IF_ERROR(auc.Add(probs, b.labels));

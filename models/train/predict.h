@@ -17,6 +17,8 @@ struct PredictOptions {
   std::vector<std::string> files;
   // Empty: the format the model was trained on (its "format" parameter).
   std::string format;
+  // A field map file (libsvm): overrides the map the model carries ("" : the model's, if any).
+  std::string field_map;
   int parse_threads = 1;
   bool strict = false;
   uint32_t batch_size = 4096;

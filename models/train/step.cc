@@ -1,9 +1,7 @@
 // Minibatch stages over the parameter server (step.h).
 #include "models/train/step.h"
 
-#include "models/kernels/fm.h"
-#include "models/kernels/lr.h"
-#include "models/kernels/mlp.h"
+#include "models/train/model_kernel.h"
 
 namespace ferry::models {
 
@@ -55,8 +53,8 @@ Status Stepper::Begin(const Batch& batch, Slot* slot) {
   ps::PullOptions unique;
   unique.keys_unique = true;
   for (size_t t = 0; t < def_.tables.size(); ++t) {
-    const bool dense = std::find(def_.dense.begin(), def_.dense.end(), static_cast<int>(t)) !=
-                       def_.dense.end();
+    const bool dense =
+        std::find(def_.dense.begin(), def_.dense.end(), static_cast<int>(t)) != def_.dense.end();
     auto p = dense ? w_.Pull(table_ids_[t], zero_key_, unique)
                    : w_.Pull(table_ids_[t], slot->ids.ids(), unique);
     if (!p.ok()) {
@@ -88,7 +86,9 @@ Status Stepper::ReapPushes(size_t keep) {
   return Status::Ok();
 }
 
-Status Stepper::Drain() { return ReapPushes(0); }
+Status Stepper::Drain() {
+  return ReapPushes(0);
+}
 
 Result<double> Stepper::Finish(Slot* slot, bool train, std::vector<float>* probs) {
   const Batch& b = *slot->batch;
@@ -120,51 +120,26 @@ Result<double> Stepper::Finish(Slot* slot, bool train, std::vector<float>* probs
   }
   std::vector<float>& p = probs != nullptr ? *probs : probs_;
   p.resize(b.size());
-  const std::span<const uint32_t> uidx = slot->ids.uidx();
-  const uint32_t bias = slot->ids.bias();
-  auto reader = [](const ps::PulledRows& r) { return [&r](uint32_t u) { return r[u]; }; };
-  auto writer = [](const ps::GradRows& g) { return [&g](uint32_t u) { return g[u]; }; };
-  Result<double> loss = 0.0;
-  switch (def_.kind) {
-    case ModelKind::kLr:
-    case ModelKind::kFtrl:
-      loss = train ? LrForwardBackward(b, uidx, bias, reader(rows[0]), writer(grads[0]), p)
-                   : LrForward(b, uidx, bias, reader(rows[0]), p);
-      break;
-    case ModelKind::kFm: {
-      const auto& lin = rows[def_.linear];
-      const auto& fac = rows[def_.factors];
-      loss = train ? FmForwardBackward(def_.k, b, uidx, bias, reader(lin), writer(grads[def_.linear]),
-                                       reader(fac), writer(grads[def_.factors]), p)
-                   : FmForward(def_.k, b, uidx, bias, reader(lin), reader(fac), p);
-      break;
-    }
-    case ModelKind::kMlp: {
-      dense_.clear();
-      dense_grad_.clear();
-      for (int t : def_.dense) {
-        dense_.push_back(rows[t][0]);
-        if (train) dense_grad_.push_back(grads[t][0]);
-      }
-      const auto& emb = rows[def_.embeddings];
-      if (def_.linear >= 0) {
-        const auto& lin = rows[def_.linear];
-        loss = train ? MlpForwardBackward(def_.shape, b, uidx, bias, reader(lin),
-                                          writer(grads[def_.linear]), reader(emb),
-                                          writer(grads[def_.embeddings]), dense_, dense_grad_,
-                                          ws_, p)
-                     : MlpForward(def_.shape, b, uidx, bias, reader(lin), reader(emb), dense_,
-                                  ws_, p);
-      } else {
-        loss = train ? MlpForwardBackward(def_.shape, b, uidx, kNoBias, NoTable{}, NoTable{},
-                                          reader(emb), writer(grads[def_.embeddings]), dense_,
-                                          dense_grad_, ws_, p)
-                     : MlpForward(def_.shape, b, uidx, kNoBias, NoTable{}, reader(emb), dense_,
-                                  ws_, p);
-      }
-      break;
-    }
+  dense_.clear();
+  dense_grad_.clear();
+  for (int t : def_.dense) {
+    dense_.push_back(rows[t][0]);
+    if (train) dense_grad_.push_back(grads[t][0]);
   }
+  rows_view_.resize(nt);
+  grads_view_.resize(nt);
+  for (size_t t = 0; t < nt; ++t) {
+    rows_view_[t] = PulledAccessor{&rows[t]};
+    grads_view_[t] = GradAccessor{&grads[t]};
+  }
+  Result<double> loss = train ? RunModelKernel<true>(def_, b, slot->ids.uidx(), slot->ids.bias(),
+                                                     std::span<const PulledAccessor>(rows_view_),
+                                                     std::span<const GradAccessor>(grads_view_),
+                                                     dense_, dense_grad_, ws_, p)
+                              : RunModelKernel<false>(def_, b, slot->ids.uidx(), slot->ids.bias(),
+                                                      std::span<const PulledAccessor>(rows_view_),
+                                                      std::span<const GradAccessor>(grads_view_),
+                                                      dense_, dense_grad_, ws_, p);
   if (loss.ok() && train) {
     for (size_t t = 0; t < nt; ++t) {
       auto push = w_.PushGradients(slot->pulls[t]);

@@ -42,6 +42,16 @@ class UniqueIds {
   uint32_t bias_ = 0xffffffffu;
 };
 
+// Kernel accessors over the worker's pulled rows and gradient rows (model_kernel.h).
+struct PulledAccessor {
+  const ps::PulledRows* rows = nullptr;
+  const float* operator()(uint32_t u) const { return (*rows)[u]; }
+};
+struct GradAccessor {
+  const ps::GradRows* grads = nullptr;
+  float* operator()(uint32_t u) const { return (*grads)[u]; }
+};
+
 class Stepper {
  public:
   struct Slot {
@@ -71,6 +81,8 @@ class Stepper {
   MlpWorkspace ws_;
   std::vector<const float*> dense_;
   std::vector<float*> dense_grad_;
+  std::vector<PulledAccessor> rows_view_;
+  std::vector<GradAccessor> grads_view_;
   const std::vector<uint64_t> zero_key_{0};
 };
 

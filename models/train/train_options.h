@@ -18,7 +18,14 @@ struct TrainOptions {
   // Data.
   std::vector<std::string> train_files;
   std::vector<std::string> test_files;
+  // Held-out data for early stopping: these files, or (when empty) validation_fraction of the
+  // training lines, chosen by a hash of the line (models/data/reader.h, Holdout). A negative
+  // fraction means the default: kValidationFraction when the passes are automatic and no
+  // validation file is given, else none (auto_settings.h).
+  std::vector<std::string> validation_files;
+  double validation_fraction = -1.0;
   Format format = Format::kLibsvm;
+  std::string field_map;  // libsvm: a file mapping feature indices to fields (models/data)
   uint64_t hash_seed = 0;
   uint32_t hash_bits = 0;
   int parse_threads = 1;
@@ -34,15 +41,25 @@ struct TrainOptions {
   float alpha = -1.0f;                // ftrl
   float beta = -1.0f;                 // ftrl
   float dense_learning_rate = 1e-3f;  // mlp: Adam on the dense layers
-  uint32_t factors = 8;               // fm: k
+  uint32_t factors = 0;               // fm, ffm: k; 0 = the model's default (fm 8, ffm 4)
   uint32_t embed_dim = 8;             // mlp: E
   std::vector<uint32_t> hidden = {64, 32};
-  uint32_t fields = 0;  // mlp: F; 0 = from the format (criteo 39) or the first train file
-  bool wide = true;     // mlp: a linear (wide) part next to the MLP
+  // ffm, mlp, deepfm: F; 0 = from the format (criteo 39), the field map, or the first train file
+  uint32_t fields = 0;
+  bool wide = true;  // mlp: a linear (wide) part next to the MLP
   float init_std = 0.01f;
   uint64_t seed = 1;
-  uint32_t epochs = 1;
-  uint32_t batch_size = 256;
+  // Passes over the training data. 0 = automatic: passes go on while the held-out logloss
+  // improves (early_stop.h), at most max_epochs. With a fixed count and held-out data, every
+  // pass is still evaluated and the best one is the model kept.
+  uint32_t epochs = 0;
+  uint32_t max_epochs = 0;        // 0: the data-size rule (auto_settings.h)
+  uint32_t patience = 2;          // epochs without an improvement before stopping
+  double min_improvement = 1e-3;  // relative gain in held-out logloss that counts
+  uint32_t batch_size = 0;        // per worker; 0: the data-size rule (auto_settings.h)
+  // Set by ResolveAutoSettings: the estimated training samples (after any held-out fraction)
+  // the rule was applied to.
+  uint64_t data_samples = 0;
 
   // Job.
   uint32_t servers = 2;

@@ -1,384 +1,137 @@
-// The minibatch loop, evaluations and the report (trainer.h).
+// The training job of a worker: setup, passes, the decisions after each pass, the end
+// (trainer.h; one pass is trainer_passes.cc).
 #include "models/train/trainer.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
-#include <cmath>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
-#include <memory>
-#include <optional>
 
-#include "models/data/reader.h"
-#include "models/eval/metrics.h"
-#include "models/eval/metrics_json.h"
-#include "models/eval/progress.h"
 #include "models/train/export.h"
-#include "models/train/step.h"
+#include "models/train/worker_loop.h"
+#include "ps/checkpoint.h"
 
 namespace ferry::models {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+// The held-out split's hash seed: fixed, so the split depends on the lines alone (not on
+// --seed, which only moves the initial weights).
+constexpr uint64_t kHoldoutSeed = 0x6665727279686f6cull;
 
-double Seconds(Clock::time_point since) {
-  return std::chrono::duration<double>(Clock::now() - since).count();
+EarlyStoppingOptions StoppingFor(const TrainOptions& o) {
+  EarlyStoppingOptions s;
+  s.max_epochs = o.max_epochs;
+  s.patience = o.patience;
+  s.min_improvement = o.min_improvement;
+  return s;
 }
 
-ReaderOptions ReaderFor(const TrainOptions& o, const std::vector<std::string>& files,
-                        uint32_t shard, uint32_t shards) {
-  ReaderOptions r;
-  r.format = o.format;
-  r.files = files;
-  r.shard = shard;
-  r.num_shards = shards;
-  r.strict = o.strict;
-  r.threads = o.parse_threads;
-  r.hash_seed = o.hash_seed;
-  r.hash_bits = o.hash_bits;
-  return r;
+std::string Figure(const char* fmt, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, fmt, v);
+  return buf;
 }
 
-// A little-endian record for gathers: fixed fields then two float arrays.
-struct Summary {
+// Held-out scores a worker sends to worker 0 for the AUC (8 bytes each, over the control
+// plane); a larger shard reports its logloss and calibration only.
+constexpr uint64_t kMaxHeldOutScores = uint64_t{1} << 22;
+
+// What every worker adds up at the end (a fixed little-endian record for Gather).
+struct Totals {
   uint64_t samples = 0;
   double seconds = 0;
   double loss_sum = 0;
   uint64_t malformed = 0;
-  uint64_t test_n = 0;
-  double test_loss_sum = 0;
-  std::vector<float> scores, labels;
 
   std::vector<uint8_t> Encode() const {
-    std::vector<uint8_t> out(48 + 8 * scores.size());
-    uint8_t* p = out.data();
-    auto put = [&p](const void* v, size_t n) {
-      if (n != 0) std::memcpy(p, v, n);  // an empty vector's data() may be null
-      p += n;
-    };
-    const uint64_t n = scores.size();
-    put(&samples, 8), put(&seconds, 8), put(&loss_sum, 8), put(&malformed, 8);
-    put(&test_loss_sum, 8), put(&n, 8);
-    put(scores.data(), 4 * n), put(labels.data(), 4 * n);
+    std::vector<uint8_t> out(32);
+    std::memcpy(out.data(), &samples, 8);
+    std::memcpy(out.data() + 8, &seconds, 8);
+    std::memcpy(out.data() + 16, &loss_sum, 8);
+    std::memcpy(out.data() + 24, &malformed, 8);
     return out;
   }
-  static Result<Summary> Decode(const std::vector<uint8_t>& in) {
-    Summary s;
-    if (in.size() < 48) return ProtocolError("worker summary is truncated");
-    const uint8_t* p = in.data();
-    auto get = [&p](void* v, size_t n) {
-      if (n != 0) std::memcpy(v, p, n);
-      p += n;
-    };
-    uint64_t n = 0;
-    get(&s.samples, 8), get(&s.seconds, 8), get(&s.loss_sum, 8), get(&s.malformed, 8);
-    get(&s.test_loss_sum, 8), get(&n, 8);
-    if (n > (in.size() - 48) / 8 || in.size() != 48 + 8 * n) {
-      return ProtocolError("worker summary has a bad length");
-    }
-    s.test_n = n;
-    s.scores.resize(n);
-    s.labels.resize(n);
-    get(s.scores.data(), 4 * n), get(s.labels.data(), 4 * n);
-    return s;
+  static Result<Totals> Decode(const std::vector<uint8_t>& in) {
+    if (in.size() != 32) return ProtocolError("worker totals have a bad length");
+    Totals t;
+    std::memcpy(&t.samples, in.data(), 8);
+    std::memcpy(&t.seconds, in.data() + 8, 8);
+    std::memcpy(&t.loss_sum, in.data() + 16, 8);
+    std::memcpy(&t.malformed, in.data() + 24, 8);
+    return t;
   }
 };
 
-class WorkerLoop {
- public:
-  WorkerLoop(ps::Worker& w, const TrainOptions& o, const ModelDef& def)
-      : w_(w), o_(o), def_(def), step_(w, def), lead_(w.index() == 0) {}
+}  // namespace
 
-  Status Run(TrainReport* report);
-
- private:
-  // Counts this worker's samples; with `share`, every worker's (an all-gather) for the steps
-  // per epoch, else the total is estimated from this shard.
-  Status CountSteps(bool share);
-  Status TrainEpoch(uint32_t epoch);
-  // Steps [first_step, steps_per_epoch) of `epoch` (the reader stands at first_step's batch).
-  Status TrainSequential(uint32_t epoch, uint64_t first_step);
-  // A job restored from a periodic checkpoint: reads this worker's data up to the checkpoint's
-  // clock and checks that it lands on the position the checkpoint recorded. Returns the clock.
-  Result<uint64_t> SeekToCheckpoint();
-  Status TrainPipelined(uint32_t epoch);
-  void Account(double loss, size_t n);
-  Status MaybeEvaluate(uint32_t epoch);
-  Status LoadEvalSet();
-  Status EvaluateStream(uint32_t epoch);
-  Status FinalEvaluation(Summary* mine);
-  Status Export();
-  void ShowProgress();
-
-  ps::Worker& w_;
-  const TrainOptions& o_;
-  const ModelDef& def_;
-  Stepper step_;
-  bool lead_;
-  std::unique_ptr<Reader> reader_;
-  uint64_t steps_per_epoch_ = 0;  // bsp/ssp
-  uint64_t my_samples_ = 0;       // this worker's shard, one epoch (bsp/ssp)
-  uint64_t position_ = 0;         // samples read since the start of the training, all epochs
-  uint64_t total_samples_ = 0;    // all workers, one epoch (0: unknown)
-  uint64_t batches_ = 0;          // this worker's batches so far
-  uint64_t samples_ = 0;          // this worker's trained samples so far
-  double loss_sum_ = 0;
-  double recent_loss_ = 0;  // since the last evaluation
-  uint64_t recent_n_ = 0;
-  double ema_loss_ = std::nan("");
-  double last_auc_ = std::nan("");
-  Clock::time_point start_ = Clock::now();
-  double train_seconds_ = 0;
-  std::unique_ptr<ProgressDisplay> progress_;
-  std::optional<MetricsJsonWriter> metrics_;
-  std::vector<Batch> eval_set_;
-};
-
-void WorkerLoop::Account(double loss, size_t n) {
-  loss_sum_ += loss;
-  recent_loss_ += loss;
-  recent_n_ += n;
-  samples_ += n;
-  ++batches_;
-  if (n > 0) {
-    const double mean = loss / static_cast<double>(n);
-    ema_loss_ = std::isnan(ema_loss_) ? mean : 0.95 * ema_loss_ + 0.05 * mean;
-  }
+double SecondsSince(TrainClock::time_point since) {
+  return std::chrono::duration<double>(TrainClock::now() - since).count();
 }
 
-void WorkerLoop::ShowProgress() {
-  if (progress_ == nullptr) return;
-  ProgressState s;
-  // Worker 0 sees its own progress; the others move at about the same pace.
-  s.samples = samples_ * w_.num_workers();
-  s.train_logloss = ema_loss_;
-  s.last_auc = last_auc_;
-  progress_->Update(s);
+WorkerLoop::WorkerLoop(ps::Worker& w, const TrainOptions& o, const ModelDef& def)
+    : w_(w), o_(o), def_(def), step_(w, def), lead_(w.index() == 0), stopper_(StoppingFor(o)) {}
+
+Result<ReaderOptions> WorkerLoop::ReaderFor(const std::vector<std::string>& files, Side side,
+                                            bool sharded) const {
+  ReaderOptions r;
+  r.format = o_.format;
+  r.files = files;
+  r.shard = sharded ? w_.index() : 0;
+  r.num_shards = sharded ? w_.num_workers() : 1;
+  r.strict = o_.strict;
+  r.threads = o_.parse_threads;
+  r.hash_seed = o_.hash_seed;
+  r.hash_bits = o_.hash_bits;
+  r.field_map = field_map_;
+  if (side != Side::kAll) {
+    r.holdout.fraction = o_.validation_fraction;
+    r.holdout.seed = kHoldoutSeed;
+    r.holdout.keep = side == Side::kHeldOut ? ReaderOptions::Holdout::Keep::kHeldOut
+                                            : ReaderOptions::Holdout::Keep::kRest;
+  }
+  return r;
 }
 
-Status WorkerLoop::CountSteps(bool share) {
-  // One pass over this worker's shard: the sample count makes the steps per epoch agree across
-  // workers (bsp/ssp) and gives the progress display its total.
-  Batch b;
-  uint64_t n = 0;
-  while (true) {
-    b.Clear();
-    FERRY_ASSIGN_OR_RETURN(size_t got, reader_->Next(1u << 16, &b));
-    if (got == 0) break;
-    n += got;
-  }
-  FERRY_RETURN_IF_ERROR(reader_->Rewind());
-  my_samples_ = n;
-  if (!share) {
-    total_samples_ = n * w_.num_workers();
-    return Status::Ok();
-  }
-  std::vector<uint8_t> mine(8);
-  std::memcpy(mine.data(), &n, 8);
-  FERRY_ASSIGN_OR_RETURN(auto all, w_.Gather(mine, /*to_all=*/true));
-  uint64_t most = 0;
-  total_samples_ = 0;
-  for (const auto& part : all) {
-    if (part.size() != 8) return ProtocolError("bad sample count from a worker");
-    uint64_t c;
-    std::memcpy(&c, part.data(), 8);
-    most = std::max(most, c);
-    total_samples_ += c;
-  }
-  steps_per_epoch_ = (most + o_.batch_size - 1) / o_.batch_size;
-  if (total_samples_ == 0) return InvalidArgument("the training files hold no sample");
-  return Status::Ok();
-}
-
-Result<uint64_t> WorkerLoop::SeekToCheckpoint() {
-  const ps::Worker::Restored& r = *w_.restored();
-  if (o_.consistency.kind != ps::Consistency::kBsp) {
-    return InvalidArgument(
-        "the checkpoint was taken at a bsp clock boundary: resume it with "
-        "--consistency bsp, as the run that wrote it");
-  }
-  const uint64_t total = steps_per_epoch_ * o_.epochs;
-  if (r.clock > total) {
-    return InvalidArgument("the checkpoint is at batch " + std::to_string(r.clock) +
-                           " but this training has " + std::to_string(total) +
-                           " (other data, --epochs or --batch-size than the run that wrote it?)");
-  }
-  const uint64_t epoch_index = steps_per_epoch_ > 0 ? r.clock / steps_per_epoch_ : 0;
-  position_ = epoch_index * my_samples_;
-  if (epoch_index < o_.epochs) {
-    Batch b;
-    for (uint64_t step = 0; step < r.clock % steps_per_epoch_; ++step) {
-      b.Clear();
-      FERRY_ASSIGN_OR_RETURN(size_t n, reader_->Next(o_.batch_size, &b));
-      position_ += n;
-    }
-  }
-  if (position_ != *r.position) {
-    return InvalidArgument(
-        "worker " + std::to_string(w_.index()) + " had read " + std::to_string(*r.position) +
-        " samples at the checkpoint's batch " + std::to_string(r.clock) + ", but these files " +
-        "give " + std::to_string(position_) +
-        " there (other data, --batch-size or --workers than the run that wrote it?)");
-  }
-  return r.clock;
-}
-
-Status WorkerLoop::TrainSequential(uint32_t epoch, uint64_t first_step) {
-  Batch batch;
-  Stepper::Slot slot;
-  for (uint64_t step = first_step; step < steps_per_epoch_; ++step) {
-    batch.Clear();
-    FERRY_ASSIGN_OR_RETURN(size_t n, reader_->Next(o_.batch_size, &batch));
-    position_ += n;
-    if (n > 0) {
-      FERRY_RETURN_IF_ERROR(step_.Begin(batch, &slot));
-      FERRY_ASSIGN_OR_RETURN(double loss, step_.Finish(&slot, true, nullptr));
-      Account(loss, n);
-    }
-    // An empty step still counts: every worker makes steps_per_epoch clocks.
-    FERRY_RETURN_IF_ERROR(w_.Clock(position_));
-    FERRY_RETURN_IF_ERROR(MaybeEvaluate(epoch));
-    ShowProgress();
-  }
-  return Status::Ok();
-}
-
-Status WorkerLoop::TrainPipelined(uint32_t epoch) {
-  Batch batches[2];
-  Stepper::Slot slots[2];
-  int cur = 0;
-  FERRY_ASSIGN_OR_RETURN(size_t n, reader_->Next(o_.batch_size, &batches[cur]));
-  if (n == 0) return Status::Ok();
-  FERRY_RETURN_IF_ERROR(step_.Begin(batches[cur], &slots[cur]));
-  while (true) {
-    // Post the next batch's pulls before this one computes: their transfer overlaps the kernel.
-    const int nxt = 1 - cur;
-    batches[nxt].Clear();
-    auto next_n = reader_->Next(o_.batch_size, &batches[nxt]);
-    if (!next_n.ok()) {
-      step_.Abandon(&slots[cur]);
-      return next_n.status();
-    }
-    if (*next_n > 0) {
-      Status s = step_.Begin(batches[nxt], &slots[nxt]);
-      if (!s.ok()) {
-        step_.Abandon(&slots[cur]);
-        return s;
-      }
-    }
-    auto loss = step_.Finish(&slots[cur], true, nullptr);
-    if (!loss.ok()) {
-      if (*next_n > 0) step_.Abandon(&slots[nxt]);
-      return loss.status();
-    }
-    Account(*loss, batches[cur].size());
-    if (*next_n == 0) break;
-    cur = nxt;
-    Status s = MaybeEvaluate(epoch);
-    if (!s.ok()) {
-      step_.Abandon(&slots[cur]);
-      return s;
-    }
-    ShowProgress();
-  }
-  return Status::Ok();
-}
-
-Status WorkerLoop::LoadEvalSet() {
-  if (o_.test_files.empty() || o_.eval_every == 0 || !lead_) return Status::Ok();
-  FERRY_ASSIGN_OR_RETURN(auto r, Reader::Open(ReaderFor(o_, o_.test_files, 0, 1)));
-  uint64_t left = o_.eval_samples;
-  while (left > 0) {
-    Batch b;
-    FERRY_ASSIGN_OR_RETURN(size_t n, r->Next(std::min<uint64_t>(left, o_.batch_size), &b));
-    if (n == 0) break;
-    left -= n;
-    eval_set_.push_back(std::move(b));
-  }
-  return Status::Ok();
-}
-
-Status WorkerLoop::EvaluateStream(uint32_t epoch) {
-  LoglossAccumulator loss;
-  AucAccumulator auc;
-  std::vector<float> probs;
-  Stepper::Slot slot;
-  for (const Batch& b : eval_set_) {
-    FERRY_RETURN_IF_ERROR(step_.Begin(b, &slot));
-    FERRY_ASSIGN_OR_RETURN(double l, step_.Finish(&slot, false, &probs));
-    loss.AddSum(l, b.size());
-    FERRY_RETURN_IF_ERROR(auc.Add(probs, b.labels));
-  }
-  const AucResult a = auc.Compute();
-  last_auc_ = a.auc;
-  EvalRecord rec;
-  rec.epoch = epoch;
-  rec.batches = batches_;
-  rec.samples = samples_ * w_.num_workers();
-  rec.train_logloss = recent_n_ > 0 ? recent_loss_ / static_cast<double>(recent_n_) : std::nan("");
-  rec.logloss = loss.Mean();
-  rec.auc = a.auc;
-  rec.elapsed_s = Seconds(start_);
-  rec.samples_per_sec = rec.elapsed_s > 0 ? static_cast<double>(rec.samples) / rec.elapsed_s : 0;
-  recent_loss_ = 0;
-  recent_n_ = 0;
-  if (metrics_) FERRY_RETURN_IF_ERROR(metrics_->Write(EvalLine("eval", rec)));
+void WorkerLoop::Log(const std::string& line) {
+  if (!lead_ || o_.quiet) return;
   if (progress_ != nullptr) {
-    char line[256];
-    std::snprintf(line, sizeof line, "eval  epoch %u  batch %llu  test logloss %.5f  auc %.5f",
-                  epoch, static_cast<unsigned long long>(batches_), rec.logloss, rec.auc);
     progress_->Print(line);
+  } else {
+    std::fprintf(stderr, "%s\n", line.c_str());
   }
-  return Status::Ok();
 }
 
-Status WorkerLoop::MaybeEvaluate(uint32_t epoch) {
-  if (!lead_ || eval_set_.empty() || o_.eval_every == 0 || batches_ % o_.eval_every != 0) {
-    return Status::Ok();
+Status WorkerLoop::Setup() {
+  if (!o_.field_map.empty()) {
+    FERRY_ASSIGN_OR_RETURN(FieldMap map, FieldMap::Load(o_.field_map));
+    field_map_ = std::make_shared<const FieldMap>(std::move(map));
   }
-  return EvaluateStream(epoch);
-}
-
-Status WorkerLoop::FinalEvaluation(Summary* mine) {
-  if (o_.test_files.empty()) return Status::Ok();
-  FERRY_ASSIGN_OR_RETURN(auto r,
-                         Reader::Open(ReaderFor(o_, o_.test_files, w_.index(), w_.num_workers())));
-  Stepper::Slot slot;
-  std::vector<float> probs;
-  Batch b;
-  while (true) {
-    b.Clear();
-    FERRY_ASSIGN_OR_RETURN(size_t n, r->Next(o_.batch_size, &b));
-    if (n == 0) break;
-    FERRY_RETURN_IF_ERROR(step_.Begin(b, &slot));
-    FERRY_ASSIGN_OR_RETURN(double l, step_.Finish(&slot, false, &probs));
-    mine->test_loss_sum += l;
-    mine->scores.insert(mine->scores.end(), probs.begin(), probs.end());
-    mine->labels.insert(mine->labels.end(), b.labels.begin(), b.labels.end());
+  // The training lines minus the held-out ones (when the held-out data comes from them).
+  const bool split = o_.validation_files.empty() && o_.validation_fraction > 0;
+  FERRY_ASSIGN_OR_RETURN(
+      ReaderOptions train,
+      ReaderFor(o_.train_files, split ? Side::kTraining : Side::kAll, /*sharded=*/true));
+  FERRY_ASSIGN_OR_RETURN(reader_, Reader::Open(train));
+  if (split || !o_.validation_files.empty()) {
+    FERRY_ASSIGN_OR_RETURN(ReaderOptions held,
+                           split ? ReaderFor(o_.train_files, Side::kHeldOut, true)
+                                 : ReaderFor(o_.validation_files, Side::kAll, true));
+    FERRY_ASSIGN_OR_RETURN(held_out_, Reader::Open(held));
   }
-  mine->test_n = mine->scores.size();
-  return Status::Ok();
-}
-
-Status WorkerLoop::Run(TrainReport* report) {
-  FERRY_ASSIGN_OR_RETURN(reader_,
-                         Reader::Open(ReaderFor(o_, o_.train_files, w_.index(), w_.num_workers())));
-  if (lead_) {
-    if (!o_.metrics_json.empty()) {
-      FERRY_ASSIGN_OR_RETURN(MetricsJsonWriter m, MetricsJsonWriter::Open(o_.metrics_json));
-      metrics_.emplace(std::move(m));
-    }
+  if (lead_ && !o_.metrics_json.empty()) {
+    FERRY_ASSIGN_OR_RETURN(MetricsJsonWriter m, MetricsJsonWriter::Open(o_.metrics_json));
+    metrics_.emplace(std::move(m));
   }
   if (!o_.test_files.empty()) {
     // A missing or unreadable test file is an error now, not after the training.
-    FERRY_RETURN_IF_ERROR(
-        Reader::Open(ReaderFor(o_, o_.test_files, w_.index(), w_.num_workers())).status());
+    FERRY_ASSIGN_OR_RETURN(ReaderOptions t, ReaderFor(o_.test_files, Side::kAll, true));
+    FERRY_RETURN_IF_ERROR(Reader::Open(t).status());
   }
   // bsp/ssp need the steps per epoch; a progress bar on a terminal wants the total. Otherwise
   // (asp, no bar) the counting pass over the data is skipped.
@@ -395,94 +148,321 @@ Status WorkerLoop::Run(TrainReport* report) {
   if (lead_ && !o_.quiet && o_.progress != TrainOptions::Progress::kNever) {
     ProgressOptions po;
     po.tty = o_.progress == TrainOptions::Progress::kAlways || IsTerminal(STDERR_FILENO);
-    po.total_samples = total_samples_ * o_.epochs;
+    // With automatic passes the total is not known: the display counts without an ETA.
+    po.total_samples = o_.epochs != 0 ? total_samples_ * o_.epochs : 0;
     progress_ = std::make_unique<ProgressDisplay>(std::cerr, po);
   }
-  FERRY_RETURN_IF_ERROR(LoadEvalSet());
-  // A periodic checkpoint's job goes on at its clock: one batch per clock under bsp.
-  uint64_t first_step = 0;
-  if (w_.restored() && w_.restored()->position) {
-    FERRY_ASSIGN_OR_RETURN(first_step, SeekToCheckpoint());
-    if (lead_ && !o_.quiet) {
-      std::fprintf(stderr, "ferry-train: resumed at batch %llu of %llu\n",
-                   static_cast<unsigned long long>(first_step),
-                   static_cast<unsigned long long>(steps_per_epoch_ * o_.epochs));
+  if (lead_ && !o_.quiet) {
+    std::string line = "ferry-train: batch size " + std::to_string(o_.batch_size) + " per worker";
+    if (o_.data_samples > 0)
+      line += " (" + std::to_string(o_.data_samples) + " training samples, estimated)";
+    line += o_.epochs == 0 ? "; passes: automatic, at most " + std::to_string(o_.max_epochs)
+                           : "; passes: " + std::to_string(o_.epochs);
+    if (HasHeldOut()) {
+      line += o_.validation_files.empty()
+                  ? "; held out: " + Figure("%g", 100 * o_.validation_fraction) +
+                        "% of the training lines"
+                  : "; held out: the validation files";
+    }
+    Log(line);
+  }
+  return LoadEvalSet();
+}
+
+Result<EvalMetrics> WorkerLoop::ScoreHeldOut() {
+  // The first pass reports the held-out side's malformed lines (a rewound reader does not).
+  if (held_out_passes_++ > 0) FERRY_RETURN_IF_ERROR(held_out_->Rewind());
+  EvalPart mine;
+  FERRY_RETURN_IF_ERROR(ScoreShard(step_, *held_out_, o_.batch_size, /*keep_scores=*/true, &mine));
+  if (held_out_passes_ == 1) held_out_malformed_ = held_out_->stats().malformed;
+  // Everyone needs the loss (the same verdict on every worker): the sums go to all. Only
+  // worker 0 reports the AUC: the scores go to it alone, when there are not too many.
+  EvalPart sums = mine;
+  sums.scores.clear();
+  sums.labels.clear();
+  FERRY_ASSIGN_OR_RETURN(auto all, w_.Gather(sums.Encode(), /*to_all=*/true));
+  FERRY_ASSIGN_OR_RETURN(EvalMetrics m, MergeParts(all));
+  if (mine.count > kMaxHeldOutScores) {
+    mine.scores.clear();
+    mine.labels.clear();
+  }
+  FERRY_ASSIGN_OR_RETURN(auto parts, w_.Gather(mine.Encode(), /*to_all=*/false));
+  if (lead_) {
+    FERRY_ASSIGN_OR_RETURN(EvalMetrics with_auc, MergeParts(parts));
+    m.auc = with_auc.auc;
+  }
+  return m;
+}
+
+Result<EvalMetrics> WorkerLoop::ScoreTest() {
+  EvalPart mine;
+  if (!o_.test_files.empty()) {
+    FERRY_ASSIGN_OR_RETURN(ReaderOptions t, ReaderFor(o_.test_files, Side::kAll, true));
+    FERRY_ASSIGN_OR_RETURN(auto r, Reader::Open(t));
+    FERRY_RETURN_IF_ERROR(ScoreShard(step_, *r, o_.batch_size, /*keep_scores=*/true, &mine));
+  }
+  FERRY_ASSIGN_OR_RETURN(auto parts, w_.Gather(mine.Encode(), /*to_all=*/false));
+  if (!lead_) return EvalMetrics();
+  return MergeParts(parts);
+}
+
+std::string WorkerLoop::KeptDir(uint32_t epoch) const {
+  if (!o_.checkpoint_dir.empty()) return KeptModelDir(o_.checkpoint_dir, epoch);
+  if (o_.model_out.empty()) return "";
+  return o_.model_out + ".kept-" + std::to_string(epoch) + "." + std::to_string(getpid());
+}
+
+Status WorkerLoop::Keep(uint32_t epoch, const EvalMetrics& validation, bool last) {
+  if (!kept_.dir.empty() && kept_.ours) superseded_ = kept_.dir;
+  kept_ = Kept();
+  kept_.epoch = epoch;
+  kept_.validation = validation;
+  // The last pass's model stays on the servers: the end scores and exports it as usual.
+  if (last) return Status::Ok();
+  FERRY_ASSIGN_OR_RETURN(kept_.test, ScoreTest());
+  kept_.dir = KeptDir(epoch);
+  if (lead_ && !kept_.dir.empty()) {
+    // A quiet point: every worker passed the barrier of this pass and scores only.
+    if (::mkdir(kept_.dir.c_str(), 0755) != 0 && errno != EEXIST) {
+      return IoError("create " + kept_.dir + " for the kept model", errno);
+    }
+    FERRY_RETURN_IF_ERROR(w_.Checkpoint(kept_.dir));
+  }
+  // Nobody trains on until the kept model is safe.
+  return w_.Barrier();
+}
+
+Status WorkerLoop::RecordEpoch(const EpochEntry& entry) {
+  if (!lead_) return Status::Ok();
+  epochs_.push_back(entry);
+  if (o_.checkpoint_dir.empty()) return Status::Ok();
+  return WriteEpochLog(o_.checkpoint_dir, epochs_);
+}
+
+Result<bool> WorkerLoop::EndEpoch(uint32_t epoch) {
+  const double train_loss = epoch_n_ > 0 ? epoch_loss_ / static_cast<double>(epoch_n_) : 0;
+  epoch_loss_ = 0;
+  epoch_n_ = 0;
+  if (!HasHeldOut()) {
+    const EpochVerdict v = stopper_.ObserveWithoutLoss(epoch);
+    if (v.stop) stop_reason_ = v.reason;
+    return v.stop;
+  }
+  // Every worker's pushes are applied before anyone scores the held-out data.
+  FERRY_RETURN_IF_ERROR(step_.Drain());
+  FERRY_RETURN_IF_ERROR(w_.Barrier());
+  FERRY_ASSIGN_OR_RETURN(EvalMetrics held, ScoreHeldOut());
+  const EpochVerdict v = stopper_.Observe(epoch, held.logloss);
+  if (v.best) FERRY_RETURN_IF_ERROR(Keep(epoch, held, v.stop));
+  EpochEntry entry;
+  entry.epoch = epoch;
+  entry.kept = v.best;
+  entry.validation = held;
+  if (v.best) entry.test = kept_.test;
+  FERRY_RETURN_IF_ERROR(RecordEpoch(entry));
+  if (lead_ && !superseded_.empty()) {
+    // Only once the record names the new kept model: a job resumed in between finds the one
+    // its record names.
+    std::error_code ec;
+    std::filesystem::remove_all(superseded_, ec);
+    superseded_.clear();
+  }
+  if (lead_) {
+    Log("ferry-train: epoch " + std::to_string(epoch) + ": train logloss " +
+        Figure("%.5f", train_loss) + ", held-out logloss " + Figure("%.5f", held.logloss) +
+        ", AUC " + Figure("%.5f", held.auc) + (v.best ? " (best so far)" : ""));
+    if (metrics_) {
+      MetricsLine line("epoch");
+      line.Set("epoch", static_cast<uint64_t>(epoch));
+      line.Set("samples", samples_ * w_.num_workers());
+      line.Set("train_logloss", train_loss);
+      line.Set("validation_logloss", held.logloss);
+      line.Set("validation_auc", held.auc);
+      line.Set("validation_calibration", held.calibration);
+      line.Set("validation_samples", held.count);
+      line.Set("best", v.best);
+      line.Set("elapsed_s", SecondsSince(start_));
+      FERRY_RETURN_IF_ERROR(metrics_->Write(line));
     }
   }
-  start_ = Clock::now();
+  if (v.stop) stop_reason_ = v.reason;
+  return v.stop;
+}
+
+Result<bool> WorkerLoop::RestoreEpochs(uint64_t clock) {
+  if (!HasHeldOut() || steps_per_epoch_ == 0) return false;
+  const uint32_t completed = static_cast<uint32_t>(clock / steps_per_epoch_);
+  // Worker 0 reads the record (the checkpoint directory's, or the one beside the checkpoint
+  // resumed from) and hands it to everyone: the verdicts replay alike on every worker.
+  std::vector<uint8_t> mine;
+  std::string dir;  // worker 0: where the record and the kept models are
+  if (lead_) {
+    dir = o_.checkpoint_dir;
+    if (dir.empty()) {
+      FERRY_ASSIGN_OR_RETURN(std::string resolved, ps::ResolveCheckpoint(o_.resume));
+      dir = std::filesystem::path(resolved).parent_path().string();
+    }
+    FERRY_ASSIGN_OR_RETURN(auto log, ReadEpochLog(dir));
+    if (log) {
+      const std::string text = EncodeEpochLog(*log);
+      mine.assign(text.begin(), text.end());
+    } else if (completed > 0) {
+      Log("ferry-train: warning: no record of the passes before the checkpoint (" + dir +
+          "/EPOCHS): early stopping starts afresh at epoch " + std::to_string(completed + 1));
+    }
+  }
+  FERRY_ASSIGN_OR_RETURN(auto all, w_.Gather(mine, /*to_all=*/true));
+  const std::vector<uint8_t>& bytes = all.front();
+  if (bytes.empty()) return completed > 0 && clock % steps_per_epoch_ == 0;
+  FERRY_ASSIGN_OR_RETURN(
+      auto entries,
+      ParseEpochLog(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size())));
+  for (const EpochEntry& e : entries) {
+    if (e.epoch > completed) break;  // recorded after the checkpoint: the passes run again
+    const EpochVerdict v = stopper_.Observe(e.epoch, e.validation.logloss);
+    if (v.best != e.kept) {
+      return InvalidArgument("the record of epoch " + std::to_string(e.epoch) +
+                             " does not replay (other --patience or --min-improvement than the "
+                             "run that wrote it?)");
+    }
+    if (e.kept) {
+      kept_ = Kept();
+      kept_.epoch = e.epoch;
+      kept_.validation = e.validation;
+      kept_.test = e.test;
+      if (lead_) kept_.dir = KeptModelDir(dir, e.epoch);
+      kept_.ours = !o_.checkpoint_dir.empty();
+    }
+    if (lead_) epochs_.push_back(e);
+    if (v.stop) stop_reason_ = v.reason;
+  }
+  const bool decided = std::any_of(entries.begin(), entries.end(),
+                                   [&](const EpochEntry& e) { return e.epoch == completed; });
+  return completed > 0 && clock % steps_per_epoch_ == 0 && !decided;
+}
+
+Status WorkerLoop::Run(TrainReport* report) {
+  FERRY_RETURN_IF_ERROR(Setup());
+  // A periodic checkpoint's job goes on at its clock: one batch per clock under bsp.
+  uint64_t first_step = 0;
+  bool decide_first = false;
+  if (w_.restored() && w_.restored()->position) {
+    FERRY_ASSIGN_OR_RETURN(first_step, SeekToCheckpoint());
+    FERRY_ASSIGN_OR_RETURN(decide_first, RestoreEpochs(first_step));
+    Log("ferry-train: resumed at batch " + std::to_string(first_step) + " (epoch " +
+        std::to_string(first_step / std::max<uint64_t>(steps_per_epoch_, 1) + 1) + ")");
+  }
+  start_ = TrainClock::now();
   const bool pipelined = o_.consistency.kind == ps::Consistency::kAsp;
   const uint32_t first_epoch =
       steps_per_epoch_ > 0 ? static_cast<uint32_t>(first_step / steps_per_epoch_) + 1 : 1;
-  for (uint32_t epoch = first_epoch; epoch <= o_.epochs; ++epoch) {
+  uint32_t epoch = first_epoch;
+  bool stop = !stop_reason_.empty();
+  if (!stop && decide_first) {
+    // The checkpoint fell on the end of a pass whose decision was not recorded yet.
+    FERRY_ASSIGN_OR_RETURN(stop, EndEpoch(first_epoch - 1));
+  }
+  if (stop) epoch = first_epoch - 1;
+  for (; !stop; ++epoch) {
     // The first epoch's reader stands at its first batch (CountSteps rewound it, and a resumed
     // one was moved on by SeekToCheckpoint).
     if (epoch > first_epoch) FERRY_RETURN_IF_ERROR(reader_->Rewind());
     const uint64_t skip =
         epoch == first_epoch ? first_step % std::max<uint64_t>(steps_per_epoch_, 1) : 0;
     FERRY_RETURN_IF_ERROR(pipelined ? TrainPipelined(epoch) : TrainSequential(epoch, skip));
+    FERRY_ASSIGN_OR_RETURN(stop, EndEpoch(epoch));
+    if (stop) break;
   }
+  return Finish(epoch, report);
+}
+
+Status WorkerLoop::Finish(uint32_t last_epoch, TrainReport* report) {
   FERRY_RETURN_IF_ERROR(step_.Drain());
-  train_seconds_ = Seconds(start_);
+  const double train_seconds = SecondsSince(start_);
   // Every worker's pushes are applied before anyone evaluates the final model.
   FERRY_RETURN_IF_ERROR(w_.Barrier());
-  Summary mine;
+  const bool current = kept_.epoch == 0 || kept_.epoch == last_epoch;
+  EvalMetrics test = kept_.test;
+  if (current) {
+    FERRY_ASSIGN_OR_RETURN(test, ScoreTest());
+  }
+  Totals mine;
   mine.samples = samples_;
-  mine.seconds = train_seconds_;
+  mine.seconds = train_seconds;
   mine.loss_sum = loss_sum_;
-  mine.malformed = reader_->stats().malformed;
-  FERRY_RETURN_IF_ERROR(FinalEvaluation(&mine));
+  mine.malformed = reader_->stats().malformed + held_out_malformed_;
   FERRY_ASSIGN_OR_RETURN(auto parts, w_.Gather(mine.Encode()));
   if (!lead_) return Status::Ok();
   TrainReport rep;
-  LoglossAccumulator test_loss;
-  AucAccumulator auc;
   double train_loss = 0;
   for (const auto& part : parts) {
-    FERRY_ASSIGN_OR_RETURN(Summary s, Summary::Decode(part));
-    rep.samples += s.samples;
-    rep.train_seconds = std::max(rep.train_seconds, s.seconds);
-    rep.malformed += s.malformed;
-    train_loss += s.loss_sum;
-    test_loss.AddSum(s.test_loss_sum, s.test_n);
-    for (size_t i = 0; i < s.test_n; ++i) auc.Add(s.scores[i], s.labels[i]);
+    FERRY_ASSIGN_OR_RETURN(Totals t, Totals::Decode(part));
+    rep.samples += t.samples;
+    rep.train_seconds = std::max(rep.train_seconds, t.seconds);
+    rep.malformed += t.malformed;
+    train_loss += t.loss_sum;
   }
   rep.train_logloss = rep.samples > 0 ? train_loss / static_cast<double>(rep.samples) : 0;
   rep.samples_per_sec =
       rep.train_seconds > 0 ? static_cast<double>(rep.samples) / rep.train_seconds : 0;
-  rep.test_samples = test_loss.count();
-  rep.test_logloss = test_loss.Mean();
-  const AucResult a = auc.Compute();
-  rep.test_auc = a.auc;
+  rep.epochs = last_epoch;
+  rep.kept_epoch = kept_.epoch == 0 ? last_epoch : kept_.epoch;
+  rep.stop_reason = stop_reason_;
+  rep.batch_size = o_.batch_size;
+  rep.validation = kept_.validation;
+  rep.test = test;
+  if (HasHeldOut()) {
+    Log("ferry-train: stopped after epoch " + std::to_string(last_epoch) + ": " + stop_reason_ +
+        "; kept the model of epoch " + std::to_string(rep.kept_epoch) + " (held-out logloss " +
+        Figure("%.5f", rep.validation.logloss) + ")");
+  }
   if (progress_ != nullptr) {
     ProgressState s;
     s.samples = rep.samples;
     s.train_logloss = rep.train_logloss;
-    s.last_auc = rep.test_auc;
+    s.last_auc = rep.test.auc;
     progress_->Finish(s);
   }
   if (metrics_) {
     EvalRecord rec;
-    rec.epoch = o_.epochs;
+    rec.epoch = last_epoch;
     rec.batches = batches_;
     rec.samples = rep.samples;
     rec.train_logloss = rep.train_logloss;
-    rec.logloss = rep.test_samples > 0 ? rep.test_logloss : std::nan("");
-    rec.auc = rep.test_auc;
+    rec.logloss = rep.test.logloss;
+    rec.auc = rep.test.auc;
     rec.samples_per_sec = rep.samples_per_sec;
-    rec.elapsed_s = Seconds(start_);
+    rec.elapsed_s = SecondsSince(start_);
     MetricsLine line = EvalLine("final", rec);
-    line.Set("test_samples", rep.test_samples);
+    line.Set("test_samples", rep.test.count);
+    line.Set("calibration", rep.test.calibration);
+    line.Set("kept_epoch", static_cast<uint64_t>(rep.kept_epoch));
+    line.Set("stop_reason", rep.stop_reason);
+    line.Set("validation_logloss", rep.validation.logloss);
+    line.Set("validation_auc", rep.validation.auc);
+    line.Set("validation_calibration", rep.validation.calibration);
+    line.Set("validation_samples", rep.validation.count);
+    line.Set("batch_size", static_cast<uint64_t>(rep.batch_size));
     line.Set("model", ModelKindName(o_.model));
     line.Set("workers", static_cast<uint64_t>(w_.num_workers()));
     line.Set("servers", static_cast<uint64_t>(w_.num_servers()));
     FERRY_RETURN_IF_ERROR(metrics_->Write(line));
   }
-  if (!o_.model_out.empty()) FERRY_RETURN_IF_ERROR(Export());
+  if (!o_.model_out.empty()) FERRY_RETURN_IF_ERROR(Export(current ? "" : kept_.dir));
+  if (!current && o_.checkpoint_dir.empty() && !kept_.dir.empty() && kept_.ours) {
+    std::error_code ec;
+    std::filesystem::remove_all(kept_.dir, ec);
+  }
   if (report != nullptr) *report = rep;
   return Status::Ok();
 }
 
-Status WorkerLoop::Export() {
+Status WorkerLoop::Export(const std::string& from_dir) {
+  if (!from_dir.empty()) {
+    Status s = ExportCheckpoint(from_dir, w_.job(), def_, DescribeModel(o_, def_), o_.model_out,
+                                o_.model_format);
+    return s.ok() ? s : s.Annotate("export the kept model to " + o_.model_out);
+  }
   // The servers write their shards next to the model file (a file system they all reach), this
   // worker turns them into the model, and the shards go.
   const std::string dir = o_.model_out + ".shards." + std::to_string(getpid());
@@ -498,8 +478,6 @@ Status WorkerLoop::Export() {
   std::filesystem::remove_all(dir, ec);
   return s.ok() ? s : s.Annotate("export the model to " + o_.model_out);
 }
-
-}  // namespace
 
 Status RunTraining(ps::Node& node, const TrainOptions& o, const ModelDef& def,
                    TrainReport* report) {

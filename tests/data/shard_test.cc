@@ -86,8 +86,9 @@ struct Corpus {
 
 // The line numbers (= first feature's id) a shard yields, in order.
 std::vector<uint64_t> ShardLines(const Corpus& c, uint32_t shard, uint32_t n, int threads,
-                                 size_t buffer) {
+                                 size_t buffer, const Holdout& holdout = {}) {
   ReaderOptions o;
+  o.holdout = holdout;
   o.files = c.files;
   o.shard = shard;
   o.num_shards = n;
@@ -147,13 +148,20 @@ TEST(Sharding, ShardsAreDisjointForEveryCutPosition) {
 
 TEST(Threads, SameSamplesInTheSameOrderAsOneThread) {
   Corpus c;
-  for (size_t buffer : {size_t{512}, size_t{64} << 10}) {
-    for (uint32_t n : {1u, 3u}) {
-      for (uint32_t s = 0; s < n; ++s) {
-        const std::vector<uint64_t> one = ShardLines(c, s, n, 1, buffer);
-        for (int threads : {2, 3, 5}) {
-          EXPECT_EQ(ShardLines(c, s, n, threads, buffer), one)
-              << threads << " threads, shard " << s << "/" << n << ", buffer " << buffer;
+  // No split, and both sides of a held-out split.
+  const Holdout holdouts[] = {
+      {}, {0.3, 5, Holdout::Keep::kRest}, {0.3, 5, Holdout::Keep::kHeldOut}};
+  for (const Holdout& h : holdouts) {
+    for (size_t buffer : {size_t{512}, size_t{64} << 10}) {
+      for (uint32_t n : {1u, 3u}) {
+        for (uint32_t s = 0; s < n; ++s) {
+          const std::vector<uint64_t> one = ShardLines(c, s, n, 1, buffer, h);
+          for (int threads : {2, 3, 5}) {
+            EXPECT_EQ(ShardLines(c, s, n, threads, buffer, h), one)
+                << threads << " threads, shard " << s << "/" << n << ", buffer " << buffer
+                << ", holdout " << h.fraction
+                << (h.keep == Holdout::Keep::kRest ? " rest" : " held");
+          }
         }
       }
     }
@@ -174,12 +182,13 @@ TEST(Threads, SameBatchesStatsAndReportsAsOneThread) {
     std::vector<std::string> reports;
     std::vector<size_t> sizes;
   };
-  const auto run = [&](int threads) {
+  const auto run = [&](int threads, const Holdout& holdout) {
     Run out;
     testing::Messages msgs;
     ReaderOptions o;
     o.files = {dir.File("t.gz"), dir.File("t.svm")};
     o.threads = threads;
+    o.holdout = holdout;
     o.buffer_bytes = 4096;
     o.on_malformed = msgs.Sink();
     auto r = Reader::Open(o);
@@ -197,19 +206,32 @@ TEST(Threads, SameBatchesStatsAndReportsAsOneThread) {
     out.reports = msgs.lines;
     return out;
   };
-  const Run one = run(1);
-  EXPECT_EQ(one.all.size(), 2u * (3000 - 29));
-  for (int threads : {2, 4}) {
-    const Run many = run(threads);
-    testing::ExpectSameBatch(one.all, many.all);
-    EXPECT_EQ(one.sizes, many.sizes);
-    EXPECT_EQ(one.reports, many.reports);
-    EXPECT_EQ(one.stats.lines, many.stats.lines);
-    EXPECT_EQ(one.stats.samples, many.stats.samples);
-    EXPECT_EQ(one.stats.malformed, many.stats.malformed);
-    EXPECT_EQ(one.stats.features, many.stats.features);
-    EXPECT_EQ(one.stats.bytes, many.stats.bytes);
+  const Holdout holdouts[] = {
+      {}, {0.2, 1, Holdout::Keep::kRest}, {0.2, 1, Holdout::Keep::kHeldOut}};
+  uint64_t samples_over_sides = 0;
+  for (const Holdout& h : holdouts) {
+    const Run one = run(1, h);
+    if (!h.Filters()) {
+      EXPECT_EQ(one.all.size(), 2u * (3000 - 29));
+      EXPECT_EQ(one.stats.skipped_other_side, 0u);
+    } else {
+      EXPECT_GT(one.stats.skipped_other_side, 0u);
+      samples_over_sides += one.all.size();
+    }
+    for (int threads : {2, 4}) {
+      const Run many = run(threads, h);
+      testing::ExpectSameBatch(one.all, many.all);
+      EXPECT_EQ(one.sizes, many.sizes);
+      EXPECT_EQ(one.reports, many.reports);
+      EXPECT_EQ(one.stats.lines, many.stats.lines);
+      EXPECT_EQ(one.stats.samples, many.stats.samples);
+      EXPECT_EQ(one.stats.malformed, many.stats.malformed);
+      EXPECT_EQ(one.stats.features, many.stats.features);
+      EXPECT_EQ(one.stats.bytes, many.stats.bytes);
+      EXPECT_EQ(one.stats.skipped_other_side, many.stats.skipped_other_side);
+    }
   }
+  EXPECT_EQ(samples_over_sides, 2u * (3000 - 29));
 }
 
 TEST(Threads, StrictErrorIsTheSameAsOneThread) {

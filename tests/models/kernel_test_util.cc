@@ -52,6 +52,13 @@ std::set<uint32_t> ExpectedRows(const KernelCase& c, uint32_t bias_u) {
   return rows;
 }
 
+void ExpectTouchedRows(const RecordingTable& table, const KernelCase& c, uint32_t bias_u,
+                       const char* what) {
+  const std::set<uint32_t> rows = ExpectedRows(c, bias_u);
+  EXPECT_EQ(table.read, rows) << what << ": rows read";
+  EXPECT_EQ(table.written, rows) << what << ": rows written";
+}
+
 std::vector<double> NumericGradient(const std::function<double(const std::vector<double>&)>& f,
                                     std::vector<double> x, double h) {
   std::vector<double> grad(x.size());

@@ -69,6 +69,11 @@ struct RecordingTable {
 // The unique indices a kernel may touch: every uidx value, plus the bias when there is one.
 std::set<uint32_t> ExpectedRows(const KernelCase& c, uint32_t bias_u);
 
+// The kernel read and wrote exactly ExpectedRows(c, bias_u) of `table` (pass kNoBias for a
+// table whose bias row must stay unread).
+void ExpectTouchedRows(const RecordingTable& table, const KernelCase& c, uint32_t bias_u,
+                       const char* what);
+
 // d f / d x_i by central differences in double precision: (f(x + h e_i) - f(x - h e_i)) / 2h.
 std::vector<double> NumericGradient(const std::function<double(const std::vector<double>&)>& f,
                                     std::vector<double> x, double h = 1e-5);

@@ -133,9 +133,9 @@ TEST_F(Resume, FtrlKilledRankResumesToTheSameModelBytes) {
 TEST_F(Resume, ResumesIntoAReplicatedJob) {
   const std::string ref = Reference("ftrl");
   ASSERT_FALSE(ref.empty());
-  EXPECT_EQ(KillAndResume("ftrl", "tcp", 2,
-                          {"--transport", "tcp", "--servers", "3", "--replicas", "2"}),
-            ref)
+  EXPECT_EQ(
+      KillAndResume("ftrl", "tcp", 2, {"--transport", "tcp", "--servers", "3", "--replicas", "2"}),
+      ref)
       << "worker 0 killed, resumed on 3 servers with 2 replicas";
 }
 

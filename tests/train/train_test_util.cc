@@ -248,6 +248,16 @@ std::vector<std::string> Cat(std::vector<std::string> a, const std::vector<std::
   return a;
 }
 
+uint64_t ExpectTrainedPasses(const nlohmann::json& final_line, uint64_t lines) {
+  const uint64_t held_out = final_line.value("validation_samples", uint64_t{0});
+  const uint64_t epochs = final_line.value("epoch", uint64_t{0});
+  EXPECT_GE(epochs, 1u) << final_line.dump();
+  EXPECT_LT(held_out, lines / 5) << final_line.dump();
+  EXPECT_EQ(final_line.value("samples", uint64_t{0}), epochs * (lines - held_out))
+      << final_line.dump();
+  return lines - held_out;
+}
+
 double Correlation(const std::vector<double>& x, const std::vector<double>& y) {
   const size_t n = std::min(x.size(), y.size());
   if (n < 2) return std::nan("");

@@ -94,6 +94,10 @@ std::vector<std::string> Cat(std::vector<std::string> a, const std::vector<std::
 // as "VAR=N" either way.
 uint64_t SeedFromEnv(const char* var);
 
+// Checks the final line's "samples": every pass ("epoch" of them) read the `lines` training
+// lines minus the held-out ones ("validation_samples"). Returns the lines trained per pass.
+uint64_t ExpectTrainedPasses(const nlohmann::json& final_line, uint64_t lines);
+
 // Pearson correlation of two equally long series (NaN when either is constant).
 double Correlation(const std::vector<double>& x, const std::vector<double>& y);
 

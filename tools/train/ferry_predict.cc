@@ -29,6 +29,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"libsvm", "svmlight", "criteo", "libffm"}));
   app.add_option("-o,--out", out_path, "where the probabilities go (- for stdout)")
       ->capture_default_str();
+  app.add_option("--field-map", o.field_map,
+                 "libsvm field map (default: the one the model was trained with)");
   app.add_option("--threads", o.parse_threads, "parsing threads")->check(CLI::Range(1, 64));
   app.add_flag("--strict", o.strict, "a malformed line is fatal (default: report, skip, count)");
   app.add_flag("--summary", summary, "print logloss and AUC against the files' labels on stderr");

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "models/train/auto_settings.h"
 #include "models/train/flags.h"
 #include "models/train/model_def.h"
 #include "models/train/trainer.h"
@@ -44,14 +45,19 @@ int main(int argc, char** argv) {
   CLI::App app;
   ferry::tools::SetUpCommand(
       app, {.name = "ferry-train",
-            .summary = "train LR, FTRL, FM or a field-embedding MLP on Ferry's parameter server",
+            .summary = "train LR, FTRL, FM, FFM, an embedding MLP or DeepFM on Ferry's parameter "
+                       "server",
             .description = "Without a launcher it runs a local cluster (--servers, --workers); "
-                           "under mpirun or srun\nit joins that job.",
+                           "under mpirun or srun\nit joins that job. By default passes go on "
+                           "while the logloss on held-out data\nimproves (--epochs auto), and "
+                           "the batch size follows the data size.",
             .examples = {"ferry-gen --samples 200000 --test-samples 20000 --out tr.txt --test-out "
                          "te.txt",
                          "ferry-train --model ftrl --train tr.txt --test te.txt",
-                         "ferry-train --model fm --factors 8 --train tr.txt --test te.txt --epochs "
-                         "2 --metrics-json m.jsonl --model-out fm.model",
+                         "ferry-train --model fm --train tr.txt --test te.txt --metrics-json "
+                         "m.jsonl --model-out fm.model",
+                         "ferry-train --model ffm --format libffm --train tr.ffm --validation "
+                         "va.ffm --test te.ffm",
                          "mpirun -np 4 ferry-train --servers 2 --model lr --train tr.txt --test "
                          "te.txt"},
             .exit_status = "0 success; 2 bad command line; 1 the job failed (the reason is on "
@@ -74,7 +80,11 @@ int main(int argc, char** argv) {
   if (!env.ok()) return Fail("", env.status());
 
   if (env->launcher == ferry::ps::Launcher::kNone) {
-    // The embedded default: a local cluster of copies of this program.
+    // The embedded default: a local cluster of copies of this program. Unreadable data or a
+    // model that cannot be defined fails here, once, before any rank starts.
+    auto resolved = ferry::models::ResolveAutoSettings(o);
+    if (!resolved.ok()) return Fail("", resolved.status());
+    if (auto def = ferry::models::DefineModel(*resolved); !def.ok()) return Fail("", def.status());
     ferry::ps::LocalClusterOptions lc;
     lc.argv.push_back(SelfPath(argv[0]));
     for (int i = 1; i < argc; ++i) lc.argv.push_back(argv[i]);
@@ -88,7 +98,11 @@ int main(int argc, char** argv) {
     return *rc;
   }
 
-  // One rank of a job.
+  // One rank of a job: every rank resolves the data-size rule alike (the servers' steps may
+  // depend on it), then defines the same model.
+  auto resolved = ferry::models::ResolveAutoSettings(o);
+  if (!resolved.ok()) return Fail("", resolved.status());
+  o = *resolved;
   auto def = ferry::models::DefineModel(o);
   if (!def.ok()) return Fail("", def.status());
   auto job = ferry::models::MakeJob(o, *def);
@@ -122,9 +136,12 @@ int main(int argc, char** argv) {
         std::string(ferry::models::ModelKindName(o.model)).c_str(), job->servers, job->workers,
         transport.ok() ? transport->c_str() : "?", static_cast<unsigned long long>(report.samples),
         report.train_seconds, report.samples_per_sec);
-    if (report.test_samples > 0) {
-      std::printf("; test logloss %.5f, AUC %.5f (%llu samples)", report.test_logloss,
-                  report.test_auc, static_cast<unsigned long long>(report.test_samples));
+    std::printf(", %u epoch%s", report.epochs, report.epochs == 1 ? "" : "s");
+    if (report.kept_epoch != report.epochs) std::printf(" (kept epoch %u)", report.kept_epoch);
+    if (report.test.count > 0) {
+      std::printf("; test logloss %.5f, AUC %.5f (%llu samples), calibration %.3f",
+                  report.test.logloss, report.test.auc,
+                  static_cast<unsigned long long>(report.test.count), report.test.calibration);
     }
     if (report.malformed > 0) {
       std::printf("; %llu malformed lines skipped",

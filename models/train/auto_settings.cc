@@ -1,0 +1,122 @@
+// The data-size rule and the estimate it is applied to (auto_settings.h).
+#include "models/train/auto_settings.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "models/data/input.h"
+#include "models/data/reader.h"
+
+namespace ferry::models {
+
+namespace {
+
+// Uncompressed bytes of one input. A gzip member ends with ISIZE, its uncompressed size mod
+// 2^32: for a file of several members or of 4 GiB and more that is only the remainder, so the
+// multiple of 2^32 that makes the ratio to the compressed size plausible (at least 1:1) is
+// added. Good enough for a rule that works in powers of two.
+Result<uint64_t> UncompressedBytes(const InputFile& in) {
+  if (!in.gzip) return in.size;
+  if (in.size < 18) return in.size;
+  Fd fd(::open(in.path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return IoError("open " + in.path, errno);
+  uint8_t tail[4];
+  if (::pread(fd.get(), tail, 4, static_cast<off_t>(in.size - 4)) != 4) {
+    return IoError("read the gzip trailer of " + in.path, errno);
+  }
+  uint64_t isize = uint64_t{tail[0]} | uint64_t{tail[1]} << 8 | uint64_t{tail[2]} << 16 |
+                   uint64_t{tail[3]} << 24;
+  while (isize < in.size) isize += uint64_t{1} << 32;
+  return isize;
+}
+
+uint32_t NearestPowerOfTwo(double x) {
+  if (!(x > 1.0)) return 1;
+  const double e = std::round(std::log2(x));
+  return static_cast<uint32_t>(std::min(std::exp2(e), 2147483648.0));
+}
+
+}  // namespace
+
+Result<SampleEstimate> EstimateTrainingSamples(const TrainOptions& o) {
+  ReaderOptions ro;
+  ro.format = o.format;
+  ro.files = o.train_files;
+  ro.hash_seed = o.hash_seed;
+  ro.hash_bits = o.hash_bits;
+  ro.on_malformed = [](const std::string&) {};  // the workers report them
+  FERRY_ASSIGN_OR_RETURN(auto reader, Reader::Open(ro));
+  Batch b;
+  uint64_t probed = 0;
+  bool exact = false;
+  while (probed < kProbeSamples) {
+    b.Clear();
+    FERRY_ASSIGN_OR_RETURN(size_t n, reader->Next(kProbeSamples - probed, &b));
+    if (n == 0) {
+      exact = true;
+      break;
+    }
+    probed += n;
+  }
+  if (!exact) {
+    // One sample more tells whether the probe happened to end exactly at the end.
+    b.Clear();
+    FERRY_ASSIGN_OR_RETURN(size_t n, reader->Next(1, &b));
+    exact = n == 0;
+    probed += n;
+  }
+  SampleEstimate e;
+  e.exact = exact;
+  if (exact) {
+    if (probed == 0) {
+      return InvalidArgument("the training files hold no sample (" + o.train_files.front() +
+                             (o.train_files.size() > 1 ? ", ..." : "") + ")");
+    }
+    e.samples = probed;
+    return e;
+  }
+  uint64_t total = 0;
+  for (const std::string& path : o.train_files) {
+    FERRY_ASSIGN_OR_RETURN(InputFile in, ProbeInput(path));
+    FERRY_ASSIGN_OR_RETURN(uint64_t bytes, UncompressedBytes(in));
+    total += bytes;
+  }
+  const ReaderStats& s = reader->stats();
+  const double per_byte =
+      static_cast<double>(probed) / static_cast<double>(std::max<uint64_t>(s.bytes, 1));
+  e.samples =
+      std::max<uint64_t>(probed, static_cast<uint64_t>(per_byte * static_cast<double>(total)));
+  return e;
+}
+
+AutoRule AutoRuleFor(ModelKind kind, uint64_t train_samples) {
+  (void)kind;  // one rule for every model so far: the sweep found no model that wants another
+  const double n = static_cast<double>(std::max<uint64_t>(train_samples, 1));
+  AutoRule r;
+  r.batch_size = std::clamp(NearestPowerOfTwo(n / kUpdatesPerEpoch), kMinBatch, kMaxBatch);
+  r.max_epochs = static_cast<uint32_t>(
+      std::clamp(std::ceil(kSampleBudget / n), 1.0, static_cast<double>(kMaxEpochs)));
+  return r;
+}
+
+Result<TrainOptions> ResolveAutoSettings(const TrainOptions& o) {
+  TrainOptions r = o;
+  if (r.validation_fraction < 0) {
+    r.validation_fraction = r.epochs == 0 && r.validation_files.empty() ? kValidationFraction : 0.0;
+  }
+  if (r.epochs != 0) r.max_epochs = r.epochs;
+  if (r.batch_size != 0 && r.max_epochs != 0) return r;
+  FERRY_ASSIGN_OR_RETURN(SampleEstimate e, EstimateTrainingSamples(r));
+  const uint64_t train = static_cast<uint64_t>(
+      std::ceil(static_cast<double>(e.samples) * (1.0 - r.validation_fraction)));
+  r.data_samples = train;
+  const AutoRule rule = AutoRuleFor(r.model, train);
+  if (r.batch_size == 0) r.batch_size = rule.batch_size;
+  if (r.max_epochs == 0) r.max_epochs = rule.max_epochs;
+  return r;
+}
+
+}  // namespace ferry::models

@@ -1,0 +1,64 @@
+// Defaults that follow the data: the settings ferry-train derives from the size of the training
+// data when the user leaves them to it (docs/training.md, "Defaults and the data-size rule").
+//
+//   TrainOptions o = ...;                                  // from the command line
+//   FERRY_ASSIGN_OR_RETURN(TrainOptions r, ResolveAutoSettings(o));
+//   // r.batch_size, r.max_epochs, r.validation_fraction are set; r.data_samples says why
+//
+// The size is an ESTIMATE every rank computes alike from the same bytes (servers too, so that
+// any server-side setting could depend on it): the first lines of the training files give
+// samples per byte, the file sizes the bytes (a gzip file's uncompressed size from its trailer).
+// Small inputs are read whole, so their count is exact.
+//
+// The rule (AutoRuleFor, pure, tested alone; constants from the sweep in perf/train/sweep.py,
+// results in docs/perf/training.md):
+//   batch_size  per worker: the power of two nearest N / kUpdatesPerEpoch, within
+//               [kMinBatch, kMaxBatch]: small data gets enough optimizer steps per pass
+//   max_epochs  ceil(kSampleBudget / N), within [1, kMaxEpochs]: a cap that lets 10^3-sample sets
+//               take their hundred passes and stops 10^9-sample sets after one
+//   validation  kValidationFraction of the training lines held out (by line hash) when passes are
+//               automatic and no --validation file is given
+// N is the number of training samples left after the held-out fraction.
+//
+// Thread-safety: pure functions (EstimateTrainingSamples reads files).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "models/train/train_options.h"
+#include "transport/status.h"
+
+namespace ferry::models {
+
+struct SampleEstimate {
+  uint64_t samples = 0;  // estimated samples in all the files together
+  bool exact = false;    // the probe read every line
+};
+
+// Reads at most kProbeSamples samples from the start of `files` (as one shard) and scales by
+// their bytes. kInvalidArgument when the files hold no sample; file errors name the file.
+Result<SampleEstimate> EstimateTrainingSamples(const TrainOptions& o);
+
+struct AutoRule {
+  uint32_t batch_size = 0;
+  uint32_t max_epochs = 0;
+};
+
+inline constexpr uint32_t kUpdatesPerEpoch = 256;
+inline constexpr uint32_t kMinBatch = 16;
+inline constexpr uint32_t kMaxBatch = 256;
+inline constexpr uint32_t kMaxEpochs = 100;
+inline constexpr double kSampleBudget = 1e9;
+inline constexpr double kValidationFraction = 0.1;
+inline constexpr uint64_t kProbeSamples = 20000;
+
+// The rule for `train_samples` (after any held-out fraction). Pure.
+AutoRule AutoRuleFor(ModelKind kind, uint64_t train_samples);
+
+// Fills what the user left automatic: batch_size (0), max_epochs (0), validation_fraction (< 0),
+// and records the estimate in data_samples. Everything else is copied.
+Result<TrainOptions> ResolveAutoSettings(const TrainOptions& o);
+
+}  // namespace ferry::models

@@ -1,0 +1,113 @@
+// Internal to models/train: the worker side of RunTraining (trainer.h), shared by
+// trainer.cc (the job: setup, passes, decisions after each pass, the end) and
+// trainer_passes.cc (one pass: the minibatch loops, counting, resuming mid-pass, streaming
+// evaluation).
+#pragma once
+
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "models/data/field_map.h"
+#include "models/data/reader.h"
+#include "models/eval/metrics_json.h"
+#include "models/eval/progress.h"
+#include "models/train/early_stop.h"
+#include "models/train/epoch_log.h"
+#include "models/train/evaluate.h"
+#include "models/train/step.h"
+#include "models/train/trainer.h"
+
+namespace ferry::models {
+
+using TrainClock = std::chrono::steady_clock;
+
+class WorkerLoop {
+ public:
+  WorkerLoop(ps::Worker& w, const TrainOptions& o, const ModelDef& def);
+
+  Status Run(TrainReport* report);
+
+ private:
+  enum class Side { kAll, kTraining, kHeldOut };
+  // What the job has decided to keep so far.
+  struct Kept {
+    uint32_t epoch = 0;  // 0: nothing kept yet (the last pass's model is the one)
+    EvalMetrics validation;
+    EvalMetrics test;  // taken when it was kept, unless it is the last pass
+    std::string dir;   // its checkpoint ("" when no model file is written)
+    bool ours = true;  // dir was written by this job (not by the run it resumed)
+  };
+
+  // --- trainer.cc: the job.
+  Status Setup();
+  Result<ReaderOptions> ReaderFor(const std::vector<std::string>& files, Side side,
+                                  bool sharded) const;
+  bool HasHeldOut() const { return held_out_ != nullptr; }
+  // The decisions after pass `epoch`: held-out score, verdict, keeping the model. True: stop.
+  Result<bool> EndEpoch(uint32_t epoch);
+  Result<EvalMetrics> ScoreHeldOut();
+  // Scores the test files with the model on the servers (every worker its shard); the merged
+  // metrics on worker 0.
+  Result<EvalMetrics> ScoreTest();
+  Status Keep(uint32_t epoch, const EvalMetrics& validation, bool last);
+  std::string KeptDir(uint32_t epoch) const;
+  Status RecordEpoch(const EpochEntry& entry);
+  // A job resumed from a periodic checkpoint at `clock`: the record of the passes before it.
+  // Returns whether the pass that ended exactly at the checkpoint still needs its decision.
+  Result<bool> RestoreEpochs(uint64_t clock);
+  Status Finish(uint32_t last_epoch, TrainReport* report);
+  Status Export(const std::string& from_dir);
+  void Log(const std::string& line);
+
+  // --- trainer_passes.cc: one pass.
+  Status CountSteps(bool share);
+  Result<uint64_t> SeekToCheckpoint();
+  Status TrainSequential(uint32_t epoch, uint64_t first_step);
+  Status TrainPipelined(uint32_t epoch);
+  void Account(double loss, size_t n);
+  Status MaybeEvaluate(uint32_t epoch);
+  Status LoadEvalSet();
+  Status EvaluateStream(uint32_t epoch);
+  void ShowProgress();
+
+  ps::Worker& w_;
+  const TrainOptions& o_;
+  const ModelDef& def_;
+  Stepper step_;
+  bool lead_;
+  std::shared_ptr<const FieldMap> field_map_;
+  std::unique_ptr<Reader> reader_;    // this worker's training shard
+  std::unique_ptr<Reader> held_out_;  // this worker's held-out shard (null: none)
+  uint64_t held_out_passes_ = 0;
+  uint64_t held_out_malformed_ = 0;  // lines of the held-out side skipped as malformed
+  EarlyStopping stopper_;
+  Kept kept_;
+  std::string superseded_;          // the kept model's checkpoint a better one replaced (worker 0)
+  std::vector<EpochEntry> epochs_;  // the record of finished passes (worker 0)
+  std::string stop_reason_;
+  uint64_t steps_per_epoch_ = 0;  // bsp/ssp
+  uint64_t my_samples_ = 0;       // this worker's shard, one epoch (bsp/ssp)
+  uint64_t position_ = 0;         // samples read since the start of the training, all epochs
+  uint64_t total_samples_ = 0;    // all workers, one epoch (0: unknown)
+  uint64_t batches_ = 0;          // this worker's batches so far
+  uint64_t samples_ = 0;          // this worker's trained samples so far
+  double loss_sum_ = 0;
+  double epoch_loss_ = 0;  // this pass
+  uint64_t epoch_n_ = 0;
+  double recent_loss_ = 0;  // since the last streaming evaluation
+  uint64_t recent_n_ = 0;
+  double ema_loss_ = std::nan("");
+  double last_auc_ = std::nan("");
+  TrainClock::time_point start_ = TrainClock::now();
+  std::unique_ptr<ProgressDisplay> progress_;
+  std::optional<MetricsJsonWriter> metrics_;
+  std::vector<Batch> eval_set_;
+};
+
+double SecondsSince(TrainClock::time_point since);
+
+}  // namespace ferry::models
