@@ -42,7 +42,8 @@ run "parameter server: ferry-launch --servers 2 --workers 2 -- ferry-ps-bench" \
   "$bin/ps/ferry-ps-bench" --keys 20000 --iters 50 --key-space 200000
 
 # The training demo: synthetic CTR data with pairwise interactions, FTRL and FM trained on a
-# local cluster (ferry-train starts 2 servers + 2 workers of itself), scored on held-out data.
+# local cluster (ferry-train starts 2 servers + 2 workers of itself) with their defaults (passes
+# until the held-out logloss stops improving), scored on the test file.
 demo=$(mktemp -d)
 trap 'rm -rf "$demo"' EXIT
 run "training data: ferry-gen, 400k + 50k samples, 26 fields, FM ground truth" \
@@ -50,9 +51,9 @@ run "training data: ferry-gen, 400k + 50k samples, 26 fields, FM ground truth" \
   --out "$demo/train.svm" --test-out "$demo/test.svm"
 run "ferry-train --model ftrl (2 servers + 2 workers)" \
   "$bin/train/ferry-train" --model ftrl --train "$demo/train.svm" --test "$demo/test.svm" \
-  --epochs 2 --progress never
+  --progress never
 run "ferry-train --model fm (2 servers + 2 workers)" \
   "$bin/train/ferry-train" --model fm --train "$demo/train.svm" --test "$demo/test.svm" \
-  --epochs 2 --progress never --model-out "$demo/fm.model"
+  --progress never --model-out "$demo/fm.model"
 run "ferry-predict with the exported FM model" \
   "$bin/train/ferry-predict" "$demo/fm.model" "$demo/test.svm" -o "$demo/p.txt" --summary

@@ -63,13 +63,19 @@ Result<FieldSpan> RowLayout::Field(RowField field) const {
   return InvalidArgument("unknown RowField");
 }
 
+namespace {
+
+CountMinFilter NewFilter(const AdmissionOptions& a) {
+  return CountMinFilter(a.kind == AdmissionOptions::Kind::kFrequency ? a.filter_width : 64,
+                        a.aging_period);
+}
+
+}  // namespace
+
 ArrayHashMap::ArrayHashMap(const TableOptions& options)
     : options_(options),
       layout_(RowLayout::For(options.dim, options.state_floats, options.metadata)),
-      filter_(options.admission.kind == AdmissionOptions::Kind::kFrequency
-                  ? options.admission.filter_width
-                  : 64,
-              options.admission.aging_period),
+      filter_(NewFilter(options.admission)),
       rng_(options.admission.seed * 0x9e3779b97f4a7c15ull + 1) {}
 
 ArrayHashMap::~ArrayHashMap() {
@@ -333,6 +339,10 @@ Status ArrayHashMap::Clear() {
   free_head_ = kNoSlot;
   free_count_ = 0;
   size_ = 0;
+  // As a new table: no sightings, tick 0, the admission coin from its seed.
+  filter_ = NewFilter(options_.admission);
+  rng_ = decltype(rng_)(options_.admission.seed * 0x9e3779b97f4a7c15ull + 1);
+  tick_ = 0;
   if (transport_ != nullptr) return Register();
   return Status::Ok();
 }

@@ -231,9 +231,10 @@ class ArrayHashMap {
   Status Reserve(size_t rows);
   // Moves live rows from the top into holes, shrinks the rows buffer, re-registers (epoch+1).
   Status Compact();
-  // Removes every key and discards the rows' pages; with a transport attached the rows are
-  // re-registered (epoch+1; the old registration pinned the discarded pages). Fails only if
-  // that registration fails (the table is empty and unregistered then).
+  // Removes every key and discards the rows' pages, and starts admission afresh (no sightings,
+  // tick 0): the table is as new. With a transport attached the rows are re-registered
+  // (epoch+1; the old registration pinned the discarded pages). Fails only if that
+  // registration fails (the table is empty and unregistered then).
   Status Clear();
 
   // Calls fn(slot, row) for every live row in slot order. fn must not mutate the table.

@@ -26,7 +26,9 @@
 //   worker -> coordinator   kCheckpoint {text = dir, value = id}: relayed to every server, which
 //                           saves its shards and answers kCheckpointDone {value = id, text =
 //                           error or ""}; then the coordinator writes the manifest and answers
-//                           the worker kCheckpointDone
+//                           the worker kCheckpointDone. With value2 = kCheckpointClear (text
+//                           empty) every server empties every table it hosts instead, and the
+//                           coordinator answers once all did (no manifest)
 //   coordinator -> servers  kClockUpdate {value}   with replicas > 1 too (forward rings hold BSP
 //                           pushes until every server applied their clock)
 //   member -> coordinator   kSuspect {index = server, text}: with replicas > 1, a member that
@@ -90,6 +92,9 @@ enum class ControlKind : uint8_t {
   kSuspect,         // member -> coordinator {index = server, text = what the member saw}
 };
 std::string_view ControlKindName(ControlKind kind);
+
+// kCheckpoint's value2: empty the tables instead of saving them (Worker::ClearTables).
+inline constexpr uint64_t kCheckpointClear = 1;
 
 struct MemberInfo {
   uint32_t rank = 0;

@@ -209,10 +209,12 @@ void Coordinator::Impl::OnMessage(size_t ci, ControlMessage msg) {
       PendingCheckpoint p;
       p.requester = ci;
       p.dir = msg.text;
+      p.clear = msg.value2 == kCheckpointClear;
       checkpoints[key] = std::move(p);
       ControlMessage c;
       c.kind = ControlKind::kCheckpoint;
       c.value = key;
+      c.value2 = msg.value2;
       c.text = msg.text;
       SendToRole(Role::kServer, c);
       return;

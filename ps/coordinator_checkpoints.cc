@@ -59,7 +59,9 @@ void Coordinator::Impl::FinishCheckpoint(std::map<uint64_t, PendingCheckpoint>::
   if (p.lost_server && p.error.empty()) {
     // The servers that took over a removed server's shards copied their tables before they
     // knew: its shards may be missing. The checkpoint is not written (no manifest).
-    p.error = "a server was removed during the checkpoint (its shards may be missing): retry it";
+    p.error = p.clear ? "a server was removed while the tables were emptied: retry it"
+                      : "a server was removed during the checkpoint (its shards may be missing): "
+                        "retry it";
     if (p.requester == kPeriodic) {
       std::fprintf(stderr, "ferry coordinator: checkpoint at clock %llu skipped: %s\n",
                    static_cast<unsigned long long>(p.clock), p.error.c_str());
@@ -68,7 +70,7 @@ void Coordinator::Impl::FinishCheckpoint(std::map<uint64_t, PendingCheckpoint>::
     }
   }
   // Every shard is on disk: the manifest makes the checkpoint exist.
-  if (p.error.empty()) {
+  if (p.error.empty() && !p.clear) {
     CheckpointManifest m = ManifestFor(job, p.requester == kPeriodic ? p.clock : min_clock);
     m.positions = p.positions;
     Status s = WriteManifest(p.dir, m);

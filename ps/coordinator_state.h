@@ -75,6 +75,7 @@ struct Coordinator::Impl {
     std::set<uint32_t> answered;  // servers that wrote their shards (or failed to)
     std::string error;
     bool lost_server = false;         // a server was removed meanwhile: its shards may be missing
+    bool clear = false;               // kCheckpointClear: tables emptied, nothing written
     uint64_t clock = 0;               // periodic: the clock boundary it was taken at
     std::vector<uint64_t> positions;  // periodic: each worker's data position there
     Clock::time_point started;

@@ -19,8 +19,8 @@ uint64_t Mix(uint64_t x) {  // splitmix64 finaliser: point positions, independen
 
 Result<Partition> Partition::Create(uint32_t servers, uint32_t virtual_nodes, uint64_t seed) {
   if (servers == 0 || servers > kMaxServers) {
-    return InvalidArgument("partition: server count " + std::to_string(servers) +
-                           " must be 1.." + std::to_string(kMaxServers));
+    return InvalidArgument("partition: server count " + std::to_string(servers) + " must be 1.." +
+                           std::to_string(kMaxServers));
   }
   if (virtual_nodes == 0 || virtual_nodes > 4096) {
     return InvalidArgument("partition: virtual nodes per server must be 1..4096, not " +

@@ -194,7 +194,25 @@ void Server::JoinCheckpointWriter() {
   if (checkpoint_writer_.joinable()) checkpoint_writer_.join();
 }
 
+void Server::ClearTables(const ControlMessage& command, ControlClient* control) {
+  ControlMessage done;
+  done.kind = ControlKind::kCheckpointDone;
+  done.value = command.value;
+  // Every hosted copy (own shards and replicas alike): the chain stays consistent. A reply still
+  // reading a table's rows finishes first; Clear discards the pages and registers them anew.
+  for (Table& t : tables_) {
+    Status s = DrainTable(t);
+    if (s.ok()) s = t.map->Clear();
+    if (!s.ok()) {
+      done.text = s.ToString();
+      break;
+    }
+  }
+  (void)control->Send(done);
+}
+
 void Server::StartCheckpoint(const ControlMessage& command, ControlClient* control) {
+  if (command.value2 == kCheckpointClear) return ClearTables(command, control);
   JoinCheckpointWriter();  // one write at a time: memory for two copies at most
   ControlMessage done;
   done.kind = ControlKind::kCheckpointDone;

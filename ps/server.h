@@ -271,6 +271,9 @@ class Server {
   // RestoreShard brings the rows of table `t` that belong to `shard` from every shard of
   // JobSpec::restore_dir.
   void StartCheckpoint(const ControlMessage& command, ControlClient* control);
+  // kCheckpointClear: empties every table this server hosts (after their replies completed)
+  // and answers the coordinator.
+  void ClearTables(const ControlMessage& command, ControlClient* control);
   void JoinCheckpointWriter();
   Status RestoreShard(size_t t, uint32_t shard, const TableOptions& options, ArrayHashMap* map);
   // A predecessor's connection (replicas): checks its place and imports its ack word.

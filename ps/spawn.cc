@@ -17,7 +17,6 @@
 
 namespace ferry::ps::process {
 
-
 Result<Fd> AboveStdio(int fd, const char* what) {
   if (fd < 0) return IoError(what, errno);
   if (fd > 2) return Fd(fd);
@@ -84,7 +83,6 @@ SignalScope::~SignalScope() {
   g_signal_pipe.store(-1);
 }
 
-
 Status SignalScope::Install() {
   FERRY_RETURN_IF_ERROR(MakePipe(&read_, &write_, /*nonblocking_read=*/true));
   if (fcntl(write_.get(), F_SETFL, O_NONBLOCK) != 0) return IoError("fcntl O_NONBLOCK", errno);
@@ -118,7 +116,6 @@ Status SignalScope::Install() {
   }
   return Status::Ok();
 }
-
 
 // ---------------------------------------------------------------------------------------------
 // Spawning. posix_spawn's mechanism (glibc: clone with CLONE_VM | CLONE_VFORK on a separate

@@ -501,20 +501,29 @@ Result<std::vector<std::vector<uint8_t>>> Worker::Gather(std::span<const uint8_t
 }
 
 Status Worker::Checkpoint(const std::string& dir) {
-  FERRY_RETURN_IF_ERROR(Usable());
   if (dir.empty()) return InvalidArgument("checkpoint directory is empty");
-  FERRY_RETURN_IF_ERROR(WaitAllReplies("the requests before a checkpoint"));
+  return ServerCommand(dir, 0, "checkpoint into " + dir);
+}
+
+Status Worker::ClearTables() {
+  return ServerCommand("", kCheckpointClear, "emptying the tables");
+}
+
+Status Worker::ServerCommand(const std::string& dir, uint64_t mode, const std::string& what) {
+  FERRY_RETURN_IF_ERROR(Usable());
+  FERRY_RETURN_IF_ERROR(WaitAllReplies("the requests before " + what));
   const uint64_t id = ++st_->checkpoint_id;
   ControlMessage m;
   m.kind = ControlKind::kCheckpoint;
   m.value = id;
+  m.value2 = mode;
   m.text = dir;
   FERRY_RETURN_IF_ERROR(control_->Send(m));
-  FERRY_RETURN_IF_ERROR(WaitFor([this, id] { return st_->checkpoints_done.count(id) != 0; },
-                                Millis(3600000), "checkpoint " + dir));
+  FERRY_RETURN_IF_ERROR(
+      WaitFor([this, id] { return st_->checkpoints_done.count(id) != 0; }, Millis(3600000), what));
   const std::string error = std::move(st_->checkpoints_done[id]);
   st_->checkpoints_done.erase(id);
-  if (!error.empty()) return Status(Code::kIoError, "checkpoint into " + dir + ": " + error);
+  if (!error.empty()) return Status(Code::kIoError, what + ": " + error);
   return Status::Ok();
 }
 

@@ -224,6 +224,13 @@ class Worker {
   // holds what the servers have applied when they get the command: call it at a quiet point
   // (after Barrier(), or at a BSP clock boundary) for a consistent one. Blocks.
   Status Checkpoint(const std::string& dir);
+  // Empties every table on every server (every shard and every replica): a key pulled afterwards
+  // is a new row again (its initializer), as in a job that just started. For training the same
+  // model again (ferry-train's refit on all the data). Call it at a quiet point (after
+  // Barrier(); under BSP at a clock boundary) with no ticket of this worker outstanding; other
+  // workers must not pull or push until it returned (a Barrier() after it). One-sided readers see
+  // a new registration epoch and fall back as after a table grew. Blocks.
+  Status ClearTables();
   // Waits for this worker's requests (under BSP, clocks once more if pushes were made since the
   // last Clock(), or they would never be applied), tells the coordinator it is done, and waits
   // for the job's shutdown (or failure).
@@ -248,6 +255,9 @@ class Worker {
   void Retire(Ticket t);
   void FreeRingSlots(ServerLink& link);
   Status WaitAllReplies(std::string_view what);
+  // kCheckpoint relayed to every server (`mode`: 0 save into `dir`, kCheckpointClear); waits for
+  // the coordinator's answer.
+  Status ServerCommand(const std::string& dir, uint64_t mode, const std::string& what);
 
   // Requests (worker_requests.cc).
   Result<TicketState*> NewTicket(uint32_t table, RequestType type, bool fp16_rows);

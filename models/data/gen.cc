@@ -102,6 +102,7 @@ struct Generator::Stream {
   internal::Rng rng;
   std::vector<internal::ZipfSampler> zipf;  // per field; text: the one over words
   std::vector<uint32_t> tokens;             // text: the document being drawn
+  std::vector<double> scratch;              // text: tf-idf before normalisation
 };
 
 namespace {
@@ -242,13 +243,21 @@ void Generator::DrawDocument(Stream* stream, GenSample* s) const {
     s->word_counts.push_back(static_cast<uint32_t>(j - i));
     i = j;
   }
+  // tf-idf, as text sets (rcv1) are prepared: a word's idf is -ln of its Zipf probability,
+  // ln(rank^s H) = s ln(rank) + ln H (H the normaliser, which only shifts every idf alike).
+  std::vector<double>& v = stream->scratch;
+  v.resize(s->words.size());
   double squares = 0;
-  for (uint32_t c : s->word_counts) squares += static_cast<double>(c) * c;
+  for (size_t i = 0; i < s->words.size(); ++i) {
+    const double idf = 1.0 + options_.zipf * std::log(static_cast<double>(s->words[i]) + 1.0);
+    v[i] = s->word_counts[i] * idf;
+    squares += v[i] * v[i];
+  }
   const double inv_norm = 1.0 / std::sqrt(squares);
   s->word_values.resize(s->words.size());
   for (size_t i = 0; i < s->words.size(); ++i) {
     // Rounded to float here, so the truth scores exactly the value the file holds.
-    s->word_values[i] = static_cast<float>(s->word_counts[i] * inv_norm);
+    s->word_values[i] = static_cast<float>(v[i] * inv_norm);
   }
 }
 

@@ -2,7 +2,7 @@
 // also called directly by tests. Two layouts:
 //
 //   ctr   click-through rows: one value in each categorical field, plus count-valued numerics
-//   text  bag-of-words documents: many distinct words per sample, tf values of unit L2 norm
+//   text  bag-of-words documents: many distinct words per sample, tf-idf values of unit L2 norm
 //
 //   GenOptions o;
 //   o.samples = 1000000; o.test_samples = 100000;
@@ -23,9 +23,12 @@
 //        not pairwise, so LR and FM can only approximate it.
 // text: a document of L tokens, L log-normal around `words` (at least 1), each token a word of
 // the `vocab`-word vocabulary drawn Zipf(zipf) (word 0 the most frequent). The sample holds the
-// distinct words with their term counts c_w and values x_w = c_w / ||c||_2 (unit L2 norm, as
-// LIBSVM's rcv1 and news20 sets). Truth lr only: score = sum_w beta_w x_w, beta_w heavy-tailed
-// (a few percent of "topic" words strong, the rest near 0; gen_truth.cc has the distribution).
+// distinct words with their term counts c_w and tf-idf values x_w = c_w idf_w / ||c idf||_2, idf_w
+// = 1 + zipf ln(w + 1) (-ln of the word's Zipf probability up to a constant; unit L2 norm, as
+// LIBSVM's rcv1 set is prepared). Truth lr only: score = sum_w beta_w x_w, beta_w heavy-tailed
+// (a few percent of the fairly frequent words are strong "topic" words, the rest near 0;
+// gen_truth.cc has the distribution): text classification that a linear model learns well from
+// a few thousand documents.
 // Parameters are computed on demand from the seed (no tables), so memory stays small whatever
 // the vocabulary. Calibration picks scale so that the logits' standard deviation over the data
 // is logit_sd (1.5: Bayes-optimal AUC about 0.82) and bias so that the mean click probability is
@@ -97,7 +100,7 @@ struct GenSample {
   std::vector<uint32_t> counts;       // per numeric feature
   std::vector<uint32_t> words;        // text: the distinct words, ascending (0 = most frequent)
   std::vector<uint32_t> word_counts;  // text: term count of words[i] (sum = document length)
-  std::vector<float> word_values;     // text: the value written, word_counts / their L2 norm
+  std::vector<float> word_values;     // text: the value written, tf-idf of unit L2 norm
 };
 
 struct GenSummary {

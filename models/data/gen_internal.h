@@ -122,6 +122,7 @@ class Generator::Model {
   Layout layout_;
   uint32_t fields_, numeric_, factors_, hidden_;
   double logit_sd_, positive_rate_;
+  uint64_t topic_ranks_ = 0;  // text: topic words are among the words of rank below this
   uint64_t seed_w_, seed_u_, seed_a_;
   double factor_sd_;
   std::vector<double> in_weight_, hidden_bias_, out_weight_;  // mlp

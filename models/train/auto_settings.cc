@@ -52,6 +52,8 @@ Result<SampleEstimate> EstimateTrainingSamples(const TrainOptions& o) {
   Batch b;
   uint64_t probed = 0;
   bool exact = false;
+  double squares = 0;
+  uint64_t values = 0;
   while (probed < kProbeSamples) {
     b.Clear();
     FERRY_ASSIGN_OR_RETURN(size_t n, reader->Next(kProbeSamples - probed, &b));
@@ -60,6 +62,8 @@ Result<SampleEstimate> EstimateTrainingSamples(const TrainOptions& o) {
       break;
     }
     probed += n;
+    for (float v : b.values) squares += static_cast<double>(v) * v;
+    values += b.values.size();
   }
   if (!exact) {
     // One sample more tells whether the probe happened to end exactly at the end.
@@ -70,6 +74,7 @@ Result<SampleEstimate> EstimateTrainingSamples(const TrainOptions& o) {
   }
   SampleEstimate e;
   e.exact = exact;
+  if (values > 0 && squares > 0) e.value_rms = std::sqrt(squares / static_cast<double>(values));
   if (exact) {
     if (probed == 0) {
       return InvalidArgument("the training files hold no sample (" + o.train_files.front() +
@@ -92,14 +97,20 @@ Result<SampleEstimate> EstimateTrainingSamples(const TrainOptions& o) {
   return e;
 }
 
-AutoRule AutoRuleFor(ModelKind kind, uint64_t train_samples) {
+AutoRule AutoRuleFor(ModelKind kind, uint64_t train_samples, double value_rms) {
   (void)kind;  // one rule for every model so far: the sweep found no model that wants another
   const double n = static_cast<double>(std::max<uint64_t>(train_samples, 1));
   AutoRule r;
   r.batch_size = std::clamp(NearestPowerOfTwo(n / kUpdatesPerEpoch), kMinBatch, kMaxBatch);
   r.max_epochs = static_cast<uint32_t>(
       std::clamp(std::ceil(kSampleBudget / n), 1.0, static_cast<double>(kMaxEpochs)));
+  r.step_scale = value_rms > 0 ? std::clamp(1.0 / value_rms, 1e-3, 1e3) : 1.0;
   return r;
+}
+
+bool CanRefit(const TrainOptions& o) {
+  return o.epochs == 0 && o.validation_files.empty() && o.validation_fraction > 0 &&
+         o.checkpoint_dir.empty() && o.resume.empty();
 }
 
 Result<TrainOptions> ResolveAutoSettings(const TrainOptions& o) {
@@ -108,14 +119,18 @@ Result<TrainOptions> ResolveAutoSettings(const TrainOptions& o) {
     r.validation_fraction = r.epochs == 0 && r.validation_files.empty() ? kValidationFraction : 0.0;
   }
   if (r.epochs != 0) r.max_epochs = r.epochs;
-  if (r.batch_size != 0 && r.max_epochs != 0) return r;
   FERRY_ASSIGN_OR_RETURN(SampleEstimate e, EstimateTrainingSamples(r));
   const uint64_t train = static_cast<uint64_t>(
       std::ceil(static_cast<double>(e.samples) * (1.0 - r.validation_fraction)));
   r.data_samples = train;
-  const AutoRule rule = AutoRuleFor(r.model, train);
+  const AutoRule rule = AutoRuleFor(r.model, train, e.value_rms);
+  r.step_scale = rule.step_scale;
   if (r.batch_size == 0) r.batch_size = rule.batch_size;
   if (r.max_epochs == 0) r.max_epochs = rule.max_epochs;
+  if (r.refit == TrainOptions::Refit::kAuto) {
+    r.refit = CanRefit(r) && train <= kRefitMaxSamples ? TrainOptions::Refit::kOn
+                                                       : TrainOptions::Refit::kOff;
+  }
   return r;
 }
 

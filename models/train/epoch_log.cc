@@ -57,7 +57,7 @@ bool ReadMetrics(std::istringstream& in, std::string_view name, EvalMetrics* m) 
 
 bool EpochEntry::operator==(const EpochEntry& o) const {
   return epoch == o.epoch && kept == o.kept && SameMetrics(validation, o.validation) &&
-         SameMetrics(test, o.test);
+         SameMetrics(test, o.test) && SameDouble(offset, o.offset);
 }
 
 std::string EncodeEpochLog(const std::vector<EpochEntry>& entries) {
@@ -67,6 +67,9 @@ std::string EncodeEpochLog(const std::vector<EpochEntry>& entries) {
     out += "epoch " + std::to_string(e.epoch) + " kept " + (e.kept ? "1" : "0");
     AppendMetrics(&out, "validation", e.validation);
     AppendMetrics(&out, "test", e.test);
+    char buf[48];
+    std::snprintf(buf, sizeof buf, " offset %.17g", e.offset);
+    out += buf;
     out += '\n';
   }
   out += "end\n";
@@ -90,7 +93,8 @@ Result<std::vector<EpochEntry>> ParseEpochLog(std::string_view text) {
     const bool ok = (row >> word) && word == "epoch" && (row >> epoch) && (row >> word) &&
                     word == "kept" && (row >> kept) && (kept == 0 || kept == 1) &&
                     ReadMetrics(row, "validation", &e.validation) &&
-                    ReadMetrics(row, "test", &e.test) && !(row >> extra);
+                    ReadMetrics(row, "test", &e.test) && (row >> word) && word == "offset" &&
+                    ReadDouble(row, &e.offset) && std::isfinite(e.offset) && !(row >> extra);
     e.epoch = static_cast<uint32_t>(epoch);
     e.kept = kept == 1;
     if (!ok || epoch == 0 || epoch > 0xffffffffu ||

@@ -4,7 +4,8 @@
 //
 //   ferry-train-epochs 1
 //   epoch 1 kept 1 validation COUNT LOGLOSS AUC CALIBRATION test COUNT LOGLOSS AUC CALIBRATION
-//   epoch 2 kept 0 validation ...                       (test figures only where kept is 1)
+//           offset OFFSET
+//   epoch 2 kept 0 validation ...        (test figures and offset only where kept is 1)
 //   end
 //
 // Numbers are written with 17 significant digits (they read back to the same double) and
@@ -31,6 +32,7 @@ struct EpochEntry {
   bool kept = false;  // the model after this epoch was the best so far
   EvalMetrics validation;
   EvalMetrics test;  // of the kept model (count 0 when not kept or without a test set)
+  double offset = 0;  // the kept model's intercept calibration
   bool operator==(const EpochEntry&) const;
 };
 

@@ -71,17 +71,37 @@ void AddTrainFlags(CLI::App& app, TrainOptions* o, TrainFlagText* t) {
       ->check(CLI::Range(0.0, 0.5))
       ->capture_default_str()
       ->group(stopping);
+  app.add_option("--refit", t->refit,
+                 "after automatic passes on held-out training lines, train a fresh model on all\n"
+                 "the lines for the best pass count: auto (small data, no checkpoints), on, off")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str()
+      ->group(stopping);
+  app.add_flag("!--no-calibrate", o->calibrate,
+               "do not fit the logit offset that calibrates the model on the held-out data")
+      ->group(stopping);
   auto* hyper = "Hyper-parameters (defaults work on ordinary sparse data)";
   app.add_option("--optimizer", o->optimizer, "lr model: sgd or adagrad")
       ->check(CLI::IsMember({"sgd", "adagrad"}))
       ->capture_default_str()
       ->group(hyper);
-  app.add_option("--lr", o->learning_rate, "learning rate (sgd, adagrad, fm factors, embeddings)")
+  app.add_option("--lr", o->learning_rate,
+                 "learning rate (sgd, adagrad, factors, embeddings; defaults per unit of value)")
       ->group(hyper);
-  app.add_option("--alpha", o->alpha, "FTRL alpha (default 0.1)")->group(hyper);
+  app.add_option("--alpha", o->alpha, "FTRL alpha (default 0.1 per unit of feature value)")
+      ->group(hyper);
   app.add_option("--beta", o->beta, "FTRL beta (default 1)")->group(hyper);
   app.add_option("--l1", o->l1, "L1 regularisation (FTRL; default 0.05)")->group(hyper);
-  app.add_option("--l2", o->l2, "L2 regularisation (default: FTRL 0.1, others 0)")->group(hyper);
+  app.add_option("--l2", o->l2, "L2 regularisation of the linear weights (default: FTRL 0.1, lr 0)")
+      ->group(hyper);
+  app.add_option("--initial-accumulator", o->initial_accumulator,
+                 "Adagrad: the squared-gradient sum a new row starts with (larger: more cautious\n"
+                 "first steps on rare features)")
+      ->check(CLI::NonNegativeNumber)
+      ->group(hyper);
+  app.add_option("--factor-l2", o->factor_l2,
+                 "L2 regularisation of factors and embeddings (Adagrad weight decay)")
+      ->group(hyper);
   app.add_option("--factors", o->factors, "FM / FFM factors k (default: fm 8, ffm 4)")
       ->group(hyper);
   app.add_option("--embed-dim", o->embed_dim, "MLP / DeepFM embedding width")
@@ -96,8 +116,9 @@ void AddTrainFlags(CLI::App& app, TrainOptions* o, TrainFlagText* t) {
   app.add_option("--dense-lr", o->dense_learning_rate, "MLP: Adam step on the dense layers")
       ->capture_default_str()
       ->group(hyper);
-  app.add_option("--init-std", o->init_std, "stddev of the factor / embedding initialisation")
-      ->capture_default_str()
+  app.add_option("--init-std", o->init_std,
+                 "stddev of the factor / embedding initialisation (default 0.01 per unit of value)")
+      ->check(CLI::NonNegativeNumber)
       ->group(hyper);
   app.add_option("--seed", o->seed, "initialisation seed")->capture_default_str()->group(hyper);
   auto* data = "Data";
@@ -160,6 +181,9 @@ Status AutoOrCount(const std::string& text, const char* flag, uint32_t* out) {
 
 Status FinalizeTrainFlags(const TrainFlagText& t, TrainOptions* o) {
   FERRY_RETURN_IF_ERROR(AutoOrCount(t.epochs, "--epochs", &o->epochs));
+  o->refit = t.refit == "on"    ? TrainOptions::Refit::kOn
+             : t.refit == "off" ? TrainOptions::Refit::kOff
+                                : TrainOptions::Refit::kAuto;
   FERRY_RETURN_IF_ERROR(AutoOrCount(t.batch_size, "--batch-size", &o->batch_size));
   FERRY_ASSIGN_OR_RETURN(o->model, ParseModelKind(t.model));
   FERRY_ASSIGN_OR_RETURN(o->format, ParseFormat(t.format));

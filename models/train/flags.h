@@ -18,6 +18,7 @@ struct TrainFlagText {
   std::string hidden = "64,32";
   std::string epochs = "auto";
   std::string batch_size = "auto";
+  std::string refit = "auto";
 };
 
 void AddTrainFlags(CLI::App& app, TrainOptions* o, TrainFlagText* text);

@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "models/data/field_map.h"
 #include "models/data/reader.h"
+#include "models/train/auto_settings.h"
 
 namespace ferry::models {
 
@@ -15,24 +17,43 @@ float Or(float v, float fallback) {
   return v >= 0.0f ? v : fallback;
 }
 
+// Defaults are per unit of feature value: scaling every value by c scales the weights a model
+// needs by 1 / c, the gradients by c and their squares by c^2. With s = o.step_scale (1 / the
+// values' root mean square), a step or an initial scale is multiplied by s, an L1 weight (in
+// gradient units) divided by s, an L2 weight or an initial squared-gradient sum by s^2: the
+// defaults then train the same model, up to that scale, whatever the values' scale.
+float Step(const TrainOptions& o, float v) {
+  return static_cast<float>(v * o.step_scale);
+}
+float L1(const TrainOptions& o, float v) {
+  return static_cast<float>(v / o.step_scale);
+}
+float L2(const TrainOptions& o, float v) {
+  return static_cast<float>(v / (o.step_scale * o.step_scale));
+}
+
 // FTRL-Proximal as McMahan et al. run it on sparse CTR data; the per-coordinate adaptive rate
 // makes it insensitive to the batch size (gradients are sums over the batch).
 ps::OptimizerSpec Ftrl(const TrainOptions& o) {
   ps::OptimizerSpec s;
   s.kind = ps::Optimizer::kFtrl;
-  s.alpha = Or(o.alpha, 0.1f);
-  s.beta = Or(o.beta, 1.0f);
-  s.l1 = Or(o.l1, 0.05f);
-  s.l2 = Or(o.l2, 0.1f);
+  s.alpha = Or(o.alpha, Step(o, kHyperDefaults.ftrl_alpha));
+  s.beta = Or(o.beta, kHyperDefaults.ftrl_beta);
+  s.l1 = Or(o.l1, L1(o, kHyperDefaults.ftrl_l1));
+  s.l2 = Or(o.l2, L2(o, kHyperDefaults.ftrl_l2));
   return s;
 }
 
-ps::OptimizerSpec Adagrad(float lr, float l2) {
+// Adagrad with a default step `lr`, L2 `l2` (both per unit of value) and initial accumulator
+// `acc` unless the flags say (`user_l2`: --l2 for the lr model's weights, --factor-l2 for
+// factors and embeddings).
+ps::OptimizerSpec Adagrad(const TrainOptions& o, float lr, float l2, float user_l2,
+                          float acc = kHyperDefaults.latent_initial_accumulator) {
   ps::OptimizerSpec s;
   s.kind = ps::Optimizer::kAdagrad;
-  s.learning_rate = lr;
-  s.l2 = l2;
-  s.initial_accumulator = 0.1f;
+  s.learning_rate = Or(o.learning_rate, Step(o, lr));
+  s.l2 = Or(user_l2, L2(o, l2));
+  s.initial_accumulator = Or(o.initial_accumulator, acc);
   return s;
 }
 
@@ -84,6 +105,11 @@ Status ValidateTrainOptions(const TrainOptions& o) {
         "--validation-fraction above 0, or a number of --epochs");
   }
   if (o.patience == 0) return InvalidArgument("--patience must be at least 1");
+  if (o.refit == TrainOptions::Refit::kOn && o.validation_fraction >= 0 && !CanRefit(o)) {
+    return InvalidArgument(
+        "--refit on needs automatic passes on a held-out fraction of the training lines (no "
+        "--validation file, --validation-fraction above 0) and no --checkpoint-dir or --resume");
+  }
   if (!(o.min_improvement >= 0 && o.min_improvement < 0.5)) {
     return InvalidArgument("--min-improvement must be in [0, 0.5)");
   }
@@ -95,7 +121,7 @@ Status ValidateTrainOptions(const TrainOptions& o) {
   }
   if (o.factors > 1024) return InvalidArgument("--factors must be 1..1024");
   if (o.servers == 0 || o.workers == 0) return InvalidArgument("--servers/--workers must be >= 1");
-  if (!(o.init_std >= 0.0f)) return InvalidArgument("--init-std must be >= 0");
+  if (std::isnan(o.init_std)) return InvalidArgument("--init-std must be >= 0");
   if (o.checkpoint_every > 0 && o.checkpoint_dir.empty()) {
     return InvalidArgument("--checkpoint-every needs --checkpoint-dir");
   }
@@ -113,7 +139,7 @@ namespace {
 ps::TableSpec Latent(std::string name, uint32_t dim, ps::OptimizerSpec opt, const TrainOptions& o) {
   ps::TableSpec t = Table(std::move(name), dim, opt);
   t.init.kind = ps::InitializerSpec::Kind::kNormal;
-  t.init.b = o.init_std;
+  t.init.b = Or(o.init_std, Step(o, kHyperDefaults.init_std));
   t.init.seed = o.seed;
   return t;
 }
@@ -124,7 +150,9 @@ int Add(ModelDef* d, ps::TableSpec t) {
 }
 
 ps::OptimizerSpec LrOptimizer(const TrainOptions& o) {
-  if (o.optimizer != "sgd") return Adagrad(Or(o.learning_rate, 0.1f), Or(o.l2, 0.0f));
+  if (o.optimizer != "sgd")
+    return Adagrad(o, kHyperDefaults.lr_step, kHyperDefaults.lr_l2, o.l2,
+                   kHyperDefaults.lr_initial_accumulator);
   ps::OptimizerSpec s;
   s.kind = ps::Optimizer::kSgd;
   // Gradients are sums over the batch: scale the step by the batch size.
@@ -189,7 +217,9 @@ Result<ModelDef> DefineModel(const TrainOptions& o) {
       // asp runs on ordinary many-field data diverged: ferry-gen --format criteo --vocab 100,
       // 40k samples: test logloss 2.00 and 0.55 (lr: 0.486); 26 fields x 50 values, 50k
       // samples: 0.64 and 0.64 (lr: 0.468).
-      d.factors = Add(&d, Latent("factors", d.k, Adagrad(Or(o.learning_rate, 0.01f), 1e-5f), o));
+      d.factors =
+          Add(&d, Latent("factors", d.k,
+                         Adagrad(o, kHyperDefaults.fm_step, kHyperDefaults.fm_l2, o.factor_l2), o));
       break;
     case ModelKind::kFfm: {
       d.k = o.factors != 0 ? o.factors : kDefaultFfmFactors;
@@ -200,8 +230,9 @@ Result<ModelDef> DefineModel(const TrainOptions& o) {
                                std::to_string(kMaxFfmRowFloats) + " floats");
       }
       d.linear = Add(&d, Table("linear", 1, Ftrl(o)));
-      d.factors = Add(&d, Latent("field_factors", d.k * d.fields,
-                                 Adagrad(Or(o.learning_rate, 0.01f), 1e-5f), o));
+      d.factors = Add(
+          &d, Latent("field_factors", d.k * d.fields,
+                     Adagrad(o, kHyperDefaults.ffm_step, kHyperDefaults.ffm_l2, o.factor_l2), o));
       break;
     }
     case ModelKind::kMlp:
@@ -212,14 +243,20 @@ Result<ModelDef> DefineModel(const TrainOptions& o) {
       FERRY_RETURN_IF_ERROR(d.shape.Validate());
       const bool deepfm = o.model == ModelKind::kDeepFm;
       if (o.wide || deepfm) d.linear = Add(&d, Table(deepfm ? "linear" : "wide", 1, Ftrl(o)));
-      d.embeddings =
-          Add(&d, Latent("embeddings", o.embed_dim,
-                         Adagrad(Or(o.learning_rate, deepfm ? 0.01f : 0.05f), 1e-5f), o));
+      const float step = deepfm ? kHyperDefaults.deepfm_step : kHyperDefaults.mlp_step;
+      d.embeddings = Add(&d, Latent("embeddings", o.embed_dim,
+                                    Adagrad(o, step, kHyperDefaults.embed_l2, o.factor_l2), o));
       FERRY_RETURN_IF_ERROR(AddDense(&d, o));
       break;
     }
   }
   return d;
+}
+
+std::string FormatOffset(double offset) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", offset);
+  return buf;
 }
 
 ModelParams DescribeModel(const TrainOptions& o, const ModelDef& def) {

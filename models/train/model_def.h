@@ -30,6 +30,30 @@ inline constexpr uint64_t kBiasId = 1;
 inline constexpr uint32_t kDefaultFmFactors = 8;
 inline constexpr uint32_t kDefaultFfmFactors = 4;  // libffm's default k
 inline constexpr uint64_t kMaxFfmRowFloats = 1u << 16;
+// Default hyper-parameters, per unit of feature value: DefineModel multiplies steps and initial
+// scales by TrainOptions::step_scale and divides L1 by it and L2 by its square (model_def.cc
+// says why). Chosen by the sweep of perf/train/sweep.py over many generated data sets (its
+// table: docs/perf/training.md); a flag given on the command line is used as it is.
+struct HyperDefaults {
+  // FTRL (ftrl, and the linear parts of fm, ffm, mlp, deepfm). beta and the initial
+  // accumulators are not scaled: they set how cautious the first steps on a rarely seen
+  // coordinate are.
+  float ftrl_alpha = 0.4f, ftrl_beta = 10.0f, ftrl_l1 = 0.05f, ftrl_l2 = 1.0f;
+  float lr_step = 0.2f, lr_l2 = 0.0f, lr_initial_accumulator = 10.0f;  // lr (Adagrad)
+  float fm_step = 0.01f, fm_l2 = 1e-5f;                                // fm factors
+  float ffm_step = 0.01f, ffm_l2 = 1e-5f;                              // ffm factors
+  float mlp_step = 0.05f, deepfm_step = 0.01f, embed_l2 = 1e-5f;       // embeddings
+  float latent_initial_accumulator = 0.1f;  // Adagrad of factors and embeddings
+  float init_std = 0.01f;                   // factors and embeddings: N(0, init_std)
+};
+inline constexpr HyperDefaults kHyperDefaults{};
+
+// The model parameter holding the intercept calibration (models/eval/calibration.h): ferry-predict
+// applies it to every prediction. Absent: 0.
+inline constexpr std::string_view kLogitOffsetParam = "logit_offset";
+// 17 significant digits: the offset reads back to the same double.
+std::string FormatOffset(double offset);
+
 // The "field_map" parameter of a model whose map was too large to carry.
 inline constexpr std::string_view kExternalFieldMap = "external";
 

@@ -3,9 +3,12 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
+#include <cstdlib>
 
 #include "models/data/field_map.h"
 #include "models/data/reader.h"
+#include "models/eval/calibration.h"
 #include "models/eval/metrics.h"
 #include "models/kernels/mlp_shape.h"
 #include "models/train/model_def.h"
@@ -121,6 +124,21 @@ Result<ModelTables> TablesOf(const Model& model) {
   return ProtocolError("unknown model kind");
 }
 
+// The model's intercept calibration (0 without one). kProtocol for a value that is not a
+// finite number.
+Result<double> OffsetOf(const Model& model) {
+  auto it = model.params.find(kLogitOffsetParam);
+  if (it == model.params.end()) return 0.0;
+  char* end = nullptr;
+  const double d = std::strtod(it->second.c_str(), &end);
+  if (it->second.empty() || end != it->second.c_str() + it->second.size() || !std::isfinite(d) ||
+      std::abs(d) > kMaxOffset) {
+    return ProtocolError("model parameter " + std::string(kLogitOffsetParam) + " = '" + it->second +
+                         "' is not an offset");
+  }
+  return d;
+}
+
 // The field map the model was trained with (or the one given instead), for libsvm input.
 Result<std::shared_ptr<const FieldMap>> FieldMapOf(const Model& model, const PredictOptions& o,
                                                    Format format) {
@@ -161,6 +179,7 @@ Status Predict(const Model& model, const PredictOptions& o, std::FILE* out, Pred
   FERRY_ASSIGN_OR_RETURN(ro.field_map, FieldMapOf(model, o, ro.format));
 
   FERRY_ASSIGN_OR_RETURN(ModelTables m, TablesOf(model));
+  FERRY_ASSIGN_OR_RETURN(const double offset, OffsetOf(model));
   FERRY_ASSIGN_OR_RETURN(auto reader, Reader::Open(ro));
   std::vector<TableRows> rows;
   for (const ModelTable* t : m.tables) rows.emplace_back(t);
@@ -187,6 +206,8 @@ Status Predict(const Model& model, const PredictOptions& o, std::FILE* out, Pred
                                    std::span<const TableRows::Accessor>(access),
                                    std::span<const NoTable>(), dense_rows, {}, ws, probs);
     FERRY_RETURN_IF_ERROR(l.status());
+    // As ferry-train's evaluation does (step.cc): the same floats, the same loss.
+    if (offset != 0) l = ApplyOffset(offset, probs, b.labels);
     loss.AddSum(*l, n);
     FERRY_RETURN_IF_ERROR(auc.Add(probs, b.labels));
     for (float p : probs) {

@@ -1,6 +1,7 @@
 // Minibatch stages over the parameter server (step.h).
 #include "models/train/step.h"
 
+#include "models/eval/calibration.h"
 #include "models/train/model_kernel.h"
 
 namespace ferry::models {
@@ -152,6 +153,7 @@ Result<double> Stepper::Finish(Slot* slot, bool train, std::vector<float>* probs
   }
   Abandon(slot);  // releases the rows (the pushes keep their keys and gradients alive)
   if (!loss.ok()) return loss;
+  if (!train && offset_ != 0) loss = ApplyOffset(offset_, p, b.labels);
   // One batch of pushes in flight: more would let the next pulls read older weights (asp
   // staleness measurably hurt FM at 4 batches).
   FERRY_RETURN_IF_ERROR(ReapPushes(nt));

@@ -64,8 +64,11 @@ class Stepper {
   Stepper(ps::Worker& worker, const ModelDef& def);
 
   Status Begin(const Batch& batch, Slot* slot);
-  // Returns the batch's summed logloss; fills `probs` (one per sample) when not null.
+  // Returns the batch's summed logloss; fills `probs` (one per sample) when not null. Without
+  // training, the logit offset (SetLogitOffset) is applied to the probabilities and the loss.
   Result<double> Finish(Slot* slot, bool train, std::vector<float>* probs);
+  // Intercept calibration of scoring passes (models/eval/calibration.h); 0: none.
+  void SetLogitOffset(double offset) { offset_ = offset; }
   // Releases a begun slot without computing (error paths).
   void Abandon(Slot* slot);
   Status Drain();
@@ -78,6 +81,7 @@ class Stepper {
   std::vector<uint32_t> table_ids_;  // def.tables[i] -> the job's table id
   std::deque<ps::Ticket> pushes_;
   std::vector<float> probs_;
+  double offset_ = 0;
   MlpWorkspace ws_;
   std::vector<const float*> dense_;
   std::vector<float*> dense_grad_;

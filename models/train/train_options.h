@@ -37,7 +37,9 @@ struct TrainOptions {
   std::string optimizer = "adagrad";  // lr only: sgd | adagrad
   float learning_rate = -1.0f;        // sgd / adagrad / the FM factors / the MLP embeddings
   float l1 = -1.0f;                   // ftrl (and the linear parts of fm and mlp)
-  float l2 = -1.0f;
+  float l2 = -1.0f;                   // ftrl and its linear parts; the lr model's weights
+  float factor_l2 = -1.0f;            // fm / ffm factors, mlp / deepfm embeddings
+  float initial_accumulator = -1.0f;  // Adagrad's squared-gradient sum of a new row
   float alpha = -1.0f;                // ftrl
   float beta = -1.0f;                 // ftrl
   float dense_learning_rate = 1e-3f;  // mlp: Adam on the dense layers
@@ -46,8 +48,8 @@ struct TrainOptions {
   std::vector<uint32_t> hidden = {64, 32};
   // ffm, mlp, deepfm: F; 0 = from the format (criteo 39), the field map, or the first train file
   uint32_t fields = 0;
-  bool wide = true;  // mlp: a linear (wide) part next to the MLP
-  float init_std = 0.01f;
+  bool wide = true;        // mlp: a linear (wide) part next to the MLP
+  float init_std = -1.0f;  // factors and embeddings; negative: the default (model_def.h)
   uint64_t seed = 1;
   // Passes over the training data. 0 = automatic: passes go on while the held-out logloss
   // improves (early_stop.h), at most max_epochs. With a fixed count and held-out data, every
@@ -57,9 +59,20 @@ struct TrainOptions {
   uint32_t patience = 2;          // epochs without an improvement before stopping
   double min_improvement = 1e-3;  // relative gain in held-out logloss that counts
   uint32_t batch_size = 0;        // per worker; 0: the data-size rule (auto_settings.h)
+  // After automatic passes that held out part of the training lines: empty the tables and train
+  // a fresh model on every line for the best pass count. kAuto: on for small data without
+  // checkpoints (auto_settings.h); ResolveAutoSettings turns it into kOn or kOff.
+  enum class Refit { kAuto, kOn, kOff };
+  Refit refit = Refit::kAuto;
+  // With held-out data: fit one logit offset on it that calibrates the kept model (mean
+  // prediction = positive rate; models/eval/calibration.h), applied to its test scores and
+  // carried by the exported model.
+  bool calibrate = true;
   // Set by ResolveAutoSettings: the estimated training samples (after any held-out fraction)
-  // the rule was applied to.
+  // the rule was applied to, and the factor the default steps are multiplied by (1 / the
+  // feature values' root mean square; auto_settings.h).
   uint64_t data_samples = 0;
+  double step_scale = 1.0;
 
   // Job.
   uint32_t servers = 2;

@@ -9,7 +9,13 @@
 // held-out hash sets aside), the sums are all-gathered, and every worker reaches the same
 // verdict. The best pass's model is the one kept: when a later pass is worse, the kept model
 // was saved when it was the best (its test figures taken then, and a checkpoint of it when a
-// model file is wanted), and the export and the report are that model's.
+// model file is wanted), and the export and the report are that model's. With a refit
+// (TrainOptions::refit: small data whose held-out lines came from the training files), the
+// tables are emptied once the passes stop and a fresh model trains on every line for the kept
+// pass count: that model is scored and exported. With a refit
+// (TrainOptions::refit, small data whose held-out lines came from the training files), the
+// tables are emptied once the passes stop and a fresh model trains on every line for the kept
+// pass count: that model is scored and exported.
 //
 // Consistency (TrainOptions::consistency):
 //   asp      the next batch's pulls are posted before this batch computes (one batch of
@@ -41,7 +47,10 @@ struct TrainReport {
   double samples_per_sec = 0;
   double train_logloss = 0;  // mean over all trained samples
   uint32_t epochs = 0;       // passes made
-  uint32_t kept_epoch = 0;   // the pass whose model was kept and exported
+  uint32_t kept_epoch = 0;   // the pass whose model was kept and exported (with a refit: the
+                             // pass count the fresh model trained on all the lines)
+  bool refit = false;        // the exported model is the refit one (TrainOptions::refit)
+  double logit_offset = 0;   // intercept calibration on the held-out data (0: none)
   std::string stop_reason;   // why the passes ended
   uint32_t batch_size = 0;   // per worker, as resolved
   EvalMetrics validation;    // of the kept model (count 0: no held-out data)

@@ -37,9 +37,10 @@ class WorkerLoop {
   struct Kept {
     uint32_t epoch = 0;  // 0: nothing kept yet (the last pass's model is the one)
     EvalMetrics validation;
-    EvalMetrics test;  // taken when it was kept, unless it is the last pass
-    std::string dir;   // its checkpoint ("" when no model file is written)
-    bool ours = true;  // dir was written by this job (not by the run it resumed)
+    EvalMetrics test;   // taken when it was kept, unless it is the last pass
+    std::string dir;    // its checkpoint ("" when no model file is written)
+    bool ours = true;   // dir was written by this job (not by the run it resumed)
+    double offset = 0;  // its intercept calibration (models/eval/calibration.h)
   };
 
   // --- trainer.cc: the job.
@@ -49,7 +50,12 @@ class WorkerLoop {
   bool HasHeldOut() const { return held_out_ != nullptr; }
   // The decisions after pass `epoch`: held-out score, verdict, keeping the model. True: stop.
   Result<bool> EndEpoch(uint32_t epoch);
+  // Scores the held-out data (every worker its shard; the sums go to all, the AUC's scores to
+  // worker 0) and keeps this worker's probabilities for FitOffset.
   Result<EvalMetrics> ScoreHeldOut();
+  // The logit offset that calibrates the last held-out scores (every worker the same); 0
+  // without calibration.
+  Result<double> FitOffset();
   // Scores the test files with the model on the servers (every worker its shard); the merged
   // metrics on worker 0.
   Result<EvalMetrics> ScoreTest();
@@ -59,6 +65,9 @@ class WorkerLoop {
   // A job resumed from a periodic checkpoint at `clock`: the record of the passes before it.
   // Returns whether the pass that ended exactly at the checkpoint still needs its decision.
   Result<bool> RestoreEpochs(uint64_t clock);
+  // After automatic passes on a held-out fraction: a fresh model trained on every line for the
+  // kept pass count (TrainOptions::refit).
+  Status Refit();
   Status Finish(uint32_t last_epoch, TrainReport* report);
   Status Export(const std::string& from_dir);
   void Log(const std::string& line);
@@ -83,12 +92,15 @@ class WorkerLoop {
   std::unique_ptr<Reader> reader_;    // this worker's training shard
   std::unique_ptr<Reader> held_out_;  // this worker's held-out shard (null: none)
   uint64_t held_out_passes_ = 0;
-  uint64_t held_out_malformed_ = 0;  // lines of the held-out side skipped as malformed
+  uint64_t held_out_malformed_ = 0;               // lines of the held-out side skipped as malformed
+  std::vector<float> held_scores_, held_labels_;  // this worker's last held-out scores
+  double offset_ = 0;                             // the exported model's calibration
   EarlyStopping stopper_;
   Kept kept_;
   std::string superseded_;          // the kept model's checkpoint a better one replaced (worker 0)
   std::vector<EpochEntry> epochs_;  // the record of finished passes (worker 0)
   std::string stop_reason_;
+  bool refitted_ = false;
   uint64_t steps_per_epoch_ = 0;  // bsp/ssp
   uint64_t my_samples_ = 0;       // this worker's shard, one epoch (bsp/ssp)
   uint64_t position_ = 0;         // samples read since the start of the training, all epochs

@@ -175,12 +175,20 @@ TEST(Gen, TextTruthFileReadsBackToTheSameLogits) {
     (*g)->NextTest(&s);
     EXPECT_NEAR(t->Logit(s), s.logit, 1e-9 * (1 + std::abs(s.logit)));
   }
-  // Heavy-tailed word weights: a few percent of topic words carry most of the weight.
+  // Heavy-tailed word weights: the topic words (among the vocab / 50 most frequent words, past
+  // the 10 stop words) carry the weight; every other word is near 0.
   std::vector<double> mag;
-  for (double w : t->weight) mag.push_back(std::abs(w));
+  double topic = 0, tail = 0;
+  for (size_t w = 0; w < t->weight.size(); ++w) {
+    mag.push_back(std::abs(t->weight[w]));
+    (w < t->weight.size() / 50 ? topic : tail) =
+        std::max(w < t->weight.size() / 50 ? topic : tail, std::abs(t->weight[w]));
+  }
   std::sort(mag.begin(), mag.end());
-  const double median = mag[mag.size() / 2], top = mag[mag.size() * 97 / 100];
-  EXPECT_GT(top, 8 * median);
+  const double median = mag[mag.size() / 2];
+  // (The file holds the weights times the calibration's scale: only ratios are fixed.)
+  EXPECT_GT(topic, 10 * tail);
+  EXPECT_GT(topic, 20 * median);
 }
 
 // ffm: u[f][v][g] of different g are drawn independently (so no single vector per value, as an

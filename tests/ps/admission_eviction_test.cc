@@ -41,6 +41,13 @@ TEST(Admission, FrequencyThreshold) {
   // One-off keys (the long tail) mostly never get a row.
   for (uint64_t k = 1000; k < 11000; ++k) ASSERT_TRUE(m->Access(k).ok());
   EXPECT_LT(m->size(), 1 + 10000 / 20) << "count-min false admissions should be rare";
+  // Clear starts admission afresh: key 5 needs its three sightings again.
+  m->AdvanceTick(4);
+  ASSERT_TRUE(m->Clear().ok());
+  EXPECT_EQ(m->tick(), 0u);
+  EXPECT_EQ(m->Access(5)->row, nullptr);
+  EXPECT_EQ(m->Access(5)->row, nullptr);
+  EXPECT_NE(m->Access(5)->row, nullptr);
 }
 
 TEST(Admission, Probability) {

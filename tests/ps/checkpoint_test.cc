@@ -144,6 +144,60 @@ TEST_F(Checkpoints, RestoreIntoMoreAndFewerServersKeepsRowsAndOptimizerState) {
   }
 }
 
+// Worker::ClearTables empties every table on every server, replicas included: the rows pulled
+// after it are the initial ones (those of a job that never pushed), and pushes after it build
+// on them as in a fresh job.
+TEST_F(Checkpoints, ClearTablesMakesEveryRowNewAgain) {
+  const auto keys = Keys(400);
+  for (uint32_t replicas : {1u, 2u}) {
+    SCOPED_TRACE("replicas " + std::to_string(replicas));
+    JobSpec job = Job(2);
+    job.replicas = replicas;
+    // Reference: a fresh job that only pushes round 7, then pulls.
+    std::map<uint64_t, std::vector<float>> fresh;
+    ASSERT_TRUE(Train(job, keys, 7, 1, "", &fresh, nullptr).ok());
+    std::map<uint64_t, std::vector<float>> cleared;
+    std::mutex mu;
+    Status s = AllOk(RunJob(job, [&](Node& node) -> Status {
+      Worker* w = node.worker();
+      if (w == nullptr) return Status::Ok();
+      auto push = [&](int round) -> Status {
+        for (uint32_t t = 0; t < 2; ++t) {
+          auto g = Grads(keys, job.tables[t].dim, round + static_cast<int>(t));
+          FERRY_ASSIGN_OR_RETURN(Ticket p, w->Push(t, keys, g));
+          FERRY_RETURN_IF_ERROR(w->Wait(p));
+          w->Release(p);
+        }
+        return Status::Ok();
+      };
+      if (w->index() == 0) {
+        for (int r = 0; r < 3; ++r) FERRY_RETURN_IF_ERROR(push(r));
+      }
+      FERRY_RETURN_IF_ERROR(w->Barrier());
+      if (w->index() == 0) FERRY_RETURN_IF_ERROR(w->ClearTables());
+      FERRY_RETURN_IF_ERROR(w->Barrier());
+      if (w->index() != 0) return Status::Ok();
+      FERRY_RETURN_IF_ERROR(push(7));
+      for (uint32_t t = 0; t < 2; ++t) {
+        FERRY_ASSIGN_OR_RETURN(Ticket p, w->Pull(t, keys));
+        FERRY_RETURN_IF_ERROR(w->Wait(p));
+        FERRY_ASSIGN_OR_RETURN(PulledRows r, w->Rows(p));
+        std::lock_guard<std::mutex> lock(mu);
+        for (size_t i = 0; i < keys.size(); ++i) {
+          cleared[keys[i] ^ (uint64_t{t} << 63)].assign(r[i], r[i] + job.tables[t].dim);
+        }
+        w->Release(p);
+      }
+      return Status::Ok();
+    }));
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    ASSERT_EQ(cleared.size(), fresh.size());
+    for (const auto& [k, v] : fresh) {
+      ASSERT_EQ(std::memcmp(cleared[k].data(), v.data(), v.size() * 4), 0) << "key " << k;
+    }
+  }
+}
+
 TEST_F(Checkpoints, RestoreRefusesAMismatchedTable) {
   const auto keys = Keys(100);
   std::map<uint64_t, std::vector<float>> rows;

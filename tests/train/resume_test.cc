@@ -55,18 +55,21 @@ class Resume : public ::testing::Test {
   }
 
   // The uninterrupted run's model file (without checkpoints: they must not change a bit).
-  static std::string Reference(const std::string& model) {
+  static std::string Reference(const std::string& model,
+                               const std::map<std::string, std::string>& change = {}) {
     const std::string out = *dir_ / (model + ".ref");
-    TrainRun r = Train(*dir_, model + "_ref", Cat(Job(model), {"--model-out", out}));
+    TrainRun r = Train(*dir_, model + "_ref", Cat(Job(model, change), {"--model-out", out}));
     EXPECT_TRUE(r.ok()) << r.proc.Describe();
     return Slurp(out);
   }
 
   // Runs the job with a checkpoint every 40 batches over `transport` and SIGKILLs `rank` a
-  // random 0-400 ms after the first checkpoint appeared; then resumes it with `resume_args`.
-  // Returns the resumed run's model file.
+  // random 0-400 ms after `trigger` (a file of the checkpoint directory) appeared; then resumes
+  // it with `resume_args`. Returns the resumed run's model file.
   static std::string KillAndResume(const std::string& model, const std::string& transport, int rank,
-                                   const std::vector<std::string>& resume_args) {
+                                   const std::vector<std::string>& resume_args,
+                                   const std::map<std::string, std::string>& change = {},
+                                   const std::string& trigger = "LATEST") {
     const std::string tag = model + "_" + transport + "_rank" + std::to_string(rank);
     const std::string ck = *dir_ / (tag + ".ck");
     const int delay_ms = std::uniform_int_distribution<int>(0, 400)(rng_);
@@ -76,19 +79,20 @@ class Resume : public ::testing::Test {
       if (killed > 0) return;
       if (first_checkpoint == Clock::time_point{}) {
         std::error_code ec;
-        if (std::filesystem::exists(ck + "/LATEST", ec)) first_checkpoint = Clock::now();
+        if (std::filesystem::exists(ck + "/" + trigger, ec)) first_checkpoint = Clock::now();
         return;
       }
       if (Clock::now() - first_checkpoint < std::chrono::milliseconds(delay_ms)) return;
       const pid_t pid = RankPid(launcher, rank);
       if (pid > 0 && kill(pid, SIGKILL) == 0) killed = pid;
     };
-    TrainRun crashed = Train(*dir_, tag + "_killed",
-                             Cat(Job(model), {"--transport", transport, "--checkpoint-dir", ck,
-                                              "--checkpoint-every", "40", "--servers", "2"}),
-                             120, killer);
-    std::printf("%s: rank %d killed %d ms after the first checkpoint; newest then: %s", tag.c_str(),
-                rank, delay_ms, Slurp(ck + "/LATEST").c_str());
+    TrainRun crashed =
+        Train(*dir_, tag + "_killed",
+              Cat(Job(model, change), {"--transport", transport, "--checkpoint-dir", ck,
+                                       "--checkpoint-every", "40", "--servers", "2"}),
+              120, killer);
+    std::printf("%s: rank %d killed %d ms after %s appeared; newest checkpoint then: %s",
+                tag.c_str(), rank, delay_ms, trigger.c_str(), Slurp(ck + "/LATEST").c_str());
     EXPECT_GT(killed, 0) << tag << ": the job ended before the kill: " << crashed.proc.Describe();
     if (killed <= 0) return "";
     EXPECT_NE(crashed.proc.exit_code, 0) << crashed.proc.Describe();
@@ -101,7 +105,7 @@ class Resume : public ::testing::Test {
     const std::string out = *dir_ / (tag + ".resumed");
     TrainRun resumed =
         Train(*dir_, tag + "_resumed",
-              Cat(Cat(Job(model), {"--resume", ck, "--model-out", out}), resume_args));
+              Cat(Cat(Job(model, change), {"--resume", ck, "--model-out", out}), resume_args));
     EXPECT_TRUE(resumed.ok()) << resumed.proc.Describe();
     return Slurp(out);
   }
@@ -145,6 +149,21 @@ TEST_F(Resume, MlpKilledWorkerResumesToTheSameModelBytes) {
   ASSERT_FALSE(ref.empty());
   EXPECT_EQ(KillAndResume("mlp", "ucx", 2, {"--transport", "ucx", "--servers", "2"}), ref)
       << "worker 0 killed";
+}
+
+// Automatic passes resume too: the record of finished passes (CHECKPOINT_DIR/EPOCHS) and the kept
+// model (CHECKPOINT_DIR/kept-E) make the resumed job take the uninterrupted run's decisions and
+// export its kept model, byte for byte. The kill comes after the first pass was decided.
+TEST_F(Resume, AutomaticPassesResumeToTheSameKeptModel) {
+  // No refit: a job with checkpoints never refits (auto_settings.h), and the reference has none.
+  const std::map<std::string, std::string> change = {
+      {"--epochs", "auto"}, {"--min-improvement", "0.003"}, {"--refit", "off"}};
+  const std::string ref = Reference("fm", change);
+  ASSERT_FALSE(ref.empty());
+  EXPECT_EQ(
+      KillAndResume("fm", "tcp", 3, {"--transport", "tcp", "--servers", "2"}, change, "EPOCHS"),
+      ref)
+      << "worker 1 killed after the first pass";
 }
 
 TEST_F(Resume, RefusesWhatCannotResume) {

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -19,6 +20,8 @@
 #include <random>
 #include <sstream>
 #include <thread>
+
+#include "models/eval/metrics.h"
 
 extern char** environ;
 
@@ -248,12 +251,100 @@ std::vector<std::string> Cat(std::vector<std::string> a, const std::vector<std::
   return a;
 }
 
+bool OnPath(const std::string& name) {
+  std::stringstream path(EnvOr("PATH", "/usr/bin:/bin"));
+  std::string dir;
+  while (std::getline(path, dir, ':')) {
+    if (!dir.empty() && access((dir + "/" + name).c_str(), X_OK) == 0) return true;
+  }
+  return false;
+}
+
+namespace {
+
+// P(label 1) of each line of liblinear-predict -b 1 output ("labels 0 1" then "<pred> <p0>
+// <p1>"), or empty when the header names no label 1.
+std::vector<float> LiblinearProbabilities(const std::string& predictions) {
+  const std::vector<std::string> p = Lines(Slurp(predictions));
+  if (p.empty()) return {};
+  std::stringstream header(p[0]);
+  std::string word;
+  header >> word;  // "labels"
+  int column_of_1 = -1;
+  for (int c = 0; header >> word; ++c) {
+    if (word == "1") column_of_1 = c;
+  }
+  if (column_of_1 < 0) return {};
+  std::vector<float> out;
+  for (size_t i = 1; i < p.size(); ++i) {
+    std::stringstream row(p[i]);
+    double pred = 0, prob = 0;
+    row >> pred;
+    for (int c = 0; c <= column_of_1; ++c) row >> prob;
+    out.push_back(static_cast<float>(prob));
+  }
+  return out;
+}
+
+}  // namespace
+
+LiblinearRun RunLiblinear(const TempDir& dir, const std::string& train, const std::string& test,
+                          double c) {
+  LiblinearRun r;
+  if (!OnPath("liblinear-train") || !OnPath("liblinear-predict")) {
+    r.error =
+        "liblinear-train / liblinear-predict not on PATH (scripts/deps.sh installs "
+        "liblinear-tools)";
+    return r;
+  }
+  if (c <= 0) {
+    Proc search = Exec({"liblinear-train", "-s", "0", "-B", "1", "-C", train}, 600);
+    const size_t at = search.out.rfind("Best C = ");
+    if (search.exit_code != 0 || at == std::string::npos) {
+      r.error = "liblinear-train -C: " + search.Describe();
+      return r;
+    }
+    c = std::atof(search.out.c_str() + at + 9);
+  }
+  r.c = c;
+  const std::string model = dir / "liblinear.model", out = dir / "liblinear.out";
+  char cs[32];
+  std::snprintf(cs, sizeof cs, "%g", c);
+  Proc fit = Exec({"liblinear-train", "-s", "0", "-B", "1", "-c", cs, "-q", train, model}, 600);
+  r.seconds = fit.seconds;
+  if (fit.exit_code != 0) {
+    r.error = "liblinear-train: " + fit.Describe();
+    return r;
+  }
+  Proc pred = Exec({"liblinear-predict", "-b", "1", test, model, out}, 120);
+  const std::vector<float> probs = LiblinearProbabilities(out);
+  const std::vector<std::string> data = Lines(Slurp(test));
+  if (pred.exit_code != 0 || probs.size() != data.size() || data.empty()) {
+    r.error = "liblinear-predict: " + pred.Describe();
+    return r;
+  }
+  double sum = 0;
+  models::AucAccumulator auc;
+  for (size_t i = 0; i < data.size(); ++i) {
+    const bool positive = std::atof(data[i].c_str()) > 0;
+    const double q = std::clamp(positive ? probs[i] : 1.0 - probs[i], 1e-15, 1.0);
+    sum -= std::log(q);
+    auc.Add(probs[i], positive ? 1.0f : 0.0f);
+  }
+  r.logloss = sum / static_cast<double>(data.size());
+  r.auc = auc.Compute().auc;
+  return r;
+}
+
 uint64_t ExpectTrainedPasses(const nlohmann::json& final_line, uint64_t lines) {
   const uint64_t held_out = final_line.value("validation_samples", uint64_t{0});
   const uint64_t epochs = final_line.value("epoch", uint64_t{0});
   EXPECT_GE(epochs, 1u) << final_line.dump();
   EXPECT_LT(held_out, lines / 5) << final_line.dump();
-  EXPECT_EQ(final_line.value("samples", uint64_t{0}), epochs * (lines - held_out))
+  // A refit trains a fresh model on every line for the kept pass count after the passes.
+  const uint64_t refit =
+      final_line.value("refit", false) ? final_line.value("kept_epoch", uint64_t{0}) * lines : 0;
+  EXPECT_EQ(final_line.value("samples", uint64_t{0}), epochs * (lines - held_out) + refit)
       << final_line.dump();
   return lines - held_out;
 }

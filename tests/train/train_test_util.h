@@ -94,8 +94,24 @@ std::vector<std::string> Cat(std::vector<std::string> a, const std::vector<std::
 // as "VAR=N" either way.
 uint64_t SeedFromEnv(const char* var);
 
+// Whether `name` is an executable in one of $PATH's directories.
+bool OnPath(const std::string& name);
+
+// LIBLINEAR's L2-regularised logistic regression (liblinear-train -s 0 -B 1, a bias feature as
+// ferry-train has) on a LIBSVM file, scored on another with liblinear-predict -b 1.
+struct LiblinearRun {
+  double c = 0;  // the C it ran with
+  double logloss = 0, auc = 0;
+  double seconds = 0;  // liblinear-train's
+  std::string error;   // empty when it ran
+};
+// At C = c, or (c <= 0) at the best C of liblinear-train -C (its own cross-validation).
+LiblinearRun RunLiblinear(const TempDir& dir, const std::string& train, const std::string& test,
+                          double c);
+
 // Checks the final line's "samples": every pass ("epoch" of them) read the `lines` training
-// lines minus the held-out ones ("validation_samples"). Returns the lines trained per pass.
+// lines minus the held-out ones ("validation_samples"), and a refit ("refit": true) read all of
+// them "kept_epoch" times. Returns the lines trained per pass.
 uint64_t ExpectTrainedPasses(const nlohmann::json& final_line, uint64_t lines);
 
 // Pearson correlation of two equally long series (NaN when either is constant).

@@ -137,7 +137,11 @@ int main(int argc, char** argv) {
         transport.ok() ? transport->c_str() : "?", static_cast<unsigned long long>(report.samples),
         report.train_seconds, report.samples_per_sec);
     std::printf(", %u epoch%s", report.epochs, report.epochs == 1 ? "" : "s");
-    if (report.kept_epoch != report.epochs) std::printf(" (kept epoch %u)", report.kept_epoch);
+    if (report.refit) {
+      std::printf(" (refit: %u on all lines)", report.kept_epoch);
+    } else if (report.kept_epoch != report.epochs) {
+      std::printf(" (kept epoch %u)", report.kept_epoch);
+    }
     if (report.test.count > 0) {
       std::printf("; test logloss %.5f, AUC %.5f (%llu samples), calibration %.3f",
                   report.test.logloss, report.test.auc,

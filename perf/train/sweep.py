@@ -1,0 +1,525 @@
+#!/usr/bin/env python3
+"""perf/train/sweep.py — the sweep behind ferry-train's default hyper-parameters.
+
+Tunes for the family, not for one file: many data sets from ferry-gen (CTR-like rows with one
+value per field and lr / fm / ffm / mlp truths, text-like bags of words with hundreds to
+thousands of features per row; 10^3 to 10^7 samples; several vocabularies and skews), each
+model trained on every set it applies to with a grid of hyper-parameters, and the references
+run on the same files:
+
+  LIBLINEAR  liblinear-train -s 0 -B 1 at its best C (-C: 5-fold cross-validation over its C
+             path), and at C = 1; logloss and AUC from liblinear-predict -b 1.
+  libFM      libFM -task c -method mcmc -dim 1,1,8 (MCMC needs no learning rate) when --libfm
+             names a libFM binary built by the user (the sweep never builds or vendors it).
+  libffm     ffm-train -k 4 with its own early stopping (--auto-stop on a 10% split) when
+             --libffm names the directory of ffm-train / ffm-predict.
+
+Phases (--phase, comma-separated; results accumulate in OUT/results.jsonl, each run once):
+  tune      every model x every TUNE set x its grid (hyper-parameters per unit of feature
+            value: the script multiplies steps by the data's 1 / rms(value) exactly as
+            ferry-train does, so a grid point means the same on every set)
+  defaults  ferry-train with no hyper-parameter flag at all, on every set (large ones too)
+  refs      the references above
+  report    writes the tables (--doc, default OUT/sweep.md): per set the references, the
+            defaults and the best grid point; per model the grid points ranked by their
+            geometric-mean logloss ratio to each set's best (the family's choice).
+
+Usage: perf/train/sweep.py [--build DIR] [--out DIR] [--phase tune,defaults,refs,report]
+                           [--sets small|tune|all|NAME,...] [--models lr,ftrl,...]
+                           [--libfm PATH] [--libffm DIR] [--doc FILE] [--repeat N]
+Run it on an otherwise idle machine for timings; quality figures do not need one.
+"""
+import argparse
+import hashlib
+import itertools
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+# ---------------------------------------------------------------- data sets
+# name -> (family, ferry-gen args, models that apply). Test sets are 20k samples (5k for the
+# smallest), independent of the training stream.
+CTR = ["lr", "ftrl", "fm", "ffm", "mlp", "deepfm"]
+LINEAR = ["lr", "ftrl"]
+TEXT = ["lr", "ftrl", "fm"]
+
+
+def ctr(truth, samples, fields=26, vocab=1000, zipf=1.1, seed=1, fmt="libffm", extra=()):
+    args = ["--truth", truth, "--samples", str(samples), "--fields", str(fields), "--vocab",
+            str(vocab), "--zipf", str(zipf), "--seed", str(seed), "--format", fmt]
+    return list(args) + list(extra)
+
+
+def text(samples, vocab=20000, words=150, sd=4, seed=1):
+    return ["--layout", "text", "--samples", str(samples), "--vocab", str(vocab), "--words",
+            str(words), "--logit-sd", str(sd), "--seed", str(seed), "--format", "libsvm"]
+
+
+DATASETS = {
+    # CTR-like, lr truth: three sizes, two vocabularies, three skews.
+    "ctr-lr-1k": ("tune", ctr("lr", 1000, fields=10, vocab=100, seed=2), CTR),
+    "ctr-lr-10k": ("tune", ctr("lr", 10000, vocab=200, seed=3), CTR),
+    "ctr-lr-10k-z0.8": ("tune", ctr("lr", 10000, vocab=1000, zipf=0.8, seed=4), CTR),
+    "ctr-lr-100k": ("tune", ctr("lr", 100000, vocab=10000, seed=5), CTR),
+    "ctr-lr-100k-z1.5": ("tune", ctr("lr", 100000, vocab=100000, zipf=1.5, seed=6), CTR),
+    "ctr-lr-1m": ("large", ["--truth", "lr", "--samples", "1000000", "--features", "16777216",
+                            "--seed", "1", "--format", "libffm"], CTR),
+    "ctr-lr-10m": ("huge", ["--truth", "lr", "--samples", "10000000", "--features",
+                            "16777216", "--seed", "7", "--format", "libffm"], LINEAR),
+    # Interactions: fm, ffm and mlp truths.
+    "ctr-fm-3k": ("tune", ctr("fm", 3000, fields=10, vocab=50, seed=8), CTR),
+    "ctr-fm-30k": ("tune", ctr("fm", 30000, fields=20, vocab=100, seed=9), CTR),
+    "ctr-fm-100k": ("tune", ctr("fm", 100000, fields=6, vocab=100, seed=5), CTR),
+    "ctr-fm-500k": ("large", ctr("fm", 500000, fields=20, seed=11), CTR),
+    "ctr-ffm-30k": ("tune", ctr("ffm", 30000, fields=10, vocab=100, seed=12), CTR),
+    "ctr-ffm-200k": ("large", ctr("ffm", 200000, fields=10, vocab=300, seed=13), CTR),
+    "ctr-mlp-10k": ("tune", ctr("mlp", 10000, fields=6, vocab=50,
+                                 extra=["--hidden", "4"], seed=14), CTR),
+    "ctr-mlp-100k": ("tune", ctr("mlp", 100000, fields=6, vocab=50,
+                                  extra=["--hidden", "4"], seed=3), CTR),
+    # Criteo's layout: 13 integer and 26 categorical columns.
+    "criteo-lr-50k": ("tune", ["--truth", "lr", "--samples", "50000", "--format", "criteo",
+                               "--fields", "26", "--numeric", "13", "--vocab", "500",
+                               "--seed", "15"], CTR),
+    # Text-like: unit-norm tf-idf rows over 20k-100k words.
+    "text-1.5k": ("tune", text(1500, seed=11), TEXT),
+    "text-10k": ("tune", text(10000, vocab=50000, words=300, seed=12), TEXT),
+    "text-30k-long": ("large", text(30000, vocab=100000, words=1500, seed=13), TEXT),
+}
+TEST_SAMPLES = {"ctr-lr-1k": 5000, "text-1.5k": 1500}
+
+
+def set_names(spec):
+    if spec == "tune":
+        return [n for n, d in DATASETS.items() if d[0] == "tune"]
+    if spec == "small":
+        return [n for n, d in DATASETS.items() if d[0] == "tune" and gen_samples(n) <= 30000]
+    if spec == "all":
+        return list(DATASETS)
+    if spec == "nohuge":
+        return [n for n, d in DATASETS.items() if d[0] != "huge"]
+    return spec.split(",")
+
+
+def gen_samples(name):
+    args = DATASETS[name][1]
+    return int(args[args.index("--samples") + 1])
+
+
+def fmt_of(name):
+    args = DATASETS[name][1]
+    return args[args.index("--format") + 1] if "--format" in args else "libsvm"
+
+
+# ---------------------------------------------------------------- grids
+# Hyper-parameters per unit of feature value (ferry-train multiplies steps by s = 1 / rms and
+# divides l1 by s, l2 by s^2). Keys: flag names without "--"; "batch" is the data-size rule's
+# updates per epoch U (batch = nearest power of two of N / U, within [bmin, 256]).
+GRIDS = {
+    "ftrl": {"alpha": [0.2, 0.4, 0.8, 1.6], "beta": [10, 30, 100], "l2": [1.0]},
+    "lr": {"lr": [0.1, 0.2, 0.4, 0.8], "initial-accumulator": [10, 30, 100]},
+    "fm": {"lr": [0.01, 0.02, 0.04], "factor-l2": [1e-4, 1e-3, 1e-2],
+           "initial-accumulator": [0.1, 1]},
+    "ffm": {"lr": [0.005, 0.01, 0.02, 0.05], "factor-l2": [1e-5, 1e-3]},
+    "mlp": {"lr": [0.01, 0.05, 0.1], "factor-l2": [1e-5, 1e-3], "dense-lr": [1e-3, 3e-3]},
+    "deepfm": {"lr": [0.005, 0.01, 0.05], "factor-l2": [1e-5, 1e-3], "dense-lr": [1e-3, 3e-3]},
+}
+BATCH_RULES = {"U256-b16": (256, 16)}  # the rule ferry-train implements (auto_settings.h)
+# Alternatives the "batch" phase tries with the default hyper-parameters.
+BATCH_ALTERNATIVES = {f"U{u}-b{b}": (u, b) for u in (64, 128, 256, 512, 1024) for b in (4, 16)}
+STEP_KEYS = {"alpha", "lr", "init-std"}  # multiplied by s
+L1_KEYS = {"l1"}
+L2_KEYS = {"l2", "factor-l2"}
+
+
+def grid_points(model, rules):
+    g = GRIDS[model]
+    keys = sorted(g)
+    for values in itertools.product(*(g[k] for k in keys)):
+        for rule in rules:
+            yield dict(zip(keys, values)), rule
+
+
+# ---------------------------------------------------------------- helpers
+def log(*a):
+    print(f"[sweep {time.strftime('%H:%M:%S')}]", *a, file=sys.stderr, flush=True)
+
+
+def run(cmd, timeout=3600, **kw):
+    t0 = time.time()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
+    return p, time.time() - t0
+
+
+class Sweep:
+    def __init__(self, a):
+        self.a = a
+        self.out = a.out
+        os.makedirs(self.out, exist_ok=True)
+        self.results_path = os.path.join(self.out, "results.jsonl")
+        self.results = {}
+        if os.path.exists(self.results_path):
+            for line in open(self.results_path):
+                if line.strip():
+                    r = json.loads(line)
+                    self.results[r["key"]] = r
+        self.train_bin = os.path.join(a.build, "tools/train/ferry-train")
+        self.gen_bin = os.path.join(a.build, "tools/gen/ferry-gen")
+
+    def record(self, r):
+        self.results[r["key"]] = r
+        with open(self.results_path, "a") as f:
+            f.write(json.dumps(r) + "\n")
+
+    # Data, generated once per argument list (a stamp holds it).
+    def data(self, name):
+        d = os.path.join(self.out, "data", name)
+        os.makedirs(d, exist_ok=True)
+        args = DATASETS[name][1] + ["--test-samples", str(TEST_SAMPLES.get(name, 20000))]
+        stamp = os.path.join(d, "stamp")
+        tr, te = os.path.join(d, "train"), os.path.join(d, "test")
+        if not (os.path.exists(stamp) and open(stamp).read() == " ".join(args)):
+            log(f"ferry-gen {name}: {' '.join(args)}")
+            p, _ = run([self.gen_bin] + args + ["--out", tr, "--test-out", te])
+            if p.returncode != 0:
+                raise SystemExit(f"ferry-gen failed for {name}: {p.stderr}")
+            open(os.path.join(d, "gen.txt"), "w").write(p.stdout)
+            open(stamp, "w").write(" ".join(args))
+        return tr, te
+
+    def bayes(self, name):
+        path = os.path.join(self.out, "data", name, "gen.txt")
+        for line in open(path):
+            if line.startswith("bayes"):
+                w = line.split()
+                return float(w[w.index("logloss") + 1]), float(w[w.index("auc") + 1])
+        return None, None
+
+    # 1 / rms of the first 20000 lines' values, as ferry-train's probe computes it.
+    def scale(self, name):
+        tr, _ = self.data(name)
+        key = "scale:" + name
+        if key in self.results:
+            return self.results[key]["scale"]
+        fmt = fmt_of(name)
+        sq, n = 0.0, 0
+        with open(tr) as f:
+            for i, line in enumerate(f):
+                if i >= 20000:
+                    break
+                if fmt == "criteo":
+                    parts = line.rstrip("\n").split("\t")[1:]
+                    n += sum(1 for c in parts if c != "")
+                    sq += sum(1 for c in parts if c != "")
+                    continue
+                for tok in line.split()[1:]:
+                    v = float(tok.rsplit(":", 1)[1])
+                    sq += v * v
+                    n += 1
+        s = min(max(1.0 / math.sqrt(sq / n), 1e-3), 1e3) if sq > 0 else 1.0
+        self.record({"key": key, "scale": s})
+        return s
+
+    def ferry(self, name, model, flags, tag, batch_rule=None, timeout=3600):
+        tr, te = self.data(name)
+        key = f"ferry:{name}:{model}:{tag}"
+        if key in self.results:
+            return self.results[key]
+        args = ["--model", model, "--format", fmt_of(name), "--train", tr, "--test", te]
+        args += flags
+        if batch_rule:
+            n = int(gen_samples(name) * 0.9)
+            u, bmin = batch_rule
+            b = 2 ** round(math.log2(max(n / u, 1)))
+            args += ["--batch-size", str(min(max(b, bmin), 256))]
+        metrics = os.path.join(self.out, "m.jsonl")
+        if os.path.exists(metrics):
+            os.remove(metrics)
+        p, secs = run([self.train_bin] + args + ["--metrics-json", metrics, "--progress",
+                                                 "never", "-q"], timeout=timeout)
+        r = {"key": key, "set": name, "model": model, "tag": tag, "flags": flags,
+             "ok": p.returncode == 0, "wall_s": secs}
+        if p.returncode == 0:
+            last = json.loads(open(metrics).read().strip().split("\n")[-1])
+            for k in ("logloss", "auc", "calibration", "epoch", "kept_epoch", "batch_size",
+                      "validation_logloss", "samples_per_sec"):
+                r[k] = last.get(k)
+        else:
+            r["error"] = (p.stderr or p.stdout)[-400:]
+            log(f"FAILED {key}: {r['error']}")
+        self.record(r)
+        log(f"{key}: logloss {r.get('logloss')} auc {r.get('auc')} epochs {r.get('epoch')} "
+            f"({secs:.1f} s)")
+        return r
+
+    def grid_flags(self, name, point):
+        s = self.scale(name)
+        flags = []
+        for k, v in sorted(point.items()):
+            if k in STEP_KEYS:
+                v = v * s
+            elif k in L1_KEYS:
+                v = v / s
+            elif k in L2_KEYS:
+                v = v / (s * s)
+            flags += [f"--{k}", f"{v:.6g}"]
+        return flags
+
+    # LIBLINEAR -s 0 -B 1: best C by its own cross-validation, and C = 1. libsvm input only
+    # (the libffm sets are converted: field:idx:val -> idx:val with a field offset).
+    def libsvm_of(self, name):
+        tr, te = self.data(name)
+        fmt = fmt_of(name)
+        if fmt == "libsvm":
+            return tr, te
+        if fmt != "libffm":
+            return None, None
+        out = []
+        for src in (tr, te):
+            dst = src + ".svm"
+            if not os.path.exists(dst):
+                with open(src) as f, open(dst, "w") as g:
+                    for line in f:
+                        w = line.split()
+                        feats = []
+                        for tok in w[1:]:
+                            fld, idx, val = tok.split(":")
+                            feats.append((int(idx) + 1, val))
+                        feats.sort()
+                        g.write(w[0] + "".join(f" {i}:{v}" for i, v in feats) + "\n")
+            out.append(dst)
+        return out[0], out[1]
+
+    def liblinear(self, name):
+        key = f"liblinear:{name}"
+        if key in self.results:
+            return self.results[key]
+        tr, te = self.libsvm_of(name)
+        if tr is None:
+            return None
+        r = {"key": key, "set": name}
+        model = os.path.join(self.out, "ll.model")
+        pred = os.path.join(self.out, "ll.pred")
+        if gen_samples(name) <= 1000000:
+            p, secs = run(["liblinear-train", "-s", "0", "-B", "1", "-C", tr], timeout=7200)
+            best = [l for l in p.stdout.splitlines() if "Best C" in l]
+            r["best_c"] = float(best[-1].split("=")[1].split()[0]) if best else 1.0
+            r["search_s"] = secs
+        else:
+            r["best_c"] = self.results.get("liblinear:ctr-lr-1m", {}).get("best_c", 1.0)
+            r["best_c_from"] = "ctr-lr-1m"
+        for tag, c in (("c1", 1.0), ("best", r["best_c"])):
+            p, secs = run(["liblinear-train", "-s", "0", "-B", "1", "-c", str(c), "-q", tr, model],
+                          timeout=7200)
+            run(["liblinear-predict", "-b", "1", te, model, pred])
+            ll, auc = metrics_of(pred, te, liblinear=True)
+            r[f"{tag}_logloss"], r[f"{tag}_auc"], r[f"{tag}_train_s"] = ll, auc, secs
+        self.record(r)
+        log(f"{key}: best C {r['best_c']}: {r['best_logloss']:.5f} / {r['best_auc']:.5f}; "
+            f"C=1: {r['c1_logloss']:.5f}")
+        return r
+
+    def libfm(self, name):
+        if not self.a.libfm:
+            return None
+        key = f"libfm:{name}"
+        if key in self.results:
+            return self.results[key]
+        tr, te = self.libsvm_of(name)
+        if tr is None:
+            return None
+        pred = os.path.join(self.out, "fm.pred")
+        p, secs = run([self.a.libfm, "-task", "c", "-train", tr, "-test", te, "-dim", "1,1,8",
+                       "-iter", str(self.a.libfm_iter), "-method", "mcmc", "-init_stdev", "0.1",
+                       "-out", pred], timeout=14400)
+        r = {"key": key, "set": name, "ok": p.returncode == 0, "train_s": secs,
+             "iter": self.a.libfm_iter}
+        if p.returncode == 0:
+            r["logloss"], r["auc"] = metrics_of(pred, te)
+        self.record(r)
+        log(f"{key}: {r.get('logloss')} / {r.get('auc')} ({secs:.0f} s)")
+        return r
+
+
+def metrics_of(pred, data, liblinear=False):
+    lines = open(pred).read().split("\n")
+    if liblinear:
+        col = lines[0].split()[1:].index("1") + 1
+        probs = [float(l.split()[col]) for l in lines[1:] if l.strip()]
+    else:
+        probs = [float(l) for l in lines if l.strip()]
+    labels = [1 if float(l.split()[0]) > 0 else 0 for l in open(data) if l.strip()]
+    assert len(probs) == len(labels), (len(probs), len(labels))
+    eps = 1e-15
+    ll = -sum(math.log(max(p if y else 1 - p, eps)) for p, y in zip(probs, labels)) / len(labels)
+    order = sorted(range(len(probs)), key=lambda i: probs[i])
+    ranks = [0.0] * len(probs)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and probs[order[j + 1]] == probs[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    pos = sum(labels)
+    neg = len(labels) - pos
+    auc = (sum(r for r, y in zip(ranks, labels) if y) - pos * (pos + 1) / 2) / (pos * neg)
+    return ll, auc
+
+
+def point_tag(point, rule):
+    return ",".join(f"{k}={v:g}" for k, v in sorted(point.items())) + f",{rule}"
+
+
+# ---------------------------------------------------------------- phases
+def phase_tune(sw, sets, models):
+    for model in models:
+        for name in sets:
+            if model not in DATASETS[name][2]:
+                continue
+            for point, rule in grid_points(model, BATCH_RULES):
+                sw.ferry(name, model, sw.grid_flags(name, point), "grid:" + point_tag(point, rule),
+                         batch_rule=BATCH_RULES[rule])
+
+
+def phase_defaults(sw, sets, models):
+    for name in sets:
+        for model in models:
+            if model in DATASETS[name][2]:
+                for rep in range(sw.a.repeat):
+                    sw.ferry(name, model, [], "default" + (f"#{rep}" if rep else ""))
+
+
+def phase_batch(sw, sets, models):
+    for name in sets:
+        for model in models:
+            if model in DATASETS[name][2]:
+                for rule, ub in BATCH_ALTERNATIVES.items():
+                    sw.ferry(name, model, [], "batch:" + rule, batch_rule=ub)
+
+
+# Refit: the default run's kept pass count, trained again on all the training lines (nothing
+# held out): what the held-out tenth costs on small data.
+def phase_refit(sw, sets, models):
+    for name in sets:
+        for model in models:
+            if model not in DATASETS[name][2]:
+                continue
+            d = sw.ferry(name, model, [], "default")
+            if d.get("ok"):
+                k = d["kept_epoch"]
+                sw.ferry(name, model, ["--epochs", str(k), "--validation-fraction", "0"],
+                         f"refit:{k}")
+
+
+def phase_refs(sw, sets, models):
+    for name in sets:
+        if "lr" in models or "ftrl" in models:
+            sw.liblinear(name)
+        if "fm" in models and "fm" in DATASETS[name][2]:
+            sw.libfm(name)
+
+
+def gmean(xs):
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def phase_report(sw, sets, models, doc):
+    R = sw.results
+    lines = ["# ferry-train defaults: the sweep", "",
+             f"perf/train/sweep.py, results in {sw.out}/results.jsonl. Test logloss / AUC on "
+             "each set's 20k-sample test file (5k / 1.5k for the smallest).", ""]
+    # The family's choice per model: grid points ranked by gmean(logloss / best on the set).
+    for model in models:
+        rows = {}
+        for name in sets:
+            runs = [r for r in R.values() if r.get("set") == name and r.get("model") == model
+                    and r.get("tag", "").startswith("grid:") and r.get("ok")]
+            if not runs:
+                continue
+            best = min(r["logloss"] for r in runs)
+            for r in runs:
+                rows.setdefault(r["tag"][5:], []).append(r["logloss"] / best)
+        if not rows:
+            continue
+        n = max(len(v) for v in rows.values())
+        ranked = sorted((gmean(v), max(v), k) for k, v in rows.items() if len(v) == n)
+        lines += [f"## {model}: grid points over {n} sets", "",
+                  "| point (per unit of value) | gmean logloss / best | worst |", "|---|---|---|"]
+        for g, w, k in ranked[:8]:
+            lines.append(f"| `{k}` | {g:.4f} | {w:.4f} |")
+        lines.append("")
+    # Per set: references, defaults, best grid point.
+    lines += ["## Per data set", "",
+              "| set | model | default logloss | AUC | cal. | epochs | best grid | reference | "
+              "default / reference |", "|---|---|---|---|---|---|---|---|---|"]
+    for name in sets:
+        ll = R.get(f"liblinear:{name}")
+        fm = R.get(f"libfm:{name}")
+        bl, ba = sw.bayes(name) if os.path.exists(
+            os.path.join(sw.out, "data", name, "gen.txt")) else (None, None)
+        for model in models:
+            d = R.get(f"ferry:{name}:{model}:default")
+            if d is None or not d.get("ok"):
+                continue
+            grid = [r for r in R.values() if r.get("set") == name and r.get("model") == model
+                    and r.get("tag", "").startswith("grid:") and r.get("ok")]
+            best = min((r["logloss"] for r in grid), default=float("nan"))
+            ref, ref_name = float("nan"), ""
+            if model in ("lr", "ftrl") and ll:
+                ref, ref_name = ll["best_logloss"], f"LIBLINEAR C={ll['best_c']:g}"
+            elif model == "fm" and fm and fm.get("ok"):
+                ref, ref_name = fm["logloss"], "libFM MCMC"
+            elif grid:
+                ref, ref_name = best, "best grid"
+            lines.append(
+                f"| {name} | {model} | {d['logloss']:.5f} | {d['auc']:.4f} | "
+                f"{(d.get('calibration') or float('nan')):.3f} | {d.get('epoch')} | {best:.5f} | "
+                f"{ref:.5f} ({ref_name}) | {d['logloss'] / ref:.4f} |")
+        if bl is not None:
+            lines.append(f"| {name} | (Bayes) | {bl:.5f} | {ba:.4f} | | | | | |")
+    open(doc, "w").write("\n".join(lines) + "\n")
+    log(f"report: {doc}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--out", default=os.environ.get("SWEEP_OUT", "/tmp/ferry-sweep"))
+    ap.add_argument("--phase", default="tune,defaults,refs,report")
+    ap.add_argument("--sets", default="tune")
+    ap.add_argument("--models", default="lr,ftrl,fm,ffm,mlp,deepfm")
+    ap.add_argument("--libfm", default=os.environ.get("LIBFM"))
+    ap.add_argument("--libfm-iter", type=int, default=200)
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--doc")
+    a = ap.parse_args()
+    sw = Sweep(a)
+    sets = set_names(a.sets)
+    models = a.models.split(",")
+    for ph in a.phase.split(","):
+        if ph == "tune":
+            phase_tune(sw, sets, models)
+        elif ph == "defaults":
+            phase_defaults(sw, sets, models)
+        elif ph == "batch":
+            phase_batch(sw, sets, models)
+        elif ph == "refit":
+            phase_refit(sw, sets, models)
+        elif ph == "refs":
+            phase_refs(sw, sets, models)
+        elif ph == "report":
+            phase_report(sw, sets, models, a.doc or os.path.join(a.out, "sweep.md"))
+        else:
+            raise SystemExit(f"unknown phase {ph}")
+
+
+if __name__ == "__main__":
+    main()
