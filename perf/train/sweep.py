@@ -124,8 +124,8 @@ def fmt_of(name):
 GRIDS = {
     "ftrl": {"alpha": [0.2, 0.4, 0.8, 1.6], "beta": [10, 30, 100], "l2": [1.0]},
     "lr": {"lr": [0.1, 0.2, 0.4, 0.8], "initial-accumulator": [10, 30, 100]},
-    "fm": {"lr": [0.01, 0.02, 0.04], "factor-l2": [1e-4, 1e-3, 1e-2],
-           "initial-accumulator": [0.1, 1]},
+    "fm": {"lr": [0.04, 0.08, 0.16], "factor-l2": [1e-4, 1e-3],
+           "initial-accumulator": [1, 10], "init-std": [0.01, 0.03]},
     "ffm": {"lr": [0.005, 0.01, 0.02, 0.05], "factor-l2": [1e-5, 1e-3]},
     "mlp": {"lr": [0.01, 0.05, 0.1], "factor-l2": [1e-5, 1e-3], "dense-lr": [1e-3, 3e-3]},
     "deepfm": {"lr": [0.005, 0.01, 0.05], "factor-l2": [1e-5, 1e-3], "dense-lr": [1e-3, 3e-3]},

@@ -84,8 +84,9 @@ INSTANTIATE_TEST_SUITE_P(
     KindsAndFormats, Predict,
     ::testing::Values(std::make_tuple("ftrl", "binary"), std::make_tuple("ftrl", "text"),
                       std::make_tuple("lr", "text"), std::make_tuple("fm", "binary"),
-                      std::make_tuple("fm", "text"), std::make_tuple("mlp", "binary"),
-                      std::make_tuple("mlp", "text")),
+                      std::make_tuple("fm", "text"), std::make_tuple("ffm", "binary"),
+                      std::make_tuple("mlp", "binary"), std::make_tuple("mlp", "text"),
+                      std::make_tuple("deepfm", "text")),
     [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
 
 // Scoring the training file's format from the model's parameters: a libffm model reads libffm
@@ -108,6 +109,51 @@ TEST(PredictFiles, SeveralFilesInOrderAndFormatFromModel) {
   const std::string a = Slurp(dir / "one.txt");
   EXPECT_EQ(Lines(a).size(), 700u);
   EXPECT_EQ(two.out, a + a);
+}
+
+// A libsvm file with a field map (--field-map): the fields reach the field-aware models, and the
+// model file carries the map, so ferry-predict scores the same file without being given it.
+TEST(PredictFiles, FieldMapTravelsWithTheModel) {
+  TempDir dir;
+  const std::string tr = dir / "tr.svm", te = dir / "te.svm", map = dir / "fields.map";
+  // 5 fields x 30 values: field f holds the libsvm indices 30 f + 1 .. 30 (f + 1).
+  Generate(tr, te,
+           {"--truth", "ffm", "--fields", "5", "--vocab", "30", "--samples", "8000",
+            "--test-samples", "1000", "--seed", "6"});
+  {
+    std::FILE* f = std::fopen(map.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    for (int field = 0; field < 5; ++field) {
+      std::fprintf(f, "%d-%d %d\n", 30 * field + 1, 30 * (field + 1), field);
+    }
+    std::fclose(f);
+  }
+  TrainRun r = Train(dir, "ffm",
+                     {"--model", "ffm", "--train", tr, "--test", te, "--field-map", map,
+                      "--model-out", dir / "m.bin"});
+  ASSERT_TRUE(r.ok()) << r.proc.Describe();
+  Proc p = Exec({PredictBin(), dir / "m.bin", te, "--summary", "-o", dir / "p.txt"}, 60);
+  ASSERT_EQ(p.exit_code, 0) << p.Describe();
+  char want[64];
+  std::snprintf(want, sizeof want, "logloss %.5f", r.logloss());
+  EXPECT_NE(p.err.find(want), std::string::npos) << p.Describe();
+  // Without the map the same file trains a one-field ffm: a different model.
+  TrainRun one = Train(dir, "ffm1", {"--model", "ffm", "--train", tr, "--test", te});
+  ASSERT_TRUE(one.ok()) << one.proc.Describe();
+  EXPECT_LT(r.logloss(), one.logloss()) << "the fields help an ffm on an ffm truth";
+  // A feature index the map does not cover is a malformed line, reported with its place.
+  const std::string partial = dir / "partial.map";
+  {
+    std::FILE* f = std::fopen(partial.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fprintf(f, "1-120 0\n");  // field 4 (121..150) missing
+    std::fclose(f);
+  }
+  Proc strict = Exec({TrainBin(), "--model", "ffm", "--train", tr, "--field-map", partial,
+                      "--strict", "--progress", "never", "-q"},
+                     60);
+  EXPECT_NE(strict.exit_code, 0) << strict.Describe();
+  EXPECT_NE(strict.err.find("is not in the field map"), std::string::npos) << strict.Describe();
 }
 
 }  // namespace
