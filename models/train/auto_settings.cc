@@ -104,6 +104,9 @@ AutoRule AutoRuleFor(ModelKind kind, uint64_t train_samples, double value_rms) {
   r.batch_size = std::clamp(NearestPowerOfTwo(n / kUpdatesPerEpoch), kMinBatch, kMaxBatch);
   r.max_epochs = static_cast<uint32_t>(
       std::clamp(std::ceil(kSampleBudget / n), 1.0, static_cast<double>(kMaxEpochs)));
+  r.patience = static_cast<uint32_t>(std::clamp(std::ceil(kPatienceSamples / n),
+                                                static_cast<double>(kMinPatience),
+                                                static_cast<double>(kMaxPatience)));
   r.step_scale = value_rms > 0 ? std::clamp(1.0 / value_rms, 1e-3, 1e3) : 1.0;
   return r;
 }
@@ -115,21 +118,35 @@ bool CanRefit(const TrainOptions& o) {
 
 Result<TrainOptions> ResolveAutoSettings(const TrainOptions& o) {
   TrainOptions r = o;
-  if (r.validation_fraction < 0) {
-    r.validation_fraction = r.epochs == 0 && r.validation_files.empty() ? kValidationFraction : 0.0;
-  }
   if (r.epochs != 0) r.max_epochs = r.epochs;
   FERRY_ASSIGN_OR_RETURN(SampleEstimate e, EstimateTrainingSamples(r));
-  const uint64_t train = static_cast<uint64_t>(
-      std::ceil(static_cast<double>(e.samples) * (1.0 - r.validation_fraction)));
+  const auto train_after = [&](double fraction) {
+    return static_cast<uint64_t>(std::ceil(static_cast<double>(e.samples) * (1.0 - fraction)));
+  };
+  if (r.validation_fraction < 0) {
+    r.validation_fraction = 0.0;
+    if (r.epochs == 0 && r.validation_files.empty()) {
+      // A job that will refit trains its final model on the held-out lines too: a larger
+      // fraction then only makes the choice of the pass count more reliable.
+      TrainOptions probe = r;
+      probe.validation_fraction = kValidationFraction;
+      const bool refits = r.refit == TrainOptions::Refit::kOn ||
+                          (r.refit == TrainOptions::Refit::kAuto && CanRefit(probe) &&
+                           train_after(kValidationFraction) <= kRefitMaxSamples);
+      r.validation_fraction = refits ? kRefitValidationFraction : kValidationFraction;
+    }
+  }
+  const uint64_t train = train_after(r.validation_fraction);
   r.data_samples = train;
   const AutoRule rule = AutoRuleFor(r.model, train, e.value_rms);
   r.step_scale = rule.step_scale;
   if (r.batch_size == 0) r.batch_size = rule.batch_size;
   if (r.max_epochs == 0) r.max_epochs = rule.max_epochs;
+  if (r.patience == 0) r.patience = rule.patience;
   if (r.refit == TrainOptions::Refit::kAuto) {
-    r.refit = CanRefit(r) && train <= kRefitMaxSamples ? TrainOptions::Refit::kOn
-                                                       : TrainOptions::Refit::kOff;
+    r.refit = CanRefit(r) && train_after(kValidationFraction) <= kRefitMaxSamples
+                  ? TrainOptions::Refit::kOn
+                  : TrainOptions::Refit::kOff;
   }
   return r;
 }

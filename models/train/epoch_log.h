@@ -31,7 +31,7 @@ struct EpochEntry {
   uint32_t epoch = 0;
   bool kept = false;  // the model after this epoch was the best so far
   EvalMetrics validation;
-  EvalMetrics test;  // of the kept model (count 0 when not kept or without a test set)
+  EvalMetrics test;   // of the kept model (count 0 when not kept or without a test set)
   double offset = 0;  // the kept model's intercept calibration
   bool operator==(const EpochEntry&) const;
 };

@@ -62,9 +62,9 @@ void AddTrainFlags(CLI::App& app, TrainOptions* o, TrainFlagText* t) {
       ->check(CLI::PositiveNumber)
       ->group(stopping);
   app.add_option("--patience", o->patience,
-                 "stop after this many passes without an improvement of the held-out logloss")
+                 "stop after this many passes without an improvement of the held-out logloss\n"
+                 "(default: from the data size, 2 to 10)")
       ->check(CLI::PositiveNumber)
-      ->capture_default_str()
       ->group(stopping);
   app.add_option("--min-improvement", o->min_improvement,
                  "relative gain of the held-out logloss that counts as an improvement")

@@ -47,8 +47,7 @@ ps::OptimizerSpec Ftrl(const TrainOptions& o) {
 // Adagrad with a default step `lr`, L2 `l2` (both per unit of value) and initial accumulator
 // `acc` unless the flags say (`user_l2`: --l2 for the lr model's weights, --factor-l2 for
 // factors and embeddings).
-ps::OptimizerSpec Adagrad(const TrainOptions& o, float lr, float l2, float user_l2,
-                          float acc = kHyperDefaults.latent_initial_accumulator) {
+ps::OptimizerSpec Adagrad(const TrainOptions& o, float lr, float l2, float user_l2, float acc) {
   ps::OptimizerSpec s;
   s.kind = ps::Optimizer::kAdagrad;
   s.learning_rate = Or(o.learning_rate, Step(o, lr));
@@ -104,7 +103,6 @@ Status ValidateTrainOptions(const TrainOptions& o) {
         "--epochs auto watches held-out data: give --validation FILE or a "
         "--validation-fraction above 0, or a number of --epochs");
   }
-  if (o.patience == 0) return InvalidArgument("--patience must be at least 1");
   if (o.refit == TrainOptions::Refit::kOn && o.validation_fraction >= 0 && !CanRefit(o)) {
     return InvalidArgument(
         "--refit on needs automatic passes on a held-out fraction of the training lines (no "
@@ -135,11 +133,14 @@ Status ValidateTrainOptions(const TrainOptions& o) {
 
 namespace {
 
-// A sparse table of `dim`-wide rows drawn from N(0, init_std) (factors, embeddings).
-ps::TableSpec Latent(std::string name, uint32_t dim, ps::OptimizerSpec opt, const TrainOptions& o) {
-  ps::TableSpec t = Table(std::move(name), dim, opt);
+// A sparse table of `dim`-wide rows (factors, embeddings) with the model's defaults `dflt`:
+// Adagrad, rows drawn from N(0, init_std).
+ps::TableSpec Latent(std::string name, uint32_t dim, const LatentDefaults& dflt,
+                     const TrainOptions& o) {
+  ps::TableSpec t = Table(std::move(name), dim,
+                          Adagrad(o, dflt.step, dflt.l2, o.factor_l2, dflt.initial_accumulator));
   t.init.kind = ps::InitializerSpec::Kind::kNormal;
-  t.init.b = Or(o.init_std, Step(o, kHyperDefaults.init_std));
+  t.init.b = Or(o.init_std, Step(o, dflt.init_std));
   t.init.seed = o.seed;
   return t;
 }
@@ -211,15 +212,13 @@ Result<ModelDef> DefineModel(const TrainOptions& o) {
     case ModelKind::kFm:
       d.k = o.factors != 0 ? o.factors : kDefaultFmFactors;
       d.linear = Add(&d, Table("linear", 1, Ftrl(o)));
-      // Factor step 0.01, not 0.05. Gradients are batch sums, so Adagrad's first steps are about
-      // lr * sign(g) on every coordinate of every frequent value at once; those moves are
-      // coherent across the fields, and the pairwise term grows with (fields * lr)^2. At 0.05,
-      // asp runs on ordinary many-field data diverged: ferry-gen --format criteo --vocab 100,
-      // 40k samples: test logloss 2.00 and 0.55 (lr: 0.486); 26 fields x 50 values, 50k
-      // samples: 0.64 and 0.64 (lr: 0.468).
-      d.factors =
-          Add(&d, Latent("factors", d.k,
-                         Adagrad(o, kHyperDefaults.fm_step, kHyperDefaults.fm_l2, o.factor_l2), o));
+      // Gradients are batch sums, so with a small initial accumulator Adagrad's first steps are
+      // about lr * sign(g) on every coordinate of every frequent value at once; those moves are
+      // coherent across the fields, and the pairwise term grows with (fields * lr)^2 (a step of
+      // 0.05 with an accumulator of 0.1 diverged on 26-field data). An accumulator of 10 makes
+      // those first steps small whatever the step, which is what lets the sweep's larger step
+      // (0.08) learn interactions fast once the gradients have added up.
+      d.factors = Add(&d, Latent("factors", d.k, kHyperDefaults.fm, o));
       break;
     case ModelKind::kFfm: {
       d.k = o.factors != 0 ? o.factors : kDefaultFfmFactors;
@@ -230,9 +229,7 @@ Result<ModelDef> DefineModel(const TrainOptions& o) {
                                std::to_string(kMaxFfmRowFloats) + " floats");
       }
       d.linear = Add(&d, Table("linear", 1, Ftrl(o)));
-      d.factors = Add(
-          &d, Latent("field_factors", d.k * d.fields,
-                     Adagrad(o, kHyperDefaults.ffm_step, kHyperDefaults.ffm_l2, o.factor_l2), o));
+      d.factors = Add(&d, Latent("field_factors", d.k * d.fields, kHyperDefaults.ffm, o));
       break;
     }
     case ModelKind::kMlp:
@@ -243,9 +240,8 @@ Result<ModelDef> DefineModel(const TrainOptions& o) {
       FERRY_RETURN_IF_ERROR(d.shape.Validate());
       const bool deepfm = o.model == ModelKind::kDeepFm;
       if (o.wide || deepfm) d.linear = Add(&d, Table(deepfm ? "linear" : "wide", 1, Ftrl(o)));
-      const float step = deepfm ? kHyperDefaults.deepfm_step : kHyperDefaults.mlp_step;
       d.embeddings = Add(&d, Latent("embeddings", o.embed_dim,
-                                    Adagrad(o, step, kHyperDefaults.embed_l2, o.factor_l2), o));
+                                    deepfm ? kHyperDefaults.deepfm : kHyperDefaults.mlp, o));
       FERRY_RETURN_IF_ERROR(AddDense(&d, o));
       break;
     }

@@ -34,17 +34,21 @@ inline constexpr uint64_t kMaxFfmRowFloats = 1u << 16;
 // scales by TrainOptions::step_scale and divides L1 by it and L2 by its square (model_def.cc
 // says why). Chosen by the sweep of perf/train/sweep.py over many generated data sets (its
 // table: docs/perf/training.md); a flag given on the command line is used as it is.
+// A table of factors or embeddings: Adagrad's step, L2 and initial squared-gradient sum, and
+// the standard deviation of its N(0, sd) initial rows.
+struct LatentDefaults {
+  float step, l2, initial_accumulator, init_std;
+};
 struct HyperDefaults {
   // FTRL (ftrl, and the linear parts of fm, ffm, mlp, deepfm). beta and the initial
   // accumulators are not scaled: they set how cautious the first steps on a rarely seen
   // coordinate are.
   float ftrl_alpha = 0.4f, ftrl_beta = 10.0f, ftrl_l1 = 0.05f, ftrl_l2 = 1.0f;
   float lr_step = 0.2f, lr_l2 = 0.0f, lr_initial_accumulator = 10.0f;  // lr (Adagrad)
-  float fm_step = 0.01f, fm_l2 = 1e-5f;                                // fm factors
-  float ffm_step = 0.01f, ffm_l2 = 1e-5f;                              // ffm factors
-  float mlp_step = 0.05f, deepfm_step = 0.01f, embed_l2 = 1e-5f;       // embeddings
-  float latent_initial_accumulator = 0.1f;  // Adagrad of factors and embeddings
-  float init_std = 0.01f;                   // factors and embeddings: N(0, init_std)
+  LatentDefaults fm{0.08f, 0.01f, 10.0f, 0.03f};                       // fm factors
+  LatentDefaults ffm{0.08f, 1e-4f, 10.0f, 0.03f};                      // ffm field factors
+  LatentDefaults mlp{0.05f, 1e-5f, 0.1f, 0.01f};                       // mlp embeddings
+  LatentDefaults deepfm{0.02f, 1e-5f, 0.1f, 0.01f};                    // deepfm embeddings
 };
 inline constexpr HyperDefaults kHyperDefaults{};
 

@@ -56,7 +56,7 @@ struct TrainOptions {
   // pass is still evaluated and the best one is the model kept.
   uint32_t epochs = 0;
   uint32_t max_epochs = 0;        // 0: the data-size rule (auto_settings.h)
-  uint32_t patience = 2;          // epochs without an improvement before stopping
+  uint32_t patience = 0;          // epochs without an improvement before stopping; 0: the rule
   double min_improvement = 1e-3;  // relative gain in held-out logloss that counts
   uint32_t batch_size = 0;        // per worker; 0: the data-size rule (auto_settings.h)
   // After automatic passes that held out part of the training lines: empty the tables and train

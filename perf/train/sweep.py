@@ -124,13 +124,16 @@ def fmt_of(name):
 GRIDS = {
     "ftrl": {"alpha": [0.2, 0.4, 0.8, 1.6], "beta": [10, 30, 100], "l2": [1.0]},
     "lr": {"lr": [0.1, 0.2, 0.4, 0.8], "initial-accumulator": [10, 30, 100]},
-    "fm": {"lr": [0.04, 0.08, 0.16], "factor-l2": [1e-4, 1e-3],
-           "initial-accumulator": [1, 10], "init-std": [0.01, 0.03]},
-    "ffm": {"lr": [0.005, 0.01, 0.02, 0.05], "factor-l2": [1e-5, 1e-3]},
-    "mlp": {"lr": [0.01, 0.05, 0.1], "factor-l2": [1e-5, 1e-3], "dense-lr": [1e-3, 3e-3]},
-    "deepfm": {"lr": [0.005, 0.01, 0.05], "factor-l2": [1e-5, 1e-3], "dense-lr": [1e-3, 3e-3]},
+    "fm": {"lr": [0.08, 0.16], "factor-l2": [1e-2, 3e-2],
+           "initial-accumulator": [10, 30], "init-std": [0.03, 0.06]},
+    "ffm": {"lr": [0.01, 0.02, 0.04, 0.08], "factor-l2": [1e-4, 1e-3],
+            "initial-accumulator": [1, 10], "init-std": [0.03]},
+    "mlp": {"lr": [0.02, 0.05, 0.1], "initial-accumulator": [0.1, 10],
+            "dense-lr": [1e-3, 3e-3]},
+    "deepfm": {"lr": [0.02, 0.05, 0.1], "initial-accumulator": [0.1, 10],
+               "dense-lr": [1e-3, 3e-3]},
 }
-BATCH_RULES = {"U256-b16": (256, 16)}  # the rule ferry-train implements (auto_settings.h)
+BATCH_RULES = {"U1024-b16": (1024, 16)}  # the rule ferry-train implements (auto_settings.h)
 # Alternatives the "batch" phase tries with the default hyper-parameters.
 BATCH_ALTERNATIVES = {f"U{u}-b{b}": (u, b) for u in (64, 128, 256, 512, 1024) for b in (4, 16)}
 STEP_KEYS = {"alpha", "lr", "init-std"}  # multiplied by s

@@ -91,10 +91,14 @@ TEST(AutoRule, BatchGrowsWithTheDataAndEpochsShrink) {
   const AutoRule tiny = AutoRuleFor(ModelKind::kFtrl, 1350, 1.0);
   EXPECT_EQ(tiny.batch_size, kMinBatch);
   EXPECT_EQ(tiny.max_epochs, kMaxEpochs);
-  // N / kUpdatesPerEpoch rounded to the nearest power of two: 16384 / 256 = 64.
-  EXPECT_EQ(AutoRuleFor(ModelKind::kFtrl, 16384, 1.0).batch_size, 64u);
-  EXPECT_EQ(AutoRuleFor(ModelKind::kFtrl, 23000, 1.0).batch_size, 64u);   // 89.8 -> 64
-  EXPECT_EQ(AutoRuleFor(ModelKind::kFtrl, 25000, 1.0).batch_size, 128u);  // 97.7 -> 128
+  EXPECT_EQ(tiny.patience, kMaxPatience);  // small data: passes are cheap, the held-out noisy
+  EXPECT_EQ(AutoRuleFor(ModelKind::kFtrl, 40000, 1.0).patience, 5u);  // ceil(2e5 / 40000)
+  EXPECT_EQ(AutoRuleFor(ModelKind::kFtrl, 1000000, 1.0).patience, kMinPatience);
+  // N / kUpdatesPerEpoch rounded to the nearest power of two (in log scale).
+  const uint64_t u = kUpdatesPerEpoch;
+  EXPECT_EQ(AutoRuleFor(ModelKind::kFtrl, 64 * u, 1.0).batch_size, 64u);
+  EXPECT_EQ(AutoRuleFor(ModelKind::kFtrl, 90 * u, 1.0).batch_size, 64u);   // log2 6.49 -> 6
+  EXPECT_EQ(AutoRuleFor(ModelKind::kFtrl, 91 * u, 1.0).batch_size, 128u);  // log2 6.51 -> 7
   const AutoRule big = AutoRuleFor(ModelKind::kFtrl, 1000000000, 1.0);
   EXPECT_EQ(big.batch_size, kMaxBatch);
   EXPECT_EQ(big.max_epochs, 1u);  // the sample budget: one pass over 10^9 samples
@@ -105,6 +109,8 @@ TEST(AutoRule, BatchGrowsWithTheDataAndEpochsShrink) {
     EXPECT_LE(r.batch_size, kMaxBatch);
     EXPECT_GE(r.max_epochs, 1u);
     EXPECT_LE(r.max_epochs, kMaxEpochs);
+    EXPECT_GE(r.patience, kMinPatience);
+    EXPECT_LE(r.patience, kMaxPatience);
   }
 }
 
@@ -166,17 +172,30 @@ TEST(ResolveAutoSettings, FillsOnlyWhatIsLeftAutomatic) {
   o.train_files = {f.path()};
   auto r = ResolveAutoSettings(o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_DOUBLE_EQ(r->validation_fraction, kValidationFraction);  // automatic passes
-  EXPECT_EQ(r->data_samples, 4500u);
-  EXPECT_EQ(r->batch_size, AutoRuleFor(o.model, 4500, 0.25).batch_size);
+  // Automatic passes on small data: a refit follows, so a fifth is held out.
+  EXPECT_EQ(r->refit, TrainOptions::Refit::kOn);
+  EXPECT_DOUBLE_EQ(r->validation_fraction, kRefitValidationFraction);
+  EXPECT_EQ(r->data_samples, 4000u);
+  EXPECT_EQ(r->batch_size, AutoRuleFor(o.model, 4000, 0.25).batch_size);
   EXPECT_EQ(r->max_epochs, kMaxEpochs);
+  EXPECT_EQ(r->patience, AutoRuleFor(o.model, 4000, 0.25).patience);
   EXPECT_DOUBLE_EQ(r->step_scale, 4.0);
+
+  // Without a refit (checkpoints), a tenth.
+  TrainOptions ck = o;
+  ck.checkpoint_dir = "ck";
+  r = ResolveAutoSettings(ck);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->refit, TrainOptions::Refit::kOff);
+  EXPECT_DOUBLE_EQ(r->validation_fraction, kValidationFraction);
+  EXPECT_EQ(r->data_samples, 4500u);
 
   o.epochs = 3;
   o.batch_size = 7;
   r = ResolveAutoSettings(o);
   ASSERT_TRUE(r.ok());
   EXPECT_DOUBLE_EQ(r->validation_fraction, 0.0);  // a fixed count holds nothing out
+  EXPECT_EQ(r->refit, TrainOptions::Refit::kOff);
   EXPECT_EQ(r->batch_size, 7u);
   EXPECT_EQ(r->max_epochs, 3u);
 

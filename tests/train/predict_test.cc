@@ -38,7 +38,7 @@ TEST_P(Predict, SummaryEqualsTrainFinalEvaluation) {
   const std::string out = *dir_ / (model + "." + format);
   TrainRun r = Train(*dir_, model + "_" + format,
                      {"--model", model, "--train", train_, "--test", test_, "--model-out", out,
-                      "--model-format", format});
+                      "--model-format", format, "--patience", "2"});
   ASSERT_TRUE(r.ok()) << r.proc.Describe();
   ASSERT_EQ(r.final_line.value("test_samples", 0), 5003);
 

@@ -156,8 +156,10 @@ TEST_F(Resume, MlpKilledWorkerResumesToTheSameModelBytes) {
 // export its kept model, byte for byte. The kill comes after the first pass was decided.
 TEST_F(Resume, AutomaticPassesResumeToTheSameKeptModel) {
   // No refit: a job with checkpoints never refits (auto_settings.h), and the reference has none.
-  const std::map<std::string, std::string> change = {
-      {"--epochs", "auto"}, {"--min-improvement", "0.003"}, {"--refit", "off"}};
+  const std::map<std::string, std::string> change = {{"--epochs", "auto"},
+                                                     {"--min-improvement", "0.003"},
+                                                     {"--refit", "off"},
+                                                     {"--patience", "2"}};
   const std::string ref = Reference("fm", change);
   ASSERT_FALSE(ref.empty());
   EXPECT_EQ(

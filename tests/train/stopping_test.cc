@@ -53,7 +53,7 @@ TEST_F(Stopping, AutomaticPassesStopWhenTheHeldOutLossStopsImprovingAndSayWhy) {
   // Not quiet (Train() passes -q): the log lines are part of what is checked.
   const std::string metrics = *dir_ / "auto.jsonl";
   Proc p = Exec({TrainBin(), "--model", "ftrl", "--train", train_, "--test", test_, "--consistency",
-                 "bsp", "--progress", "never", "--metrics-json", metrics},
+                 "bsp", "--patience", "2", "--progress", "never", "--metrics-json", metrics},
                 120);
   ASSERT_EQ(p.exit_code, 0) << p.Describe();
   TrainRun r{p, JsonLines(metrics).back()};

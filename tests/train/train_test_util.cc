@@ -340,7 +340,7 @@ uint64_t ExpectTrainedPasses(const nlohmann::json& final_line, uint64_t lines) {
   const uint64_t held_out = final_line.value("validation_samples", uint64_t{0});
   const uint64_t epochs = final_line.value("epoch", uint64_t{0});
   EXPECT_GE(epochs, 1u) << final_line.dump();
-  EXPECT_LT(held_out, lines / 5) << final_line.dump();
+  EXPECT_LT(held_out, lines / 4) << final_line.dump();  // a tenth, or a fifth with a refit
   // A refit trains a fresh model on every line for the kept pass count after the passes.
   const uint64_t refit =
       final_line.value("refit", false) ? final_line.value("kept_epoch", uint64_t{0}) * lines : 0;
