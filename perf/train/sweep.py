@@ -2,32 +2,39 @@
 """perf/train/sweep.py — the sweep behind ferry-train's default hyper-parameters.
 
 Tunes for the family, not for one file: many data sets from ferry-gen (CTR-like rows with one
-value per field and lr / fm / ffm / mlp truths, text-like bags of words with hundreds to
-thousands of features per row; 10^3 to 10^7 samples; several vocabularies and skews), each
-model trained on every set it applies to with a grid of hyper-parameters, and the references
-run on the same files:
+value per field and lr / fm / ffm / mlp truths, Criteo's layout, text-like bags of words with
+hundreds to thousands of features per row; 10^3 to 10^7 samples; several vocabularies and
+skews), each model trained on every set it applies to with no hyper-parameter flag, and with a
+grid of its hyper-parameters on the smaller sets; the references run on the same files:
 
-  LIBLINEAR  liblinear-train -s 0 -B 1 at its best C (-C: 5-fold cross-validation over its C
-             path), and at C = 1; logloss and AUC from liblinear-predict -b 1.
-  libFM      libFM -task c -method mcmc -dim 1,1,8 (MCMC needs no learning rate) when --libfm
-             names a libFM binary built by the user (the sweep never builds or vendors it).
-  libffm     ffm-train -k 4 with its own early stopping (--auto-stop on a 10% split) when
-             --libffm names the directory of ffm-train / ffm-predict.
+  LIBLINEAR  liblinear-train -s 0 -B 1 at the best C of its own cross-validation (-C; on the
+             10M-sample set the 1M set's C, as the search would take hours), and at C = 1;
+             logloss and AUC from liblinear-predict -b 1 (libffm files are converted to
+             libsvm, index = the libffm index + 1).
+  libFM      libFM -task c -method mcmc -dim 1,1,8 -init_stdev 0.1 (MCMC needs no learning
+             rate), when --libfm names a libFM binary the user built (the sweep never builds
+             or vendors it: e.g. build srendle/libfm's `make all` in a scratch directory);
+             --libfm-iter iterations (fewer on sets of over 600k samples).
 
-Phases (--phase, comma-separated; results accumulate in OUT/results.jsonl, each run once):
-  tune      every model x every TUNE set x its grid (hyper-parameters per unit of feature
-            value: the script multiplies steps by the data's 1 / rms(value) exactly as
-            ferry-train does, so a grid point means the same on every set)
-  defaults  ferry-train with no hyper-parameter flag at all, on every set (large ones too)
-  refs      the references above
-  report    writes the tables (--doc, default OUT/sweep.md): per set the references, the
-            defaults and the best grid point; per model the grid points ranked by their
-            geometric-mean logloss ratio to each set's best (the family's choice).
+Phases (--phase, comma-separated, in order; results accumulate in OUT/results.jsonl and every
+run is made once, so an interrupted sweep goes on where it stopped):
+  defaults   every model on every set, no hyper-parameter flag
+  refs       the references above
+  tune       every model x every tune set x its grid (per unit of feature value: the script
+             multiplies steps by the data's 1 / rms(value) exactly as ferry-train does)
+  firstpass  the MLP and DeepFM with --epochs 1 (the automatic passes must not end worse)
+  report     writes --doc (default OUT/training-sweep.md; docs/perf/training-sweep.md is the
+             committed one)
+  Exploratory (not in the default list): batch (alternative batch-size rules U/bmin: batch =
+  N / U within [bmin, 256]) and refit (the default run's kept pass count trained again on every
+  line: what the held-out fraction costs).
 
-Usage: perf/train/sweep.py [--build DIR] [--out DIR] [--phase tune,defaults,refs,report]
-                           [--sets small|tune|all|NAME,...] [--models lr,ftrl,...]
-                           [--libfm PATH] [--libffm DIR] [--doc FILE] [--repeat N]
-Run it on an otherwise idle machine for timings; quality figures do not need one.
+Usage: perf/train/sweep.py [--build DIR] [--no-build] [--out DIR] [--phase P,...]
+                           [--sets tune|small|nohuge|all|NAME,...] [--models lr,ftrl,...]
+                           [--libfm PATH] [--libfm-iter N] [--doc FILE]
+--build is a release build of its own (default build-sweep, set up and brought up to date
+first), so that nothing rebuilds the binaries while the sweep runs. Quality figures do not need
+an idle machine; the wall times in the table do.
 """
 import argparse
 import hashlib
@@ -90,7 +97,7 @@ DATASETS = {
     # Text-like: unit-norm tf-idf rows over 20k-100k words.
     "text-1.5k": ("tune", text(1500, seed=11), TEXT),
     "text-10k": ("tune", text(10000, vocab=50000, words=300, seed=12), TEXT),
-    "text-30k-long": ("large", text(30000, vocab=100000, words=1500, seed=13), TEXT),
+    "text-20k-long": ("large", text(20000, vocab=100000, words=2500, seed=13), TEXT),
 }
 TEST_SAMPLES = {"ctr-lr-1k": 5000, "text-1.5k": 1500}
 
@@ -122,18 +129,22 @@ def fmt_of(name):
 # divides l1 by s, l2 by s^2). Keys: flag names without "--"; "batch" is the data-size rule's
 # updates per epoch U (batch = nearest power of two of N / U, within [bmin, 256]).
 GRIDS = {
-    "ftrl": {"alpha": [0.2, 0.4, 0.8, 1.6], "beta": [10, 30, 100], "l2": [1.0]},
-    "lr": {"lr": [0.1, 0.2, 0.4, 0.8], "initial-accumulator": [10, 30, 100]},
-    "fm": {"lr": [0.08, 0.16], "factor-l2": [1e-2, 3e-2],
-           "initial-accumulator": [10, 30], "init-std": [0.03, 0.06]},
-    "ffm": {"lr": [0.01, 0.02, 0.04, 0.08], "factor-l2": [1e-4, 1e-3],
-            "initial-accumulator": [1, 10], "init-std": [0.03]},
-    "mlp": {"lr": [0.02, 0.05, 0.1], "initial-accumulator": [0.1, 10],
-            "dense-lr": [1e-3, 3e-3]},
-    "deepfm": {"lr": [0.02, 0.05, 0.1], "initial-accumulator": [0.1, 10],
-               "dense-lr": [1e-3, 3e-3]},
+    "ftrl": {"alpha": [0.2, 0.4, 0.8], "beta": [3, 10, 30]},
+    "lr": {"lr": [0.1, 0.2, 0.4], "initial-accumulator": [3, 10, 30]},
+    "fm": {"lr": [0.04, 0.08, 0.16], "factor-l2": [1e-3, 1e-2]},
+    "ffm": {"lr": [0.04, 0.08, 0.16], "factor-l2": [1e-4, 1e-3]},
+    "mlp": {"lr": [0.02, 0.05, 0.1], "dense-lr": [1e-3, 3e-3]},
+    "deepfm": {"lr": [0.01, 0.02, 0.05], "dense-lr": [1e-3, 3e-3]},
 }
-BATCH_RULES = {"U1024-b16": (1024, 16)}  # the rule ferry-train implements (auto_settings.h)
+# The defaults (models/train/model_def.h), as grid points: the report ranks them too.
+DEFAULT_POINTS = {
+    "ftrl": {"alpha": 0.4, "beta": 10},
+    "lr": {"lr": 0.2, "initial-accumulator": 10},
+    "fm": {"lr": 0.08, "factor-l2": 1e-2},
+    "ffm": {"lr": 0.08, "factor-l2": 1e-4},
+    "mlp": {"lr": 0.05, "dense-lr": 1e-3},
+    "deepfm": {"lr": 0.02, "dense-lr": 1e-3},
+}
 # Alternatives the "batch" phase tries with the default hyper-parameters.
 BATCH_ALTERNATIVES = {f"U{u}-b{b}": (u, b) for u in (64, 128, 256, 512, 1024) for b in (4, 16)}
 STEP_KEYS = {"alpha", "lr", "init-std"}  # multiplied by s
@@ -141,15 +152,24 @@ L1_KEYS = {"l1"}
 L2_KEYS = {"l2", "factor-l2"}
 
 
-def grid_points(model, rules):
+def grid_points(model):
     g = GRIDS[model]
     keys = sorted(g)
     for values in itertools.product(*(g[k] for k in keys)):
-        for rule in rules:
-            yield dict(zip(keys, values)), rule
+        yield dict(zip(keys, values))
 
 
 # ---------------------------------------------------------------- helpers
+def build(d):
+    # A build of its own (release): nothing else rebuilds it while the sweep runs, so every run
+    # of a sweep uses the same binaries. Always run ninja: a stale binary would be measured.
+    if not os.path.exists(os.path.join(d, "build.ninja")):
+        subprocess.run(["meson", "setup", d, ROOT, "--buildtype=release", "-Dtests=false",
+                        "-Dbenchmarks=false"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(["ninja", "-C", d, "tools/train/ferry-train", "tools/gen/ferry-gen",
+                    "tools/train/ferry-predict"], check=True, stdout=subprocess.DEVNULL)
+
+
 def log(*a):
     print(f"[sweep {time.strftime('%H:%M:%S')}]", *a, file=sys.stderr, flush=True)
 
@@ -174,6 +194,9 @@ class Sweep:
                     self.results[r["key"]] = r
         self.train_bin = os.path.join(a.build, "tools/train/ferry-train")
         self.gen_bin = os.path.join(a.build, "tools/gen/ferry-gen")
+        self.predict_bin = os.path.join(a.build, "tools/train/ferry-predict")
+        if not a.no_build:
+            build(a.build)
 
     def record(self, r):
         self.results[r["key"]] = r
@@ -338,11 +361,12 @@ class Sweep:
         if tr is None:
             return None
         pred = os.path.join(self.out, "fm.pred")
+        iters = self.a.libfm_iter if gen_samples(name) <= 600000 else max(
+            10, self.a.libfm_iter // 3)
         p, secs = run([self.a.libfm, "-task", "c", "-train", tr, "-test", te, "-dim", "1,1,8",
-                       "-iter", str(self.a.libfm_iter), "-method", "mcmc", "-init_stdev", "0.1",
+                       "-iter", str(iters), "-method", "mcmc", "-init_stdev", "0.1",
                        "-out", pred], timeout=14400)
-        r = {"key": key, "set": name, "ok": p.returncode == 0, "train_s": secs,
-             "iter": self.a.libfm_iter}
+        r = {"key": key, "set": name, "ok": p.returncode == 0, "train_s": secs, "iter": iters}
         if p.returncode == 0:
             r["logloss"], r["auc"] = metrics_of(pred, te)
         self.record(r)
@@ -377,8 +401,8 @@ def metrics_of(pred, data, liblinear=False):
     return ll, auc
 
 
-def point_tag(point, rule):
-    return ",".join(f"{k}={v:g}" for k, v in sorted(point.items())) + f",{rule}"
+def point_tag(point):
+    return ",".join(f"{k}={v:g}" for k, v in sorted(point.items()))
 
 
 # ---------------------------------------------------------------- phases
@@ -387,9 +411,8 @@ def phase_tune(sw, sets, models):
         for name in sets:
             if model not in DATASETS[name][2]:
                 continue
-            for point, rule in grid_points(model, BATCH_RULES):
-                sw.ferry(name, model, sw.grid_flags(name, point), "grid:" + point_tag(point, rule),
-                         batch_rule=BATCH_RULES[rule])
+            for point in grid_points(model):
+                sw.ferry(name, model, sw.grid_flags(name, point), "grid:" + point_tag(point))
 
 
 def phase_defaults(sw, sets, models):
@@ -430,77 +453,138 @@ def phase_refs(sw, sets, models):
             sw.libfm(name)
 
 
+# The MLP and DeepFM after one pass (--epochs 1): the automatic passes must never end worse.
+def phase_firstpass(sw, sets, models):
+    for name in sets:
+        for model in ("mlp", "deepfm"):
+            if model in models and model in DATASETS[name][2]:
+                sw.ferry(name, model, ["--epochs", "1"], "first-pass")
+
+
 def gmean(xs):
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
+def fmt(x, spec=".5f"):
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
 def phase_report(sw, sets, models, doc):
     R = sw.results
-    lines = ["# ferry-train defaults: the sweep", "",
-             f"perf/train/sweep.py, results in {sw.out}/results.jsonl. Test logloss / AUC on "
-             "each set's 20k-sample test file (5k / 1.5k for the smallest).", ""]
-    # The family's choice per model: grid points ranked by gmean(logloss / best on the set).
+    ok = lambda r: r is not None and r.get("ok")
+    grid_runs = lambda name, model: [r for r in R.values() if r.get("set") == name and
+                                     r.get("model") == model and
+                                     r.get("tag", "").startswith("grid:") and r.get("ok")]
+    out = ["# ferry-train's defaults: the sweep", "",
+           f"Generated by `perf/train/sweep.py` (do not edit by hand; rerun it). "
+           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. Every figure is the test "
+           "set's (20,000 samples; 5,000 for ctr-lr-1k, 1,500 for text-1.5k), one run each "
+           "(asp: runs differ in the third decimal, more on the smallest sets).", "",
+           "## Data sets", "", "| set | ferry-gen | samples | Bayes logloss / AUC |",
+           "|---|---|---|---|"]
+    for name in sets:
+        gl, ga = sw.bayes(name)
+        out.append(f"| {name} | `{' '.join(DATASETS[name][1])}` | {gen_samples(name):,} | "
+                   f"{fmt(gl)} / {fmt(ga, '.4f')} |")
+    # The goals.
+    out += ["", "## The defaults against the references", "",
+            "No hyper-parameter flag at all (`ferry-train --model M --format F --train ... "
+            "--test ...`). References: lr and ftrl against LIBLINEAR `-s 0 -B 1` at the best C "
+            "its own cross-validation finds (`liblinear-train -C`); fm against libFM's MCMC "
+            f"(`-method mcmc -dim 1,1,8 -iter {sw.a.libfm_iter}`) where it was run; ffm, mlp "
+            "and deepfm against the best point of their grid (below) on the same set. Goal: "
+            "ratio ≤ 1.01.", "",
+            "| set | model | logloss | AUC | calibration | epochs (kept) | reference | "
+            "ratio | ≤ 1.01 |", "|---|---|---|---|---|---|---|---|---|"]
+    misses = []
+    for name in sets:
+        ll = R.get(f"liblinear:{name}")
+        fm = R.get(f"libfm:{name}")
+        for model in models:
+            d = R.get(f"ferry:{name}:{model}:default")
+            if not ok(d):
+                continue
+            ref, what = None, ""
+            if model in ("lr", "ftrl") and ll:
+                ref, what = ll["best_logloss"], f"LIBLINEAR C={ll['best_c']:g}"
+            elif model == "fm" and ok(fm):
+                ref, what = fm["logloss"], "libFM MCMC"
+            else:
+                g = grid_runs(name, model)
+                if g:
+                    ref, what = min(r["logloss"] for r in g), "best of grid"
+            ratio = d["logloss"] / ref if ref else None
+            met = "" if ratio is None else ("met" if ratio <= 1.01 else "**missed**")
+            if ratio is not None and ratio > 1.01:
+                misses.append((name, model, ratio, what))
+            kept = f"{d.get('epoch')} ({d.get('kept_epoch')}{', refit' if d.get('refit') else ''})"
+            out.append(f"| {name} | {model} | {fmt(d['logloss'])} | {fmt(d['auc'], '.4f')} | "
+                       f"{fmt(d.get('calibration'), '.3f')} | {kept} | {fmt(ref)} ({what}) | "
+                       f"{fmt(ratio, '.4f')} | {met} |")
+    out += ["", f"Missed (ratio > 1.01): {len(misses)}." if misses else "Every ratio ≤ 1.01.", ""]
+    for name, model, ratio, what in misses:
+        out.append(f"- {name} / {model}: {ratio:.4f}× {what}")
+    # LIBLINEAR's own figures.
+    out += ["", "## LIBLINEAR", "", "| set | best C (-C) | logloss at best C | AUC | logloss at C=1 |",
+            "|---|---|---|---|---|"]
+    for name in sets:
+        ll = R.get(f"liblinear:{name}")
+        if ll:
+            out.append(f"| {name} | {ll['best_c']:g}{' (1M set)' if ll.get('best_c_from') else ''}"
+                       f" | {fmt(ll['best_logloss'])} | {fmt(ll['best_auc'], '.4f')} | "
+                       f"{fmt(ll['c1_logloss'])} |")
+    # Model against model where the truth is nonlinear; the MLP's first pass.
+    out += ["", "## MLP and DeepFM: against FM, and against their first pass", "",
+            "| set | fm | mlp | deepfm | mlp after 1 pass | deepfm after 1 pass |",
+            "|---|---|---|---|---|---|"]
+    for name in sets:
+        row = [R.get(f"ferry:{name}:{m}:default") for m in ("fm", "mlp", "deepfm")]
+        first = [R.get(f"ferry:{name}:{m}:first-pass") for m in ("mlp", "deepfm")]
+        if not ok(row[1]):
+            continue
+        cells = [fmt(r["logloss"]) if ok(r) else "—" for r in row + first]
+        out.append(f"| {name} | " + " | ".join(cells) + " |")
+    # The family's choice.
+    out += ["", "## The grids: each point over the family", "",
+            "Each model's grid on every tune set it applies to (the data-size rule sets the "
+            "batch size; steps per unit of feature value, as ferry-train's defaults); a point's "
+            "score is the geometric mean, over the sets, of its test logloss divided by the "
+            "set's best point. The default is marked.", ""]
     for model in models:
         rows = {}
         for name in sets:
-            runs = [r for r in R.values() if r.get("set") == name and r.get("model") == model
-                    and r.get("tag", "").startswith("grid:") and r.get("ok")]
-            if not runs:
+            g = grid_runs(name, model)
+            if not g:
                 continue
-            best = min(r["logloss"] for r in runs)
-            for r in runs:
+            best = min(r["logloss"] for r in g)
+            for r in g:
                 rows.setdefault(r["tag"][5:], []).append(r["logloss"] / best)
         if not rows:
             continue
         n = max(len(v) for v in rows.values())
         ranked = sorted((gmean(v), max(v), k) for k, v in rows.items() if len(v) == n)
-        lines += [f"## {model}: grid points over {n} sets", "",
-                  "| point (per unit of value) | gmean logloss / best | worst |", "|---|---|---|"]
-        for g, w, k in ranked[:8]:
-            lines.append(f"| `{k}` | {g:.4f} | {w:.4f} |")
-        lines.append("")
-    # Per set: references, defaults, best grid point.
-    lines += ["## Per data set", "",
-              "| set | model | default logloss | AUC | cal. | epochs | best grid | reference | "
-              "default / reference |", "|---|---|---|---|---|---|---|---|---|"]
-    for name in sets:
-        ll = R.get(f"liblinear:{name}")
-        fm = R.get(f"libfm:{name}")
-        bl, ba = sw.bayes(name) if os.path.exists(
-            os.path.join(sw.out, "data", name, "gen.txt")) else (None, None)
-        for model in models:
-            d = R.get(f"ferry:{name}:{model}:default")
-            if d is None or not d.get("ok"):
-                continue
-            grid = [r for r in R.values() if r.get("set") == name and r.get("model") == model
-                    and r.get("tag", "").startswith("grid:") and r.get("ok")]
-            best = min((r["logloss"] for r in grid), default=float("nan"))
-            ref, ref_name = float("nan"), ""
-            if model in ("lr", "ftrl") and ll:
-                ref, ref_name = ll["best_logloss"], f"LIBLINEAR C={ll['best_c']:g}"
-            elif model == "fm" and fm and fm.get("ok"):
-                ref, ref_name = fm["logloss"], "libFM MCMC"
-            elif grid:
-                ref, ref_name = best, "best grid"
-            lines.append(
-                f"| {name} | {model} | {d['logloss']:.5f} | {d['auc']:.4f} | "
-                f"{(d.get('calibration') or float('nan')):.3f} | {d.get('epoch')} | {best:.5f} | "
-                f"{ref:.5f} ({ref_name}) | {d['logloss'] / ref:.4f} |")
-        if bl is not None:
-            lines.append(f"| {name} | (Bayes) | {bl:.5f} | {ba:.4f} | | | | | |")
-    open(doc, "w").write("\n".join(lines) + "\n")
+        dflt = point_tag(DEFAULT_POINTS[model])
+        out += [f"### {model} ({n} sets)", "", "| rank | point | gmean / best | worst |",
+                "|---|---|---|---|"]
+        for i, (g, w, k) in enumerate(ranked):
+            if i < 5 or k == dflt:
+                out.append(f"| {i + 1} | `{k}`{' (default)' if k == dflt else ''} | {g:.4f} | "
+                           f"{w:.4f} |")
+        out.append("")
+    open(doc, "w").write("\n".join(out) + "\n")
     log(f"report: {doc}")
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--build", default=os.path.join(ROOT, "build-sweep"))
+    ap.add_argument("--no-build", action="store_true", help="use --build as it is")
     ap.add_argument("--out", default=os.environ.get("SWEEP_OUT", "/tmp/ferry-sweep"))
-    ap.add_argument("--phase", default="tune,defaults,refs,report")
+    ap.add_argument("--phase", default="defaults,refs,tune,firstpass,report")
     ap.add_argument("--sets", default="tune")
     ap.add_argument("--models", default="lr,ftrl,fm,ffm,mlp,deepfm")
     ap.add_argument("--libfm", default=os.environ.get("LIBFM"))
-    ap.add_argument("--libfm-iter", type=int, default=200)
+    ap.add_argument("--libfm-iter", type=int, default=100)
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--doc")
     a = ap.parse_args()
@@ -518,8 +602,10 @@ def main():
             phase_refit(sw, sets, models)
         elif ph == "refs":
             phase_refs(sw, sets, models)
+        elif ph == "firstpass":
+            phase_firstpass(sw, sets, models)
         elif ph == "report":
-            phase_report(sw, sets, models, a.doc or os.path.join(a.out, "sweep.md"))
+            phase_report(sw, sets, models, a.doc or os.path.join(a.out, "training-sweep.md"))
         else:
             raise SystemExit(f"unknown phase {ph}")
 
