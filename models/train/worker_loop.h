@@ -1,5 +1,6 @@
 // Internal to models/train: the worker side of RunTraining (trainer.h), shared by
-// trainer.cc (the job: setup, passes, decisions after each pass, the end) and
+// trainer.cc (the job: setup, the passes, the end), trainer_epochs.cc (the decisions after each
+// pass: held-out scores, verdicts, the kept model, the record for resuming, the refit) and
 // trainer_passes.cc (one pass: the minibatch loops, counting, resuming mid-pass, streaming
 // evaluation).
 #pragma once
@@ -121,5 +122,7 @@ class WorkerLoop {
 };
 
 double SecondsSince(TrainClock::time_point since);
+// snprintf of one number, for log lines.
+std::string Figure(const char* fmt, double v);
 
 }  // namespace ferry::models

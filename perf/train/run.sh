@@ -18,15 +18,10 @@
 #               workers, over each transport (--transports, default tcp,ucx), on the goal's
 #               training file. Every configuration once per pair, in rotating order.
 #
-# ferry-train's flags (defaults, overridable; documented here because the goal allows flags):
-#   --lr-flags   "--model lr"     Adagrad, lr 0.1, one epoch.
-#   --ftrl-flags "--model ftrl"   alpha 0.1, beta 1, l1 0.05, l2 0.1, one epoch.
-#   Measured with --size 200000,3355443,20000 (the goal's features per sample at a fifth of its
-#   size; 2-core VM under other builds' load, 2 pairs), defaults, one epoch: against
-#   liblinear-train -s 0 (C = 1 overfits the rare features: logloss 0.5404, 6.2-7.7 s) lr 0.4978
-#   (0.92x) in 2.0-2.2 s (0.26-0.35x), ftrl 0.4964 (0.92x) in 2.4-2.7 s (0.31-0.44x): both goals
-#   met. Against LIBLINEAR at its best C (--liblinear-args "-s 0 -c 0.1 -B 1": 0.4937, 7.6 s) lr
-#   is at 1.008x in 0.30x and ftrl (--ftrl-flags "--model ftrl --epochs 2") at 1.001x in 0.46x.
+# ferry-train's flags (overridable): "--model lr" and "--model ftrl" with no other flag, i.e.
+#   the defaults (docs/training.md): passes until the held-out logloss stops improving, the best
+#   one kept; batch size and steps from the data size and the feature values. The wall time is
+#   the automatic passes', not one pass's.
 #   Tiny data (--quick) misses the time goal: starting the local cluster (0.4-0.7 s) is as long
 #   as LIBLINEAR's whole run there.
 #
@@ -162,34 +157,7 @@ note_cmd() { grep -qxF -- "$*" "$CMDS" 2>/dev/null || echo "$*" >>"$CMDS"; }
 fail_note() { echo "$1,$2: $(grep -m1 -iE 'error|fail|signal|timed out|killed' "$3" 2>/dev/null | tr ',' ';' | cut -c1-200)" >>"$OUT/failures.csv"; }
 
 # Test logloss and AUC of liblinear-predict -b 1 output against the LIBSVM file's labels.
-ll_metrics() {
-  python3 - "$1" "$2" <<'PY'
-import math, sys
-pred, data = sys.argv[1:]
-lines = open(pred).read().split("\n")
-col = lines[0].split()[1:].index("1") + 1
-probs = [float(l.split()[col]) for l in lines[1:] if l.strip()]
-labels = [1 if float(l.split()[0]) > 0 else 0 for l in open(data) if l.strip()]
-assert len(probs) == len(labels), (len(probs), len(labels))
-eps = 1e-15
-ll = -sum(math.log(max(p if y else 1 - p, eps)) for p, y in zip(probs, labels)) / len(labels)
-# Exact AUC with average ranks for ties.
-order = sorted(range(len(probs)), key=lambda i: probs[i])
-ranks = [0.0] * len(probs)
-i = 0
-while i < len(order):
-    j = i
-    while j + 1 < len(order) and probs[order[j + 1]] == probs[order[i]]:
-        j += 1
-    for k in range(i, j + 1):
-        ranks[order[k]] = (i + j) / 2 + 1
-    i = j + 1
-pos = sum(labels)
-neg = len(labels) - pos
-auc = (sum(r for r, y in zip(ranks, labels) if y) - pos * (pos + 1) / 2) / (pos * neg)
-print(f"{ll:.6f} {auc:.6f}")
-PY
-}
+ll_metrics() { python3 "$HERE/metrics.py" "$1" "$2" --liblinear; }
 
 # ref PAIR: liblinear-train (timed) then liblinear-predict -b 1 (timed apart).
 ref() {
@@ -286,7 +254,7 @@ section_throughput() {
   IFS=, read -r -a ts <<<"$TRANSPORTS"
   for t in "${ts[@]}"; do
     for w in 1 2; do
-      for m in lr ftrl fm mlp; do configs+=("$m:$t:$w"); done
+      for m in lr ftrl fm ffm mlp deepfm; do configs+=("$m:$t:$w"); done
     done
   done
   n=${#configs[@]}
@@ -295,8 +263,9 @@ section_throughput() {
     # Rotate the order each round, so no configuration always runs first (or after a heavy one).
     for i in $(seq 0 $((n - 1))); do
       IFS=: read -r m t w <<<"${configs[$(((i + p - 1) % n))]}"
+      # One pass (--epochs 1): samples/s of training, not of the automatic passes' evaluations.
       ours throughput "$m $t ${w}w" "$p" --model "$m" --servers 2 --workers "$w" --transport "$t" \
-        --train "$TRAIN"
+        --train "$TRAIN" --epochs 1
     done
   done
 }

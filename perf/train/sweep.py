@@ -48,6 +48,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+from metrics import metrics_of  # noqa: E402  (perf/train/metrics.py)
 
 # ---------------------------------------------------------------- data sets
 # name -> (family, ferry-gen args, models that apply). Test sets are 20k samples (5k for the
@@ -374,33 +376,6 @@ class Sweep:
         return r
 
 
-def metrics_of(pred, data, liblinear=False):
-    lines = open(pred).read().split("\n")
-    if liblinear:
-        col = lines[0].split()[1:].index("1") + 1
-        probs = [float(l.split()[col]) for l in lines[1:] if l.strip()]
-    else:
-        probs = [float(l) for l in lines if l.strip()]
-    labels = [1 if float(l.split()[0]) > 0 else 0 for l in open(data) if l.strip()]
-    assert len(probs) == len(labels), (len(probs), len(labels))
-    eps = 1e-15
-    ll = -sum(math.log(max(p if y else 1 - p, eps)) for p, y in zip(probs, labels)) / len(labels)
-    order = sorted(range(len(probs)), key=lambda i: probs[i])
-    ranks = [0.0] * len(probs)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and probs[order[j + 1]] == probs[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            ranks[order[k]] = (i + j) / 2 + 1
-        i = j + 1
-    pos = sum(labels)
-    neg = len(labels) - pos
-    auc = (sum(r for r, y in zip(ranks, labels) if y) - pos * (pos + 1) / 2) / (pos * neg)
-    return ll, auc
-
-
 def point_tag(point):
     return ",".join(f"{k}={v:g}" for k, v in sorted(point.items()))
 
@@ -591,23 +566,15 @@ def main():
     sw = Sweep(a)
     sets = set_names(a.sets)
     models = a.models.split(",")
+    phases = {"defaults": phase_defaults, "refs": phase_refs, "tune": phase_tune,
+              "firstpass": phase_firstpass, "batch": phase_batch, "refit": phase_refit}
     for ph in a.phase.split(","):
-        if ph == "tune":
-            phase_tune(sw, sets, models)
-        elif ph == "defaults":
-            phase_defaults(sw, sets, models)
-        elif ph == "batch":
-            phase_batch(sw, sets, models)
-        elif ph == "refit":
-            phase_refit(sw, sets, models)
-        elif ph == "refs":
-            phase_refs(sw, sets, models)
-        elif ph == "firstpass":
-            phase_firstpass(sw, sets, models)
-        elif ph == "report":
+        if ph == "report":
             phase_report(sw, sets, models, a.doc or os.path.join(a.out, "training-sweep.md"))
+        elif ph in phases:
+            phases[ph](sw, sets, models)
         else:
-            raise SystemExit(f"unknown phase {ph}")
+            raise SystemExit(f"unknown phase {ph} ({', '.join(phases)}, report)")
 
 
 if __name__ == "__main__":

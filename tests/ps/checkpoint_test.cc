@@ -50,27 +50,44 @@ JobSpec Job(uint32_t servers) {
   return job;
 }
 
-// Runs `rounds` pushes from worker 0 (then both workers pull everything); returns the rows
+// Worker `w` pushes round `round`'s gradients of `keys` to both tables.
+Status PushRound(Worker* w, const JobSpec& job, const std::vector<uint64_t>& keys, int round) {
+  for (uint32_t t = 0; t < 2; ++t) {
+    auto g = Grads(keys, job.tables[t].dim, round + static_cast<int>(t));
+    FERRY_ASSIGN_OR_RETURN(Ticket p, w->Push(t, keys, g));
+    FERRY_RETURN_IF_ERROR(w->Wait(p));
+    w->Release(p);
+  }
+  return Status::Ok();
+}
+
+// Worker `w` pulls `keys` from both tables into *rows (key ^ table << 63 -> row).
+Status PullAll(Worker* w, const JobSpec& job, const std::vector<uint64_t>& keys, std::mutex* mu,
+               std::map<uint64_t, std::vector<float>>* rows) {
+  for (uint32_t t = 0; t < 2; ++t) {
+    FERRY_ASSIGN_OR_RETURN(Ticket p, w->Pull(t, keys));
+    FERRY_RETURN_IF_ERROR(w->Wait(p));
+    FERRY_ASSIGN_OR_RETURN(PulledRows r, w->Rows(p));
+    std::lock_guard<std::mutex> lock(*mu);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      (*rows)[keys[i] ^ (uint64_t{t} << 63)].assign(r[i], r[i] + job.tables[t].dim);
+    }
+    w->Release(p);
+  }
+  return Status::Ok();
+}
+
+// Runs `rounds` pushes from worker 0 (then worker 0 pulls everything); returns the rows
 // worker 0 pulled at the end, and optionally checkpoints before that pull.
 Status Train(const JobSpec& job, const std::vector<uint64_t>& keys, int first_round, int rounds,
-             const std::string& checkpoint_dir, std::map<uint64_t, std::vector<float>>* rows,
-             std::vector<uint64_t>* restored) {
+             const std::string& checkpoint_dir, std::map<uint64_t, std::vector<float>>* rows) {
   std::mutex mu;
   auto outcomes = RunJob(job, [&](Node& node) -> Status {
-    if (Server* s = node.server(); s != nullptr && restored != nullptr) {
-      (void)s;
-    }
     Worker* w = node.worker();
     if (w == nullptr) return Status::Ok();
     if (w->index() == 0) {
       for (int r = first_round; r < first_round + rounds; ++r) {
-        for (uint32_t t = 0; t < 2; ++t) {
-          const uint32_t dim = job.tables[t].dim;
-          auto g = Grads(keys, dim, r + static_cast<int>(t));
-          FERRY_ASSIGN_OR_RETURN(Ticket p, w->Push(t, keys, g));
-          FERRY_RETURN_IF_ERROR(w->Wait(p));
-          w->Release(p);
-        }
+        FERRY_RETURN_IF_ERROR(PushRound(w, job, keys, r));
       }
     }
     FERRY_RETURN_IF_ERROR(w->Barrier());
@@ -79,18 +96,7 @@ Status Train(const JobSpec& job, const std::vector<uint64_t>& keys, int first_ro
     }
     FERRY_RETURN_IF_ERROR(w->Barrier());
     if (w->index() != 0) return Status::Ok();
-    for (uint32_t t = 0; t < 2; ++t) {
-      FERRY_ASSIGN_OR_RETURN(Ticket p, w->Pull(t, keys));
-      FERRY_RETURN_IF_ERROR(w->Wait(p));
-      FERRY_ASSIGN_OR_RETURN(PulledRows r, w->Rows(p));
-      std::lock_guard<std::mutex> lock(mu);
-      for (size_t i = 0; i < keys.size(); ++i) {
-        auto& v = (*rows)[keys[i] ^ (uint64_t{t} << 63)];
-        v.assign(r[i], r[i] + job.tables[t].dim);
-      }
-      w->Release(p);
-    }
-    return Status::Ok();
+    return PullAll(w, job, keys, &mu, rows);
   });
   return AllOk(outcomes);
 }
@@ -112,10 +118,10 @@ TEST_F(Checkpoints, RestoreIntoMoreAndFewerServersKeepsRowsAndOptimizerState) {
   const auto keys = Keys(2000);
   // Reference: one job of 2 servers doing rounds 0..5 without stopping.
   std::map<uint64_t, std::vector<float>> straight;
-  ASSERT_TRUE(Train(Job(2), keys, 0, 6, "", &straight, nullptr).ok());
+  ASSERT_TRUE(Train(Job(2), keys, 0, 6, "", &straight).ok());
   // Rounds 0..2, checkpoint.
   std::map<uint64_t, std::vector<float>> before;
-  Status s = Train(Job(2), keys, 0, 3, dir_.string(), &before, nullptr);
+  Status s = Train(Job(2), keys, 0, 3, dir_.string(), &before);
   ASSERT_TRUE(s.ok()) << s.ToString();
   auto manifest = ReadManifest(dir_.string());
   ASSERT_TRUE(manifest.ok()) << manifest.status().ToString();
@@ -127,7 +133,7 @@ TEST_F(Checkpoints, RestoreIntoMoreAndFewerServersKeepsRowsAndOptimizerState) {
     JobSpec job = Job(static_cast<uint32_t>(servers));
     job.restore_dir = dir_.string();
     std::map<uint64_t, std::vector<float>> after;
-    s = Train(job, keys, 3, 0, "", &after, nullptr);
+    s = Train(job, keys, 3, 0, "", &after);
     ASSERT_TRUE(s.ok()) << s.ToString();
     ASSERT_EQ(after.size(), before.size());
     for (const auto& [k, v] : before) {
@@ -136,7 +142,7 @@ TEST_F(Checkpoints, RestoreIntoMoreAndFewerServersKeepsRowsAndOptimizerState) {
     // ... and rounds 3..5 on top give what the job that never stopped has: the optimizer state
     // (Adagrad's and FTRL's accumulators) moved with the rows.
     std::map<uint64_t, std::vector<float>> resumed;
-    s = Train(job, keys, 3, 3, "", &resumed, nullptr);
+    s = Train(job, keys, 3, 3, "", &resumed);
     ASSERT_TRUE(s.ok()) << s.ToString();
     for (const auto& [k, v] : straight) {
       ASSERT_EQ(std::memcmp(resumed[k].data(), v.data(), v.size() * 4), 0) << "key " << k;
@@ -155,40 +161,21 @@ TEST_F(Checkpoints, ClearTablesMakesEveryRowNewAgain) {
     job.replicas = replicas;
     // Reference: a fresh job that only pushes round 7, then pulls.
     std::map<uint64_t, std::vector<float>> fresh;
-    ASSERT_TRUE(Train(job, keys, 7, 1, "", &fresh, nullptr).ok());
+    ASSERT_TRUE(Train(job, keys, 7, 1, "", &fresh).ok());
     std::map<uint64_t, std::vector<float>> cleared;
     std::mutex mu;
     Status s = AllOk(RunJob(job, [&](Node& node) -> Status {
       Worker* w = node.worker();
       if (w == nullptr) return Status::Ok();
-      auto push = [&](int round) -> Status {
-        for (uint32_t t = 0; t < 2; ++t) {
-          auto g = Grads(keys, job.tables[t].dim, round + static_cast<int>(t));
-          FERRY_ASSIGN_OR_RETURN(Ticket p, w->Push(t, keys, g));
-          FERRY_RETURN_IF_ERROR(w->Wait(p));
-          w->Release(p);
-        }
-        return Status::Ok();
-      };
       if (w->index() == 0) {
-        for (int r = 0; r < 3; ++r) FERRY_RETURN_IF_ERROR(push(r));
+        for (int r = 0; r < 3; ++r) FERRY_RETURN_IF_ERROR(PushRound(w, job, keys, r));
       }
       FERRY_RETURN_IF_ERROR(w->Barrier());
       if (w->index() == 0) FERRY_RETURN_IF_ERROR(w->ClearTables());
       FERRY_RETURN_IF_ERROR(w->Barrier());
       if (w->index() != 0) return Status::Ok();
-      FERRY_RETURN_IF_ERROR(push(7));
-      for (uint32_t t = 0; t < 2; ++t) {
-        FERRY_ASSIGN_OR_RETURN(Ticket p, w->Pull(t, keys));
-        FERRY_RETURN_IF_ERROR(w->Wait(p));
-        FERRY_ASSIGN_OR_RETURN(PulledRows r, w->Rows(p));
-        std::lock_guard<std::mutex> lock(mu);
-        for (size_t i = 0; i < keys.size(); ++i) {
-          cleared[keys[i] ^ (uint64_t{t} << 63)].assign(r[i], r[i] + job.tables[t].dim);
-        }
-        w->Release(p);
-      }
-      return Status::Ok();
+      FERRY_RETURN_IF_ERROR(PushRound(w, job, keys, 7));
+      return PullAll(w, job, keys, &mu, &cleared);
     }));
     ASSERT_TRUE(s.ok()) << s.ToString();
     ASSERT_EQ(cleared.size(), fresh.size());
@@ -201,7 +188,7 @@ TEST_F(Checkpoints, ClearTablesMakesEveryRowNewAgain) {
 TEST_F(Checkpoints, RestoreRefusesAMismatchedTable) {
   const auto keys = Keys(100);
   std::map<uint64_t, std::vector<float>> rows;
-  ASSERT_TRUE(Train(Job(2), keys, 0, 1, dir_.string(), &rows, nullptr).ok());
+  ASSERT_TRUE(Train(Job(2), keys, 0, 1, dir_.string(), &rows).ok());
   JobSpec job = Job(2);
   job.tables[0].dim = 4;  // another width
   job.restore_dir = dir_.string();
