@@ -53,6 +53,7 @@ TEST_F(Errors, BadFlagsExitWithTwoAndSayWhich) {
       {{"--train", train_, "--validation-fraction", "0"}, "held-out"},
       {{"--train", train_, "--patience", "0"}, "--patience"},
       {{"--train", train_, "--field-map", train_, "--format", "libffm"}, "--field-map"},
+      {{"--train", train_, "--refit", "sometimes"}, "--refit"},
       {{"--train", train_, "--consistency", "sometimes"}, "sometimes"},
       {{"--train", train_, "--consistency", "ssp:0"}, "consistency"},
       {{"--train", train_, "--model", "mlp", "--hidden", "64,x"}, "--hidden"},
@@ -78,6 +79,29 @@ TEST_F(Errors, MissingTrainFileNamesItAndDoesNotHang) {
   EXPECT_THAT(p.err, HasSubstr(missing));
   EXPECT_THAT(p.err, HasSubstr("No such file"));
   EXPECT_LT(p.seconds, 30) << p.Describe();
+}
+
+// Settings that only the data can refuse: a non-zero exit naming the reason, before training.
+TEST_F(Errors, RefusedSettingsSayWhy) {
+  const std::string missing_map = *dir_ / "no-such.map";
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {{"--train", train_, "--model", "ffm", "--field-map", missing_map}, missing_map},
+      {{"--train", train_, "--refit", "on", "--consistency", "bsp", "--checkpoint-dir",
+        *dir_ / "ck"},
+       "--refit on needs"},
+      {{"--train", train_, "--validation", *dir_ / "no-such-validation.svm"},
+       "no-such-validation.svm"},
+  };
+  for (const Case& c : cases) {
+    Proc p = TrainProc(c.args, 60);
+    EXPECT_FALSE(p.timed_out) << p.Describe();
+    EXPECT_NE(p.exit_code, 0) << p.Describe();
+    EXPECT_THAT(p.err, HasSubstr(c.says)) << p.Describe();
+  }
 }
 
 TEST_F(Errors, MissingTestFileNamesIt) {
