@@ -30,12 +30,13 @@ inline constexpr uint64_t kBiasId = 1;
 inline constexpr uint32_t kDefaultFmFactors = 8;
 inline constexpr uint32_t kDefaultFfmFactors = 4;  // libffm's default k
 inline constexpr uint64_t kMaxFfmRowFloats = 1u << 16;
-// Default hyper-parameters, per unit of feature value: DefineModel multiplies steps and initial
-// scales by TrainOptions::step_scale and divides L1 by it and L2 by its square (model_def.cc
-// says why). Chosen by the sweep of perf/train/sweep.py over many generated data sets (its
-// table: docs/perf/training.md); a flag given on the command line is used as it is.
-// A table of factors or embeddings: Adagrad's step, L2 and initial squared-gradient sum, and
-// the standard deviation of its N(0, sd) initial rows.
+// Default hyper-parameters. The linear weights' (FTRL, the lr model) are per unit of feature
+// value: DefineModel multiplies their steps by TrainOptions::step_scale and divides L1 by it and
+// L2 by its square; factors and embeddings take theirs as they are (model_def.cc says why). Chosen
+// by the sweep of perf/train/sweep.py over many generated data sets (its table:
+// docs/perf/training.md); a flag given on the command line is used as it is. A table of factors or
+// embeddings: Adagrad's step, L2 and initial squared-gradient sum, and the standard deviation of
+// its N(0, sd) initial rows.
 struct LatentDefaults {
   float step, l2, initial_accumulator, init_std;
 };

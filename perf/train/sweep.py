@@ -149,9 +149,11 @@ DEFAULT_POINTS = {
 }
 # Alternatives the "batch" phase tries with the default hyper-parameters.
 BATCH_ALTERNATIVES = {f"U{u}-b{b}": (u, b) for u in (64, 128, 256, 512, 1024) for b in (4, 16)}
-STEP_KEYS = {"alpha", "lr", "init-std"}  # multiplied by s
+# Linear weights' keys, per unit of feature value (ferry-train multiplies its defaults alike):
+# "lr" only for the lr model; factors' and embeddings' steps are absolute (model_def.cc).
+STEP_KEYS = {"alpha"}
 L1_KEYS = {"l1"}
-L2_KEYS = {"l2", "factor-l2"}
+L2_KEYS = {"l2"}
 
 
 def grid_points(model):
@@ -286,11 +288,11 @@ class Sweep:
             f"({secs:.1f} s)")
         return r
 
-    def grid_flags(self, name, point):
+    def grid_flags(self, name, point, model):
         s = self.scale(name)
         flags = []
         for k, v in sorted(point.items()):
-            if k in STEP_KEYS:
+            if k in STEP_KEYS or (k == "lr" and model == "lr"):
                 v = v * s
             elif k in L1_KEYS:
                 v = v / s
@@ -387,7 +389,7 @@ def phase_tune(sw, sets, models):
             if model not in DATASETS[name][2]:
                 continue
             for point in grid_points(model):
-                sw.ferry(name, model, sw.grid_flags(name, point), "grid:" + point_tag(point))
+                sw.ferry(name, model, sw.grid_flags(name, point, model), "grid:" + point_tag(point))
 
 
 def phase_defaults(sw, sets, models):
