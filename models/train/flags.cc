@@ -54,7 +54,7 @@ void AddTrainFlags(CLI::App& app, TrainOptions* o, TrainFlagText* t) {
   auto* stopping = "When training stops (--epochs auto)";
   app.add_option("--validation-fraction", o->validation_fraction,
                  "share of the training lines held out (by a hash of the line) when there is no\n"
-                 "--validation file (default 0.1 with --epochs auto, else 0)")
+                 "--validation file (default with --epochs auto: 0.2 before a refit, else 0.1)")
       ->check(CLI::Range(0.0, 0.9))
       ->group(stopping);
   app.add_option("--max-epochs", o->max_epochs,
@@ -86,21 +86,26 @@ void AddTrainFlags(CLI::App& app, TrainOptions* o, TrainFlagText* t) {
       ->capture_default_str()
       ->group(hyper);
   app.add_option("--lr", o->learning_rate,
-                 "learning rate (sgd, adagrad, factors, embeddings; defaults per unit of value)")
+                 "learning rate: lr model (sgd, adagrad; default 0.2 per unit of feature value),\n"
+                 "factors and embeddings (fm, ffm 0.08; mlp 0.05; deepfm 0.02)")
       ->group(hyper);
-  app.add_option("--alpha", o->alpha, "FTRL alpha (default 0.1 per unit of feature value)")
+  app.add_option("--alpha", o->alpha, "FTRL alpha (default 0.4 per unit of feature value)")
       ->group(hyper);
-  app.add_option("--beta", o->beta, "FTRL beta (default 1)")->group(hyper);
-  app.add_option("--l1", o->l1, "L1 regularisation (FTRL; default 0.05)")->group(hyper);
-  app.add_option("--l2", o->l2, "L2 regularisation of the linear weights (default: FTRL 0.1, lr 0)")
+  app.add_option("--beta", o->beta, "FTRL beta (default 10)")->group(hyper);
+  app.add_option("--l1", o->l1, "L1 regularisation (FTRL; default 0.05 per unit of feature value)")
+      ->group(hyper);
+  app.add_option(
+         "--l2", o->l2,
+         "L2 regularisation of the linear weights (default: FTRL 1 per unit of value, lr 0)")
       ->group(hyper);
   app.add_option("--initial-accumulator", o->initial_accumulator,
                  "Adagrad: the squared-gradient sum a new row starts with (larger: more cautious\n"
-                 "first steps on rare features)")
+                 "first steps on rare features; default: lr, fm, ffm 10; mlp, deepfm 0.1)")
       ->check(CLI::NonNegativeNumber)
       ->group(hyper);
   app.add_option("--factor-l2", o->factor_l2,
-                 "L2 regularisation of factors and embeddings (Adagrad weight decay)")
+                 "L2 of factors and embeddings (Adagrad weight decay; default fm 0.01, ffm 1e-4,\n"
+                 "mlp and deepfm 1e-5)")
       ->group(hyper);
   app.add_option("--factors", o->factors, "FM / FFM factors k (default: fm 8, ffm 4)")
       ->group(hyper);
@@ -116,8 +121,9 @@ void AddTrainFlags(CLI::App& app, TrainOptions* o, TrainFlagText* t) {
   app.add_option("--dense-lr", o->dense_learning_rate, "MLP: Adam step on the dense layers")
       ->capture_default_str()
       ->group(hyper);
-  app.add_option("--init-std", o->init_std,
-                 "stddev of the factor / embedding initialisation (default 0.01 per unit of value)")
+  app.add_option(
+         "--init-std", o->init_std,
+         "stddev of the factor / embedding initialisation (default fm, ffm 0.03; mlp, deepfm 0.01)")
       ->check(CLI::NonNegativeNumber)
       ->group(hyper);
   app.add_option("--seed", o->seed, "initialisation seed")->capture_default_str()->group(hyper);
