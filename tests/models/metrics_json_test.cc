@@ -11,12 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "tests/models/temp_path.h"
+
 namespace ferry::models {
 namespace {
 
-std::string TempPath(const char* name) {
-  return ::testing::TempDir() + "/" + name + "." + std::to_string(::getpid());
-}
+using testing::TempPath;
 
 std::vector<std::string> ReadLines(const std::string& path) {
   std::ifstream in(path);

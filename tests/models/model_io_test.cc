@@ -14,13 +14,12 @@
 #include "models/io/model.h"
 #include "models/io/model_reader.h"
 #include "models/io/model_writer.h"
+#include "tests/models/temp_path.h"
 
 namespace ferry::models {
 namespace {
 
-std::string TempPath(const char* name) {
-  return ::testing::TempDir() + "/" + name + "." + std::to_string(::getpid());
-}
+using testing::TempPath;
 
 bool Exists(const std::string& path) {
   struct stat st;
