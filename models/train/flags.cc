@@ -86,8 +86,8 @@ void AddTrainFlags(CLI::App& app, TrainOptions* o, TrainFlagText* t) {
       ->capture_default_str()
       ->group(hyper);
   app.add_option("--lr", o->learning_rate,
-                 "learning rate: lr model (sgd, adagrad; default 0.2 per unit of feature value),\n"
-                 "factors and embeddings (fm, ffm 0.08; mlp 0.05; deepfm 0.02)")
+                 "learning rate: lr model (sgd, adagrad; default 0.1 per unit of feature value),\n"
+                 "factors and embeddings (fm 0.04, ffm 0.08; mlp 0.05; deepfm 0.02)")
       ->group(hyper);
   app.add_option("--alpha", o->alpha, "FTRL alpha (default 0.4 per unit of feature value)")
       ->group(hyper);
@@ -100,7 +100,7 @@ void AddTrainFlags(CLI::App& app, TrainOptions* o, TrainFlagText* t) {
       ->group(hyper);
   app.add_option("--initial-accumulator", o->initial_accumulator,
                  "Adagrad: the squared-gradient sum a new row starts with (larger: more cautious\n"
-                 "first steps on rare features; default: lr, fm, ffm 10; mlp, deepfm 0.1)")
+                 "first steps on rare features; default: lr 30; fm, ffm 10; mlp, deepfm 0.1)")
       ->check(CLI::NonNegativeNumber)
       ->group(hyper);
   app.add_option("--factor-l2", o->factor_l2,

@@ -225,8 +225,8 @@ Result<ModelDef> DefineModel(const TrainOptions& o) {
       // about lr * sign(g) on every coordinate of every frequent value at once; those moves are
       // coherent across the fields, and the pairwise term grows with (fields * lr)^2 (a step of
       // 0.05 with an accumulator of 0.1 diverged on 26-field data). An accumulator of 10 makes
-      // those first steps small whatever the step, which is what lets the sweep's larger step
-      // (0.08) learn interactions fast once the gradients have added up.
+      // those first steps small whatever the step, which is what lets the sweep's steps (0.04
+      // to 0.16) learn interactions fast once the gradients have added up.
       d.factors = Add(&d, Latent("factors", d.k, kHyperDefaults.fm, o));
       break;
     case ModelKind::kFfm: {

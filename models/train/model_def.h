@@ -45,8 +45,8 @@ struct HyperDefaults {
   // accumulators are not scaled: they set how cautious the first steps on a rarely seen
   // coordinate are.
   float ftrl_alpha = 0.4f, ftrl_beta = 10.0f, ftrl_l1 = 0.05f, ftrl_l2 = 1.0f;
-  float lr_step = 0.2f, lr_l2 = 0.0f, lr_initial_accumulator = 10.0f;  // lr (Adagrad)
-  LatentDefaults fm{0.08f, 0.01f, 10.0f, 0.03f};                       // fm factors
+  float lr_step = 0.1f, lr_l2 = 0.0f, lr_initial_accumulator = 30.0f;  // lr (Adagrad)
+  LatentDefaults fm{0.04f, 0.01f, 10.0f, 0.03f};                       // fm factors
   LatentDefaults ffm{0.08f, 1e-4f, 10.0f, 0.03f};                      // ffm field factors
   LatentDefaults mlp{0.05f, 1e-5f, 0.1f, 0.01f};                       // mlp embeddings
   LatentDefaults deepfm{0.02f, 1e-5f, 0.1f, 0.01f};                    // deepfm embeddings

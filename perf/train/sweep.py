@@ -141,8 +141,8 @@ GRIDS = {
 # The defaults (models/train/model_def.h), as grid points: the report ranks them too.
 DEFAULT_POINTS = {
     "ftrl": {"alpha": 0.4, "beta": 10},
-    "lr": {"lr": 0.2, "initial-accumulator": 10},
-    "fm": {"lr": 0.08, "factor-l2": 1e-2},
+    "lr": {"lr": 0.1, "initial-accumulator": 30},
+    "fm": {"lr": 0.04, "factor-l2": 1e-2},
     "ffm": {"lr": 0.08, "factor-l2": 1e-4},
     "mlp": {"lr": 0.05, "dense-lr": 1e-3},
     "deepfm": {"lr": 0.02, "dense-lr": 1e-3},
