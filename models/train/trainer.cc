@@ -228,9 +228,9 @@ Status WorkerLoop::Finish(uint32_t last_epoch, TrainReport* report) {
     // 1.007 against 0.951). So does a model of one or two passes: it is still moving fast when
     // it stops, and a quarter more lines move it past the selection run's offset (fm on 100k
     // samples, one pass: 0.978 twice against 0.868 and 0.965), while lines seen once or twice
-    // are not yet overfitted. The others keep the selection run's, fitted on lines they had not seen: on
-    // small data they overfit, and their own lines would hide it (text, 1,500 documents, 20
-    // passes and more: 0.96 against 0.86).
+    // are not yet overfitted. The others keep the selection run's, fitted on lines they had not
+    // seen: on small data they overfit, and their own lines would hide it (text, 1,500 documents,
+    // 20 passes and more: 0.96 against 0.86).
     FERRY_RETURN_IF_ERROR(ScoreHeldOut().status());
     FERRY_ASSIGN_OR_RETURN(offset, FitOffset());
   }
