@@ -123,18 +123,20 @@ Result<TrainOptions> ResolveAutoSettings(const TrainOptions& o) {
   const auto train_after = [&](double fraction) {
     return static_cast<uint64_t>(std::ceil(static_cast<double>(e.samples) * (1.0 - fraction)));
   };
-  if (r.validation_fraction < 0) {
-    r.validation_fraction = 0.0;
-    if (r.epochs == 0 && r.validation_files.empty()) {
-      // A job that will refit trains its final model on the held-out lines too: a larger
-      // fraction then only makes the choice of the pass count more reliable.
-      TrainOptions probe = r;
-      probe.validation_fraction = kValidationFraction;
-      const bool refits = r.refit == TrainOptions::Refit::kOn ||
-                          (r.refit == TrainOptions::Refit::kAuto && CanRefit(probe) &&
-                           train_after(kValidationFraction) <= kRefitMaxSamples);
-      r.validation_fraction = refits ? kRefitValidationFraction : kValidationFraction;
-    }
+  const bool automatic_fraction = r.validation_fraction < 0;
+  if (automatic_fraction) {
+    // Held back by default only when automatic passes need it and no --validation file does.
+    r.validation_fraction = r.epochs == 0 && r.validation_files.empty() ? kValidationFraction : 0.0;
+  }
+  if (r.refit == TrainOptions::Refit::kAuto) {
+    r.refit = CanRefit(r) && train_after(kValidationFraction) <= kRefitMaxSamples
+                  ? TrainOptions::Refit::kOn
+                  : TrainOptions::Refit::kOff;
+  }
+  if (automatic_fraction && r.validation_fraction > 0 && r.refit == TrainOptions::Refit::kOn) {
+    // A job that refits trains its final model on the held-out lines too: a larger fraction
+    // then only makes the choice of the pass count more reliable.
+    r.validation_fraction = kRefitValidationFraction;
   }
   const uint64_t train = train_after(r.validation_fraction);
   r.data_samples = train;
@@ -143,11 +145,6 @@ Result<TrainOptions> ResolveAutoSettings(const TrainOptions& o) {
   if (r.batch_size == 0) r.batch_size = rule.batch_size;
   if (r.max_epochs == 0) r.max_epochs = rule.max_epochs;
   if (r.patience == 0) r.patience = rule.patience;
-  if (r.refit == TrainOptions::Refit::kAuto) {
-    r.refit = CanRefit(r) && train_after(kValidationFraction) <= kRefitMaxSamples
-                  ? TrainOptions::Refit::kOn
-                  : TrainOptions::Refit::kOff;
-  }
   return r;
 }
 
