@@ -11,8 +11,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "ps/checkpoint.h"
-#include "ps/rendezvous.h"
+#include "ps/job/checkpoint.h"
+#include "ps/launch/rendezvous.h"
 
 namespace ferry::ps {
 

@@ -1,6 +1,6 @@
 // Node: one rank of a parameter-server job. Start() reads the launcher's environment
-// (ferry-launch, mpirun or srun: ps/launch_env.h), finds the coordinator (rank 0 starts it:
-// ps/rendezvous.h), takes this rank's roles (JobSpec::role_rule), brings each role up and
+// (ferry-launch, mpirun or srun: ps/launch/launch_env.h), finds the coordinator (rank 0 starts it:
+// ps/launch/rendezvous.h), takes this rank's roles (JobSpec::role_rule), brings each role up and
 // returns once the whole job has passed the start barrier:
 //
 //   server role  tables + staging rings registered, listening; registers with the coordinator,
@@ -21,7 +21,7 @@
 //
 // The data transport is JobSpec::transport ("auto": verbs, then ucx, then tcp), one instance
 // per role; it listens on FERRY_DATA_HOST, or else on the local address this host uses to reach
-// the coordinator. Control traffic always uses Ferry's tcp backend (ps/control.h).
+// the coordinator. Control traffic always uses Ferry's tcp backend (ps/wire/control.h).
 //
 // Threading: Start, worker() and Join from one thread; the server and the coordinator run on
 // threads of their own.
@@ -33,12 +33,12 @@
 #include <string>
 #include <thread>
 
-#include "ps/control.h"
-#include "ps/coordinator.h"
-#include "ps/job.h"
-#include "ps/launch_env.h"
-#include "ps/server.h"
-#include "ps/worker.h"
+#include "ps/coordinator/coordinator.h"
+#include "ps/job/job.h"
+#include "ps/launch/launch_env.h"
+#include "ps/server/server.h"
+#include "ps/wire/control.h"
+#include "ps/worker/worker.h"
 
 namespace ferry::ps {
 

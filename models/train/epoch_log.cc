@@ -8,7 +8,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "ps/checkpoint.h"
+#include "ps/job/checkpoint.h"
 
 namespace ferry::models {
 

@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "ps/checkpoint.h"
+#include "ps/job/checkpoint.h"
 
 namespace ferry::models {
 

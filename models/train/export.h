@@ -1,4 +1,4 @@
-// Model export: the servers' shards (a checkpoint, ps/checkpoint.h) to a model file
+// Model export: the servers' shards (a checkpoint, ps/job/checkpoint.h) to a model file
 // (models/io, docs/model-format.md). Each table's rows become (key, weights): the optimizer
 // state stays behind.
 #pragma once
@@ -7,7 +7,7 @@
 
 #include "models/io/model_writer.h"
 #include "models/train/model_def.h"
-#include "ps/job.h"
+#include "ps/job/job.h"
 
 namespace ferry::models {
 

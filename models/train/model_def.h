@@ -22,7 +22,7 @@
 #include "models/kernels/mlp_shape.h"
 #include "models/train/model_kernel.h"
 #include "models/train/train_options.h"
-#include "ps/job.h"
+#include "ps/job/job.h"
 
 namespace ferry::models {
 

@@ -17,7 +17,7 @@
 #include "models/data/batch.h"
 #include "models/kernels/mlp_dense.h"
 #include "models/train/model_def.h"
-#include "ps/worker.h"
+#include "ps/worker/worker.h"
 
 namespace ferry::models {
 

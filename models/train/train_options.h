@@ -10,7 +10,7 @@
 #include "models/data/parse.h"
 #include "models/io/model.h"
 #include "models/io/model_writer.h"
-#include "ps/job.h"
+#include "ps/job/job.h"
 
 namespace ferry::models {
 
@@ -87,7 +87,7 @@ struct TrainOptions {
   bool fp16_push = false;
   float push_filter = 0.0f;
 
-  // Checkpoints (ps/checkpoint.h). Every checkpoint_every batches (bsp: one clock per batch),
+  // Checkpoints (ps/job/checkpoint.h). Every checkpoint_every batches (bsp: one clock per batch),
   // a consistent checkpoint of every server into checkpoint_dir/clock-C with each worker's data
   // position; 0 with a directory: kDefaultCheckpointEvery. `resume`: a checkpoint, or a
   // directory of periodic ones (its newest): the job restores the model and, from a periodic

@@ -11,7 +11,7 @@
 
 #include "models/eval/calibration.h"
 #include "models/train/worker_loop.h"
-#include "ps/checkpoint.h"
+#include "ps/job/checkpoint.h"
 
 namespace ferry::models {
 

@@ -44,7 +44,7 @@
 #include <vector>
 
 #include "perf/ps/bench_report.h"
-#include "ps/array_hash_map.h"
+#include "ps/store/array_hash_map.h"
 
 namespace {
 

@@ -2,8 +2,8 @@
 // process with no transport, on a table built exactly like a server's.
 //
 //   table    an ArrayHashMap with the server's layout (dim floats, the optimizer's state floats,
-//            metadata: the same row stride, see ps/server.cc Server::Init), the same initial row
-//            count (TableInitialRows with one server), the key space inserted in index order
+//            metadata: the same row stride, see ps/server/server.cc Server::Init), the same initial
+//            row count (TableInitialRows with one server), the key space inserted in index order
 //            (what ferry-ps-bench's populate does with one worker) and every row initialised with
 //            ps::InitWeights / ps::InitState (what a server does when it creates a row).
 //   batches  the very batches worker 0 of ferry-ps-bench uses (tools/ps/keys.h, MeasureSeed):
@@ -33,8 +33,8 @@
 #include <sstream>
 
 #include "ferry_config.h"
-#include "ps/array_hash_map.h"
-#include "ps/optimizer.h"
+#include "ps/store/array_hash_map.h"
+#include "ps/store/optimizer.h"
 #include "tools/bench/stats.h"
 #include "tools/ps/pipeline.h"
 #include "tools/ps/ps_bench.h"

@@ -1,7 +1,7 @@
 // Everything the parameter server decodes from a peer or from disk: request headers and key
-// arrays in a staging ring (ps/protocol.h ParseRequest), control messages (ps/control.h
+// arrays in a staging ring (ps/wire/protocol.h ParseRequest), control messages (ps/wire/control.h
 // DecodeControl), error reply records and connection hellos, checkpoint manifests
-// (ps/checkpoint.h ParseManifest), and pushes a replica forwards into a forward ring
+// (ps/job/checkpoint.h ParseManifest), and pushes a replica forwards into a forward ring
 // (ParseForward). The first input byte picks the decoder; the rest is its input.
 // A decoder must either refuse with a clear status or hand out a view whose every byte lies in
 // the input: the keys and gradients of an accepted request are read in full (ASan checks).
@@ -11,9 +11,9 @@
 #include <string_view>
 #include <vector>
 
-#include "ps/checkpoint.h"
-#include "ps/control.h"
-#include "ps/protocol.h"
+#include "ps/job/checkpoint.h"
+#include "ps/wire/control.h"
+#include "ps/wire/protocol.h"
 
 namespace {
 

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "ps/array_hash_map.h"
+#include "ps/store/array_hash_map.h"
 
 namespace {
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "ps/array_hash_map.h"
+#include "ps/store/array_hash_map.h"
 #include "tools/bench/config.h"
 #include "transport/common/segment_codec.h"
 #include "transport/tcp/wire.h"

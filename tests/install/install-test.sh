@@ -69,8 +69,8 @@ case $case_name in
     fi
     inc=$(find "$root" -type d -path '*/include/ferry' | head -1)
     [ -n "$inc" ] || { fail "no include/ferry directory installed"; exit 1; }
-    for h in transport/transport.h transport/status.h ps/array_hash_map.h ps/worker.h \
-             ps/server.h models/train/trainer.h; do
+    for h in transport/transport.h transport/status.h ps/store/array_hash_map.h ps/worker/worker.h \
+             ps/server/server.h models/train/trainer.h; do
       [ -f "$inc/$h" ] || fail "public header $h not installed"
     done
     # Backend headers stay private.

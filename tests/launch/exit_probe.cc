@@ -5,7 +5,7 @@
 //              [--lines N] [--partial]
 //
 // Every rank reads its launcher environment and finds the coordinator like a real rank
-// (ps/rendezvous.h: rank 0 writes FERRY_COORDINATOR_FILE; it starts no real coordinator, the
+// (ps/launch/rendezvous.h: rank 0 writes FERRY_COORDINATOR_FILE; it starts no real coordinator, the
 // address it publishes is its bind address with port 9 for port 0: 127.0.0.1:9), then prints
 //   exit_probe rank R pid P ready coordinator=ADDR
 // and, with --print-env, one line "exit_probe rank R env KEY=VALUE" per FERRY_* variable (sorted);
@@ -27,8 +27,8 @@
 #include <thread>
 #include <vector>
 
-#include "ps/launch_env.h"
-#include "ps/rendezvous.h"
+#include "ps/launch/launch_env.h"
+#include "ps/launch/rendezvous.h"
 
 extern char** environ;
 

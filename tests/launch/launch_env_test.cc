@@ -1,6 +1,6 @@
-// ps/launch_env.h: launcher detection through an injected getenv, hostlist expansion and the
+// ps/launch/launch_env.h: launcher detection through an injected getenv, hostlist expansion and the
 // derived coordinator port.
-#include "ps/launch_env.h"
+#include "ps/launch/launch_env.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -9,7 +9,7 @@
 #include <set>
 #include <string>
 
-#include "ps/job.h"
+#include "ps/job/job.h"
 
 namespace ferry::ps {
 namespace {

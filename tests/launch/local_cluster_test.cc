@@ -1,7 +1,7 @@
-// ps/local_cluster.h: the pure pieces (line tagging, role and exit descriptions) and
+// ps/launch/local_cluster.h: the pure pieces (line tagging, role and exit descriptions) and
 // RunLocalCluster's return values with /bin/sh as the rank program. ferry-launch's signal,
 // timeout and output behaviour is tested end to end by ferry-launch-test.sh.
-#include "ps/local_cluster.h"
+#include "ps/launch/local_cluster.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -80,8 +80,9 @@ TEST(LocalClusterTextTest, WaitStatuses) {
             "was killed by signal 11 (SIGSEGV), core dumped");
 }
 
-// A rank program in sh: rank 0 publishes a (fake) coordinator address the way ps/rendezvous.cc
-// does, then every rank exits with the code `codes` gives it ("0 0 7": rank 2 exits 7).
+// A rank program in sh: rank 0 publishes a (fake) coordinator address the way
+// ps/launch/rendezvous.cc does, then every rank exits with the code `codes` gives it ("0 0 7": rank
+// 2 exits 7).
 LocalClusterOptions ShJob(uint32_t servers, uint32_t workers, const std::string& codes) {
   LocalClusterOptions o;
   o.servers = servers;

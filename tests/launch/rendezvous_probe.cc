@@ -1,4 +1,5 @@
-// rendezvous_probe: checks ps/rendezvous.h under a real launcher (ferry-launch, mpirun, srun).
+// rendezvous_probe: checks ps/launch/rendezvous.h under a real launcher (ferry-launch, mpirun,
+// srun).
 //
 // Every rank runs DetectLaunchEnv + FindCoordinator. Rank 0's start_on_rank0 opens a real TCP
 // listener; every other rank connects (retrying until the deadline: rank 0 may be late under the
@@ -32,8 +33,8 @@
 #include <thread>
 #include <vector>
 
-#include "ps/launch_env.h"
-#include "ps/rendezvous.h"
+#include "ps/launch/launch_env.h"
+#include "ps/launch/rendezvous.h"
 
 namespace {
 

@@ -1,6 +1,6 @@
-// ps/rendezvous.h without a launcher: the address rules with a fake start_on_rank0 (the real
+// ps/launch/rendezvous.h without a launcher: the address rules with a fake start_on_rank0 (the real
 // listeners and launchers are exercised by rendezvous_probe under mpirun and srun).
-#include "ps/rendezvous.h"
+#include "ps/launch/rendezvous.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

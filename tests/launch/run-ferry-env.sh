@@ -5,7 +5,7 @@
 #   tests/launch/run-ferry-env.sh N [--expect REGEX]... [--timeout S] -- CMD ARGS...
 # Rank 0 starts first with FERRY_RANK=0 FERRY_SIZE=N FERRY_COORDINATOR_FILE=<tmp file>; once it
 # has written its bound address there, ranks 1..N-1 start with FERRY_COORDINATOR=<that address>
-# (rules (b) and (a) of ps/rendezvous.h). Exit: 0 pass, 1 fail.
+# (rules (b) and (a) of ps/launch/rendezvous.h). Exit: 0 pass, 1 fail.
 set -uo pipefail
 source "$(dirname "$(readlink -f "$0")")/lib.sh"
 launch_parse "$@"

@@ -3,7 +3,7 @@
 #   tests/launch/run-mpirun.sh NP [--expect REGEX]... [--timeout S] [--coordinator HOST:PORT|auto]
 #                              -- CMD ARGS...
 # Adds --allow-run-as-root when root and --oversubscribe (more ranks than cores). --coordinator
-# exports FERRY_COORDINATOR to every rank (rule (a) of ps/rendezvous.h, the way to run without
+# exports FERRY_COORDINATOR to every rank (rule (a) of ps/launch/rendezvous.h, the way to run without
 # PMIx); "auto" is 127.0.0.1 and a port nobody listens on. Extra mpirun options come from
 # $MPIRUN_ARGS. The output is passed through; --expect checks it.
 # Exit: 0 pass, 1 fail, 77 skip (no mpirun).

@@ -2,7 +2,7 @@
 
 #include <set>
 
-#include "ps/array_hash_map.h"
+#include "ps/store/array_hash_map.h"
 
 namespace ferry::ps {
 namespace {

@@ -1,4 +1,4 @@
-#include "ps/array_hash_map.h"
+#include "ps/store/array_hash_map.h"
 
 #include <gtest/gtest.h>
 

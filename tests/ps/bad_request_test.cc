@@ -1,5 +1,5 @@
-// Hostile and wrong requests (ps/protocol.h "Errors"): a bad request gets an error reply naming
-// what is wrong and touches nothing; a framing violation closes that worker's connection and
+// Hostile and wrong requests (ps/wire/protocol.h "Errors"): a bad request gets an error reply
+// naming what is wrong and touches nothing; a framing violation closes that worker's connection and
 // only that one; the server keeps serving the others.
 //
 // Through the Worker API where it can express the mistake (unknown table, wrong gradient count,
@@ -15,12 +15,12 @@
 #include <ostream>
 #include <thread>
 
-#include "ps/control.h"
-#include "ps/coordinator.h"
-#include "ps/optimizer.h"
-#include "ps/protocol.h"
-#include "ps/server.h"
-#include "ps/worker.h"
+#include "ps/coordinator/coordinator.h"
+#include "ps/server/server.h"
+#include "ps/store/optimizer.h"
+#include "ps/wire/control.h"
+#include "ps/wire/protocol.h"
+#include "ps/worker/worker.h"
 #include "tests/ps/job_util.h"
 #include "transport/pool.h"
 

@@ -2,7 +2,7 @@
 // different server count. Rows must move to their new owners with their optimizer state: pulls
 // after the restore return the same bits, and further pushes give the same results as in a job
 // that never stopped.
-#include "ps/checkpoint.h"
+#include "ps/job/checkpoint.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -1,9 +1,9 @@
-// Consistency models through real jobs (ps/worker.h, Clock/Barrier): with one deliberately slow
-// worker, SSP keeps every worker within s clocks of the slowest and BSP keeps them in lock-step
-// (checked from the worker's own view and against the actual clocks of all worker threads, which
-// share this process); a BSP pull at clock c returns exactly the state after every push of the
-// clocks before c; ASP never holds a fast worker back; BSP refuses push-pull; after Barrier()
-// every worker's earlier pushes are applied (ASP, SSP).
+// Consistency models through real jobs (ps/worker/worker.h, Clock/Barrier): with one deliberately
+// slow worker, SSP keeps every worker within s clocks of the slowest and BSP keeps them in
+// lock-step (checked from the worker's own view and against the actual clocks of all worker
+// threads, which share this process); a BSP pull at clock c returns exactly the state after every
+// push of the clocks before c; ASP never holds a fast worker back; BSP refuses push-pull; after
+// Barrier() every worker's earlier pushes are applied (ASP, SSP).
 #include <gtest/gtest.h>
 
 #include <atomic>

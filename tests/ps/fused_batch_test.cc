@@ -7,8 +7,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "ps/array_hash_map.h"
-#include "ps/hash_index.h"
+#include "ps/store/array_hash_map.h"
+#include "ps/store/hash_index.h"
 
 namespace ferry::ps {
 namespace {

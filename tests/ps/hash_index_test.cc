@@ -1,6 +1,6 @@
 // HashIndex (SSE2 tag groups over a slot array) on its own: the rows are a vector of keys with
 // a live bitmap, the RowKeys an index rebuilds from.
-#include "ps/hash_index.h"
+#include "ps/store/hash_index.h"
 
 #include <gtest/gtest.h>
 

@@ -8,8 +8,8 @@
 #include <numeric>
 #include <vector>
 
-#include "ps/optimizer.h"
-#include "ps/protocol.h"
+#include "ps/store/optimizer.h"
+#include "ps/wire/protocol.h"
 #include "tests/ps/job_util.h"
 
 namespace ferry::ps::testing {

@@ -1,4 +1,4 @@
-// Optimizers and initializers (ps/optimizer.h).
+// Optimizers and initializers (ps/store/optimizer.h).
 //
 // (a) Unit: ApplyUpdate / InitState against a plain reference written here from the formulas in
 //     the header (FTRL's l1 driving weights to exactly 0, Adam's bias correction with the row's
@@ -9,7 +9,7 @@
 //     with the reference replaying the same stream: worker-side aggregation sums the rows of a
 //     repeated key in input order, then one update per unique key; under BSP the server applies
 //     a clock's pushes in worker order.
-#include "ps/optimizer.h"
+#include "ps/store/optimizer.h"
 
 #include <gtest/gtest.h>
 
@@ -43,7 +43,8 @@ RefRow RefNew(const OptimizerSpec& o, uint32_t dim, const std::vector<float>& w0
   return r;
 }
 
-// The formulas of ps/optimizer.h, coordinate by coordinate, in float, in the order written there.
+// The formulas of ps/store/optimizer.h, coordinate by coordinate, in float, in the order written
+// there.
 void RefUpdate(const OptimizerSpec& o, RefRow& r, const float* g) {
   ++r.updates;
   const size_t dim = r.w.size();

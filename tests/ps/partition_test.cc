@@ -1,6 +1,6 @@
-// Consistent hashing (ps/partition.h): range, determinism, balance, movement when a server joins,
-// versions, and the O(1) bucket lookup against a brute-force walk of the ring.
-#include "ps/partition.h"
+// Consistent hashing (ps/job/partition.h): range, determinism, balance, movement when a server
+// joins, versions, and the O(1) bucket lookup against a brute-force walk of the ring.
+#include "ps/job/partition.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
-// The data-path protocol (ps/protocol.h) and the control codec (ps/control.h): request framing
-// versus content checks, sizes, reply records, the worker hello, half floats (checked against
-// GCC's _Float16) and the control messages' round trip and rejection of damaged input.
-#include "ps/protocol.h"
+// The data-path protocol (ps/wire/protocol.h) and the control codec (ps/wire/control.h): request
+// framing versus content checks, sizes, reply records, the worker hello, half floats (checked
+// against GCC's _Float16) and the control messages' round trip and rejection of damaged input.
+#include "ps/wire/protocol.h"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,10 @@
 #include <random>
 #include <vector>
 
-#include "ps/control.h"
+#include "ps/job/checkpoint.h"
+#include "ps/store/array_hash_map.h"
+#include "ps/wire/control.h"
+#include "ps/wire/row_format.h"
 
 namespace ferry::ps {
 namespace {
@@ -55,6 +58,27 @@ TEST(Protocol, PayloadAndRingBytes) {
   for (uint32_t s = 0; s < 3; ++s) {
     for (uint32_t seq = 0; seq < 100; ++seq) {
       EXPECT_LT(ReplySlotOffset(s, seq, 8) + kReplySlotBytes, ReplySlotsBytes(3, 8) + 1);
+    }
+  }
+}
+
+// The wire's remote row format is what the store lays out for a server's tables, whatever the
+// dimension and optimizer (a one-sided read depends on it).
+TEST(Protocol, RemoteRowFormatIsTheServersRowLayout) {
+  for (Optimizer opt : {Optimizer::kNone, Optimizer::kSgd, Optimizer::kAdagrad, Optimizer::kFtrl,
+                        Optimizer::kAdam}) {
+    for (uint32_t dim : {1u, 3u, 8u, 17u, 64u}) {
+      TableSpec spec;
+      spec.dim = dim;
+      spec.optimizer.kind = opt;
+      const TableOptions o = ServerTableOptions(spec);
+      ASSERT_TRUE(o.metadata);
+      const RowLayout l = RowLayout::For(dim, o.state_floats, o.metadata);
+      EXPECT_EQ(l.embedding_offset, RemoteRowFormat::kEmbeddingOffset);
+      const auto versioned = l.Field(RowField::kVersionedEmbedding);
+      ASSERT_TRUE(versioned.ok());
+      EXPECT_EQ(versioned->offset, RemoteRowFormat::kVersionOffset);
+      EXPECT_GE(l.stride, RemoteRowFormat::ReadBytes(dim));
     }
   }
 }

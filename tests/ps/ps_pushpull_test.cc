@@ -7,7 +7,7 @@
 #include <random>
 #include <set>
 
-#include "ps/optimizer.h"
+#include "ps/store/optimizer.h"
 #include "tests/ps/cluster.h"
 
 namespace ferry::ps::testing {
@@ -54,8 +54,8 @@ TEST_P(PsJob, PullInitializesRowsPushAppliesSgd) {
     for (size_t i = 0; i < keys.size(); ++i) {
       InitWeights(init, keys[i], 5, expect.data());
       for (int d = 0; d < 5; ++d) {
-        RETURN_IF_ERROR_(Check(rows[i][d] == expect[d], "initial row of key " +
-                                                            std::to_string(keys[i])));
+        RETURN_IF_ERROR_(
+            Check(rows[i][d] == expect[d], "initial row of key " + std::to_string(keys[i])));
       }
     }
     w->Release(p);
@@ -87,9 +87,9 @@ TEST_P(PsJob, PullInitializesRowsPushAppliesSgd) {
         const float g = static_cast<float>(all[i] % 7 + d) * 0.01f;
         const float want = expect[d] - 0.5f * (g * static_cast<float>(c));
         if (!Near(after[i][d], want)) {
-          return Internal("key " + std::to_string(all[i]) + " dim " + std::to_string(d) +
-                          ": got " + std::to_string(after[i][d]) + ", want " +
-                          std::to_string(want) + " (" + std::to_string(c) + " pushes)");
+          return Internal("key " + std::to_string(all[i]) + " dim " + std::to_string(d) + ": got " +
+                          std::to_string(after[i][d]) + ", want " + std::to_string(want) + " (" +
+                          std::to_string(c) + " pushes)");
         }
       }
     }

@@ -44,7 +44,7 @@
 #include <thread>
 #include <vector>
 
-#include "ps/launch_env.h"
+#include "ps/launch/launch_env.h"
 #include "ps/node.h"
 #include "tests/common/peer.h"
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "ps/array_hash_map.h"
+#include "ps/store/array_hash_map.h"
 #include "tests/common/fake_transport.h"
 
 namespace ferry::ps {

@@ -1,5 +1,5 @@
-// Chain-replicated shards (JobSpec::replicas; ps/chain.h, docs/ps.md "Replicas"), in-process over
-// every transport configuration available here (FERRY_TEST_BACKENDS narrows it: verbs in the
+// Chain-replicated shards (JobSpec::replicas; ps/job/chain.h, docs/ps.md "Replicas"), in-process
+// over every transport configuration available here (FERRY_TEST_BACKENDS narrows it: verbs in the
 // soft-RoCE VM through tests/ps/vm-ps.sh).
 //
 // The rule: replicas change no result, and losing a server while the job runs changes none

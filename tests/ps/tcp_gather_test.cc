@@ -8,7 +8,7 @@
 #include <cstring>
 #include <vector>
 
-#include "ps/array_hash_map.h"
+#include "ps/store/array_hash_map.h"
 #include "transport/transport.h"
 
 namespace ferry::ps {

@@ -6,7 +6,7 @@
 #include <thread>
 #include <vector>
 
-#include "ps/array_hash_map.h"
+#include "ps/store/array_hash_map.h"
 
 namespace ferry::ps {
 namespace {

@@ -1,4 +1,4 @@
-// Chain-replicated shards under load, with real processes (ferry-train --replicas; ps/chain.h).
+// Chain-replicated shards under load, with real processes (ferry-train --replicas; ps/job/chain.h).
 // A bsp run with fixed seeds on 3 servers and 2 workers, every shard on 2 servers, has one server
 // killed with SIGKILL at a random moment while it trains (after its first streaming evaluation,
 // so well past the start). The job must not stop: the dead server's shards fail over to their

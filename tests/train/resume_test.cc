@@ -1,5 +1,5 @@
-// Exactly-once restore (ferry-train --checkpoint-dir / --resume; ps/checkpoint.h). A bsp run with
-// fixed seeds writes a periodic checkpoint every few batches and is killed with SIGKILL at a
+// Exactly-once restore (ferry-train --checkpoint-dir / --resume; ps/job/checkpoint.h). A bsp run
+// with fixed seeds writes a periodic checkpoint every few batches and is killed with SIGKILL at a
 // random moment after its first one: a server, a worker, or rank 0 (server 0 and the
 // coordinator). The job must fail naming the killed rank; `--resume DIR` then finishes it, and
 // the final model FILE equals the uninterrupted run's byte for byte: no update lost, none applied

@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "ps/mapped_buffer.h"
+#include "ps/store/mapped_buffer.h"
 #include "tests/common/ops.h"
 #include "tests/ucx/ucx_test_util.h"
 #include "transport/pool.h"

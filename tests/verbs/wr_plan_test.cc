@@ -1,6 +1,7 @@
 // Pure planning tests (no device): SGE merging/splitting and post-list batching.
 #include "transport/verbs/wr_plan.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -100,6 +101,47 @@ std::vector<BatchPiece> Batch(std::span<const size_t> remaining, size_t sq_free,
   std::vector<BatchPiece> out;
   PlanPostBatch(remaining, sq_free, cq_budget, max_batch, &out);
   return out;
+}
+
+TEST(SendWr, RdmaFieldsImmediateAndSges) {
+  WrPlan plan;
+  PlanSparse(std::vector<Segment>{{0, 100, 8}, {64, 108, 8}}, 1000, 7, 5000, 9, IBV_WR_RDMA_WRITE,
+             16, 1ull << 31, &plan);
+  AddNotify(0x01020304, 5000, 9, &plan);
+  ibv_send_wr wr = MakeSendWr(plan.wrs[0], plan.sges.data(), 0);
+  EXPECT_EQ(wr.opcode, IBV_WR_RDMA_WRITE_WITH_IMM);
+  EXPECT_EQ(wr.imm_data, htonl(0x01020304));
+  EXPECT_EQ(wr.wr.rdma.remote_addr, 5100u);
+  EXPECT_EQ(wr.wr.rdma.rkey, 9u);
+  EXPECT_EQ(wr.sg_list, &plan.sges[0]);
+  EXPECT_EQ(wr.num_sge, 2);
+  EXPECT_EQ(wr.send_flags, 0u);  // max_inline 0
+  EXPECT_EQ(wr.wr_id, 0u);       // the poster's
+  EXPECT_EQ(wr.next, nullptr);
+}
+
+TEST(SendWr, SendHasNoRdmaFieldsAndAnEmptyOneNoSges) {
+  WrPlan plan;
+  PlanSend(4096, 0, 7, 64, 0x200, &plan);
+  ibv_send_wr wr = MakeSendWr(plan.wrs[0], plan.sges.data(), 256);
+  EXPECT_EQ(wr.opcode, IBV_WR_SEND_WITH_IMM);
+  EXPECT_EQ(wr.imm_data, htonl(0x200 | kLastFragment));
+  EXPECT_EQ(wr.sg_list, nullptr);
+  EXPECT_EQ(wr.num_sge, 0);
+  EXPECT_EQ(wr.wr.rdma.remote_addr, 0u);
+  EXPECT_EQ(wr.send_flags, 0u);  // nothing to inline
+}
+
+TEST(SendWr, InlineUpToMaxInlineAndNeverForReads) {
+  for (uint64_t bytes : {1u, 64u, 65u}) {
+    for (ibv_wr_opcode opcode : {IBV_WR_RDMA_WRITE, IBV_WR_RDMA_READ}) {
+      WrPlan plan;
+      PlanContiguous(0, bytes, 1, 0, 2, opcode, 1ull << 31, &plan);
+      ibv_send_wr wr = MakeSendWr(plan.wrs[0], plan.sges.data(), 64);
+      const bool inline_expected = opcode == IBV_WR_RDMA_WRITE && bytes <= 64;
+      EXPECT_EQ((wr.send_flags & IBV_SEND_INLINE) != 0, inline_expected) << bytes << " " << opcode;
+    }
+  }
 }
 
 TEST(PostBatch, FillsSqAndSignalsEachPiece) {

@@ -1,5 +1,6 @@
 // ferry-launch: runs a parameter-server job on this host, one process per rank, the way
-// `mpirun -np N` would; the rank environment, failure and signal rules are ps/local_cluster.h's.
+// `mpirun -np N` would; the rank environment, failure and signal rules are
+// ps/launch/local_cluster.h's.
 //
 //   ferry-launch --servers 2 --workers 2 -- ferry-train --data train.svm
 //   ferry-launch -s 4 -w 4 --rule colocated --tag-output --timeout 600 -- ./my_job --steps 100
@@ -14,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "ps/local_cluster.h"
+#include "ps/launch/local_cluster.h"
 #include "tools/common/command.h"
 
 namespace {

@@ -193,7 +193,7 @@ Status RunCheck(ps::Worker& w, uint32_t table, const BenchOptions& o, uint64_t* 
                          KeyBatches::Create(o.key_spec, CheckBatch(o),
                                             BatchSeed(o.seed, w.index(), kPhaseCheck + 1), 1));
   FERRY_RETURN_IF_ERROR(CheckPushes(w, table, o, /*push_pull=*/false, pushes.Next(), rows_checked));
-  if (o.push_filter > 0) return Status::Ok();  // no filtered push-pulls (ps/job.h)
+  if (o.push_filter > 0) return Status::Ok();  // no filtered push-pulls (ps/job/job.h)
   FERRY_ASSIGN_OR_RETURN(KeyBatches pushpulls,
                          KeyBatches::Create(o.key_spec, CheckBatch(o),
                                             BatchSeed(o.seed, w.index(), kPhaseCheck + 2), 1));

@@ -126,7 +126,7 @@ Result<BenchOptions> Resolve(const CliOptions& c, const ps::LaunchEnv& env,
   }
   o.push_filter = c.push_filter;
   if (o.push_filter > 0 && c.ops == "all") {
-    // The library refuses filtered push-pulls (ps/job.h): "all" means pull and push here.
+    // The library refuses filtered push-pulls (ps/job/job.h): "all" means pull and push here.
     std::erase(o.ops, BenchOp::kPushPull);
   }
   o.seed = c.seed;

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "ps/launch_env.h"
+#include "ps/launch/launch_env.h"
 #include "tools/ps/ps_bench.h"
 
 namespace ferry::psbench {

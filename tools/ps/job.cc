@@ -2,8 +2,8 @@
 #include <algorithm>
 #include <string>
 
-#include "ps/array_hash_map.h"
-#include "ps/protocol.h"
+#include "ps/store/array_hash_map.h"
+#include "ps/wire/protocol.h"
 #include "tools/ps/ps_bench.h"
 
 namespace ferry::psbench {

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <deque>
 
-#include "ps/worker.h"
+#include "ps/worker/worker.h"
 #include "transport/status.h"
 
 namespace ferry::psbench {

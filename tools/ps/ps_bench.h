@@ -41,9 +41,9 @@
 #include <string_view>
 #include <vector>
 
-#include "ps/job.h"
+#include "ps/job/job.h"
 #include "ps/node.h"
-#include "ps/optimizer.h"
+#include "ps/store/optimizer.h"
 #include "tools/bench/stats.h"
 #include "tools/ps/keys.h"
 #include "transport/status.h"

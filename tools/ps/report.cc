@@ -2,7 +2,7 @@
 // ps_bench.h).
 //
 // WorkerResult travels through Worker::Gather in this byte layout (host byte order: the ranks of
-// a job share an architecture, as ps/protocol.h assumes):
+// a job share an architecture, as ps/wire/protocol.h assumes):
 //
 //   struct Encoded {
 //     uint32_t magic;              // "PSB1"

@@ -5,7 +5,7 @@
 //   srun -n 4 --mpi=pmix ferry-train --servers 2 ...                      # joins srun's job
 //
 // Not under a launcher, it starts a local cluster of --servers + --workers copies of itself
-// (ps/local_cluster.h) and exits with the job's status; each copy (and each rank under
+// (ps/launch/local_cluster.h) and exits with the job's status; each copy (and each rank under
 // mpirun/srun) joins the job (ps/node.h) and runs its part (models/train/trainer.h).
 #include <unistd.h>
 
@@ -19,8 +19,8 @@
 #include "models/train/flags.h"
 #include "models/train/model_def.h"
 #include "models/train/trainer.h"
-#include "ps/launch_env.h"
-#include "ps/local_cluster.h"
+#include "ps/launch/launch_env.h"
+#include "ps/launch/local_cluster.h"
 #include "ps/node.h"
 #include "tools/common/command.h"
 

@@ -1,0 +1,48 @@
+// The coordinator: membership, the start barrier, worker barriers, clocks (BSP/SSP/ASP), gathers,
+// shutdown and failure notices. One per job, a thread in rank 0. It never touches data: ranks
+// exchange their data-transport addresses through it (kMembership) and then talk directly.
+//
+// Lifecycle:
+//   registering  every expected member (servers 0..S-1, workers 0..W-1) sends kRegister with the
+//                job fingerprint; a member whose fingerprint, role or index is wrong gets
+//                kReject. When all have registered: kMembership to all.
+//   connecting   workers connect to servers; each member sends kReady; all ready: kStart.
+//   running      barriers, clocks, gathers. Under BSP a clock advances only after every server
+//                applied the pushes of the clocks before it (kApplyClock / kClockApplied).
+//   finishing    every worker sent kFinish: kShutdown to all; members disconnect.
+//   failed       a member's connection failed (or it never registered within the startup
+//                timeout) before the job finished: kFailure {who, why, when} to every survivor.
+//
+// Threading: Start() returns once listening; everything else runs on the coordinator's thread.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "ps/job/job.h"
+#include "transport/status.h"
+
+namespace ferry::ps {
+
+class Coordinator {
+ public:
+  // Binds `bind_address` ("host:port", port 0 picks one) and starts the coordinator thread.
+  static Result<std::unique_ptr<Coordinator>> Start(const JobSpec& job,
+                                                    const std::string& bind_address);
+  ~Coordinator();  // stops the thread (an unfinished job is abandoned)
+  Coordinator(const Coordinator&) = delete;
+  Coordinator& operator=(const Coordinator&) = delete;
+
+  // The bound "host:port".
+  const std::string& address() const;
+  // Blocks until the job ended: Ok after a clean shutdown, the first failure otherwise.
+  Status Join();
+
+  struct Impl;
+
+ private:
+  explicit Coordinator(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ferry::ps

@@ -1,0 +1,99 @@
+// Checkpoints driven by the coordinator (coordinator_state.h, ps/job/checkpoint.h): a worker's
+// request relayed to every server, and periodic consistent checkpoints at BSP clock boundaries; the
+// manifest is written once every live server answered.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "ps/coordinator/coordinator_state.h"
+#include "ps/job/checkpoint.h"
+
+namespace ferry::ps {
+
+void Coordinator::Impl::CheckCheckpoints() {
+  for (auto it = checkpoints.begin(); it != checkpoints.end();) {
+    bool all = true;
+    for (size_t s = 0; s < servers.size() && all; ++s) {
+      all = chain.dead(static_cast<uint32_t>(s)) ||
+            it->second.answered.count(static_cast<uint32_t>(s)) != 0;
+    }
+    auto next = std::next(it);
+    if (all) FinishCheckpoint(it);
+    it = next;
+  }
+}
+
+void Coordinator::Impl::MaybeStartPeriodicCheckpoint() {
+  if (job.checkpoint_every == 0 || min_clock % job.checkpoint_every != 0 ||
+      phase != Phase::kRunning) {
+    return;
+  }
+  PendingCheckpoint p;
+  p.requester = kPeriodic;
+  p.clock = min_clock;
+  p.started = Clock::now();
+  for (int i : workers) {
+    // A finished worker's position is past its data: a job it left is not resumable here.
+    if (conns[i].finished || conns[i].clock != min_clock) return;
+    p.positions.push_back(conns[i].position);
+  }
+  p.dir = job.checkpoint_dir + "/" + PeriodicCheckpointName(min_clock);
+  std::error_code ec;
+  std::filesystem::create_directories(p.dir, ec);
+  if (ec) {
+    FailJob(nullptr, Status(Code::kIoError, "checkpoint at clock " + std::to_string(min_clock) +
+                                                ": create " + p.dir + ": " + ec.message()));
+    return;
+  }
+  ControlMessage c;
+  c.kind = ControlKind::kCheckpoint;
+  c.value = kPeriodicKey | min_clock;
+  c.text = p.dir;
+  checkpoints[c.value] = std::move(p);
+  SendToRole(Role::kServer, c);
+}
+
+void Coordinator::Impl::FinishCheckpoint(std::map<uint64_t, PendingCheckpoint>::iterator it) {
+  PendingCheckpoint& p = it->second;
+  if (p.lost_server && p.error.empty()) {
+    // The servers that took over a removed server's shards copied their tables before they
+    // knew: its shards may be missing. The checkpoint is not written (no manifest).
+    p.error = p.clear ? "a server was removed while the tables were emptied: retry it"
+                      : "a server was removed during the checkpoint (its shards may be missing): "
+                        "retry it";
+    if (p.requester == kPeriodic) {
+      std::fprintf(stderr, "ferry coordinator: checkpoint at clock %llu skipped: %s\n",
+                   static_cast<unsigned long long>(p.clock), p.error.c_str());
+      checkpoints.erase(it);
+      return;
+    }
+  }
+  // Every shard is on disk: the manifest makes the checkpoint exist.
+  if (p.error.empty() && !p.clear) {
+    CheckpointManifest m = ManifestFor(job, p.requester == kPeriodic ? p.clock : min_clock);
+    m.positions = p.positions;
+    Status s = WriteManifest(p.dir, m);
+    if (s.ok() && p.requester == kPeriodic) {
+      s = CommitLatest(job.checkpoint_dir, PeriodicCheckpointName(p.clock), job.checkpoints_kept);
+    }
+    if (!s.ok()) p.error = s.ToString();
+  }
+  if (p.requester == kPeriodic) {
+    // Checkpoints were asked for: carrying on without them would lose work silently later.
+    if (!p.error.empty()) {
+      FailJob(nullptr, Status(Code::kIoError, "checkpoint at clock " + std::to_string(p.clock) +
+                                                  " failed: " + p.error));
+    }
+    checkpoints.erase(it);
+    return;
+  }
+  ControlMessage r;
+  r.kind = ControlKind::kCheckpointDone;
+  r.value = it->first & ((uint64_t{1} << 40) - 1);
+  r.text = p.error;
+  if (!conns[p.requester].gone) Send(conns[p.requester].ep, r);
+  checkpoints.erase(it);
+}
+
+}  // namespace ferry::ps

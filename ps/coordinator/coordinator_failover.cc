@@ -1,0 +1,128 @@
+// Failures seen by the coordinator (coordinator_state.h): the failure notice every survivor gets,
+// and, with replicas (ps/job/chain.h), taking a server out of the job instead: at once when its
+// control connection fails, or when members report it unreachable, after weighing what they all
+// said within a short window (a server that lost every link accuses all its peers while they all
+// accuse it).
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+#include "ps/coordinator/coordinator_state.h"
+
+namespace ferry::ps {
+
+void Coordinator::Impl::FailJob(const Member* who, const Status& why) {
+  if (phase == Phase::kFailed || phase == Phase::kDone) return;
+  phase = Phase::kFailed;
+  ControlMessage f;
+  f.kind = ControlKind::kFailure;
+  if (who != nullptr && who->registered) {
+    f.rank = who->info.rank;
+    f.role = who->info.role;
+    f.index = who->info.index;
+  } else {
+    f.rank = UINT32_MAX;
+  }
+  f.value = ElapsedMs();
+  // Every survivor's error says who and when (the notice also carries the time in `value`).
+  char when[48];
+  std::snprintf(when, sizeof when, " [%.1f s into the job]", f.value / 1000.0);
+  f.text = (who != nullptr ? Describe(*who) + ": " : std::string()) + why.ToString() + when;
+  std::fprintf(stderr, "ferry coordinator: job failed after %.1f s: %s\n", f.value / 1000.0,
+               f.text.c_str());
+  SendToAll(f);
+  failure_notice = f;
+  failed_at = Clock::now();
+  std::lock_guard<std::mutex> lock(mu);
+  result = Status(why.code() == Code::kOk ? Code::kPeerFailure : why.code(), f.text);
+}
+
+void Coordinator::Impl::OnGone(size_t ci, const Status& why) {
+  Member& m = conns[ci];
+  if (m.gone) return;
+  m.gone = true;
+  const bool expected = phase == Phase::kFinishing || phase == Phase::kDone || m.removed ||
+                        (m.registered && m.info.role == Role::kWorker && m.finished);
+  if (expected || !m.registered) return;
+  if (m.info.role == Role::kServer && job.replicas > 1 && phase == Phase::kRunning) {
+    (void)RemoveServer(m.info.index, why);
+    return;
+  }
+  FailJob(&m, why);
+  // An unregistered connection that goes away (a probe, a rejected member) is not a failure.
+}
+
+bool Coordinator::Impl::RemoveServer(uint32_t index, const Status& why) {
+  if (index >= servers.size() || servers[index] < 0) return true;
+  Member& m = conns[servers[index]];
+  if (m.removed || phase == Phase::kFailed || phase == Phase::kDone) return true;
+  if (!chain.AllShardsLive(static_cast<int>(index))) {
+    FailJob(&m, Status(why.code() == Code::kOk ? Code::kPeerFailure : why.code(),
+                       why.message() + " (and a shard it holds has no live replica left)"));
+    return false;
+  }
+  chain.MarkDead(index);
+  m.removed = true;
+  ForgetAccusations(index);
+  ControlMessage d;
+  d.kind = ControlKind::kServerDown;
+  d.index = index;
+  d.rank = m.info.rank;
+  d.value = ElapsedMs();
+  d.text = Describe(m) + ": " + why.ToString();
+  std::fprintf(stderr,
+               "ferry coordinator: server %u removed after %.1f s, its shards fail over to their "
+               "replicas (%u of %zu servers left): %s\n",
+               index, d.value / 1000.0, chain.live_servers(), servers.size(), d.text.c_str());
+  SendToRole(Role::kServer, d);
+  SendToRole(Role::kWorker, d);
+  if (!m.gone) Send(m.ep, d);  // a server that is alive but unreachable stops serving
+  for (auto& [id, p] : checkpoints) {
+    if (p.answered.count(index) == 0) p.lost_server = true;
+  }
+  CheckApplied();
+  CheckCheckpoints();
+  return true;
+}
+
+void Coordinator::Impl::Accuse(size_t accuser, uint32_t server, const Status& why) {
+  if (chain.dead(server)) return;  // removed already
+  accused[server].insert(accuser);
+  accused_why.emplace(server, why);
+  if (judge_at == Clock::time_point()) judge_at = Clock::now() + kJudgeWindow;
+}
+
+void Coordinator::Impl::ForgetAccusations(uint32_t server) {
+  accused.erase(server);
+  accused_why.erase(server);
+  if (server >= servers.size() || servers[server] < 0) return;
+  const size_t ci = static_cast<size_t>(servers[server]);
+  for (auto it = accused.begin(); it != accused.end();) {
+    it->second.erase(ci);  // what a removed server said counts no more
+    if (it->second.empty()) {
+      accused_why.erase(it->first);
+      it = accused.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Coordinator::Impl::Judge() {
+  judge_at = Clock::time_point();
+  while (!accused.empty() && phase == Phase::kRunning) {
+    auto most = accused.begin();
+    for (auto it = accused.begin(); it != accused.end(); ++it) {
+      if (it->second.size() > most->second.size()) most = it;
+    }
+    const uint32_t server = most->first;
+    Status why = accused_why[server];
+    if (most->second.size() > 1) {
+      why = Status(why.code(), why.message() + " (and " + std::to_string(most->second.size() - 1) +
+                                   " more members lost it)");
+    }
+    if (!RemoveServer(server, why)) return;  // the job failed
+  }
+}
+
+}  // namespace ferry::ps

@@ -1,0 +1,169 @@
+// The coordinator's state (coordinator.h): private to coordinator*.cc. The state machine is
+// split by concern: coordinator.cc (registration, the start barrier, barriers, clocks, gathers,
+// the run loop), coordinator_failover.cc (failure notices, removing a replicated server, weighing
+// accusations), coordinator_checkpoints.cc (worker-asked and periodic checkpoints).
+// Threading: every member is used by the coordinator's thread alone, but `result` and `ended`
+// (guarded by mu).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "ps/coordinator/coordinator.h"
+#include "ps/job/chain.h"
+#include "ps/job/job.h"
+#include "ps/wire/control.h"
+#include "transport/transport.h"
+
+namespace ferry::ps {
+
+struct Coordinator::Impl {
+  using Clock = std::chrono::steady_clock;
+
+  struct Member {
+    std::shared_ptr<Endpoint> ep;
+    bool registered = false;
+    MemberInfo info;
+    bool ready = false;
+    bool finished = false;  // worker sent kFinish
+    bool gone = false;      // connection closed or failed
+    bool removed = false;   // a server taken out of the job (replicas: kServerDown)
+    uint64_t clock = 0;     // workers: completed clocks
+    uint64_t position = 0;  // workers: the data position reported with that clock
+  };
+
+  JobSpec job;
+  uint64_t fingerprint = 0;
+  std::unique_ptr<Transport> t;
+  std::unique_ptr<ControlMailbox> mailbox;
+  std::string address;
+  Clock::time_point start = Clock::now();
+
+  std::vector<Member> conns;                   // every accepted connection
+  std::unordered_map<uint64_t, size_t> by_ep;  // endpoint id -> conns index
+  std::vector<int> servers, workers;           // role index -> conns index (-1: none yet)
+  size_t registered = 0, ready = 0, finished = 0;
+  enum class Phase {
+    kRegistering,
+    kConnecting,
+    kRunning,
+    kFinishing,
+    kDone,
+    kFailed
+  } phase = Phase::kRegistering;
+  std::map<uint64_t, size_t> barriers;  // id -> workers entered
+  uint64_t min_clock = 0;
+  ChainMap chain;                                // which servers are dead (replicas > 1)
+  std::map<uint32_t, std::set<size_t>> accused;  // server -> conns indices of its accusers
+  std::map<uint32_t, Status> accused_why;        // server -> the first accusation
+  Clock::time_point judge_at{};                  // when the pending accusations are weighed
+  static constexpr Millis kJudgeWindow{250};
+  std::vector<uint64_t> server_applied;  // BSP: the last clock each server applied
+  struct PendingCheckpoint {
+    size_t requester = 0;  // conns index of the worker that asked; kPeriodic: none
+    std::string dir;
+    std::set<uint32_t> answered;  // servers that wrote their shards (or failed to)
+    std::string error;
+    bool lost_server = false;         // a server was removed meanwhile: its shards may be missing
+    bool clear = false;               // kCheckpointClear: tables emptied, nothing written
+    uint64_t clock = 0;               // periodic: the clock boundary it was taken at
+    std::vector<uint64_t> positions;  // periodic: each worker's data position there
+    Clock::time_point started;
+  };
+  static constexpr size_t kPeriodic = SIZE_MAX;
+  static constexpr uint64_t kPeriodicKey = uint64_t{1} << 63;  // worker keys use 56 bits
+  std::map<uint64_t, PendingCheckpoint> checkpoints;           // by the requester's id
+  uint64_t applying = 0;                                       // BSP: clock being applied (0: none)
+  Clock::time_point finish_deadline;
+  ControlMessage failure_notice;  // sent to members that register after the job failed
+  Clock::time_point failed_at;
+  std::deque<std::pair<std::shared_ptr<Endpoint>, ControlMessage>> outbox;
+
+  std::mutex mu;
+  Status result;
+  bool ended = false;
+  std::atomic<bool> stop{false};
+  std::thread thread;
+
+  void Run();
+  void Send(const std::shared_ptr<Endpoint>& ep, ControlMessage m) {
+    outbox.emplace_back(ep, std::move(m));
+  }
+  void SendToRole(Role role, const ControlMessage& m) {
+    for (int i : role == Role::kServer ? servers : workers) {
+      if (i >= 0 && !conns[i].gone && !conns[i].removed) Send(conns[i].ep, m);
+    }
+  }
+  void SendToAll(const ControlMessage& m) {
+    SendToRole(Role::kServer, m);
+    SendToRole(Role::kWorker, m);
+  }
+  void Flush() {
+    while (!outbox.empty() && mailbox->free_slots() > 0) {
+      auto& [ep, m] = outbox.front();
+      Status s = ep->status().ok() ? mailbox->Send(ep.get(), m) : ep->status();
+      (void)s;  // a failed member is handled through its endpoint's failure
+      outbox.pop_front();
+    }
+  }
+  std::string Describe(const Member& m) const {
+    if (!m.registered) return "an unregistered connection from " + m.ep->peer_address();
+    return std::string(RoleName(m.info.role)) + " " + std::to_string(m.info.index) + " (rank " +
+           std::to_string(m.info.rank) + ", pid " + std::to_string(m.info.pid) + " on " +
+           m.info.host + ")";
+  }
+  uint64_t ElapsedMs() const {
+    return static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count());
+  }
+  // Drives the transport until every queued and posted message has left, or `deadline`.
+  void DrainSends(Clock::time_point deadline) {
+    Completion comps[32];
+    while (Clock::now() < deadline &&
+           (!outbox.empty() || mailbox->free_slots() < ControlMailbox::kSlots)) {
+      const size_t k = t->Poll(comps);
+      for (size_t i = 0; i < k; ++i) {
+        if (mailbox->Owns(comps[i])) (void)mailbox->Handle(comps[i]);
+      }
+      Flush();
+      if (k == 0) (void)t->Wait(Millis(1));
+    }
+  }
+  void FailJob(const Member* who, const Status& why);
+  // Replicas: takes server `index` out of the job if every shard keeps a live replica
+  // (kServerDown to everyone, the server itself included); otherwise fails the job. `why`
+  // names what was seen. Returns true when the job goes on.
+  bool RemoveServer(uint32_t index, const Status& why);
+  // BSP: the clock being applied is done once every live server applied it.
+  void CheckApplied();
+  // Replicas: a member reports it lost its connection to a server (kSuspect). A server that lost
+  // every connection at once accuses all its peers while they all accuse it, so the accusations
+  // of a short window are weighed together: Judge() removes the server most members accuse,
+  // drops what that server said, and repeats while accusations remain. (A server whose control
+  // connection fails is removed at once: OnGone.)
+  void Accuse(size_t accuser, uint32_t server, const Status& why);
+  void Judge();
+  void ForgetAccusations(uint32_t server);
+  // A checkpoint is complete once every live server answered.
+  void CheckCheckpoints();
+  void OnMessage(size_t ci, ControlMessage m);
+  void OnGone(size_t ci, const Status& why);
+  void AdvanceClocks();
+  // BSP, JobSpec::checkpoint_every: at clock boundary min_clock, before the workers hear of it.
+  void MaybeStartPeriodicCheckpoint();
+  void FinishCheckpoint(std::map<uint64_t, PendingCheckpoint>::iterator it);
+  // Releases every barrier that all workers still running have entered.
+  void ReleaseBarriers();
+};
+
+}  // namespace ferry::ps

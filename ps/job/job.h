@@ -1,0 +1,138 @@
+// What every rank of a parameter-server job agrees on: the tables, the consistency model, the
+// cluster shape, the transport and the data-path sizes. Every rank builds the same JobSpec (the
+// same program with the same flags); the coordinator compares fingerprints at registration and
+// refuses a rank whose spec differs, naming the rank.
+//
+// Roles: rank 0 always hosts the coordinator (a thread). Servers and workers by RoleRule:
+//   kServersFirst  size == servers + workers; ranks [0, S) are servers, [S, S+W) workers.
+//   kColocated     size == max(servers, workers); rank r is server r (r < S) and worker r (r < W).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ps/store/admission.h"
+#include "ps/store/optimizer.h"
+#include "transport/status.h"
+#include "transport/transport.h"
+
+namespace ferry::ps {
+
+using Millis = std::chrono::milliseconds;
+
+enum class Consistency : uint8_t { kBsp, kSsp, kAsp };
+struct ConsistencySpec {
+  Consistency kind = Consistency::kAsp;
+  uint32_t staleness = 0;  // SSP's bound s; 0 for BSP and ASP
+  bool operator==(const ConsistencySpec&) const = default;
+};
+// "bsp", "asp", "ssp:S" (S >= 1; "ssp:0" is BSP without deferred apply, refused: say "bsp").
+Result<ConsistencySpec> ParseConsistency(std::string_view text);
+std::string ConsistencyName(const ConsistencySpec& spec);
+
+struct TableSpec {
+  std::string name;
+  uint32_t dim = 8;
+  OptimizerSpec optimizer;
+  InitializerSpec init;
+  AdmissionOptions admission;
+  // Keep a half-precision copy of the weights in each row (refreshed on every update) so that
+  // pulls of this table ship 2 bytes per weight, still straight out of the rows.
+  bool fp16_pull = false;
+  size_t initial_rows = 1u << 16;  // per server
+  size_t max_rows = 0;             // per server; 0 = unbounded
+};
+
+enum class RoleRule : uint8_t { kServersFirst, kColocated };
+Result<RoleRule> ParseRoleRule(std::string_view text);  // "servers-first" | "colocated"
+std::string_view RoleRuleName(RoleRule rule);
+
+enum class Role : uint8_t;  // ps/wire/control.h
+
+// A test hook: see JobSpec::wrap_data_transport.
+using DataTransportWrapper =
+    std::function<std::unique_ptr<Transport>(std::unique_ptr<Transport>, Role, uint32_t index)>;
+
+struct JobSpec {
+  std::vector<TableSpec> tables;
+  ConsistencySpec consistency;
+  uint32_t servers = 1;
+  uint32_t workers = 1;
+  RoleRule role_rule = RoleRule::kServersFirst;
+  std::string transport = "auto";  // auto | verbs | ucx | tcp
+  std::map<std::string, std::string> transport_params;
+  // A dead or silent member is reported to every survivor within this (plus about one progress
+  // interval: measured 4.1-4.2 s with the default on a black-holed link, docs/reliability.md).
+  Millis peer_timeout{4000};
+  Millis startup_timeout{60000};  // registration, connections and the start barrier
+  std::string secret;             // shared by every connection when set
+
+  // Data-path sizes.
+  uint64_t staging_bytes = 16ull << 20;      // per (worker, server): the request ring on the server
+  uint64_t arena_bytes = 64ull << 20;        // per worker: where pulled rows land
+  uint64_t send_bytes = 64ull << 20;         // per worker: request headers, keys and gradients
+  uint32_t max_keys_per_request = 1u << 16;  // the worker splits larger pulls/pushes
+  uint32_t max_outstanding = 64;             // requests in flight per (worker, server)
+  uint32_t virtual_nodes = 128;              // consistent hashing
+  uint64_t partition_seed = 0;
+
+  // Restore every table from this checkpoint (ps/job/checkpoint.h) at startup; empty: start fresh.
+  // The row owners follow this job's partition, whatever the checkpoint's server count was.
+  // The job then starts at the checkpoint's clock, and each worker finds its data position
+  // (Worker::restored()). A directory of periodic checkpoints names its newest one (LATEST).
+  std::string restore_dir;
+
+  // Periodic checkpoints (BSP only): every `checkpoint_every` clocks the coordinator has each
+  // server copy its shards at the clock boundary (the copy is the only pause; the files are
+  // written in the background) into checkpoint_dir/clock-C, then writes the manifest with every
+  // worker's data position, and moves checkpoint_dir/LATEST to it. 0: off.
+  std::string checkpoint_dir;
+  uint64_t checkpoint_every = 0;
+  uint32_t checkpoints_kept = 2;  // older periodic checkpoints are deleted
+
+  // Chain replication (ps/job/chain.h, docs/ps.md "Replicas"): each server's shard also lives on
+  // the next replicas-1 servers. A push is acknowledged once the chain's tail applied (BSP:
+  // staged) it; pulls are served by the head. A dead server's shards fail over to their next
+  // live member while the job runs: no restart, no acknowledged update lost, none applied twice.
+  // 1 = off. At most `servers`; tables with admission or a max_rows bound are refused (their
+  // replicas would evict differently). The coordinator (rank 0) is not replicated: losing rank 0
+  // ends the job (resume it from a checkpoint).
+  uint32_t replicas = 1;
+
+  // Pushes: drop gradient rows whose largest |g| is below this (0: off; OSDI'14's significance
+  // filter), and ship gradients as fp16.
+  float push_filter = 0.0f;
+  bool fp16_push = false;
+
+  // Hash of everything above that must match across ranks.
+  uint64_t Fingerprint() const;
+
+  // Test hook, local to this process and not part of the fingerprint: when set, each role's data
+  // transport (server `index` or worker `index`) is handed to it right after creation, before
+  // any memory is registered or connection made, and the role uses what it returns (e.g. a
+  // transport/fault/ wrapper owning the one passed in; returning it unchanged is allowed). It
+  // runs on the rank's starting thread; the returned transport must honour the Transport
+  // contract. Control traffic (ps/wire/control.h) is never wrapped.
+  DataTransportWrapper wrap_data_transport;
+};
+
+// Checks ranges and consistency (names unique, dims > 0, sizes sane); names the bad field.
+Status ValidateJob(const JobSpec& job);
+
+struct RankRoles {
+  bool coordinator = false;
+  int server = -1;  // server index, -1 if none
+  int worker = -1;  // worker index, -1 if none
+};
+// The roles of `rank` in a job of `size` ranks; kInvalidArgument if size does not fit the rule.
+Result<RankRoles> RolesOf(const JobSpec& job, int rank, int size);
+// Ranks a job needs under its role rule.
+int RanksNeeded(const JobSpec& job);
+
+}  // namespace ferry::ps

@@ -1,0 +1,597 @@
+// Server setup, worker connections, the serve loop and control commands (see server.h).
+#include "ps/server/server.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "ps/job/checkpoint.h"
+#include "ps/store/optimizer.h"
+#include "transport/pool.h"
+
+namespace ferry::ps {
+
+using Clock = std::chrono::steady_clock;
+
+// The staging rings live in shareable memory: a same-host worker over ucx then writes its
+// requests with memcpy into a mapping of it instead of cross-memory attach.
+struct Server::RingMemory {
+  ShareableMemory memory;
+};
+
+Server::Server(const JobSpec& job, uint32_t index, std::unique_ptr<Transport> data)
+    : job_(job), index_(index), data_(std::move(data)) {}
+
+Server::~Server() {
+  JoinCheckpointWriter();
+  // Registrations die before the memory and the transport (the transport contract).
+  for (Link& l : links_) {
+    if (l.ep) l.ep->Close();
+    l.arena.reset();
+  }
+  for (auto& [j, d] : downstream_) {
+    if (d.ep) d.ep->Close();
+    d.ring.reset();
+  }
+  for (auto& [p, u] : upstream_) {
+    if (u.ep) u.ep->Close();
+    u.ack.reset();
+  }
+  for (Link& l : links_) l.ring.reset();
+  pred_ring_regions_.clear();
+  ack_region_.reset();
+  block_region_.reset();
+  scratch_region_.reset();
+  one_sided_.reset();  // one-sided pulls' registrations (server_onesided.cc)
+  for (Table& t : tables_) t.map.reset();
+  links_.clear();
+  data_.reset();
+}
+
+Result<std::unique_ptr<Server>> Server::Create(const JobSpec& job, uint32_t index,
+                                               std::unique_ptr<Transport> data,
+                                               const std::string& listen_host) {
+  FERRY_RETURN_IF_ERROR(ValidateJob(job));
+  if (index >= job.servers) return InvalidArgument("server index out of range");
+  std::unique_ptr<Server> s(new Server(job, index, std::move(data)));
+  FERRY_RETURN_IF_ERROR(s->Init(listen_host));
+  return s;
+}
+
+Status Server::Init(const std::string& listen_host) {
+  const uint32_t workers = job_.workers;
+  const uint32_t replicas = job_.replicas;
+  chain_ = ChainMap(job_.servers, replicas);
+  // Tables, per hosted shard (one without replicas): rows registered for remote reads (one-sided
+  // pulls); the rows buffer is the source of every pull reply.
+  for (uint32_t k = 0; k < replicas; ++k) {
+    const uint32_t shard = chain_.HostedShard(index_, k);
+    for (size_t i = 0; i < job_.tables.size(); ++i) {
+      const TableSpec& spec = job_.tables[i];
+      Table t;
+      t.spec = spec;
+      t.shard = shard;
+      const TableOptions o = ServerTableOptions(spec);
+      FERRY_ASSIGN_OR_RETURN(t.map, ArrayHashMap::Create(o));
+      if (spec.fp16_pull) {
+        t.mirror_offset = t.map->layout().state_offset + 4 * StateFloats(spec.optimizer, spec.dim);
+      }
+      if (!job_.restore_dir.empty()) {
+        FERRY_RETURN_IF_ERROR(RestoreShard(i, shard, o, t.map.get()));
+      }
+      Status st = t.map->AttachTransport(data_.get(), kAccessRemoteRead);
+      if (!st.ok()) {
+        return st.Annotate("server " + std::to_string(index_) + ": table " + spec.name);
+      }
+      if (k == 0) shapes_.push_back(TableShape{spec.dim, spec.fp16_pull});
+      tables_.push_back(std::move(t));
+    }
+  }
+  FERRY_RETURN_IF_ERROR(InitMemory());
+  links_.resize(workers);
+  std::vector<RemoteRegion> advertised;
+  for (uint32_t w = 0; w < workers; ++w) {
+    FERRY_ASSIGN_OR_RETURN(
+        links_[w].ring, data_->RegisterMemory(rings_ + w * job_.staging_bytes, job_.staging_bytes,
+                                              kAccessRemoteWrite));
+    advertised.push_back(links_[w].ring->descriptor());
+    for (uint32_t i = 2 * job_.max_outstanding; i-- > 0;) {
+      links_[w].free_scratch.push_back(w * 2 * job_.max_outstanding + i);
+    }
+  }
+  // Own shard's rows only: the only ones a worker reads one-sided.
+  for (size_t i = 0; i < job_.tables.size(); ++i)
+    advertised.push_back(tables_[i].map->descriptor());
+  if (replicas > 1) {
+    // Forward rings (one per predecessor distance) and the ack word: protocol.h "Replication".
+    for (uint32_t d = 1; d < replicas; ++d) {
+      FERRY_ASSIGN_OR_RETURN(auto r,
+                             data_->RegisterMemory(pred_rings_ + (d - 1) * forward_ring_bytes_,
+                                                   forward_ring_bytes_, kAccessRemoteWrite));
+      advertised.push_back(r->descriptor());
+      pred_ring_regions_.push_back(std::move(r));
+    }
+    advertised.push_back(ack_region_->descriptor());
+  }
+  staged_.resize(size_t{replicas} * workers);
+  if (replicas > 1) seen_.resize(size_t{replicas} * workers);
+  scratch_.resize(size_t{workers} * 2 * job_.max_outstanding);
+  FERRY_ASSIGN_OR_RETURN(
+      scratch_region_,
+      data_->RegisterMemory(scratch_.data(), scratch_.size() * sizeof(ReplyRecord), kAccessLocal));
+  data_->Advertise(std::move(advertised));
+  auto addr = data_->Listen(listen_host + ":0");
+  if (!addr.ok()) {
+    return addr.status().Annotate("server " + std::to_string(index_) + ": listen on " +
+                                  listen_host);
+  }
+  data_address_ = *addr;
+  replies_.resize(64);
+  for (uint32_t i = 64; i-- > 0;) free_replies_.push_back(i);
+  return Status::Ok();
+}
+
+Status Server::InitMemory() {
+  // One block of shareable memory (a same-host worker over ucx then writes its requests with
+  // memcpy into a mapping of it instead of cross-memory attach):
+  //   [ W staging rings | replicas: forward rings | ack word | ack record | headers ]
+  // With replicas the whole block is also registered once for local access, so a forward is one
+  // sparse write whose segments come from anywhere in it (a header from the scratch, keys and
+  // gradients straight from the worker's ring or a forward ring).
+  const uint32_t replicas = job_.replicas;
+  const uint64_t worker_rings = job_.staging_bytes * job_.workers;
+  // A predecessor forwards at most what the workers can have outstanding at it for one clock:
+  // every worker's ring (under BSP the pushes of a clock stay until every server applied it).
+  forward_ring_bytes_ = replicas > 1 ? worker_rings : 0;
+  const uint64_t headers =
+      replicas > 1 ? std::max<uint64_t>(256, 2ull * job_.workers * job_.max_outstanding) : 0;
+  uint64_t bytes = worker_rings;
+  if (replicas > 1) bytes += forward_ring_bytes_ * (replicas - 1) + 2 * kAckBytes + headers * 64;
+  ring_memory_ = std::make_unique<RingMemory>();
+  FERRY_ASSIGN_OR_RETURN(ring_memory_->memory, ShareableMemory::Allocate(bytes));
+  rings_ = ring_memory_->memory.data();
+  if (replicas == 1) return Status::Ok();
+  pred_rings_ = rings_ + worker_rings;
+  const uint64_t ack_at = worker_rings + forward_ring_bytes_ * (replicas - 1);
+  ack_source_at_ = ack_at + kAckBytes;
+  headers_at_ = ack_source_at_ + kAckBytes;
+  header_space_ = RangeAllocator(headers_at_, headers_at_ + headers * 64, 64);
+  ReplyRecord ack;  // what every ack writes (its notification is what counts)
+  std::memcpy(rings_ + ack_source_at_, &ack, 8);
+  FERRY_ASSIGN_OR_RETURN(ack_region_,
+                         data_->RegisterMemory(rings_ + ack_at, kAckBytes, kAccessRemoteWrite));
+  FERRY_ASSIGN_OR_RETURN(block_region_, data_->RegisterMemory(rings_, bytes, kAccessLocal));
+  return Status::Ok();
+}
+
+Server::Table* Server::TableFor(uint32_t shard, uint32_t t) {
+  if (t >= job_.tables.size()) return nullptr;
+  // Without replicas every request is for this server's shard (the field is not checked).
+  if (job_.replicas == 1) return &tables_[t];
+  const int k = chain_.Position(shard, index_);
+  if (k < 0) return nullptr;
+  return &tables_[size_t(k) * job_.tables.size() + t];
+}
+
+uint32_t Server::HostedSlot(const Table& t) const {
+  return static_cast<uint32_t>((&t - tables_.data()) / job_.tables.size());
+}
+
+bool Server::FirstSight(uint32_t k, uint32_t w, uint64_t push_id) {
+  if (job_.replicas == 1) return true;
+  Seen& s = seen_[size_t{k} * job_.workers + w];
+  if (push_id <= s.upto || s.above.count(push_id) != 0) return false;
+  s.above.insert(push_id);
+  while (!s.above.empty() && *s.above.begin() == s.upto + 1) {
+    s.above.erase(s.above.begin());
+    ++s.upto;
+  }
+  return true;
+}
+
+void Server::JoinCheckpointWriter() {
+  if (checkpoint_writer_.joinable()) checkpoint_writer_.join();
+}
+
+void Server::ClearTables(const ControlMessage& command, ControlClient* control) {
+  ControlMessage done;
+  done.kind = ControlKind::kCheckpointDone;
+  done.value = command.value;
+  // Every hosted copy (own shards and replicas alike): the chain stays consistent. A reply still
+  // reading a table's rows finishes first; Clear discards the pages and registers them anew.
+  for (Table& t : tables_) {
+    Status s = DrainTable(t);
+    if (s.ok()) s = t.map->Clear();
+    if (!s.ok()) {
+      done.text = s.ToString();
+      break;
+    }
+  }
+  (void)control->Send(done);
+}
+
+void Server::StartCheckpoint(const ControlMessage& command, ControlClient* control) {
+  if (command.value2 == kCheckpointClear) return ClearTables(command, control);
+  JoinCheckpointWriter();  // one write at a time: memory for two copies at most
+  ControlMessage done;
+  done.kind = ControlKind::kCheckpointDone;
+  done.value = command.value;
+  // The copy is the pause: serving resumes as soon as every table is copied, and the copies are
+  // consistent with each other (nothing is applied in between).
+  const auto start = Clock::now();
+  // The shards this server heads (its own; with replicas also those it took over), each written
+  // as that shard's file: a checkpoint holds every shard once, whoever heads it.
+  std::vector<const Table*> heads;
+  for (const Table& t : tables_) {
+    if (chain_.Head(t.shard) == static_cast<int>(index_)) heads.push_back(&t);
+  }
+  checkpoint_images_.resize(heads.size());  // kept: the next capture reuses their memory
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < heads.size(); ++i) {
+    Status s = heads[i]->map->CaptureSnapshot(&checkpoint_images_[i]);
+    if (!s.ok()) {
+      done.text = s.Annotate("checkpoint table '" + heads[i]->spec.name + "'").ToString();
+      (void)control->Send(done);
+      return;
+    }
+    bytes += checkpoint_images_[i].bytes();
+  }
+  const auto pause = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start);
+  ++stats_.checkpoints;
+  stats_.checkpoint_pause_ns =
+      std::max<uint64_t>(stats_.checkpoint_pause_ns, static_cast<uint64_t>(pause.count()));
+  stats_.checkpoint_bytes = bytes;
+  std::vector<std::string> paths;
+  for (const Table* t : heads) paths.push_back(ShardPath(command.text, t->spec.name, t->shard));
+  // The images are the writer's until it is joined (the next checkpoint, Serve's end).
+  checkpoint_writer_ = std::thread(
+      [control, done, images = &checkpoint_images_, paths = std::move(paths)]() mutable {
+        for (size_t i = 0; i < images->size() && done.text.empty(); ++i) {
+          Status s = (*images)[i].WriteTo(paths[i]);
+          if (!s.ok()) done.text = s.ToString();
+        }
+        (void)control->Send(done);  // ControlClient::Send is thread-safe
+      });
+}
+
+Status Server::RestoreShard(size_t t, uint32_t shard, const TableOptions& options,
+                            ArrayHashMap* map) {
+  if (!restore_manifest_) {
+    FERRY_ASSIGN_OR_RETURN(CheckpointManifest m, ReadManifest(job_.restore_dir));
+    FERRY_RETURN_IF_ERROR(CheckManifestMatches(m, job_));
+    restore_manifest_ = std::make_unique<CheckpointManifest>(std::move(m));
+  }
+  const CheckpointManifest& m = *restore_manifest_;
+  FERRY_ASSIGN_OR_RETURN(Partition mine,
+                         Partition::Create(job_.servers, job_.virtual_nodes, job_.partition_seed));
+  const std::string& name = job_.tables[t].name;
+  size_t index = 0;
+  while (m.tables[index].name != name) ++index;  // CheckManifestMatches found it
+  const size_t row_bytes = map->layout().stride;
+  // Every old shard's rows that this server owns under the new partition move here, with their
+  // optimizer state and metadata (same layout: CheckManifestMatches).
+  return ForEachCheckpointRow(
+      job_.restore_dir, m, index, options, [&](uint64_t key, const uint8_t* row) -> Status {
+        if (mine.ServerOf(key) != shard) return Status::Ok();
+        FERRY_ASSIGN_OR_RETURN(ArrayHashMap::Insertion ins, map->Insert(key));
+        std::memcpy(ins.row + 8, row + 8, row_bytes - 8);
+        ++stats_.rows_restored;
+        return Status::Ok();
+      });
+}
+
+Status Server::AcceptWorkers(ControlClient* control, Millis timeout) {
+  const auto deadline = Clock::now() + timeout;
+  uint32_t connected = 0, preds = 0;
+  const uint32_t want_preds = job_.replicas - 1;
+  while (connected < job_.workers || preds < want_preds) {
+    if (Clock::now() > deadline) {
+      return Timeout("server " + std::to_string(index_) + ": only " + std::to_string(connected) +
+                     " of " + std::to_string(job_.workers) + " workers and " +
+                     std::to_string(preds) + " of " + std::to_string(want_preds) +
+                     " predecessor servers connected in time");
+    }
+    if (stop_) return Cancelled("server " + std::to_string(index_) + ": stopped");
+    if (control != nullptr) {
+      FERRY_RETURN_IF_ERROR(control->status());
+    }
+    auto ep = data_->Accept(Millis(200));
+    if (!ep.ok()) {
+      if (ep.status().code() == Code::kTimeout) continue;
+      // A connection that failed its handshake (wrong secret, another backend) is refused
+      // without ending the wait for the real workers.
+      std::fprintf(stderr, "ferry server %u: refused a connection: %s\n", index_,
+                   ep.status().ToString().c_str());
+      continue;
+    }
+    auto hello = DecodeHello((*ep)->peer_info());
+    if (hello.ok() && hello->server) {
+      Status s = AcceptPredecessor(hello->index, std::move(ep).value());
+      if (!s.ok()) {
+        std::fprintf(stderr, "ferry server %u: refused a data connection: %s\n", index_,
+                     s.ToString().c_str());
+        continue;
+      }
+      ++preds;
+      continue;
+    }
+    if (!hello.ok() || hello->index >= job_.workers || links_[hello->index].ep != nullptr) {
+      (*ep)->Close();
+      std::fprintf(stderr, "ferry server %u: refused a data connection from %s: %s\n", index_,
+                   (*ep)->peer_address().c_str(),
+                   hello.ok() ? "duplicate or out-of-range worker index"
+                              : hello.status().ToString().c_str());
+      continue;
+    }
+    const uint32_t* w = &hello->index;
+    Link& l = links_[*w];
+    if ((*ep)->peer_regions().size() != 1) {
+      return ProtocolError("worker " + std::to_string(*w) + " advertised " +
+                           std::to_string((*ep)->peer_regions().size()) +
+                           " regions instead of its arena");
+    }
+    const RemoteRegion& arena = (*ep)->peer_regions()[0];
+    FERRY_ASSIGN_OR_RETURN(l.arena, (*ep)->Import(arena));
+    l.arena_bytes = arena.length;
+    l.ep = std::move(ep).value();
+    peer_of_ep_[l.ep->id()] = Peer{PeerKind::kWorker, *w};
+    ++connected;
+  }
+  return Status::Ok();
+}
+
+void Server::FailWorker(uint32_t w, const Status& why) {
+  Link& l = links_[w];
+  if (l.failed) return;
+  l.failed = true;
+  // A worker's connection also ends when the job shuts down cleanly and that worker got its
+  // kShutdown first; the coordinator's word (kShutdown or kFailure) decides. It has its own view
+  // of every member's liveness, so without a word from it within a grace period the loss is ours
+  // to report.
+  if (worker_failure_.ok()) {
+    worker_failure_ = Status(why.code() == Code::kOk ? Code::kPeerFailure : why.code(),
+                             "server " + std::to_string(index_) + ": worker " + std::to_string(w) +
+                                 "'s connection failed: " + why.message());
+    worker_failure_deadline_ = Clock::now() + std::min(job_.peer_timeout, Millis(3000));
+  }
+}
+
+uint32_t Server::AllocReply() {
+  if (free_replies_.empty()) {
+    const uint32_t n = static_cast<uint32_t>(replies_.size());
+    replies_.resize(n * 2);
+    for (uint32_t i = 2 * n; i-- > n;) free_replies_.push_back(i);
+  }
+  const uint32_t r = free_replies_.back();
+  free_replies_.pop_back();
+  replies_[r].busy = true;
+  return r;
+}
+
+void Server::HandleCompletion(const Completion& c, bool defer_notifies) {
+  if (c.type == OpType::kNotify) {
+    if (defer_notifies) {
+      deferred_.push_back(c);
+      return;
+    }
+    auto it = c.ep != nullptr ? peer_of_ep_.find(c.ep->id()) : peer_of_ep_.end();
+    if (it == peer_of_ep_.end()) return;  // not a data connection of this job
+    const Peer peer = it->second;
+    switch (peer.kind) {
+      case PeerKind::kWorker:
+        if (!c.ok()) {
+          FailWorker(peer.index, Status(c.code, c.error));
+          return;
+        }
+        HandleNotify(peer.index, c.imm);
+        return;
+      case PeerKind::kUpstream:
+        if (!c.ok()) {
+          Suspect(peer.index, Status(c.code, c.error));
+          return;
+        }
+        HandleForward(peer.index, c.imm);
+        return;
+      case PeerKind::kDownstream:
+        HandleAck(peer.index, c.imm, c.ok());
+        return;
+    }
+    return;
+  }
+  if ((c.context & kForwardContext) != 0) {
+    OnForwardWritten(c);
+    return;
+  }
+  if ((c.context & kAckContext) != 0) {
+    const uint32_t pred = static_cast<uint32_t>(c.context & 0xffffffffu);
+    if (!c.ok()) Suspect(pred, Status(c.code, "an ack write to it failed: " + c.error));
+    return;
+  }
+  // A reply write finished: release what it held.
+  if (c.context >= replies_.size() || !replies_[c.context].busy) return;
+  Reply& r = replies_[c.context];
+  if (r.table >= 0) --tables_[r.table].inflight;
+  if (r.scratch >= 0) links_[r.worker].free_scratch.push_back(static_cast<uint32_t>(r.scratch));
+  const SlotsFollowUp slots = TakeSlotsFollowUp(r);  // one-sided pulls (server_onesided.cc)
+  r.busy = false;
+  r.table = -1;
+  r.scratch = -1;
+  r.segments.clear();
+  free_replies_.push_back(static_cast<uint32_t>(c.context));
+  if (!c.ok()) FailWorker(r.worker, Status(c.code, c.error));
+  FinishSlotsFollowUp(slots, c.ok());  // last: it may grow replies_ (r is dangling then)
+}
+
+Status Server::DrainTable(Table& t) {
+  Completion comps[64];
+  const auto deadline = Clock::now() + job_.peer_timeout * 2;
+  while (t.inflight > 0) {
+    const size_t n = data_->Poll(comps);
+    for (size_t i = 0; i < n; ++i) HandleCompletion(comps[i], /*defer_notifies=*/true);
+    if (n == 0) {
+      if (Clock::now() > deadline) {
+        return Timeout("server " + std::to_string(index_) + ": replies out of table '" +
+                       t.spec.name + "' did not complete within 2 x peer_timeout");
+      }
+      (void)data_->Wait(Millis(10));
+    }
+  }
+  return Status::Ok();
+}
+
+Status Server::ApplyClock(uint64_t clock) {
+  // Every worker's staged pushes of clocks < `clock`, shard by shard, in worker order, then in
+  // each worker's push order: the same order in every run, on every replica, and after a
+  // failover (a push may have reached a new head twice; it was staged once).
+  const uint32_t workers = job_.workers;
+  for (uint32_t k = 0; k < job_.replicas; ++k) {
+    for (uint32_t w = 0; w < workers; ++w) {
+      std::vector<Staged>& list = staged_[size_t{k} * workers + w];
+      // Arrivals from the worker and from a predecessor interleave after a failover.
+      if (!std::is_sorted(list.begin(), list.end(),
+                          [](const Staged& a, const Staged& b) { return a.push_id < b.push_id; })) {
+        std::stable_sort(list.begin(), list.end(),
+                         [](const Staged& a, const Staged& b) { return a.push_id < b.push_id; });
+      }
+      size_t done = 0;
+      while (done < list.size() && list[done].clock < clock) {
+        const Staged st = list[done++];
+        if (st.pred < 0 && links_[w].failed) continue;  // a worker closed for a violation
+        Status s = ApplyStaged(k, w, st);
+        if (s.code() == Code::kProtocol && st.pred < 0) {
+          // The ring is the worker's to write: a staged push may have been rewritten since it
+          // was checked on arrival. That worker's protocol violation (close it, as HandleNotify
+          // would), not a reason to stop serving everyone else.
+          std::fprintf(stderr, "ferry server %u: closing worker %u: %s\n", index_, w,
+                       s.ToString().c_str());
+          links_[w].ep->Close();
+          FailWorker(w, s);
+          list.erase(std::remove_if(list.begin() + done, list.end(),
+                                    [](const Staged& x) { return x.pred < 0; }),
+                     list.end());
+          continue;
+        }
+        FERRY_RETURN_IF_ERROR(s);
+      }
+      list.erase(list.begin(), list.begin() + done);
+    }
+  }
+  return Status::Ok();
+}
+
+Status Server::ApplyStaged(uint32_t k, uint32_t w, const Staged& st) {
+  RequestView req;
+  if (st.pred < 0) {
+    Link& l = links_[w];
+    std::span<const uint8_t> ring(rings_ + w * job_.staging_bytes, job_.staging_bytes);
+    RequestLimits limits{job_.staging_bytes, l.arena_bytes,
+                         ReplySlotsBytes(job_.servers, job_.max_outstanding),
+                         job_.max_keys_per_request};
+    Status s = ParseRequest(ring, st.offset, shapes_, limits, &req);
+    if (s.ok() && req.type() != RequestType::kPush) {
+      s = ProtocolError("it now reads as a " + std::string(RequestTypeName(req.type())) +
+                        " request");
+    }
+    if (!s.ok()) {
+      return ProtocolError("staged push at ring offset " + std::to_string(st.offset) +
+                           " was overwritten before its clock was applied: " + s.message());
+    }
+  } else {
+    ForwardView fv;
+    std::span<const uint8_t> ring(pred_rings_ + size_t(st.pred - 1) * forward_ring_bytes_,
+                                  forward_ring_bytes_);
+    const ForwardLimits limits{forward_ring_bytes_, job_.max_keys_per_request, job_.workers,
+                               job_.servers};
+    FERRY_RETURN_IF_ERROR(ParseForward(ring, st.offset, shapes_, limits, &fv));
+    req = fv.push;
+  }
+  return ApplyPush(tables_[size_t{k} * job_.tables.size() + req.header.table], req);
+}
+
+Status Server::Serve(ControlClient* control) {
+  Status s = ServeLoop(control);
+  JoinCheckpointWriter();  // it answers through `control`, which the caller owns
+  return s;
+}
+
+Status Server::ServeLoop(ControlClient* control) {
+  Completion comps[64];
+  control_ = control;
+  for (auto& [j, d] : downstream_) peer_of_ep_[d.ep->id()] = Peer{PeerKind::kDownstream, j};
+  while (true) {
+    while (!deferred_.empty()) {
+      Completion c = std::move(deferred_.front());
+      deferred_.pop_front();
+      HandleCompletion(c, false);
+    }
+    if (stop_) return Cancelled("server " + std::to_string(index_) + ": stopped");
+    const size_t n = data_->Poll(comps);
+    // Reply-write completions first, then the requests. Handling a request may wait for reply
+    // writes to complete (DrainTable before growth, SendRecord for a scratch record) by polling
+    // the transport itself: a completion already taken into this batch would never reach it,
+    // and the wait would run into its timeout. (Requests keep their arrival order.)
+    for (size_t i = 0; i < n; ++i) {
+      if (comps[i].type != OpType::kNotify) HandleCompletion(comps[i], false);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      if (comps[i].type == OpType::kNotify) HandleCompletion(comps[i], false);
+    }
+    for (auto& [j, d] : downstream_) {
+      if (!d.queue.empty()) PostForwards(j);
+    }
+    if (!fatal_.ok()) {
+      control->ReportFailure(fatal_);
+      return fatal_;
+    }
+    while (auto m = control->TryReceive()) {
+      switch (m->kind) {
+        case ControlKind::kServerDown:
+          FERRY_RETURN_IF_ERROR(HandleServerDown(m->index, m->text));
+          break;
+        case ControlKind::kClockUpdate:
+          FreeHeldForwards(m->value);
+          break;
+        case ControlKind::kApplyClock: {
+          FERRY_RETURN_IF_ERROR(ApplyClock(m->value));
+          ControlMessage done;
+          done.kind = ControlKind::kClockApplied;
+          done.value = m->value;
+          FERRY_RETURN_IF_ERROR(control->Send(done));
+          break;
+        }
+        case ControlKind::kCheckpoint:
+          StartCheckpoint(*m, control);
+          break;
+        case ControlKind::kShutdown:
+          return Status::Ok();
+        case ControlKind::kFailure:
+          return Status(Code::kPeerFailure, "job failed: " + m->text);
+        default:
+          break;
+      }
+    }
+    FERRY_RETURN_IF_ERROR(control->status());
+    for (uint32_t w = 0; w < links_.size(); ++w) {
+      if (!links_[w].failed && links_[w].ep && !links_[w].ep->status().ok()) {
+        FailWorker(w, links_[w].ep->status());
+      }
+    }
+    CheckPeers();
+    // Calls control->TryReceive() at least every peer_timeout / 8 (half its idle hook's
+    // threshold, Node): while this loop runs, it alone drives the data transport.
+    Millis idle = std::clamp(job_.peer_timeout / 8, Millis(1), Millis(1000));
+    if (!worker_failure_.ok()) {
+      if (Clock::now() > worker_failure_deadline_) {
+        // Ours to report (the coordinator said nothing within the grace): tell it, so the job's
+        // failure names the worker and not this server, which leaves now.
+        control->ReportFailure(worker_failure_);
+        return worker_failure_;
+      }
+      idle = std::min(idle, Millis(50));
+    }
+    if (n == 0) (void)data_->Wait(idle);  // woken by data, or by the control pump
+  }
+}
+
+}  // namespace ferry::ps

@@ -1,0 +1,353 @@
+// A parameter server: owns one shard (by consistent hashing, partition.h) of every table in
+// ArrayHashMaps whose rows buffers are registered with the data transport, and serves the
+// workers' requests (protocol.h) on one thread.
+//
+//   pull       find (or create with the table's initializer) the rows, then ONE sparse write
+//              straight out of the rows buffer into the worker's arena, with a notification;
+//   push       apply the optimizer in place on the rows, reading the gradients where the worker
+//              wrote them in this server's staging ring (no copy); ASP/SSP apply on arrival,
+//              BSP stages the push and applies every worker's pushes of a clock at the clock
+//              boundary in (worker, seq) order, so a BSP run is deterministic;
+//   push-pull  push, then pull the same keys.
+//
+// Memory registered with the data transport (advertised in the handshake, in this order):
+//   staging ring per worker (remote-write, JobSpec::staging_bytes), then the rows buffer of each
+//   table (remote-read: one-sided readers; re-registered with a new epoch when a table grows).
+// Replies never move a rows buffer while a write out of it is in flight: growth first drains
+// that table's replies.
+//
+// Replicas (JobSpec::replicas R > 1; chain.h, server_replication.cc, docs/ps.md "Replicas"): the
+// server also hosts the shards of the R-1 servers before it, each in tables of its own, connects
+// to the R-1 servers after it (its successors) and accepts the R-1 before it (predecessors). A
+// push for a shard whose chain continues past this server is forwarded, and answered (to the
+// worker, or as an ack to the predecessor) only once the successor acknowledged it; each member
+// applies a (shard, worker, push_id) once, whatever path brought it. kServerDown from the
+// coordinator closes the chains over a dead server: forwards waiting for it go to the next live
+// member (or are acknowledged here, now the tail), and the shards it headed are served here.
+//
+// One-sided pulls (server_onesided.cc, docs/ps.md): a pull with kFlagWantSlots is answered with
+// the rows AND each key's slot, the table's epoch and, when the worker's are old, the rows and
+// status descriptors, so that the worker can read those rows itself later. Contract for anything
+// that erases rows of a table while serving (today only ResolveSlots at a max_rows bound): call
+// BumpReuseGeneration(t) BEFORE the first erase, or a one-sided reader may take another key's
+// row for its own.
+
+//
+// Threading: Serve() runs on one thread (the tables have a single writer); Wake-ups come from
+// the control client's pump thread. Not thread-safe otherwise.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "ps/job/chain.h"
+#include "ps/job/job.h"
+#include "ps/store/array_hash_map.h"
+#include "ps/store/range_allocator.h"
+#include "ps/wire/control.h"
+#include "ps/wire/protocol.h"
+#include "transport/transport.h"
+
+namespace ferry::ps {
+
+struct CheckpointManifest;  // ps/job/checkpoint.h
+
+struct ServerStats {
+  uint64_t pulls = 0, pushes = 0, push_pulls = 0;
+  uint64_t keys_pulled = 0, keys_pushed = 0;
+  uint64_t rows_created = 0;
+  uint64_t rows_restored = 0;
+  uint64_t errors = 0;               // error replies
+  uint64_t slot_replies = 0;         // pulls answered with slots (one-sided pulls learn them)
+  uint64_t checkpoints = 0;          // shards copied for a checkpoint
+  uint64_t checkpoint_pause_ns = 0;  // the longest copy (serving stops only for it)
+  uint64_t checkpoint_bytes = 0;     // of the last checkpoint, all tables
+  // Replicas.
+  uint64_t forwards = 0;           // pushes forwarded to a successor
+  uint64_t forwards_applied = 0;   // forwarded pushes received and applied (or staged)
+  uint64_t duplicates = 0;         // pushes that arrived twice (after a failover) and were skipped
+  uint64_t failovers = 0;          // kServerDown handled
+  uint64_t forwards_rerouted = 0;  // forwards re-sent to a new successor, or acked as a new tail
+};
+
+class Server {
+ public:
+  // Creates the tables, registers the staging rings and the rows, advertises them and listens
+  // on "`listen_host`:0" of `data`.
+  static Result<std::unique_ptr<Server>> Create(const JobSpec& job, uint32_t index,
+                                                std::unique_ptr<Transport> data,
+                                                const std::string& listen_host);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  uint32_t index() const { return index_; }
+  const std::string& data_address() const { return data_address_; }
+  Transport* transport() const { return data_.get(); }
+
+  // Accepts one data connection per worker (and, with replicas, one from each predecessor).
+  // `control` is checked between attempts so that a failure elsewhere ends the wait.
+  Status AcceptWorkers(ControlClient* control, Millis timeout);
+  // Replicas: connects to the successors (the next replicas-1 servers of `members`) and imports
+  // their forward rings. Runs beside AcceptWorkers on another thread (every server does both:
+  // the connections form a ring). A no-op without replicas.
+  Status ConnectSuccessors(const std::vector<MemberInfo>& members, Millis timeout);
+  // Serves requests and control commands until kShutdown (Ok) or a failure (the reason).
+  // A checkpoint command copies every table (CaptureSnapshot; the only pause) and a writer
+  // thread writes the files and answers kCheckpointDone; Serve returns after that thread.
+  Status Serve(ControlClient* control);
+  // Makes AcceptWorkers/Serve return kCancelled soon. Thread-safe.
+  void RequestStop() {
+    stop_ = true;
+    data_->Wake();
+  }
+
+  // For tests and checkpoints: this server's own shard of table `t` (only between requests).
+  ArrayHashMap& table(uint32_t t) { return *tables_[t].map; }
+  const ServerStats& stats() const { return stats_; }
+
+ private:
+  // tables_[k * T + t]: table t of the shard in hosted slot k (chain.h; k = 0 is this server's
+  // own shard, the only one without replicas).
+  struct Table {
+    TableSpec spec;
+    std::unique_ptr<ArrayHashMap> map;
+    uint32_t mirror_offset = 0;  // fp16 mirror inside the row (fp16_pull), else 0
+    uint32_t inflight = 0;       // reply writes out of this table's rows not yet completed
+    uint32_t shard = 0;
+  };
+  struct Link {  // one worker
+    std::shared_ptr<Endpoint> ep;
+    std::unique_ptr<RemoteKey> arena;
+    uint64_t arena_bytes = 0;
+    uint32_t next_seq = 0;
+    std::unique_ptr<MemoryRegion> ring;  // registration of rings_ slice
+    std::vector<uint32_t> free_scratch;
+    bool failed = false;
+  };
+  struct Reply {  // an in-flight reply write
+    std::vector<Segment> segments;
+    int table = -1;
+    uint32_t worker = 0;
+    int scratch = -1;
+    bool busy = false;
+    // A SlotReply staged in the one-sided scratch (server_onesided.cc): the rows write posts it
+    // when it completes (slots_follow); the SlotReply's own write frees it.
+    int64_t slots_at = -1;
+    uint32_t slots_len = 0;
+    uint32_t seq = 0;
+    uint64_t slots_dest = 0;
+    bool slots_follow = false;
+  };
+  struct SlotsFollowUp {  // taken out of a completed Reply
+    int64_t at = -1;
+    uint32_t len = 0, worker = 0, seq = 0;
+    uint64_t dest = 0;
+    bool post = false;
+  };
+  struct OneSided;  // scratch for SlotReplies, reuse generations, their registrations
+  struct OneSidedDeleter {
+    void operator()(OneSided* p) const;  // server_onesided.cc (OneSided is complete there)
+  };
+
+  // A BSP push waiting for its clock's apply: in worker w's staging ring (pred < 0), or in the
+  // forward ring of the predecessor `pred` places back.
+  struct Staged {
+    uint64_t push_id = 0;
+    uint64_t offset = 0;
+    uint32_t clock = 0;
+    int32_t pred = -1;
+  };
+  // Push numbers of one (hosted shard, worker) seen so far: all up to `upto`, and `above`.
+  struct Seen {
+    uint64_t upto = 0;
+    std::set<uint64_t> above;
+  };
+
+  // Replication (server_replication.cc).
+  struct Forward {  // a push on its way down a chain from here
+    uint32_t shard = 0, worker = 0, clock = 0;
+    uint64_t push_id = 0;
+    uint16_t table = 0;
+    uint8_t flags = 0;
+    uint32_t num_keys = 0, dim = 0;
+    uint64_t payload_at = 0;  // keys and gradients: offset in the ring block (block_region_)
+    uint64_t payload_bytes = 0;
+    // Whom to answer once the successor acknowledged: worker `from` (its request `from_seq`
+    // at ring offset `from_offset`, a push or a push-pull), or predecessor server `from`
+    // (forward seq `from_seq`).
+    bool from_worker = true;
+    RequestType type = RequestType::kPush;
+    uint32_t from = 0, from_seq = 0;
+    uint64_t from_offset = 0;
+    // Downstream: where it went.
+    int successor = -1;
+    uint32_t seq = 0;
+    uint64_t ring_at = 0, ring_bytes = 0;  // space in the successor's forward ring
+    int64_t header_at = -1;                // scratch header (block offset), until written
+    Segment segs[2];                       // header, payload: borrowed by the posted write
+    bool posted = false;
+    bool written = false;    // the write completed here
+    bool acked = false;      // the successor acknowledged it
+    bool abandoned = false;  // re-sent under another id after its successor died
+  };
+  struct Downstream {  // a successor: this server forwards to it
+    std::shared_ptr<Endpoint> ep;
+    std::unique_ptr<RemoteKey> ring;  // its forward ring for this server
+    RangeAllocator ring_space;
+    uint32_t next_seq = 0;
+    std::deque<uint64_t> queue;             // forward ids not yet posted, in order
+    std::map<uint32_t, uint64_t> inflight;  // seq -> forward id, posted and not acknowledged
+    std::deque<std::pair<uint32_t, std::pair<uint64_t, uint64_t>>> held;  // BSP: clock, space
+    bool suspected = false;
+  };
+  struct Upstream {  // a predecessor: it forwards to this server
+    std::shared_ptr<Endpoint> ep;
+    std::unique_ptr<RemoteKey> ack;  // its ack word
+    uint32_t distance = 0;           // its forward ring here is pred_rings_[distance - 1]
+    uint32_t next_seq = 0;
+    bool suspected = false;
+  };
+  enum class PeerKind : uint8_t { kWorker, kUpstream, kDownstream };
+  struct Peer {
+    PeerKind kind;
+    uint32_t index;
+  };
+
+  Server(const JobSpec& job, uint32_t index, std::unique_ptr<Transport> data);
+  Status Init(const std::string& listen_host);
+  Status InitMemory();
+  // Table t of `shard` when this server hosts it, else nullptr (replicas; without them every
+  // request is for this server's own shard).
+  Table* TableFor(uint32_t shard, uint32_t t);
+  uint32_t HostedSlot(const Table& t) const;
+  // False when (slot k, worker w, push_id) was seen before (replicas), recording it otherwise.
+  bool FirstSight(uint32_t k, uint32_t w, uint64_t push_id);
+
+  // Request path (server_requests.cc).
+  void HandleNotify(uint32_t w, uint32_t imm);
+  Status HandleRequest(uint32_t w, const RequestView& req);
+  Status ApplyPush(Table& t, const RequestView& req);
+  Status ReplyRows(uint32_t w, const RequestView& req, Table& t);
+  Status SendRecord(uint32_t w, uint32_t seq, const Status& status);
+  // Slots of keys in table t, creating absent rows (with the initializer, subject to admission;
+  // refused keys get kNoSlot). Grows the table first if needed (draining its replies).
+  Status ResolveSlots(Table& t, const uint64_t* keys, uint32_t n, std::vector<uint32_t>* slots);
+  Status ApplyClock(uint64_t clock);
+  Status ApplyStaged(uint32_t k, uint32_t w, const Staged& st);
+  Status ServeLoop(ControlClient* control);
+  // Replication (server_replication.cc).
+  void HandleForward(uint32_t pred, uint32_t imm);
+  void HandleAck(uint32_t succ, uint32_t imm, bool ok);
+  // Accepts a push for hosted slot k (apply or stage once), then forwards it down the chain or,
+  // as the tail, answers it at once (AnswerUpstream).
+  Status AcceptPush(Forward f, const RequestView& req, int32_t pred);
+  // Answers a push the chain's tail has: the worker's request (an ack record, or a push-pull's
+  // rows), or the predecessor's forward (an ack). Errors are handled here.
+  void Answer(const Forward& f);
+  // Queues forward `f` (already accepted here) for `succ` under a fresh id.
+  void QueueForward(Forward f, uint32_t succ);
+  Status SendAck(uint32_t pred, uint32_t seq);
+  void PostForwards(uint32_t succ);
+  void OnForwardWritten(const Completion& c);
+  // kServerDown: closes the chains over `dead` (an error if it is this server).
+  Status HandleServerDown(uint32_t dead, const std::string& why);
+  void FreeHeldForwards(uint64_t min_clock);
+  void Suspect(uint32_t server, const Status& why);
+  void CheckPeers();
+  // Checkpoints (ps/job/checkpoint.h): copies every shard this server heads (its own; with
+  // replicas also those it took over) of every table into checkpoint_images_, and writes the
+  // copies as those shards' files into the command's directory on checkpoint_writer_ (which
+  // answers the coordinator); a second command first waits for the previous write. At startup,
+  // RestoreShard brings the rows of table `t` that belong to `shard` from every shard of
+  // JobSpec::restore_dir.
+  void StartCheckpoint(const ControlMessage& command, ControlClient* control);
+  // kCheckpointClear: empties every table this server hosts (after their replies completed)
+  // and answers the coordinator.
+  void ClearTables(const ControlMessage& command, ControlClient* control);
+  void JoinCheckpointWriter();
+  Status RestoreShard(size_t t, uint32_t shard, const TableOptions& options, ArrayHashMap* map);
+  // A predecessor's connection (replicas): checks its place and imports its ack word.
+  Status AcceptPredecessor(uint32_t pred, std::shared_ptr<Endpoint> ep);
+  uint32_t AllocReply();
+  // Handles completions until table t has no reply in flight (notifications are queued).
+  Status DrainTable(Table& t);
+  void HandleCompletion(const Completion& c, bool defer_notifies);
+  // One-sided pulls (server_onesided.cc). StageSlotReply writes the SlotReply of `req` into
+  // scratch and returns its offset, or -1 when there is no room (the pull is then answered
+  // without slots). TakeSlotsFollowUp empties a completed Reply's slot fields; FinishSlotsFollowUp
+  // then posts the SlotReply write (notified) or frees the scratch.
+  int64_t StageSlotReply(const RequestView& req, const Table& t, const std::vector<uint32_t>& slots,
+                         uint32_t* len);
+  void FreeSlotReply(int64_t at, uint32_t len);
+  static SlotsFollowUp TakeSlotsFollowUp(Reply& r);
+  void FinishSlotsFollowUp(const SlotsFollowUp& f, bool ok);
+  void BumpReuseGeneration(size_t t);
+  OneSided& one_sided();
+  void FailWorker(uint32_t w, const Status& why);
+
+  JobSpec job_;
+  uint32_t index_;
+  std::unique_ptr<Transport> data_;
+  std::string data_address_;
+  std::vector<TableShape> shapes_;
+  std::unique_ptr<CheckpointManifest> restore_manifest_;
+  std::vector<Table> tables_;
+  uint8_t* rings_ = nullptr;  // W * staging_bytes at the start of the ring block (server.cc)
+  struct RingMemory;
+  std::unique_ptr<RingMemory> ring_memory_;
+  std::vector<ReplyRecord> scratch_;  // W * 2 * max_outstanding records
+  std::unique_ptr<MemoryRegion> scratch_region_;
+  std::vector<Link> links_;
+  std::unordered_map<uint64_t, Peer> peer_of_ep_;
+  // Completion contexts of writes that are not replies (replies use their index).
+  static constexpr uint64_t kForwardContext = uint64_t{1} << 62;  // | forward id
+  static constexpr uint64_t kAckContext = uint64_t{1} << 61;      // | predecessor index
+  std::vector<std::vector<Staged>> staged_;  // [k * W + w]: BSP pushes, in push_id order
+  // Replication state (empty without replicas).
+  ChainMap chain_;
+  ControlClient* control_ = nullptr;  // Serve's, for kSuspect
+  std::vector<Seen> seen_;            // [k * W + w]
+  uint8_t* pred_rings_ = nullptr;     // (R-1) * forward_ring_bytes_, inside the ring block
+  uint64_t forward_ring_bytes_ = 0;
+  std::vector<std::unique_ptr<MemoryRegion>> pred_ring_regions_;
+  std::unique_ptr<MemoryRegion> ack_region_;    // this server's ack word (remote-write)
+  std::unique_ptr<MemoryRegion> block_region_;  // the whole ring block: forward sources
+  uint64_t ack_source_at_ = 0;                  // block offset of the constant ack record
+  uint64_t headers_at_ = 0;                     // block offset of the forward header scratch
+  RangeAllocator header_space_;
+  std::map<uint32_t, Downstream> downstream_;  // by successor index
+  std::map<uint32_t, Upstream> upstream_;      // by predecessor index
+  std::map<uint64_t, Forward> forwards_;       // by id, in creation order
+  uint64_t next_forward_ = 1;
+  std::vector<Reply> replies_;
+  std::vector<uint32_t> free_replies_;
+  std::deque<Completion> deferred_;  // notifications that arrived during a drain
+  std::vector<uint32_t> slots_;      // scratch for ResolveSlots
+  // ResolveSlots' absent keys (their positions in the request and the keys themselves), and
+  // InsertBatch's slots and created-row flags for them.
+  std::vector<uint32_t> absent_at_;
+  std::vector<uint64_t> absent_keys_;
+  std::vector<uint32_t> absent_slots_;
+  std::vector<uint8_t> absent_created_;
+  std::vector<float> grad_scratch_;                       // fp16 gradients converted for one row
+  std::unique_ptr<OneSided, OneSidedDeleter> one_sided_;  // on first use; dies before data_
+  std::thread checkpoint_writer_;
+  std::vector<SnapshotImage> checkpoint_images_;  // one per table, reused by every checkpoint
+  std::atomic<bool> stop_{false};
+  Status fatal_;           // ends Serve at once (a broken invariant, a protocol violation)
+  Status worker_failure_;  // a worker's connection failed; ends Serve after a grace period
+  std::chrono::steady_clock::time_point worker_failure_deadline_;
+  ServerStats stats_;
+};
+
+}  // namespace ferry::ps

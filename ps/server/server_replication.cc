@@ -1,0 +1,454 @@
+// Chain replication on the server (JobSpec::replicas > 1; see server.h, chain.h and protocol.h
+// "Replication"): connections to the neighbours in the chains, forwarding accepted pushes down,
+// acknowledgements up, and closing the chains over a server the coordinator removed.
+//
+// Exactly once: a push is identified by (shard, worker, push_id). Every member records the ids it
+// accepted (FirstSight) and applies or stages each once, whether it came from the worker (first
+// try, or re-sent to a new head after a failover) or from a predecessor (forwarded, possibly
+// again by a new predecessor after a failover). Duplicates are still forwarded and answered: the
+// sender cannot know that this member had it, and the members after this one decide for
+// themselves. Under BSP the staged pushes of a (shard, worker) are applied in push_id order
+// (ApplyClock), so arrival order, which a failover changes, never changes the result.
+//
+// Acknowledged means applied on the tail: a member answers its upstream only when its successor
+// acknowledged (or when it is the tail). When the successor dies, the forwards it had not
+// acknowledged go to the next live member, or are answered at once by a member that became the
+// tail; none is dropped, so an acknowledged push is on every live replica.
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include "ps/server/server.h"
+
+namespace ferry::ps {
+
+Status Server::ConnectSuccessors(const std::vector<MemberInfo>& members, Millis timeout) {
+  const uint32_t replicas = job_.replicas;
+  if (replicas == 1) return Status::Ok();
+  const size_t expect = job_.workers + job_.tables.size() + (replicas - 1) + 1;
+  for (uint32_t dist = 1; dist < replicas; ++dist) {
+    const uint32_t j = (index_ + dist) % job_.servers;
+    auto m = std::find_if(members.begin(), members.end(), [j](const MemberInfo& mi) {
+      return mi.role == Role::kServer && mi.index == j;
+    });
+    if (m == members.end()) return ProtocolError("membership lacks server " + std::to_string(j));
+    auto ep = data_->Connect(m->data_address, timeout);
+    if (!ep.ok()) {
+      return ep.status().Annotate("server " + std::to_string(index_) + ": connect to successor " +
+                                  std::to_string(j) + " at " + m->data_address);
+    }
+    const auto& regions = (*ep)->peer_regions();
+    if (regions.size() != expect) {
+      return ProtocolError("server " + std::to_string(j) + " advertised " +
+                           std::to_string(regions.size()) + " regions, expected " +
+                           std::to_string(expect));
+    }
+    const RemoteRegion& ring = regions[job_.workers + job_.tables.size() + dist - 1];
+    Downstream d;
+    FERRY_ASSIGN_OR_RETURN(d.ring, (*ep)->Import(ring));
+    d.ring_space = RangeAllocator(0, ring.length, kRequestAlign);
+    d.ep = std::move(ep).value();
+    downstream_.emplace(j, std::move(d));
+  }
+  return Status::Ok();
+}
+
+Status Server::AcceptPredecessor(uint32_t pred, std::shared_ptr<Endpoint> ep) {
+  const uint32_t dist = (index_ + job_.servers - pred % job_.servers) % job_.servers;
+  if (pred >= job_.servers || dist == 0 || dist >= job_.replicas || upstream_.count(pred) != 0) {
+    ep->Close();
+    return ProtocolError("server " + std::to_string(pred) + " at " + ep->peer_address() +
+                         " is no predecessor of server " + std::to_string(index_) +
+                         " with replicas " + std::to_string(job_.replicas) +
+                         ", or connected twice");
+  }
+  const auto& regions = ep->peer_regions();
+  const size_t expect = job_.workers + job_.tables.size() + (job_.replicas - 1) + 1;
+  if (regions.size() != expect) {
+    ep->Close();
+    return ProtocolError("server " + std::to_string(pred) + " advertised " +
+                         std::to_string(regions.size()) + " regions, expected " +
+                         std::to_string(expect));
+  }
+  Upstream u;
+  auto ack = ep->Import(regions.back());
+  if (!ack.ok()) {
+    ep->Close();
+    return ack.status().Annotate("import the ack word of server " + std::to_string(pred));
+  }
+  u.ack = std::move(ack).value();
+  u.distance = dist;
+  u.ep = std::move(ep);
+  peer_of_ep_[u.ep->id()] = Peer{PeerKind::kUpstream, pred};
+  upstream_.emplace(pred, std::move(u));
+  return Status::Ok();
+}
+
+Status Server::AcceptPush(Forward f, const RequestView& req, int32_t pred) {
+  Table* t = TableFor(f.shard, f.table);
+  if (t == nullptr) return Internal("push for a shard this server does not hold");
+  const uint32_t k = HostedSlot(*t);
+  if (FirstSight(k, f.worker, f.push_id)) {
+    if (job_.consistency.kind == Consistency::kBsp) {
+      staged_[size_t{k} * job_.workers + f.worker].push_back(
+          Staged{f.push_id, req.offset, f.clock, pred});
+    } else {
+      FERRY_RETURN_IF_ERROR(ApplyPush(*t, req));
+    }
+    if (!f.from_worker) ++stats_.forwards_applied;
+  } else {
+    ++stats_.duplicates;
+  }
+  const int succ = job_.replicas > 1 ? chain_.Successor(f.shard, index_) : -1;
+  if (succ >= 0) {
+    QueueForward(std::move(f), static_cast<uint32_t>(succ));
+    PostForwards(static_cast<uint32_t>(succ));
+    return Status::Ok();
+  }
+  // The tail (or no replicas): answer now, on the request path's own terms.
+  if (f.from_worker) {
+    if (f.type == RequestType::kPush) return SendRecord(f.from, f.from_seq, Status::Ok());
+    return ReplyRows(f.from, req, *t);
+  }
+  Answer(f);
+  return Status::Ok();
+}
+
+void Server::QueueForward(Forward f, uint32_t succ) {
+  f.successor = static_cast<int>(succ);
+  f.seq = 0;
+  f.ring_at = f.ring_bytes = 0;
+  f.header_at = -1;
+  f.posted = f.written = f.acked = f.abandoned = false;
+  const uint64_t id = next_forward_++;
+  forwards_.emplace(id, std::move(f));
+  downstream_[succ].queue.push_back(id);
+}
+
+void Server::PostForwards(uint32_t succ) {
+  auto dit = downstream_.find(succ);
+  if (dit == downstream_.end()) return;
+  Downstream& d = dit->second;
+  // A successor that failed waits for the coordinator's word: removed (the forwards move on) or
+  // the job's failure.
+  if (chain_.dead(succ) || d.suspected) return;
+  std::vector<Op> ops;
+  while (!d.queue.empty()) {
+    const uint64_t id = d.queue.front();
+    Forward& f = forwards_.at(id);
+    const uint64_t bytes = (sizeof(ForwardHeader) + f.payload_bytes + kRequestAlign - 1) /
+                           kRequestAlign * kRequestAlign;
+    const auto at = d.ring_space.Allocate(bytes);
+    if (!at) break;  // space returns with acks (BSP: with the clock update)
+    const auto h = header_space_.Allocate(sizeof(ForwardHeader));
+    if (!h) {
+      d.ring_space.Free(*at, bytes);
+      break;  // headers return as forward writes complete
+    }
+    f.ring_at = *at;
+    f.ring_bytes = bytes;
+    f.header_at = static_cast<int64_t>(*h);
+    f.seq = d.next_seq++;
+    ForwardHeader hdr;
+    hdr.flags = f.flags;
+    hdr.table = f.table;
+    hdr.seq = f.seq;
+    hdr.num_keys = f.num_keys;
+    hdr.dim = f.dim;
+    hdr.clock = f.clock;
+    hdr.worker = f.worker;
+    hdr.shard = static_cast<uint16_t>(f.shard);
+    hdr.push_id = f.push_id;
+    hdr.payload_bytes = static_cast<uint32_t>(f.payload_bytes);
+    std::memcpy(rings_ + *h, &hdr, sizeof hdr);
+    // Keys and gradients straight from where they arrived (no copy): the worker keeps its ring
+    // bytes, and a predecessor its forward-ring bytes, until this server answered the push.
+    f.segs[0] = Segment{*h, *at, sizeof(ForwardHeader)};
+    f.segs[1] = Segment{f.payload_at, *at + sizeof(ForwardHeader), f.payload_bytes};
+    Op op;
+    op.type = OpType::kSparseWrite;
+    op.flags = kOpNotify;
+    op.imm = static_cast<uint32_t>(*at / kRequestAlign);
+    op.ep = d.ep.get();
+    op.context = kForwardContext | id;
+    op.local = block_region_.get();
+    op.remote = d.ring.get();
+    op.segments = f.segs;
+    op.num_segments = 2;
+    ops.push_back(op);
+    f.posted = true;
+    d.inflight[f.seq] = id;
+    d.queue.pop_front();
+    ++stats_.forwards;
+  }
+  if (ops.empty()) return;
+  Status s = data_->Post(ops);
+  // Post validates before it posts anything: a refusal is this server's bug, not the peer's.
+  if (!s.ok() && fatal_.ok()) {
+    fatal_ = s.Annotate("server " + std::to_string(index_) + ": forward pushes to server " +
+                        std::to_string(succ));
+  }
+}
+
+void Server::OnForwardWritten(const Completion& c) {
+  const uint64_t id = c.context & ~kForwardContext;
+  auto it = forwards_.find(id);
+  if (it == forwards_.end()) return;
+  Forward& f = it->second;
+  if (f.header_at >= 0) {
+    header_space_.Free(static_cast<uint64_t>(f.header_at), sizeof(ForwardHeader));
+    f.header_at = -1;
+  }
+  f.written = true;
+  if (!c.ok() && !f.abandoned && f.successor >= 0) {
+    Suspect(static_cast<uint32_t>(f.successor),
+            Status(c.code, "a forward write to it failed: " + c.error));
+  }
+  if (f.abandoned || f.acked) forwards_.erase(it);
+}
+
+void Server::HandleAck(uint32_t succ, uint32_t imm, bool ok) {
+  if (chain_.dead(succ)) return;  // late words of a removed server: its forwards moved on
+  auto dit = downstream_.find(succ);
+  if (dit == downstream_.end()) return;
+  Downstream& d = dit->second;
+  if (!ok || ReplyImmKind(imm) != ReplyKind::kOk) {
+    Suspect(succ, ProtocolError(ok ? "it refused a forwarded push" : "its ack failed"));
+    return;
+  }
+  const uint32_t seq = ReplyImmSeq(imm);
+  auto in = std::find_if(d.inflight.begin(), d.inflight.end(),
+                         [seq](const auto& e) { return (e.first & 0xffffffu) == seq; });
+  if (in == d.inflight.end()) {
+    Suspect(succ, ProtocolError("it acknowledged forward " + std::to_string(seq) +
+                                ", which is not in flight"));
+    return;
+  }
+  const uint64_t id = in->second;
+  d.inflight.erase(in);
+  auto it = forwards_.find(id);
+  if (it == forwards_.end()) return;
+  Forward& f = it->second;
+  f.acked = true;
+  if (job_.consistency.kind == Consistency::kBsp) {
+    // The successor applies it at the clock boundary: the bytes stay until every server did.
+    d.held.push_back({f.clock, {f.ring_at, f.ring_bytes}});
+  } else {
+    d.ring_space.Free(f.ring_at, f.ring_bytes);
+  }
+  Answer(f);
+  if (f.written) forwards_.erase(it);
+  if (!d.queue.empty()) PostForwards(succ);
+}
+
+void Server::FreeHeldForwards(uint64_t min_clock) {
+  for (auto& [j, d] : downstream_) {
+    bool freed = false;
+    for (auto it = d.held.begin(); it != d.held.end();) {
+      if (uint64_t{it->first} + 1 <= min_clock) {
+        d.ring_space.Free(it->second.first, it->second.second);
+        it = d.held.erase(it);
+        freed = true;
+      } else {
+        ++it;
+      }
+    }
+    if (freed && !d.queue.empty()) PostForwards(j);
+  }
+}
+
+void Server::Answer(const Forward& f) {
+  if (!f.from_worker) {
+    if (chain_.dead(f.from)) return;  // the removed predecessor's upstream re-sends it
+    Status s = SendAck(f.from, f.from_seq);
+    if (!s.ok()) Suspect(f.from, s);
+    return;
+  }
+  const uint32_t w = f.from;
+  if (links_[w].failed) return;
+  Status s;
+  if (f.type == RequestType::kPush) {
+    s = SendRecord(w, f.from_seq, Status::Ok());
+  } else {
+    // A push-pull's rows: read where the request still is (the worker keeps its ring bytes until
+    // this answer).
+    std::span<const uint8_t> ring(rings_ + w * job_.staging_bytes, job_.staging_bytes);
+    const RequestLimits limits{job_.staging_bytes, links_[w].arena_bytes,
+                               ReplySlotsBytes(job_.servers, job_.max_outstanding),
+                               job_.max_keys_per_request};
+    RequestView req;
+    s = ParseRequest(ring, f.from_offset, shapes_, limits, &req);
+    if (s.ok() && (req.header.seq != f.from_seq || req.type() != RequestType::kPushPull)) {
+      s = ProtocolError("push-pull " + std::to_string(f.from_seq) +
+                        " was overwritten before it was answered");
+    }
+    Table* t = s.ok() ? TableFor(f.shard, f.table) : nullptr;
+    if (s.ok() && t != nullptr) s = ReplyRows(w, req, *t);
+    if (!s.ok()) {
+      ++stats_.errors;
+      s = SendRecord(w, f.from_seq, s);
+    }
+  }
+  if (!s.ok()) FailWorker(w, s);
+}
+
+Status Server::SendAck(uint32_t pred, uint32_t seq) {
+  auto it = upstream_.find(pred);
+  if (it == upstream_.end()) return Internal("no connection from server " + std::to_string(pred));
+  Upstream& u = it->second;
+  Op op;
+  op.type = OpType::kWrite;
+  op.flags = kOpNotify;
+  op.imm = ReplyImm(ReplyKind::kOk, seq);
+  op.ep = u.ep.get();
+  op.context = kAckContext | pred;
+  op.local = block_region_.get();
+  op.local_offset = ack_source_at_;
+  op.length = 8;
+  op.remote = u.ack.get();
+  op.remote_offset = 0;
+  return data_->Post(std::span<const Op>(&op, 1));
+}
+
+void Server::HandleForward(uint32_t pred, uint32_t imm) {
+  if (chain_.dead(pred)) return;  // a removed server's late forward: its pushes come again
+  auto it = upstream_.find(pred);
+  if (it == upstream_.end()) return;
+  Upstream& u = it->second;
+  if (u.suspected) return;
+  std::span<const uint8_t> ring(pred_rings_ + size_t{u.distance - 1} * forward_ring_bytes_,
+                                forward_ring_bytes_);
+  const ForwardLimits limits{forward_ring_bytes_, job_.max_keys_per_request, job_.workers,
+                             job_.servers};
+  ForwardView fv;
+  Status st = ParseForward(ring, uint64_t{imm} * kRequestAlign, shapes_, limits, &fv);
+  if (st.ok() && fv.header.seq != u.next_seq) {
+    st = ProtocolError("forward seq " + std::to_string(fv.header.seq) + " arrived, " +
+                       std::to_string(u.next_seq) + " expected");
+  }
+  if (st.ok()) {
+    const int from = chain_.Position(fv.header.shard, pred);
+    const int here = chain_.Position(fv.header.shard, index_);
+    if (from < 0 || here <= from) {
+      st = ProtocolError("forward of shard " + std::to_string(fv.header.shard) +
+                         ", whose chain does not run from server " + std::to_string(pred) +
+                         " to server " + std::to_string(index_));
+    }
+  }
+  if (!st.ok()) {
+    // A server of the same job sent garbage: take that link out (the coordinator decides).
+    std::fprintf(stderr, "ferry server %u: closing predecessor %u: %s\n", index_, pred,
+                 st.ToString().c_str());
+    u.ep->Close();
+    Suspect(pred, st);
+    return;
+  }
+  ++u.next_seq;
+  Forward f;
+  f.shard = fv.header.shard;
+  f.worker = fv.header.worker;
+  f.clock = fv.header.clock;
+  f.push_id = fv.header.push_id;
+  f.table = fv.header.table;
+  f.flags = fv.header.flags;
+  f.num_keys = fv.header.num_keys;
+  f.dim = fv.header.dim;
+  f.payload_at = static_cast<uint64_t>(pred_rings_ - rings_) +
+                 size_t{u.distance - 1} * forward_ring_bytes_ + fv.push.offset +
+                 sizeof(ForwardHeader);
+  f.payload_bytes = fv.header.payload_bytes;
+  f.from_worker = false;
+  f.from = pred;
+  f.from_seq = fv.header.seq;
+  Status s = AcceptPush(std::move(f), fv.push, static_cast<int32_t>(u.distance));
+  if (!s.ok() && fatal_.ok())
+    fatal_ = s.Annotate("apply a push forwarded by server " + std::to_string(pred));
+}
+
+Status Server::HandleServerDown(uint32_t dead, const std::string& why) {
+  if (dead >= job_.servers) return Status::Ok();
+  if (dead == index_) {
+    return PeerFailure("server " + std::to_string(index_) +
+                       " was removed from the job (its shards failed over): " + why);
+  }
+  if (chain_.dead(dead)) return Status::Ok();
+  chain_.MarkDead(dead);
+  ++stats_.failovers;
+  std::fprintf(stderr, "ferry server %u: server %u is out of the job, chains close over it\n",
+               index_, dead);
+  auto uit = upstream_.find(dead);
+  if (uit != upstream_.end() && uit->second.ep) uit->second.ep->Close();
+  auto dit = downstream_.find(dead);
+  if (dit == downstream_.end()) return Status::Ok();
+  Downstream& d = dit->second;
+  if (d.ep) d.ep->Close();
+  // Every forward the dead successor had not acknowledged, in the order they were accepted here:
+  // to the next live member of its chain, or answered now that this server is the tail.
+  std::vector<uint64_t> ids;
+  for (const auto& [seq, id] : d.inflight) ids.push_back(id);
+  ids.insert(ids.end(), d.queue.begin(), d.queue.end());
+  std::sort(ids.begin(), ids.end());
+  d.inflight.clear();
+  d.queue.clear();
+  d.held.clear();
+  std::vector<uint32_t> touched;
+  for (uint64_t id : ids) {
+    auto it = forwards_.find(id);
+    if (it == forwards_.end()) continue;
+    Forward f = it->second;
+    if (it->second.posted && !it->second.written) {
+      it->second.abandoned = true;  // its cancelled write still completes here
+    } else {
+      forwards_.erase(it);
+    }
+    if (f.header_at >= 0) f.header_at = -1;  // freed with the old write's completion
+    ++stats_.forwards_rerouted;
+    const int next = chain_.Successor(f.shard, index_);
+    if (next < 0) {
+      Answer(f);
+    } else {
+      QueueForward(std::move(f), static_cast<uint32_t>(next));
+      touched.push_back(static_cast<uint32_t>(next));
+    }
+  }
+  for (uint32_t j : touched) PostForwards(j);
+  return Status::Ok();
+}
+
+void Server::Suspect(uint32_t server, const Status& why) {
+  if (server >= job_.servers || chain_.dead(server)) return;
+  auto dit = downstream_.find(server);
+  auto uit = upstream_.find(server);
+  bool already = false;
+  if (dit != downstream_.end()) {
+    already = already || dit->second.suspected;
+    dit->second.suspected = true;
+  }
+  if (uit != upstream_.end()) {
+    already = already || uit->second.suspected;
+    uit->second.suspected = true;
+  }
+  if (already || control_ == nullptr) return;
+  // No message here: connections also end when the job shuts down (the coordinator ignores a
+  // suspicion then), and it reports a removal itself.
+  ControlMessage m;
+  m.kind = ControlKind::kSuspect;
+  m.index = server;
+  m.text = "server " + std::to_string(index_) + ": " + why.ToString();
+  (void)control_->Send(m);
+}
+
+void Server::CheckPeers() {
+  for (auto& [j, d] : downstream_) {
+    if (!d.suspected && !chain_.dead(j) && d.ep && !d.ep->status().ok()) {
+      Suspect(j, d.ep->status());
+    }
+  }
+  for (auto& [p, u] : upstream_) {
+    if (!u.suspected && !chain_.dead(p) && u.ep && !u.ep->status().ok()) {
+      Suspect(p, u.ep->status());
+    }
+  }
+}
+
+}  // namespace ferry::ps

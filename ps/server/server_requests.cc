@@ -1,0 +1,316 @@
+// The request path of a server: parse in place, resolve slots, apply, reply (see server.h and
+// protocol.h).
+#include <algorithm>
+#include <cstdio>
+
+#include "ps/server/server.h"
+#include "ps/store/optimizer.h"
+
+namespace ferry::ps {
+
+void Server::HandleNotify(uint32_t w, uint32_t imm) {
+  Link& l = links_[w];
+  if (l.failed) return;
+  const uint64_t offset = uint64_t{imm} * kRequestAlign;
+  std::span<const uint8_t> ring(rings_ + w * job_.staging_bytes, job_.staging_bytes);
+  const RequestLimits limits{job_.staging_bytes, l.arena_bytes,
+                             ReplySlotsBytes(job_.servers, job_.max_outstanding),
+                             job_.max_keys_per_request};
+  RequestView req;
+  Status st = ParseRequest(ring, offset, shapes_, limits, &req);
+  // Any framed request, well-formed or not, must carry the next seq: a bad request with a wrong
+  // seq is a lost or repeated request all the same (its error reply would answer another seq).
+  if (st.code() == Code::kProtocol || req.header.seq != l.next_seq) {
+    if (st.code() != Code::kProtocol) {
+      st = ProtocolError("request seq " + std::to_string(req.header.seq) + " arrived, " +
+                         std::to_string(l.next_seq) + " expected (lost or repeated request)");
+    }
+    std::fprintf(stderr, "ferry server %u: closing worker %u: %s\n", index_, w,
+                 st.ToString().c_str());
+    l.ep->Close();
+    FailWorker(w, st);
+    return;
+  }
+  ++l.next_seq;
+  if (st.ok()) st = HandleRequest(w, req);
+  if (!st.ok()) {
+    ++stats_.errors;
+    Status r = SendRecord(w, req.header.seq, st);
+    if (!r.ok()) FailWorker(w, r);
+  }
+}
+
+Status Server::HandleRequest(uint32_t w, const RequestView& req) {
+  Table* t = TableFor(req.header.shard, req.header.table);
+  if (t == nullptr) {
+    return NotFound("shard " + std::to_string(req.header.shard) + " is not held by server " +
+                    std::to_string(index_));
+  }
+  const bool bsp = job_.consistency.kind == Consistency::kBsp;
+  switch (req.type()) {
+    case RequestType::kPull:
+      ++stats_.pulls;
+      stats_.keys_pulled += req.header.num_keys;
+      return ReplyRows(w, req, *t);
+    case RequestType::kPushPull:
+      if (bsp) {
+        return Unsupported(
+            "push-pull under BSP: a push is applied only at the clock boundary; "
+            "push, call Clock(), then pull");
+      }
+      ++stats_.push_pulls;
+      stats_.keys_pulled += req.header.num_keys;
+      [[fallthrough]];
+    case RequestType::kPush: {
+      if (req.type() == RequestType::kPush) ++stats_.pushes;
+      stats_.keys_pushed += req.header.num_keys;
+      // Applied (or, under BSP, staged: applied with every other worker's pushes of this clock
+      // at the boundary; the ring bytes stay valid, the worker reuses them only after that
+      // clock's update), forwarded down the chain with replicas, and answered once the chain's
+      // tail has it (AcceptPush).
+      Forward f;
+      f.shard = t->shard;
+      f.worker = w;
+      f.clock = req.header.clock;
+      f.push_id = req.header.push_id;
+      f.table = req.header.table;
+      f.flags = req.header.flags;
+      f.num_keys = req.header.num_keys;
+      f.dim = req.header.dim;
+      f.payload_at = w * job_.staging_bytes + req.offset + sizeof(RequestHeader);
+      f.payload_bytes = req.header.payload_bytes;
+      f.from_worker = true;
+      f.type = req.type();
+      f.from = w;
+      f.from_seq = req.header.seq;
+      f.from_offset = req.offset;
+      return AcceptPush(std::move(f), req, -1);
+    }
+  }
+  return Internal("unreachable request type");
+}
+
+namespace {
+
+void WriteMirror(const ArrayHashMap& m, uint32_t mirror_offset, uint8_t* row) {
+  const float* w = reinterpret_cast<const float*>(row + m.layout().embedding_offset);
+  uint16_t* h = reinterpret_cast<uint16_t*>(row + mirror_offset);
+  for (uint32_t i = 0; i < m.layout().dim; ++i) h[i] = FloatToHalf(w[i]);
+}
+
+}  // namespace
+
+Status Server::ResolveSlots(Table& t, const uint64_t* keys, uint32_t n,
+                            std::vector<uint32_t>* slots) {
+  ArrayHashMap& m = *t.map;
+  slots->resize(n);
+  // Growth moves the rows buffer (mremap) and re-registers it: never with a reply in flight.
+  const size_t room = (m.capacity() - m.high_water()) + m.free_slots();
+  const bool bounded = t.spec.max_rows != 0;
+  if (room < n || (bounded && m.size() + n > t.spec.max_rows)) {
+    FERRY_RETURN_IF_ERROR(DrainTable(t));
+    // At the bound Access() may erase rows and hand their slots to other keys: one-sided
+    // readers must see that before any slot changes hands (server_onesided.cc).
+    if (bounded && m.size() + n > t.spec.max_rows) {
+      BumpReuseGeneration(static_cast<size_t>(&t - tables_.data()));
+    }
+    if (room < n && !bounded) {
+      FERRY_RETURN_IF_ERROR(m.Reserve(std::max(2 * m.capacity(), m.size() + n)));
+    }
+  }
+  auto init = [&](uint64_t key, uint8_t* row) {
+    InitWeights(t.spec.init, key, t.spec.dim, m.Embedding(row));
+    InitState(t.spec.optimizer, t.spec.dim, m.State(row));
+    if (t.mirror_offset != 0) WriteMirror(m, t.mirror_offset, row);
+    ++stats_.rows_created;
+  };
+  const bool plain = t.spec.admission.kind == AdmissionOptions::Kind::kAlways && !bounded;
+  if (plain) {
+    FERRY_RETURN_IF_ERROR(m.FindBatch(std::span<const uint64_t>(keys, n), *slots));
+    // The absent keys (a push of new features) go in as one InsertBatch, whose prefetching
+    // overlaps their index misses; a key repeated in the request is created once.
+    absent_at_.clear();
+    absent_keys_.clear();
+    for (uint32_t i = 0; i < n; ++i) {
+      if ((*slots)[i] != ArrayHashMap::kNoSlot) continue;
+      absent_at_.push_back(i);
+      absent_keys_.push_back(keys[i]);
+    }
+    if (absent_keys_.empty()) return Status::Ok();
+    absent_slots_.assign(absent_keys_.size(), ArrayHashMap::kNoSlot);
+    absent_created_.assign(absent_keys_.size(), 0);
+    const Status inserted = m.InsertBatch(absent_keys_, absent_slots_, absent_created_);
+    // On an error the keys before it are in the table: their rows are initialised all the same.
+    for (size_t j = 0; j < absent_keys_.size(); ++j) {
+      if (absent_created_[j] != 0) init(absent_keys_[j], m.Row(absent_slots_[j]));
+      (*slots)[absent_at_[j]] = absent_slots_[j];
+    }
+    return inserted;
+  }
+  // Admission or a row bound: every sighting is recorded (scores, count-min filter) and the
+  // table may evict; keys it refuses read as zeros (the worker pre-zeroes their rows).
+  for (uint32_t i = 0; i < n; ++i) {
+    FERRY_ASSIGN_OR_RETURN(ArrayHashMap::Insertion ins, m.Access(keys[i]));
+    if (ins.row != nullptr && ins.inserted) init(keys[i], ins.row);
+    (*slots)[i] = ins.row != nullptr ? ins.slot : ArrayHashMap::kNoSlot;
+  }
+  if (bounded) {
+    // At the bound, Access() evicts to make room, possibly rows that earlier keys of this very
+    // request just resolved, and hands their slots to later keys: keys[i] would then read or
+    // update another key's row. A key whose row did not survive the batch reads as refused.
+    for (uint32_t i = 0; i < n; ++i) {
+      if ((*slots)[i] != ArrayHashMap::kNoSlot && m.FindSlot(keys[i]) != (*slots)[i]) {
+        (*slots)[i] = ArrayHashMap::kNoSlot;
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Status Server::ApplyPush(Table& t, const RequestView& req) {
+  ArrayHashMap& m = *t.map;
+  const uint32_t n = req.header.num_keys;
+  const uint32_t dim = t.spec.dim;
+  const bool fp16 = (req.header.flags & kFlagFp16Grads) != 0;
+  if (fp16) grad_scratch_.resize(dim);
+  for (uint32_t i = 0; i < n; ++i) {
+    if (i % kApplyBlock == 0) {
+      FERRY_RETURN_IF_ERROR(ResolveSlots(t, req.keys + i, std::min(kApplyBlock, n - i), &slots_));
+    }
+    const uint32_t slot = slots_[i % kApplyBlock];
+    if (slot == ArrayHashMap::kNoSlot) continue;
+    uint8_t* row = m.Row(slot);
+    const float* g;
+    if (fp16) {
+      const uint16_t* h = reinterpret_cast<const uint16_t*>(req.grads) + size_t{i} * dim;
+      for (uint32_t d = 0; d < dim; ++d) grad_scratch_[d] = HalfToFloat(h[d]);
+      g = grad_scratch_.data();
+    } else {
+      g = reinterpret_cast<const float*>(req.grads) + size_t{i} * dim;
+    }
+    ArrayHashMap::MarkUpdated(row);
+    ApplyUpdate(t.spec.optimizer, dim, m.Embedding(row), m.State(row), g,
+                ArrayHashMap::Meta(row)->update_count);
+    if (t.mirror_offset != 0) WriteMirror(m, t.mirror_offset, row);
+  }
+  return Status::Ok();
+}
+
+Status Server::ReplyRows(uint32_t w, const RequestView& req, Table& t) {
+  Link& l = links_[w];
+  ArrayHashMap& m = *t.map;
+  const uint32_t n = req.header.num_keys;
+  FERRY_RETURN_IF_ERROR(ResolveSlots(t, req.keys, n, &slots_));
+  const bool fp16 = (req.header.flags & kFlagFp16Rows) != 0;
+  const uint64_t field = fp16 ? t.mirror_offset : m.layout().embedding_offset;
+  const uint64_t len = RowWireBytes(t.spec.dim, fp16);
+  const uint64_t stride = m.layout().stride;
+  const uint32_t r = AllocReply();
+  Reply& reply = replies_[r];
+  reply.worker = w;
+  std::vector<Segment>& segs = reply.segments;
+  segs.clear();
+  segs.reserve(n);
+  uint64_t remote = req.header.dest_offset;
+  for (uint32_t i = 0; i < n; ++i, remote += req.header.dest_stride) {
+    const uint32_t slot = slots_[i];
+    if (slot == ArrayHashMap::kNoSlot) continue;  // refused by admission: stays zero
+    const uint64_t local = slot * stride + field;
+    if (!segs.empty() && segs.back().local_offset + segs.back().length == local &&
+        segs.back().remote_offset + segs.back().length == remote) {
+      segs.back().length += len;  // consecutive slots to consecutive destinations
+    } else {
+      segs.push_back(Segment{local, remote, len});
+    }
+  }
+  if (segs.empty()) {  // every key refused: acknowledge without data
+    reply.busy = false;
+    free_replies_.push_back(r);
+    return SendRecord(w, req.header.seq, Status::Ok());
+  }
+  // A pull that wants slots: the rows go unnotified, the SlotReply follows them once they have
+  // landed and carries the notification (server_onesided.cc).
+  uint32_t slots_len = 0;
+  const int64_t slots_at =
+      (req.header.flags & kFlagWantSlots) != 0 ? StageSlotReply(req, t, slots_, &slots_len) : -1;
+  Op op;
+  op.type = OpType::kSparseWrite;
+  op.flags = slots_at >= 0 ? kOpNone : kOpNotify;
+  op.imm = slots_at >= 0 ? 0 : ReplyImm(ReplyKind::kOk, req.header.seq);
+  op.ep = l.ep.get();
+  op.context = r;
+  op.local = m.region();
+  op.remote = l.arena.get();
+  op.segments = segs.data();
+  op.num_segments = segs.size();
+  Status st = data_->Post(std::span<const Op>(&op, 1));
+  if (!st.ok()) {
+    reply.busy = false;
+    segs.clear();
+    free_replies_.push_back(r);
+    FreeSlotReply(slots_at, slots_len);
+    return st.Annotate("post the rows reply");
+  }
+  reply.slots_at = slots_at;
+  reply.slots_len = slots_len;
+  reply.seq = req.header.seq;
+  reply.slots_dest = req.header.slots_offset;
+  reply.slots_follow = slots_at >= 0;
+  reply.table = static_cast<int>(&t - tables_.data());
+  ++t.inflight;
+  return Status::Ok();
+}
+
+Status Server::SendRecord(uint32_t w, uint32_t seq, const Status& status) {
+  Link& l = links_[w];
+  // A scratch record stays untouched until its write completes.
+  Completion comps[64];
+  const auto deadline = std::chrono::steady_clock::now() + job_.peer_timeout * 2;
+  while (l.free_scratch.empty()) {
+    const size_t n = data_->Poll(comps);
+    for (size_t i = 0; i < n; ++i) HandleCompletion(comps[i], /*defer_notifies=*/true);
+    if (n == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        return Timeout("reply records to worker " + std::to_string(w) + " never completed");
+      }
+      (void)data_->Wait(Millis(10));
+    }
+    if (l.failed) return PeerFailure("worker " + std::to_string(w) + " failed");
+  }
+  const uint32_t s = l.free_scratch.back();
+  l.free_scratch.pop_back();
+  ReplyRecord& rec = scratch_[s];
+  uint64_t length = 8;
+  if (status.ok()) {
+    rec.magic = kReplyMagic;
+    rec.seq = seq;
+  } else {
+    MakeErrorRecord(seq, status, &rec);
+    length = sizeof(ReplyRecord);
+  }
+  const uint32_t r = AllocReply();
+  replies_[r].worker = w;
+  replies_[r].scratch = static_cast<int>(s);
+  Op op;
+  op.type = OpType::kWrite;
+  op.flags = kOpNotify;
+  op.imm = ReplyImm(status.ok() ? ReplyKind::kOk : ReplyKind::kError, seq);
+  op.ep = l.ep.get();
+  op.context = r;
+  op.local = scratch_region_.get();
+  op.local_offset = uint64_t{s} * sizeof(ReplyRecord);
+  op.length = length;
+  op.remote = l.arena.get();
+  op.remote_offset = ReplySlotOffset(index_, seq, job_.max_outstanding);
+  Status st = data_->Post(std::span<const Op>(&op, 1));
+  if (!st.ok()) {
+    replies_[r].busy = false;
+    replies_[r].scratch = -1;
+    free_replies_.push_back(r);
+    l.free_scratch.push_back(s);
+    return st.Annotate("post a reply record");
+  }
+  return Status::Ok();
+}
+
+}  // namespace ferry::ps

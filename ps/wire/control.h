@@ -1,0 +1,220 @@
+// The parameter server's control plane: small messages between every role (server, worker) and
+// the coordinator, carried by Ferry's own tcp transport (always available, authenticated by the
+// job secret, failures detected within peer_timeout). Data never travels here; this plane
+// carries membership, the start barrier, worker barriers, clocks, gathers and failure notices.
+//
+//   member -> coordinator   kRegister {rank, role, index, value = job fingerprint,
+//                           members = {itself: data address, host, pid}}
+//   coordinator -> all      kMembership {members}  once every expected member registered
+//                           kReject {text}         the member's job spec or identity is wrong
+//   member -> coordinator   kReady                 connections made; coordinator -> all kStart
+//   worker -> coordinator   kBarrier {value = id}; coordinator -> workers kBarrierRelease {id}
+//   worker -> coordinator   kClock {value = completed clocks}
+//   coordinator -> servers  kApplyClock {value}    BSP: apply pushes staged for clocks < value
+//   server -> coordinator   kClockApplied {value}
+//   coordinator -> workers  kClockUpdate {value = min clock over workers (applied, under BSP)}
+//   worker -> coordinator   kGather {value = id, value2 = total bytes, index = chunk offset,
+//                           rank = 1 for every worker / 0 for worker 0, data}; relayed as
+//                           kGatherPart {rank = sender's worker index, same fields}
+//   worker -> coordinator   kFinish; when every worker finished: coordinator -> all kShutdown
+//   coordinator -> all      kFailure {rank, role, index, text = reason, value = ms since start}
+//   member -> coordinator   kFailure {text = what it saw, value = kFailureWhileRunning}: a
+//                           member that lost a peer (a worker its server, a server its worker)
+//                           says so before it leaves, so the job's failure names the peer that
+//                           died and not the member that left because of it; {rank, text,
+//                           value = 0}: this rank could not start (Node::ReportStartFailure)
+//   worker -> coordinator   kCheckpoint {text = dir, value = id}: relayed to every server, which
+//                           saves its shards and answers kCheckpointDone {value = id, text =
+//                           error or ""}; then the coordinator writes the manifest and answers
+//                           the worker kCheckpointDone. With value2 = kCheckpointClear (text
+//                           empty) every server empties every table it hosts instead, and the
+//                           coordinator answers once all did (no manifest)
+//   coordinator -> servers  kClockUpdate {value}   with replicas > 1 too (forward rings hold BSP
+//                           pushes until every server applied their clock)
+//   member -> coordinator   kSuspect {index = server, text}: with replicas > 1, a member that
+//                           lost its data connection to a server asks for its removal instead of
+//                           failing the job; the coordinator decides (it may know already)
+//   coordinator -> all      kServerDown {index, text, value}: with replicas > 1, a server died
+//                           (its control connection failed) or was suspected, and every shard it
+//                           held still has a live replica: its chains close over it and the job
+//                           goes on (chain.h). The removed server itself stops serving if alive.
+//
+// ControlClient: one connection to the coordinator, driven by its own pump thread (which also
+// answers heartbeats while the owner computes). Messages queue up for the owner; `on_message`
+// is called from the pump thread after each one (the owner's data transport Wake(), typically).
+// The pump thread also keeps the owner's DATA transport alive while the owner computes (see
+// SetIdleHook): a tcp peer declares a connection dead when nothing arrives for peer_timeout, and
+// nothing drives a worker's data transport while its caller computes between PS calls.
+// Thread-safety: Send/TryReceive/Receive/status/ReportFailure may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ps/job/job.h"
+#include "transport/transport.h"
+
+namespace ferry::ps {
+
+enum class Role : uint8_t { kServer = 0, kWorker = 1 };
+std::string_view RoleName(Role role);
+
+enum class ControlKind : uint8_t {
+  kRegister = 1,
+  kMembership,
+  kReject,
+  kReady,
+  kStart,
+  kBarrier,
+  kBarrierRelease,
+  kClock,
+  kApplyClock,
+  kClockApplied,
+  kClockUpdate,
+  kGather,
+  kGatherPart,
+  kFinish,
+  kShutdown,
+  kFailure,
+  kCheckpoint,      // worker -> coordinator -> servers {text = dir, value = id}
+  kCheckpointDone,  // server -> coordinator -> worker {value = id, text = error or ""}
+  kServerDown,      // coordinator -> all {index = server, text = why, value = ms since start}
+  kSuspect,         // member -> coordinator {index = server, text = what the member saw}
+};
+std::string_view ControlKindName(ControlKind kind);
+
+// kCheckpoint's value2: empty the tables instead of saving them (Worker::ClearTables).
+inline constexpr uint64_t kCheckpointClear = 1;
+
+struct MemberInfo {
+  uint32_t rank = 0;
+  Role role = Role::kServer;
+  uint32_t index = 0;
+  std::string data_address;
+  std::string host;
+  uint32_t pid = 0;
+  bool operator==(const MemberInfo&) const = default;
+};
+
+struct ControlMessage {
+  ControlKind kind = ControlKind::kReady;
+  uint32_t rank = 0;
+  Role role = Role::kServer;
+  uint32_t index = 0;
+  uint64_t value = 0;
+  uint64_t value2 = 0;
+  std::string text;
+  std::vector<MemberInfo> members;
+  std::vector<uint8_t> data;
+};
+
+// Largest encoded control message; gathers are chunked below it.
+inline constexpr size_t kMaxControlMessage = 256u << 10;
+inline constexpr size_t kGatherChunk = 192u << 10;
+
+std::vector<uint8_t> EncodeControl(const ControlMessage& m);
+// Verifies the buffer; kProtocol on malformed, truncated or unknown-kind input. Never crashes.
+Result<ControlMessage> DecodeControl(std::span<const uint8_t> bytes);
+
+// Options of the control transports (client and coordinator).
+TransportOptions ControlTransportOptions(const JobSpec& job);
+
+// A registered pool of send slots and posted receives over one Transport; shared by the client
+// and the coordinator. Not thread-safe: its owner serialises calls.
+class ControlMailbox {
+ public:
+  static constexpr size_t kSlots = 16;
+  static Result<std::unique_ptr<ControlMailbox>> Create(Transport* t, size_t receives);
+  ~ControlMailbox();
+  // Posts the receives (ep == nullptr: the transport's shared queue).
+  Status PostReceives();
+  // Copies `m` into a free send slot and posts it. kResourceExhausted when every slot is in
+  // flight (drive completions and retry).
+  Status Send(Endpoint* ep, const ControlMessage& m);
+  // Handles one completion of this mailbox. Returns the decoded message for a receive (and
+  // reposts its buffer), nullopt for a send completion; an error for a failed op or a
+  // malformed message (with c.ep naming the peer).
+  Result<std::optional<ControlMessage>> Handle(const Completion& c);
+  bool Owns(const Completion& c) const { return (c.context >> 56) == kTag; }
+  size_t free_slots() const { return free_.size(); }
+
+ private:
+  static constexpr uint64_t kTag = 0xc7;
+  ControlMailbox(Transport* t, size_t receives);
+  Transport* t_;
+  size_t receives_;
+  std::vector<uint8_t> memory_;
+  std::unique_ptr<MemoryRegion> region_;
+  std::vector<size_t> free_;
+};
+
+class ControlClient {
+ public:
+  // Connects to the coordinator at `address`, retrying until `timeout` (it may start later).
+  static Result<std::unique_ptr<ControlClient>> Connect(const std::string& address,
+                                                        const JobSpec& job,
+                                                        std::function<void()> on_message,
+                                                        Millis timeout);
+  ~ControlClient();
+  ControlClient(const ControlClient&) = delete;
+  ControlClient& operator=(const ControlClient&) = delete;
+
+  Status Send(const ControlMessage& m);
+  // The next queued message, if any. Calling it counts as the owner driving its data transport
+  // (Worker::Progress and Server::Serve call it on every round): see SetIdleHook.
+  std::optional<ControlMessage> TryReceive();
+  // Blocks up to `timeout` for the next message; kTimeout, or the connection's failure.
+  Result<ControlMessage> Receive(Millis timeout);
+  // Ok while the coordinator connection is healthy; its failure otherwise.
+  Status status() const;
+
+  // While the owner has not called TryReceive() for `idle`, the pump thread calls `hook` every
+  // ~100 ms (Node passes one that drives the role's data transport without taking its
+  // completions: Poll() of an empty span), so the owner's peers keep hearing from it while it
+  // computes or waits on the control plane. `idle` well below peer_timeout (Node: a quarter).
+  // The hook runs on the pump thread and must not block; it must outlive this client.
+  void SetIdleHook(std::function<void()> hook, Millis idle);
+
+  // Tells the coordinator that this member saw a failure while running (kFailure, value =
+  // kFailureWhileRunning, text = why; the coordinator knows who sent it): the job then fails
+  // naming what this member saw, even if this member's own departure reaches the coordinator
+  // first. Non-blocking; the destructor gives queued messages up to kCloseFlush to leave. A
+  // no-op once the connection failed.
+  void ReportFailure(const Status& why);
+  static constexpr uint64_t kFailureWhileRunning = 1;
+  static constexpr Millis kCloseFlush{500};
+
+ private:
+  ControlClient() = default;
+  void PumpMain();
+  void Fail(const Status& s);
+
+  std::string address_;
+  std::unique_ptr<Transport> transport_;
+  std::shared_ptr<Endpoint> ep_;
+  std::unique_ptr<ControlMailbox> mailbox_;
+  std::function<void()> on_message_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<ControlMessage> inbox_;
+  std::deque<ControlMessage> outbox_;  // waiting for a free send slot
+  size_t in_flight_ = 0;               // posted sends not yet completed (the pump's count)
+  std::function<void()> idle_hook_;
+  Millis idle_{0};
+  std::atomic<int64_t> owner_seen_ns_{0};  // steady clock of the owner's last TryReceive
+  Status failed_;
+  std::atomic<bool> stop_{false};
+  std::thread pump_;
+};
+
+}  // namespace ferry::ps

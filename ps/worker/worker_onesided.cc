@@ -1,0 +1,506 @@
+// One-sided pulls on the worker (worker.h PullOptions::one_sided; docs/ps.md "One-sided pulls").
+//
+// A pull splits each server's group of keys into the keys whose slot this worker knows (the
+// slot cache of that table and server) and the others:
+//
+//   group of server s in the send buffer, after the split (positions = arena rows):
+//     [ begin[s] ........ uncached ........ | ........ cached ........ begin[s+1] )
+//       request path, kFlagWantSlots          ONE sparse read of [key word .. embedding end)
+//                                             of each cached slot, straight into the arena
+//
+// Arena rows of such a ticket carry a prefix, so that a read lands the row as the server keeps it
+// and a request-path reply lands its embedding at the same place:
+//
+//   struct ArenaRow {             // stride = round_up(embedding_offset + 4 * dim, 8)
+//     uint64_t key;               // one-sided reads only: checked against the pulled key
+//     uint8_t  meta[16];          // one-sided reads only (version travels for free)
+//     float    embedding[dim];    // PulledRows points here, whichever path filled it
+//   };
+//
+// A read counts as one reply of its ticket. When it completes it is checked: on a table that may
+// erase rows (kSlotsMayReuse), an 8-byte read of the server's reuse generation posted after the
+// rows' read completed must find the generation the slots were learned under (else a slot may
+// have changed hands meanwhile); then every row's key word must be the pulled key. A read that
+// fails a check, or that the transport refused (stale or unknown key after the table grew), is
+// replaced by request-path pulls of the same positions (a Fallback), which also refresh the slots
+// and the descriptor; only then does the read's reply count go. Nothing unchecked is ever
+// counted, so a caller never sees a wrong row.
+//
+// Fallbacks are posted from completion handlers (inside Progress), so they never wait: they take
+// ring space when there is some and are retried after every reply (OnNotify) until they fit.
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "ps/wire/row_format.h"
+#include "ps/worker/worker.h"
+#include "ps/worker/worker_state.h"
+
+namespace ferry::ps {
+
+namespace {
+
+constexpr uint64_t kReadIndexMask = (uint64_t{1} << kContextShift) - 1;
+// Slots cached per (table, server) before the cache starts over (a worker that sees an endless
+// stream of new keys must not grow without bound).
+constexpr size_t kMaxCachedSlots = size_t{1} << 24;
+// Segments per sparse read, below every backend's limit and any peer's max_segments default.
+constexpr uint64_t kMaxReadSegments = uint64_t{1} << 16;
+
+// Whether a one-sided access the target refuses leaves the endpoint usable. tcp and ucx answer
+// a stale key with an error completion; on verbs an RDMA READ with a deregistered rkey is a
+// remote access error that moves the RC queue pair (requests included) to the error state.
+// Capabilities has no bit for this yet (docs/ps.md): until it has, verbs reads only
+// registrations the server declares stable.
+bool RefusalsAreHarmless(const Transport& t) {
+  return t.name() != "verbs";
+}
+
+bool DescriptorGone(Code code) {
+  return code == Code::kStale || code == Code::kPermissionDenied || code == Code::kOutOfRange;
+}
+
+}  // namespace
+
+Result<Ticket> Worker::PullOneSided(uint32_t table, std::span<const uint64_t> keys,
+                                    const PullOptions& options) {
+  State& st = *st_;
+  // With replicas a shard's rows may move to another server at any time (a failover): the
+  // request path follows the shard's head, cached slots would not.
+  if (!data_->capabilities().sparse_read || table >= job_.tables.size() || job_.replicas > 1) {
+    PullOptions plain = options;
+    plain.one_sided = false;
+    return Pull(table, keys, plain);
+  }
+  if (st.slot_caches.empty()) {
+    st.slot_caches.assign(job_.tables.size(), std::vector<SlotCache>(job_.servers));
+  }
+  LearnSlots();
+  FERRY_ASSIGN_OR_RETURN(TicketState * tk, NewTicket(table, RequestType::kPull, false));
+  const TableSpec& spec = job_.tables[table];
+  const uint32_t prefix = RemoteRowFormat::kEmbeddingOffset;
+  const uint64_t read_len = prefix + uint64_t{spec.dim} * 4;
+  tk->row_prefix = prefix;
+  tk->row_bytes = static_cast<uint32_t>((read_len + 7) / 8 * 8);
+  auto fail = [&](const Status& s) -> Result<Ticket> {
+    // Whatever was posted completes into the ticket; the caller never sees it.
+    tk->released = true;
+    Retire(tk->id);
+    return s;
+  };
+  Status s = PrepareKeys(*tk, keys, options.keys_unique);
+  if (!s.ok()) return fail(s);
+  const SendData& send = *tk->send;
+  uint64_t* pulled = reinterpret_cast<uint64_t*>(st.send->data() + send.keys->offset);
+
+  // Which servers may be read, and which of their keys: cached, with a slot inside the
+  // descriptor this worker holds. A server with one of this worker's pushes of the table not yet
+  // acknowledged goes through the request path, which orders the pull behind the push.
+  std::vector<bool> push_in_flight(job_.servers, false);
+  for (uint32_t srv = 0; srv < job_.servers; ++srv) {
+    for (const RingSlot& r : st.servers[srv].slots) {
+      if (r.replied) continue;
+      auto it = st.tickets.find(r.ticket);
+      if (it != st.tickets.end() && it->second->table == table &&
+          it->second->type != RequestType::kPull) {
+        push_in_flight[srv] = true;
+      }
+    }
+  }
+  st.slot_of.assign(send.n, kNoSlotValue);
+  std::vector<uint32_t> newpos;  // old position -> new, once some group is split
+  std::vector<RangePlan> requests;
+  std::vector<RangePlan> cached;
+  // What the slots were taken with: waiting for arena space below runs completion handlers,
+  // which may change the caches (a failed check starts a cache over).
+  std::vector<SlotCache> taken;
+  std::vector<std::pair<uint64_t, uint32_t>> split;
+  for (uint32_t srv = 0; srv < job_.servers; ++srv) {
+    const uint32_t b = send.begin[srv], e = send.begin[srv + 1];
+    if (b == e) continue;
+    const SlotCache& c = st.slot_caches[table][srv];
+    const bool usable =
+        c.rows != nullptr && !c.disabled && (!c.may_reuse || c.status) && !push_in_flight[srv];
+    uint32_t hits = 0;
+    if (usable) {
+      const uint64_t length = c.rows->region().length;
+      for (uint32_t p = b; p < e; ++p) {
+        auto it = c.slots.find(pulled[p]);
+        if (it == c.slots.end()) continue;
+        if (uint64_t{it->second} * c.row_stride + read_len > length) continue;  // grew since
+        st.slot_of[p] = it->second;
+        ++hits;
+      }
+    }
+    const uint32_t first_cached = e - hits;
+    if (hits != 0 && hits != e - b) {
+      // Uncached keys first (stable), so that each part is one contiguous range.
+      if (newpos.empty()) {
+        newpos.resize(send.n);
+        for (uint32_t p = 0; p < send.n; ++p) newpos[p] = p;
+      }
+      split.clear();
+      uint32_t lo = b, hi = first_cached;
+      for (uint32_t p = b; p < e; ++p) {
+        newpos[p] = st.slot_of[p] == kNoSlotValue ? lo++ : hi++;
+        split.emplace_back(pulled[p], st.slot_of[p]);
+      }
+      for (uint32_t p = b; p < e; ++p) {
+        pulled[newpos[p]] = split[p - b].first;
+        st.slot_of[newpos[p]] = split[p - b].second;
+      }
+    }
+    if (first_cached > b) requests.push_back(RangePlan{srv, b, first_cached, true});
+    if (hits != 0) {
+      cached.push_back(RangePlan{srv, first_cached, e, false});
+      SlotCache snapshot;  // everything but the slots themselves
+      snapshot.rows = c.rows;
+      snapshot.status = c.status;
+      snapshot.generation = c.generation;
+      snapshot.row_stride = c.row_stride;
+      snapshot.status_offset = c.status_offset;
+      snapshot.may_reuse = c.may_reuse;
+      taken.push_back(std::move(snapshot));
+    }
+  }
+  if (!newpos.empty()) {
+    for (uint32_t& p : tk->pos) p = newpos[p];
+  }
+  s = AllocRows(*tk);
+  if (!s.ok()) return fail(s);
+
+  // One read per server group (generation word first: without arena room for it, the group
+  // takes the request path).
+  tk->reads.reserve(cached.size());
+  for (size_t k = 0; k < cached.size(); ++k) {
+    const RangePlan& r = cached[k];
+    const SlotCache& c = taken[k];
+    OneSidedRead rd;
+    rd.server = r.shard;
+    rd.begin = r.begin;
+    rd.end = r.end;
+    rd.rows = c.rows;
+    rd.status = c.status;
+    rd.generation = c.generation;
+    rd.status_offset = c.status_offset;
+    rd.check_generation = c.may_reuse;
+    if (rd.check_generation) {
+      auto at = st.rows_alloc.Allocate(8);
+      if (!at) {
+        requests.push_back(RangePlan{r.shard, r.begin, r.end, true});
+        continue;
+      }
+      rd.generation_word = std::make_unique<Block>(&st.rows_alloc, *at, 8);
+    }
+    rd.segments.reserve(r.end - r.begin);
+    for (uint32_t p = r.begin; p < r.end; ++p) {
+      const uint64_t local = tk->rows->offset + uint64_t{p} * tk->row_bytes;
+      const uint64_t remote = uint64_t{st.slot_of[p]} * c.row_stride;
+      if (!rd.segments.empty()) {
+        Segment& last = rd.segments.back();
+        if (last.local_offset + last.length == local &&
+            last.remote_offset + last.length == remote) {
+          last.length += read_len;  // neighbouring slots into neighbouring rows
+          continue;
+        }
+      }
+      rd.segments.push_back(Segment{local, remote, read_len});
+    }
+    tk->reads.push_back(std::move(rd));
+  }
+  // Request headers for the uncached keys and for fallbacks of the cached ones, set aside before
+  // any read can complete (a completion handler posts fallbacks and cannot wait for space).
+  const uint32_t cap = KeysPerRequest(*tk, false);
+  uint64_t headers = 0;
+  for (const RangePlan& r : requests) headers += (r.end - r.begin + cap - 1) / cap;
+  for (const OneSidedRead& rd : tk->reads) headers += (rd.end - rd.begin + cap - 1) / cap;
+  s = AllocHeaders(*tk, headers);
+  if (!s.ok()) return fail(s);
+  // Reads first: a request of this very pull may grow the table, and the reads (served in
+  // order on tcp, at once through cross-memory attach) then still find the registration they
+  // name.
+  const Capabilities& caps = data_->capabilities();
+  const uint64_t max_segments = std::min<uint64_t>(caps.max_segments, kMaxReadSegments);
+  for (size_t i = 0; i < tk->reads.size(); ++i) {
+    OneSidedRead& rd = tk->reads[i];
+    std::vector<Op> ops;
+    size_t first = 0;
+    while (first < rd.segments.size()) {
+      size_t last = first;
+      uint64_t bytes = 0;
+      while (last < rd.segments.size() && last - first < max_segments &&
+             bytes + rd.segments[last].length <= caps.max_message_size) {
+        bytes += rd.segments[last++].length;
+      }
+      if (last == first) ++last;  // one row past max_message_size: Post names the problem
+      Op op;
+      op.type = OpType::kSparseRead;
+      op.ep = st.servers[rd.server].ep.get();
+      op.context = kReadContextBit | (tk->id << kContextShift) | i;
+      op.local = st.arena.get();
+      op.remote = rd.rows.get();
+      op.segments = rd.segments.data() + first;
+      op.num_segments = last - first;
+      ops.push_back(op);
+      first = last;
+    }
+    if (!data_->Post(ops).ok()) {  // nothing of it was posted: the group takes the request path
+      requests.push_back(RangePlan{rd.server, rd.begin, rd.end, true});
+      continue;
+    }
+    ++tk->unreplied;
+    rd.ops_left = static_cast<uint32_t>(ops.size());
+    stats_.one_sided_reads += ops.size();
+  }
+  s = PostRequests(*tk, &requests);
+  if (!s.ok()) return fail(s);
+  ++stats_.pulls;
+  stats_.keys_pulled += tk->send->n;
+  return tk->id;
+}
+
+bool Worker::PlanSlotReply(TicketState& tk, uint32_t server, uint32_t begin, uint32_t n,
+                           uint32_t seq, RequestHeader* hdr) {
+  State& st = *st_;
+  if (st.slot_caches.empty()) return false;
+  const uint64_t bytes = SlotReplyBytes(n, kSlotsDescriptorRoom);
+  const auto at = st.rows_alloc.Allocate(bytes);
+  if (!at) return false;
+  auto area = std::make_shared<Block>(&st.rows_alloc, *at, bytes);
+  // No magic until the server writes one: a pull answered without slots leaves none.
+  std::memset(st.arena->data() + *at, 0, sizeof(SlotReplyHeader));
+  const SlotCache& c = st.slot_caches[tk.table][server];
+  hdr->slots_offset = *at;
+  hdr->slots_bytes = static_cast<uint32_t>(bytes);
+  hdr->known_epoch = c.rows != nullptr ? c.epoch : 0;
+  st.learning.push_back(SlotLearning{tk.id, tk.table, server, seq, begin, n, tk.send, area});
+  return true;
+}
+
+void Worker::LearnSlots() {
+  State& st = *st_;
+  for (auto e = st.learning.begin(); e != st.learning.end();) {
+    // Every reply of the ticket is in (or the ticket is gone, which needs them all): the
+    // SlotReply, written before its request's notification, is complete.
+    auto t = st.tickets.find(e->ticket);
+    if (t != st.tickets.end() && t->second->unreplied != 0) {
+      ++e;
+      continue;
+    }
+    SlotCache& c = st.slot_caches[e->table][e->server];
+    const TableSpec& spec = job_.tables[e->table];
+    SlotReplyView v;
+    const std::span<const uint8_t> area(st.arena->data() + e->area->offset, e->area->bytes);
+    Status s = ReadSlotReply(area, e->seq, e->n, &v);
+    const SlotReplyHeader& h = v.header;
+    const uint32_t prefix = RemoteRowFormat::kEmbeddingOffset;
+    if (s.ok() && (h.embedding_offset != prefix || h.row_stride < prefix + spec.dim * 4)) {
+      c.disabled = true;  // the server keeps another layout than this worker reads
+      s = ProtocolError("slot reply names another row layout");
+    }
+    // On a backend where a refused read breaks the connection, only stable registrations.
+    if (s.ok() && (h.flags & kSlotsStableRegion) == 0 && !RefusalsAreHarmless(*data_)) {
+      s = Unsupported("rows registration may change");
+    }
+    if (s.ok()) {
+      ServerLink& l = st.servers[e->server];
+      if (!v.rows_descriptor.empty() && h.epoch >= c.epoch) {
+        auto region = DecodeRemoteRegion(v.rows_descriptor);
+        auto key = region.ok() ? l.ep->Import(*region)
+                               : Result<std::unique_ptr<RemoteKey>>(region.status());
+        if (key.ok()) {
+          c.rows = std::shared_ptr<RemoteKey>(std::move(key).value());
+          c.epoch = h.epoch;
+        }
+      } else if (h.epoch > c.epoch) {
+        c.rows.reset();  // newer than ours and no descriptor came with it: ours is stale
+        c.epoch = 0;
+      }
+      if (!v.status_descriptor.empty() && c.status == nullptr) {
+        auto region = DecodeRemoteRegion(v.status_descriptor);
+        auto key = region.ok() ? l.ep->Import(*region)
+                               : Result<std::unique_ptr<RemoteKey>>(region.status());
+        if (key.ok()) c.status = std::shared_ptr<RemoteKey>(std::move(key).value());
+      }
+      c.row_stride = h.row_stride;
+      c.status_offset = h.status_offset;
+      c.may_reuse = (h.flags & kSlotsMayReuse) != 0;
+      if (h.generation > c.generation) {  // rows were erased since the cached slots were learned
+        c.slots.clear();
+        c.generation = h.generation;
+      }
+      if (h.generation == c.generation) {
+        if (c.slots.size() + e->n > kMaxCachedSlots) c.slots.clear();
+        const uint64_t* keys =
+            reinterpret_cast<const uint64_t*>(st.send->data() + e->send->keys->offset) + e->begin;
+        for (uint32_t i = 0; i < e->n; ++i) {
+          const uint32_t slot = v.slot(i);
+          if (slot == kNoSlotValue) {
+            c.slots.erase(keys[i]);  // refused by admission: stays on the request path
+          } else {
+            c.slots[keys[i]] = slot;
+            ++stats_.slots_learned;
+          }
+        }
+      }
+    }
+    e = st.learning.erase(e);
+  }
+}
+
+void Worker::OnReadDone(const Completion& c) {
+  State& st = *st_;
+  const Ticket t = (c.context & ~kReadContextBit) >> kContextShift;
+  const size_t i = c.context & kReadIndexMask;
+  auto it = st.tickets.find(t);
+  if (it == st.tickets.end() || i >= it->second->reads.size()) return;  // unreachable
+  TicketState& tk = *it->second;
+  OneSidedRead& rd = tk.reads[i];
+  if (!c.ok() && rd.error.ok()) rd.error = Status(c.code, c.error);
+  if (rd.ops_left == 0 || --rd.ops_left > 0) return;
+  FinishRead(tk, i);
+}
+
+void Worker::FinishRead(TicketState& tk, size_t i) {
+  State& st = *st_;
+  OneSidedRead& rd = tk.reads[i];
+  const Ticket id = tk.id;
+  if (tk.released) {
+    --tk.unreplied;
+    Retire(id);
+    return;
+  }
+  if (rd.error.ok() && rd.check_generation && !rd.generation_phase) {
+    // Posted only now that the rows are here: a generation unchanged after them means that no
+    // row this read returned was erased (and its slot reused) before the read.
+    rd.generation_phase = true;
+    Op op;
+    op.type = OpType::kRead;
+    op.ep = st.servers[rd.server].ep.get();
+    op.context = kReadContextBit | (id << kContextShift) | i;
+    op.local = st.arena.get();
+    op.local_offset = rd.generation_word->offset;
+    op.length = 8;
+    op.remote = rd.status.get();
+    op.remote_offset = rd.status_offset;
+    rd.ops_left = 1;
+    Status s = data_->Post(std::span<const Op>(&op, 1));
+    if (s.ok()) return;
+    rd.ops_left = 0;
+    rd.error = s;
+  }
+  SlotCache& cache = st.slot_caches[tk.table][rd.server];
+  const uint64_t* keys = reinterpret_cast<const uint64_t*>(st.send->data() + tk.send->keys->offset);
+  bool again = false;
+  if (!rd.error.ok()) {
+    if (!DescriptorGone(rd.error.code())) {  // the server or the connection failed
+      if (tk.error.ok()) {
+        tk.error = rd.error.Annotate("one-sided read of server " + std::to_string(rd.server));
+      }
+      --tk.unreplied;
+      Retire(id);
+      return;
+    }
+    // The registration went away (the table grew): forget it; the fallback brings the new one.
+    // Slots stay: growth moves no row.
+    if (cache.rows == rd.rows) {
+      cache.rows.reset();
+      cache.epoch = 0;
+    }
+    again = true;
+  } else if (rd.check_generation) {
+    uint64_t now;
+    std::memcpy(&now, st.arena->data() + rd.generation_word->offset, 8);
+    if (now != rd.generation) {
+      // Rows were erased since the slots were learned: any of them may have changed hands.
+      if (cache.generation == rd.generation) {
+        cache.slots.clear();
+        cache.generation = now;
+      }
+      again = true;
+    }
+  }
+  if (!again) {
+    const uint8_t* rows = st.arena->data() + tk.rows->offset;
+    for (uint32_t p = rd.begin; p < rd.end; ++p) {
+      uint64_t k;
+      std::memcpy(&k, rows + uint64_t{p} * tk.row_bytes, 8);
+      if (k != keys[p]) {  // the slot holds another key now
+        cache.slots.erase(keys[p]);
+        again = true;
+      }
+    }
+  }
+  if (!again) {
+    stats_.keys_one_sided += rd.end - rd.begin;
+    --tk.unreplied;
+    Retire(id);
+    return;
+  }
+  // The read left bytes where the request path writes nothing for a key the table refuses
+  // (admission, or evicted within its own batch at a max_rows bound): such rows read as zeros.
+  std::memset(st.arena->data() + tk.rows->offset + uint64_t{rd.begin} * tk.row_bytes, 0,
+              uint64_t{rd.end - rd.begin} * tk.row_bytes);
+  stats_.one_sided_fallbacks += rd.end - rd.begin;
+  st.fallbacks.push_back(Fallback{id, rd.server, rd.begin, rd.end});
+  PostFallbacks();
+}
+
+void Worker::PostFallbacks() {
+  State& st = *st_;
+  for (auto f = st.fallbacks.begin(); f != st.fallbacks.end();) {
+    auto it = st.tickets.find(f->ticket);
+    if (it == st.tickets.end()) {  // unreachable: the fallback holds a reply count
+      f = st.fallbacks.erase(f);
+      continue;
+    }
+    TicketState& tk = *it->second;
+    Status why;
+    bool waiting = false;
+    const uint32_t dim = job_.tables[tk.table].dim;
+    const uint32_t cap = KeysPerRequest(tk, false);
+    while (!tk.released && f->next < f->end) {
+      const uint32_t n = std::min(cap, f->end - f->next);
+      if (tk.headers_used >= tk.headers_cap) {
+        why = Internal("no request header left for a one-sided pull's fallback");
+        break;
+      }
+      uint32_t seq = 0;
+      const uint64_t bytes = RequestRingBytes(RequestType::kPull, kFlagWantSlots, n, dim);
+      const auto at = TryReserveRing(f->server, bytes, tk.id, &seq);
+      if (!at) {
+        const ServerLink& l = st.servers[f->server];
+        // Nothing outstanding and still no room: BSP pushes hold the ring until the clock.
+        if (l.unreplied == 0 && !l.slots.empty() && l.slots.front().replied &&
+            !l.slots.front().free) {
+          why = ResourceExhausted("the staging ring on server " + std::to_string(f->server) +
+                                  " is full of pushes waiting for the BSP clock: call Clock()");
+        } else {
+          waiting = true;  // replies free space; OnNotify calls us again
+        }
+        break;
+      }
+      const Op op =
+          BuildRequest(tk, *tk.send, f->server, f->server, f->next, n, *at, seq, kFlagWantSlots);
+      Status s = data_->Post(std::span<const Op>(&op, 1));
+      if (!s.ok()) {  // malformed, so never posted: no reply will come
+        --tk.unreplied;
+        --tk.unsent;
+        why = s.Annotate("post a one-sided pull's fallback");
+        break;
+      }
+      f->next += n;
+    }
+    if (waiting) {
+      ++f;
+      continue;
+    }
+    if (!why.ok() && tk.error.ok()) tk.error = why;
+    --tk.unreplied;  // the read's count: its keys' requests carry the ticket now
+    const Ticket id = tk.id;
+    f = st.fallbacks.erase(f);
+    Retire(id);
+  }
+}
+
+}  // namespace ferry::ps

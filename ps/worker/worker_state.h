@@ -1,0 +1,265 @@
+// The worker's private state (worker.cc, worker_requests.cc). Not part of the public API.
+//
+// Per ticket: the unique keys grouped by server in the send buffer (SendData), the pulled rows
+// in the arena, and one Request per (server, chunk) with the segments its sparse write reads.
+// Per server: the staging ring on that server as a FIFO of RingSlots (requests in seq order;
+// space returns from the front once replied, or, for BSP pushes, once their clock has been
+// applied everywhere), and the count of requests awaiting a reply (<= max_outstanding: reply
+// slot seq % max_outstanding is then never reused too early).
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <set>
+#include <unordered_map>
+#include <vector>
+
+#include "ps/store/range_allocator.h"
+#include "ps/worker/worker.h"
+#include "transport/pool.h"
+
+namespace ferry::ps {
+
+// A range of a RangeAllocator, returned on destruction.
+struct Block {
+  RangeAllocator* alloc = nullptr;
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+  Block(RangeAllocator* a, uint64_t o, uint64_t b) : alloc(a), offset(o), bytes(b) {}
+  ~Block() { alloc->Free(offset, bytes); }
+  Block(const Block&) = delete;
+  Block& operator=(const Block&) = delete;
+};
+
+// Keys (and gradients) of one ticket's requests, grouped by server: the unique keys of server s
+// are at positions [begin[s], begin[s+1]).
+struct SendData {
+  std::unique_ptr<Block> keys;   // uint64_t[n]
+  std::unique_ptr<Block> grads;  // float[n][dim] (or half when fp16)
+  std::vector<uint32_t> begin;   // servers + 1
+  uint32_t n = 0;
+  bool fp16 = false;
+};
+
+struct Request {
+  uint32_t server = 0;  // where it went: the head of `shard` then
+  uint32_t seq = 0;
+  Segment segs[3];
+  uint32_t nsegs = 0;
+  // What it asks, so that it can be sent again to the shard's next head (replicas).
+  uint32_t shard = 0;
+  uint32_t begin = 0, n = 0;  // positions in the ticket's SendData
+  uint8_t flags = 0;
+  uint64_t push_id = 0;    // push types
+  bool abandoned = false;  // its server was removed; a copy went to the new head
+};
+
+// A request whose server was removed (replicas): re-sent to its shard's new head as ring space
+// allows (worker_failover.cc). The ticket's reply count stays held for it meanwhile.
+struct Reroute {
+  Ticket ticket = 0;
+  uint32_t request = 0;  // index in the ticket's requests
+};
+
+// ---- One-sided pulls (worker_onesided.cc; docs/ps.md "One-sided pulls") ----------------------
+
+// Completion contexts: requests are ticket << kContextShift | request index; one-sided reads set
+// kReadContextBit too (ticket << kContextShift | read index), so Progress hands them to
+// OnReadDone.
+inline constexpr int kContextShift = 20;
+inline constexpr uint64_t kReadContextBit = uint64_t{1} << 63;
+
+// What this worker knows of one table's rows on one server: the slots of the keys it learned
+// (SlotReplies) and the rows' registration imported on that server's endpoint.
+struct SlotCache {
+  std::unordered_map<uint64_t, uint32_t> slots;  // key -> slot
+  std::shared_ptr<RemoteKey> rows;    // null: no usable descriptor (none yet, or it went stale)
+  std::shared_ptr<RemoteKey> status;  // the server's reuse generations
+  uint64_t epoch = 0;                 // of `rows`; requests send it as known_epoch
+  uint64_t generation = 0;            // reuse generation the cached slots were resolved under
+  uint32_t row_stride = 0;            // of the server's table
+  uint32_t status_offset = 0;
+  bool may_reuse = false;  // slots can change hands: check the generation after every read
+  bool disabled = false;   // never read one-sided (see worker_onesided.cc)
+};
+
+// The cached keys of one server in a one-sided pull: ticket positions [begin, end), read with
+// one sparse read (several if the backend limits segments or bytes), then checked.
+struct OneSidedRead {
+  uint32_t server = 0;
+  uint32_t begin = 0, end = 0;
+  std::vector<Segment> segments;            // borrowed by the posted reads
+  std::shared_ptr<RemoteKey> rows, status;  // alive until the reads complete
+  uint64_t generation = 0;                  // what the generation read must find
+  std::unique_ptr<Block> generation_word;   // arena bytes the generation read lands on
+  uint32_t status_offset = 0;
+  bool check_generation = false;
+  bool generation_phase = false;  // the generation read is the one in flight
+  uint32_t ops_left = 0;
+  Status error;
+};
+
+// A want-slots request: its SlotReply is read once its ticket has every reply.
+struct SlotLearning {
+  Ticket ticket = 0;
+  uint32_t table = 0, server = 0, seq = 0;
+  uint32_t begin = 0, n = 0;  // positions of its keys in `send`
+  std::shared_ptr<SendData> send;
+  std::shared_ptr<Block> area;  // arena bytes set aside for the SlotReply
+};
+
+// Positions [next, end) of a ticket whose one-sided read failed its checks: they go through the
+// request path (posted as ring space allows; the read's reply count is held until then).
+struct Fallback {
+  Ticket ticket = 0;
+  uint32_t server = 0, next = 0, end = 0;
+};
+
+// A range of a ticket's positions of one shard (the keys one server owns without replicas),
+// for PostRequests.
+struct RangePlan {
+  uint32_t shard = 0, begin = 0, end = 0;
+  bool want_slots = false;
+};
+
+struct TicketState {
+  Ticket id = 0;
+  uint32_t table = 0;
+  RequestType type = RequestType::kPull;
+  bool fp16_rows = false;
+  uint64_t clock = 0;         // worker clock when posted (BSP pushes are held until applied)
+  std::vector<uint32_t> pos;  // input key i -> position among the unique keys
+  std::shared_ptr<SendData> send;
+  std::unique_ptr<Block> rows;     // arena rows (pull types)
+  std::unique_ptr<Block> headers;  // RequestHeader per request
+  uint64_t headers_used = 0, headers_cap = 0;
+  std::vector<std::unique_ptr<Block>> reroute_headers;  // one per re-sent request
+  uint32_t row_bytes = 0;                               // arena stride of the rows
+  uint32_t row_prefix = 0;          // one-sided: key word and metadata before each embedding
+  std::vector<OneSidedRead> reads;  // one-sided: per server read of the cached keys
+  std::deque<Request> requests;
+  uint32_t unreplied = 0;  // requests without a reply
+  uint32_t unsent = 0;     // sparse writes without a local completion
+  Status error;
+  bool released = false;
+  bool grads_ready = false;   // Gradients() handed out the area
+  bool grads_pushed = false;  // PushGradients() sent it: the area is a push's source now
+};
+
+struct RingSlot {
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+  uint32_t seq = 0;
+  Ticket ticket = 0;
+  bool replied = false;
+  bool free = false;
+  uint64_t hold_until = 0;  // BSP push: freed when min_clock >= hold_until
+};
+
+struct ServerLink {
+  MemberInfo member;
+  std::shared_ptr<Endpoint> ep;
+  std::unique_ptr<RemoteKey> ring;
+  uint64_t ring_bytes = 0;
+  uint32_t next_seq = 0;
+  uint32_t unreplied = 0;
+  std::deque<RingSlot> slots;
+  Status failed;
+  std::chrono::steady_clock::time_point failed_at;  // when `failed` was first seen while idle
+  bool dead = false;       // removed from the job (replicas): its shards moved on
+  bool suspected = false;  // its failure was reported to the coordinator (kSuspect)
+};
+
+// Where a request of `bytes` fits in the staging ring `l` (FIFO of slots), or nullopt while it
+// does not (or max_outstanding requests await replies).
+std::optional<uint64_t> RingSpace(const ServerLink& l, uint64_t bytes, uint32_t max_outstanding);
+
+// Generation-stamped open-addressing map from key to unique index (no clearing between uses).
+class DedupeMap {
+ public:
+  void Reset(size_t n) {
+    size_t cap = 16;
+    while (cap < 2 * n) cap <<= 1;
+    if (cap > entries_.size()) {
+      entries_.assign(cap, Entry{});
+      gen_ = 0;
+    }
+    mask_ = entries_.size() - 1;
+    if (++gen_ == 0) {  // wrapped: clear stamps
+      for (Entry& e : entries_) e.gen = 0;
+      gen_ = 1;
+    }
+  }
+  // The unique index of `key`, inserting `next` if absent (then *inserted = true).
+  uint32_t FindOrInsert(uint64_t key, uint32_t next, bool* inserted) {
+    size_t i = Partition::KeyHash(key) & mask_;
+    while (true) {
+      Entry& e = entries_[i];
+      if (e.gen != gen_) {
+        e = Entry{key, next, gen_};
+        *inserted = true;
+        return next;
+      }
+      if (e.key == key) {
+        *inserted = false;
+        return e.value;
+      }
+      i = (i + 1) & mask_;
+    }
+  }
+
+ private:
+  struct Entry {
+    uint64_t key = 0;
+    uint32_t value = 0;
+    uint32_t gen = 0;
+  };
+  std::vector<Entry> entries_;
+  size_t mask_ = 0;
+  uint32_t gen_ = 0;
+};
+
+struct Worker::State {
+  // Members in construction order: registrations die before the memory they cover.
+  ShareableMemory arena_memory;
+  ShareableMemory send_memory;
+  std::unique_ptr<MemoryRegion> arena;  // remote-write: rows and reply slots
+  std::unique_ptr<MemoryRegion> send;   // local: headers, keys, gradients
+  RangeAllocator rows_alloc;
+  RangeAllocator send_alloc;
+  std::vector<ServerLink> servers;
+  std::unordered_map<uint64_t, uint32_t> server_of_ep;
+  std::unordered_map<Ticket, std::unique_ptr<TicketState>> tickets;
+  Ticket next_ticket = 1;
+  DedupeMap dedupe;
+  std::vector<uint64_t> unique_keys;  // scratch
+  std::vector<uint32_t> unique_of;    // scratch: input -> unique
+  std::vector<uint32_t> server_of;    // scratch: unique -> server
+  std::vector<uint32_t> fill;         // scratch: per-server cursor
+  // One-sided pulls (worker_onesided.cc).
+  std::vector<std::vector<SlotCache>> slot_caches;  // [table][server]
+  std::deque<SlotLearning> learning;
+  std::deque<Fallback> fallbacks;
+  std::vector<uint32_t> slot_of;  // scratch: position -> cached slot
+  // Replicas (worker_failover.cc).
+  std::vector<uint64_t> push_ids;  // per shard: the last push number given out
+  std::deque<Reroute> reroutes;
+  // Control-plane state.
+  Status failure;  // the job failed (a member died): every call returns it
+  bool shutdown = false;
+  uint64_t barrier_id = 0;
+  std::set<uint64_t> released_barriers;
+  uint64_t gather_id = 0;
+  struct GatherParts {
+    std::vector<std::vector<uint8_t>> data;
+    std::vector<uint64_t> received;
+    std::vector<bool> sized;
+  };
+  std::unordered_map<uint64_t, GatherParts> gathers;
+  uint64_t checkpoint_id = 0;
+  std::unordered_map<uint64_t, std::string> checkpoints_done;  // id -> error text ("" = ok)
+};
+
+}  // namespace ferry::ps
