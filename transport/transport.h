@@ -163,6 +163,21 @@ struct Segment {
   uint64_t length = 0;
 };
 
+// Appends `s` to a segment list, or extends the last segment instead when `s` continues it on
+// both sides (its local and remote bytes follow the last's): rows that happen to be neighbours on
+// both sides then move as one run. Every builder of a sparse op's list uses this.
+inline void AppendMergedSegment(std::vector<Segment>& segments, const Segment& s) {
+  if (!segments.empty()) {
+    Segment& last = segments.back();
+    if (last.local_offset + last.length == s.local_offset &&
+        last.remote_offset + last.length == s.remote_offset) {
+      last.length += s.length;
+      return;
+    }
+  }
+  segments.push_back(s);
+}
+
 enum class OpType : uint8_t {
   kSend,         // two-sided: local[local_offset, +length) to the peer's next matching Recv
   kRecv,         // two-sided: receive one message into local[local_offset, +length)

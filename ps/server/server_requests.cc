@@ -215,13 +215,7 @@ Status Server::ReplyRows(uint32_t w, const RequestView& req, Table& t) {
   for (uint32_t i = 0; i < n; ++i, remote += req.header.dest_stride) {
     const uint32_t slot = slots_[i];
     if (slot == ArrayHashMap::kNoSlot) continue;  // refused by admission: stays zero
-    const uint64_t local = slot * stride + field;
-    if (!segs.empty() && segs.back().local_offset + segs.back().length == local &&
-        segs.back().remote_offset + segs.back().length == remote) {
-      segs.back().length += len;  // consecutive slots to consecutive destinations
-    } else {
-      segs.push_back(Segment{local, remote, len});
-    }
+    AppendMergedSegment(segs, Segment{slot * stride + field, remote, len});
   }
   if (segs.empty()) {  // every key refused: acknowledge without data
     reply.busy = false;

@@ -68,14 +68,12 @@ Status ArrayHashMap::Gather(std::span<const uint64_t> keys, RowField field, uint
     }
     const uint64_t local = static_cast<uint64_t>(slot) * layout_.stride + span.offset;
     const uint64_t remote = remote_base + i * remote_stride;
-    if (segments->size() > first) {
-      Segment& last = segments->back();
-      if (last.local_offset + last.length == local && last.remote_offset + last.length == remote) {
-        last.length += span.length;  // consecutive slots to consecutive destinations
-        return;
-      }
+    Segment seg{local, remote, span.length};
+    if (segments->size() == first) {
+      segments->push_back(seg);  // never merged into a segment the caller put there
+    } else {
+      AppendMergedSegment(*segments, seg);
     }
-    segments->push_back(Segment{local, remote, span.length});
   });
   return Status::Ok();
 }

@@ -74,6 +74,7 @@ struct TicketState;
 struct ServerLink;
 struct SendData;
 struct RangePlan;
+struct SlotCache;
 
 struct PullOptions {
   bool keys_unique = false;  // the caller promises no repeats: skip the dedupe
@@ -295,10 +296,30 @@ class Worker {
   void SuspectServer(uint32_t server);
   // Keys per request for this ticket (max_keys_per_request, and at most half the ring).
   uint32_t KeysPerRequest(const TicketState& tk, bool grads) const;
+  // The end of every Pull/Push/PushPull/PushGradients: with `s` ok, counts the ticket in the
+  // stats and returns it; otherwise retires it (whatever was posted completes into it, unseen)
+  // and returns `s`.
+  Result<Ticket> Issued(TicketState& tk, const Status& s);
 
   // One-sided pulls (worker_onesided.cc).
   Result<Ticket> PullOneSided(uint32_t table, std::span<const uint64_t> keys,
                               const PullOptions& options);
+  // Whether this table's pulls may read rows one-sided at all (sparse reads, no replicas).
+  bool OneSidedPossible(uint32_t table) const;
+  // Servers with a push of `table` from this worker not yet acknowledged.
+  std::vector<bool> PushesInFlight(uint32_t table) const;
+  // st.slot_of[p]: the cached slot of pulled[p] where that server may be read, else kNoSlotValue.
+  void LookUpSlots(uint32_t table, const SendData& send, std::span<const uint64_t> pulled,
+                   uint64_t read_len);
+  // A copy of a slot cache's descriptor part (everything but the slots).
+  SlotCache CacheDescriptor(uint32_t table, uint32_t server) const;
+  // tk.reads for the `cached` ranges (their descriptors in `taken`); a range without arena room
+  // for its generation word goes to *requests instead.
+  void PlanReads(TicketState& tk, const std::vector<RangePlan>& cached,
+                 const std::vector<SlotCache>& taken, uint64_t read_len,
+                 std::vector<RangePlan>* requests);
+  // Posts tk.reads; a read the transport refuses goes to *requests instead.
+  void PostReads(TicketState& tk, std::vector<RangePlan>* requests);
   // Reads the SlotReplies of finished want-slots requests into the slot caches.
   void LearnSlots();
   // Sets aside a SlotReply area for a request of n keys and records what to learn from it;

@@ -62,12 +62,16 @@ bool DescriptorGone(Code code) {
 
 }  // namespace
 
+bool Worker::OneSidedPossible(uint32_t table) const {
+  // With replicas a shard's rows may move to another server at any time (a failover): the
+  // request path follows the shard's head, cached slots would not.
+  return data_->capabilities().sparse_read && table < job_.tables.size() && job_.replicas == 1;
+}
+
 Result<Ticket> Worker::PullOneSided(uint32_t table, std::span<const uint64_t> keys,
                                     const PullOptions& options) {
   State& st = *st_;
-  // With replicas a shard's rows may move to another server at any time (a failover): the
-  // request path follows the shard's head, cached slots would not.
-  if (!data_->capabilities().sparse_read || table >= job_.tables.size() || job_.replicas > 1) {
+  if (!OneSidedPossible(table)) {
     PullOptions plain = options;
     plain.one_sided = false;
     return Pull(table, keys, plain);
@@ -77,101 +81,99 @@ Result<Ticket> Worker::PullOneSided(uint32_t table, std::span<const uint64_t> ke
   }
   LearnSlots();
   FERRY_ASSIGN_OR_RETURN(TicketState * tk, NewTicket(table, RequestType::kPull, false));
-  const TableSpec& spec = job_.tables[table];
-  const uint32_t prefix = RemoteRowFormat::kEmbeddingOffset;
-  const uint64_t read_len = prefix + uint64_t{spec.dim} * 4;
-  tk->row_prefix = prefix;
+  const uint64_t read_len = RemoteRowFormat::ReadBytes(job_.tables[table].dim);
+  tk->row_prefix = RemoteRowFormat::kEmbeddingOffset;
   tk->row_bytes = static_cast<uint32_t>((read_len + 7) / 8 * 8);
-  auto fail = [&](const Status& s) -> Result<Ticket> {
-    // Whatever was posted completes into the ticket; the caller never sees it.
-    tk->released = true;
-    Retire(tk->id);
-    return s;
-  };
   Status s = PrepareKeys(*tk, keys, options.keys_unique);
-  if (!s.ok()) return fail(s);
+  if (!s.ok()) return Issued(*tk, s);
   const SendData& send = *tk->send;
-  uint64_t* pulled = reinterpret_cast<uint64_t*>(st.send->data() + send.keys->offset);
+  std::span<uint64_t> pulled(reinterpret_cast<uint64_t*>(st.send->data() + send.keys->offset),
+                             send.n);
+  LookUpSlots(table, send, pulled, read_len);
+  CacheSplit plan = SplitByCache(send.begin, pulled, st.slot_of);
+  if (!plan.new_position.empty()) {
+    for (uint32_t& p : tk->pos) p = plan.new_position[p];
+  }
+  // What the slots were taken with: waiting for arena space below runs completion handlers,
+  // which may change the caches (a failed check starts a cache over).
+  std::vector<SlotCache> taken;
+  for (const RangePlan& r : plan.cached) taken.push_back(CacheDescriptor(table, r.shard));
+  s = AllocRows(*tk);
+  if (!s.ok()) return Issued(*tk, s);
+  PlanReads(*tk, plan.cached, taken, read_len, &plan.requests);
+  // Request headers for the uncached keys and for fallbacks of the cached ones, set aside before
+  // any read can complete (a completion handler posts fallbacks and cannot wait for space).
+  const uint32_t cap = KeysPerRequest(*tk, false);
+  uint64_t headers = 0;
+  for (const RangePlan& r : plan.requests) headers += (r.end - r.begin + cap - 1) / cap;
+  for (const OneSidedRead& rd : tk->reads) headers += (rd.end - rd.begin + cap - 1) / cap;
+  s = AllocHeaders(*tk, headers);
+  if (!s.ok()) return Issued(*tk, s);
+  // Reads first: a request of this very pull may grow the table, and the reads (served in
+  // order on tcp, at once through cross-memory attach) then still find the registration they
+  // name.
+  PostReads(*tk, &plan.requests);
+  return Issued(*tk, PostRequests(*tk, &plan.requests));
+}
 
-  // Which servers may be read, and which of their keys: cached, with a slot inside the
-  // descriptor this worker holds. A server with one of this worker's pushes of the table not yet
-  // acknowledged goes through the request path, which orders the pull behind the push.
-  std::vector<bool> push_in_flight(job_.servers, false);
+std::vector<bool> Worker::PushesInFlight(uint32_t table) const {
+  const State& st = *st_;
+  std::vector<bool> in_flight(job_.servers, false);
   for (uint32_t srv = 0; srv < job_.servers; ++srv) {
     for (const RingSlot& r : st.servers[srv].slots) {
       if (r.replied) continue;
       auto it = st.tickets.find(r.ticket);
       if (it != st.tickets.end() && it->second->table == table &&
           it->second->type != RequestType::kPull) {
-        push_in_flight[srv] = true;
+        in_flight[srv] = true;
       }
     }
   }
-  st.slot_of.assign(send.n, kNoSlotValue);
-  std::vector<uint32_t> newpos;  // old position -> new, once some group is split
-  std::vector<RangePlan> requests;
-  std::vector<RangePlan> cached;
-  // What the slots were taken with: waiting for arena space below runs completion handlers,
-  // which may change the caches (a failed check starts a cache over).
-  std::vector<SlotCache> taken;
-  std::vector<std::pair<uint64_t, uint32_t>> split;
-  for (uint32_t srv = 0; srv < job_.servers; ++srv) {
-    const uint32_t b = send.begin[srv], e = send.begin[srv + 1];
-    if (b == e) continue;
-    const SlotCache& c = st.slot_caches[table][srv];
-    const bool usable =
-        c.rows != nullptr && !c.disabled && (!c.may_reuse || c.status) && !push_in_flight[srv];
-    uint32_t hits = 0;
-    if (usable) {
-      const uint64_t length = c.rows->region().length;
-      for (uint32_t p = b; p < e; ++p) {
-        auto it = c.slots.find(pulled[p]);
-        if (it == c.slots.end()) continue;
-        if (uint64_t{it->second} * c.row_stride + read_len > length) continue;  // grew since
-        st.slot_of[p] = it->second;
-        ++hits;
-      }
-    }
-    const uint32_t first_cached = e - hits;
-    if (hits != 0 && hits != e - b) {
-      // Uncached keys first (stable), so that each part is one contiguous range.
-      if (newpos.empty()) {
-        newpos.resize(send.n);
-        for (uint32_t p = 0; p < send.n; ++p) newpos[p] = p;
-      }
-      split.clear();
-      uint32_t lo = b, hi = first_cached;
-      for (uint32_t p = b; p < e; ++p) {
-        newpos[p] = st.slot_of[p] == kNoSlotValue ? lo++ : hi++;
-        split.emplace_back(pulled[p], st.slot_of[p]);
-      }
-      for (uint32_t p = b; p < e; ++p) {
-        pulled[newpos[p]] = split[p - b].first;
-        st.slot_of[newpos[p]] = split[p - b].second;
-      }
-    }
-    if (first_cached > b) requests.push_back(RangePlan{srv, b, first_cached, true});
-    if (hits != 0) {
-      cached.push_back(RangePlan{srv, first_cached, e, false});
-      SlotCache snapshot;  // everything but the slots themselves
-      snapshot.rows = c.rows;
-      snapshot.status = c.status;
-      snapshot.generation = c.generation;
-      snapshot.row_stride = c.row_stride;
-      snapshot.status_offset = c.status_offset;
-      snapshot.may_reuse = c.may_reuse;
-      taken.push_back(std::move(snapshot));
-    }
-  }
-  if (!newpos.empty()) {
-    for (uint32_t& p : tk->pos) p = newpos[p];
-  }
-  s = AllocRows(*tk);
-  if (!s.ok()) return fail(s);
+  return in_flight;
+}
 
+void Worker::LookUpSlots(uint32_t table, const SendData& send, std::span<const uint64_t> pulled,
+                         uint64_t read_len) {
+  State& st = *st_;
+  // Which servers may be read, and which of their keys: cached, with a slot inside the
+  // descriptor this worker holds. A server with one of this worker's pushes of the table not yet
+  // acknowledged goes through the request path, which orders the pull behind the push.
+  const std::vector<bool> push_in_flight = PushesInFlight(table);
+  st.slot_of.assign(send.n, kNoSlotValue);
+  for (uint32_t srv = 0; srv < job_.servers; ++srv) {
+    const SlotCache& c = st.slot_caches[table][srv];
+    if (c.rows == nullptr || c.disabled || (c.may_reuse && !c.status) || push_in_flight[srv]) {
+      continue;
+    }
+    const uint64_t length = c.rows->region().length;
+    for (uint32_t p = send.begin[srv]; p < send.begin[srv + 1]; ++p) {
+      auto it = c.slots.find(pulled[p]);
+      if (it == c.slots.end()) continue;
+      if (uint64_t{it->second} * c.row_stride + read_len > length) continue;  // grew since
+      st.slot_of[p] = it->second;
+    }
+  }
+}
+
+SlotCache Worker::CacheDescriptor(uint32_t table, uint32_t server) const {
+  const SlotCache& c = st_->slot_caches[table][server];
+  SlotCache d;  // everything but the slots themselves
+  d.rows = c.rows;
+  d.status = c.status;
+  d.generation = c.generation;
+  d.row_stride = c.row_stride;
+  d.status_offset = c.status_offset;
+  d.may_reuse = c.may_reuse;
+  return d;
+}
+
+void Worker::PlanReads(TicketState& tk, const std::vector<RangePlan>& cached,
+                       const std::vector<SlotCache>& taken, uint64_t read_len,
+                       std::vector<RangePlan>* requests) {
+  State& st = *st_;
   // One read per server group (generation word first: without arena room for it, the group
   // takes the request path).
-  tk->reads.reserve(cached.size());
+  tk.reads.reserve(cached.size());
   for (size_t k = 0; k < cached.size(); ++k) {
     const RangePlan& r = cached[k];
     const SlotCache& c = taken[k];
@@ -187,76 +189,44 @@ Result<Ticket> Worker::PullOneSided(uint32_t table, std::span<const uint64_t> ke
     if (rd.check_generation) {
       auto at = st.rows_alloc.Allocate(8);
       if (!at) {
-        requests.push_back(RangePlan{r.shard, r.begin, r.end, true});
+        requests->push_back(RangePlan{r.shard, r.begin, r.end, true});
         continue;
       }
       rd.generation_word = std::make_unique<Block>(&st.rows_alloc, *at, 8);
     }
-    rd.segments.reserve(r.end - r.begin);
-    for (uint32_t p = r.begin; p < r.end; ++p) {
-      const uint64_t local = tk->rows->offset + uint64_t{p} * tk->row_bytes;
-      const uint64_t remote = uint64_t{st.slot_of[p]} * c.row_stride;
-      if (!rd.segments.empty()) {
-        Segment& last = rd.segments.back();
-        if (last.local_offset + last.length == local &&
-            last.remote_offset + last.length == remote) {
-          last.length += read_len;  // neighbouring slots into neighbouring rows
-          continue;
-        }
-      }
-      rd.segments.push_back(Segment{local, remote, read_len});
-    }
-    tk->reads.push_back(std::move(rd));
+    rd.segments = ReadSegments(st.slot_of, r.begin, r.end, tk.rows->offset, tk.row_bytes,
+                               c.row_stride, read_len);
+    tk.reads.push_back(std::move(rd));
   }
-  // Request headers for the uncached keys and for fallbacks of the cached ones, set aside before
-  // any read can complete (a completion handler posts fallbacks and cannot wait for space).
-  const uint32_t cap = KeysPerRequest(*tk, false);
-  uint64_t headers = 0;
-  for (const RangePlan& r : requests) headers += (r.end - r.begin + cap - 1) / cap;
-  for (const OneSidedRead& rd : tk->reads) headers += (rd.end - rd.begin + cap - 1) / cap;
-  s = AllocHeaders(*tk, headers);
-  if (!s.ok()) return fail(s);
-  // Reads first: a request of this very pull may grow the table, and the reads (served in
-  // order on tcp, at once through cross-memory attach) then still find the registration they
-  // name.
+}
+
+void Worker::PostReads(TicketState& tk, std::vector<RangePlan>* requests) {
+  State& st = *st_;
   const Capabilities& caps = data_->capabilities();
   const uint64_t max_segments = std::min<uint64_t>(caps.max_segments, kMaxReadSegments);
-  for (size_t i = 0; i < tk->reads.size(); ++i) {
-    OneSidedRead& rd = tk->reads[i];
+  for (size_t i = 0; i < tk.reads.size(); ++i) {
+    OneSidedRead& rd = tk.reads[i];
     std::vector<Op> ops;
-    size_t first = 0;
-    while (first < rd.segments.size()) {
-      size_t last = first;
-      uint64_t bytes = 0;
-      while (last < rd.segments.size() && last - first < max_segments &&
-             bytes + rd.segments[last].length <= caps.max_message_size) {
-        bytes += rd.segments[last++].length;
-      }
-      if (last == first) ++last;  // one row past max_message_size: Post names the problem
+    for (const auto& [first, last] :
+         ChunkSegments(rd.segments, max_segments, caps.max_message_size)) {
       Op op;
       op.type = OpType::kSparseRead;
       op.ep = st.servers[rd.server].ep.get();
-      op.context = kReadContextBit | (tk->id << kContextShift) | i;
+      op.context = kReadContextBit | (tk.id << kContextShift) | i;
       op.local = st.arena.get();
       op.remote = rd.rows.get();
       op.segments = rd.segments.data() + first;
       op.num_segments = last - first;
       ops.push_back(op);
-      first = last;
     }
     if (!data_->Post(ops).ok()) {  // nothing of it was posted: the group takes the request path
-      requests.push_back(RangePlan{rd.server, rd.begin, rd.end, true});
+      requests->push_back(RangePlan{rd.server, rd.begin, rd.end, true});
       continue;
     }
-    ++tk->unreplied;
+    ++tk.unreplied;
     rd.ops_left = static_cast<uint32_t>(ops.size());
     stats_.one_sided_reads += ops.size();
   }
-  s = PostRequests(*tk, &requests);
-  if (!s.ok()) return fail(s);
-  ++stats_.pulls;
-  stats_.keys_pulled += tk->send->n;
-  return tk->id;
 }
 
 bool Worker::PlanSlotReply(TicketState& tk, uint32_t server, uint32_t begin, uint32_t n,

@@ -498,6 +498,26 @@ Status Worker::PostRequests(TicketState& tk, const std::vector<RangePlan>* range
   return Status::Ok();
 }
 
+Result<Ticket> Worker::Issued(TicketState& tk, const Status& s) {
+  if (!s.ok()) {
+    // Whatever was posted completes into the ticket; the caller never sees it.
+    tk.released = true;
+    Retire(tk.id);
+    return s;
+  }
+  const uint64_t n = tk.send->n;
+  if (tk.type != RequestType::kPull) {
+    ++stats_.pushes;
+    ++pushes_since_clock_;
+    stats_.keys_pushed += n;
+  }
+  if (tk.type != RequestType::kPush) {
+    ++stats_.pulls;
+    stats_.keys_pulled += n;
+  }
+  return tk.id;
+}
+
 Result<Ticket> Worker::Pull(uint32_t table, std::span<const uint64_t> keys,
                             const PullOptions& options) {
   if (options.one_sided && !options.fp16) return PullOneSided(table, keys, options);
@@ -505,15 +525,7 @@ Result<Ticket> Worker::Pull(uint32_t table, std::span<const uint64_t> keys,
   Status s = PrepareKeys(*tk, keys, options.keys_unique);
   if (s.ok()) s = AllocRows(*tk);
   if (s.ok()) s = PostRequests(*tk);
-  if (!s.ok()) {
-    // Whatever was posted completes into the ticket; the caller never sees it.
-    tk->released = true;
-    Retire(tk->id);
-    return s;
-  }
-  ++stats_.pulls;
-  stats_.keys_pulled += tk->send->n;
-  return tk->id;
+  return Issued(*tk, s);
 }
 
 Result<Ticket> Worker::Push(uint32_t table, std::span<const uint64_t> keys,
@@ -522,15 +534,7 @@ Result<Ticket> Worker::Push(uint32_t table, std::span<const uint64_t> keys,
   Status s = PrepareKeys(*tk, keys, options.keys_unique);
   if (s.ok()) s = AggregateGrads(*tk, grads);
   if (s.ok()) s = PostRequests(*tk);
-  if (!s.ok()) {
-    tk->released = true;
-    Retire(tk->id);
-    return s;
-  }
-  ++stats_.pushes;
-  ++pushes_since_clock_;
-  stats_.keys_pushed += tk->send->n;
-  return tk->id;
+  return Issued(*tk, s);
 }
 
 Result<Ticket> Worker::PushPull(uint32_t table, std::span<const uint64_t> keys,
@@ -540,17 +544,7 @@ Result<Ticket> Worker::PushPull(uint32_t table, std::span<const uint64_t> keys,
   if (s.ok()) s = AggregateGrads(*tk, grads);
   if (s.ok()) s = AllocRows(*tk);
   if (s.ok()) s = PostRequests(*tk);
-  if (!s.ok()) {
-    tk->released = true;
-    Retire(tk->id);
-    return s;
-  }
-  ++stats_.pushes;
-  ++pushes_since_clock_;
-  ++stats_.pulls;
-  stats_.keys_pushed += tk->send->n;
-  stats_.keys_pulled += tk->send->n;
-  return tk->id;
+  return Issued(*tk, s);
 }
 
 Result<GradRows> Worker::Gradients(Ticket pulled) {
@@ -595,16 +589,7 @@ Result<Ticket> Worker::PushGradients(Ticket pulled) {
   // The push reads the pull's keys and the gradient rows in place; sharing SendData keeps them
   // alive until the push's writes complete, whatever happens to the pull ticket.
   tk->send = src.send;
-  Status s = PostRequests(*tk);
-  if (!s.ok()) {
-    tk->released = true;
-    Retire(tk->id);
-    return s;
-  }
-  ++stats_.pushes;
-  ++pushes_since_clock_;
-  stats_.keys_pushed += tk->send->n;
-  return tk->id;
+  return Issued(*tk, PostRequests(*tk));
 }
 
 }  // namespace ferry::ps

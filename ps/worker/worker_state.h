@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "ps/store/range_allocator.h"
+#include "ps/worker/pull_plan.h"
 #include "ps/worker/worker.h"
 #include "transport/pool.h"
 
@@ -115,13 +116,6 @@ struct SlotLearning {
 struct Fallback {
   Ticket ticket = 0;
   uint32_t server = 0, next = 0, end = 0;
-};
-
-// A range of a ticket's positions of one shard (the keys one server owns without replicas),
-// for PostRequests.
-struct RangePlan {
-  uint32_t shard = 0, begin = 0, end = 0;
-  bool want_slots = false;
 };
 
 struct TicketState {
