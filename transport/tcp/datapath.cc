@@ -107,21 +107,26 @@ void TcpTransport::PostOne(const Op& op) {
     Complete(ErrorCompletion(op.context, op.type, op.ep, c.status));
     return;
   }
-  uint8_t* local = op.local->data();
-  const auto* key = static_cast<const TcpRemoteKey*>(op.remote);
-  FrameHeader h;
   if (op.type == OpType::kSend) {
+    FrameHeader h;
     h.kind = FrameKind::kMessage;
     h.length = op.length;
     TxItem& item = PushFrame(c, h);
-    item.data.SetContig(local + op.local_offset, op.length);
+    item.data.SetContig(op.local->data() + op.local_offset, op.length);
     item.complete_send = true;
     item.context = op.context;
     item.bytes = op.length;
     return;
   }
+  PostRequest(c, op);
+}
+
+// A one-sided op: its PendingOp (awaiting the reply), then its frame: header, segment table
+// (sparse) and payload (writes), all sent straight from where they are.
+void TcpTransport::PostRequest(Conn& c, const Op& op) {
+  uint8_t* local = op.local->data();
+  const auto* key = static_cast<const TcpRemoteKey*>(op.remote);
   const bool sparse = op.type == OpType::kSparseWrite || op.type == OpType::kSparseRead;
-  const bool write = op.type == OpType::kWrite || op.type == OpType::kSparseWrite;
   const uint64_t bytes = sparse ? SumLengths(op.segments, op.num_segments) : op.length;
   PendingOp& p = c.pending.push();
   p.req_id = c.next_req++;
@@ -133,42 +138,9 @@ void TcpTransport::PostOne(const Op& op) {
   p.segs = op.segments;
   p.nsegs = op.num_segments;
 
-  h.req_id = p.req_id;
-  h.key = key->key_;
-  h.length = bytes;
-  if (write && (op.flags & kOpNotify)) {
-    h.flags = kFrameNotify;
-    h.imm = op.imm;
-  }
-  switch (op.type) {
-    case OpType::kWrite:
-      h.kind = FrameKind::kWrite;
-      break;
-    case OpType::kRead:
-      h.kind = FrameKind::kRead;
-      break;
-    case OpType::kSparseWrite:
-      h.kind = FrameKind::kSparseWrite;
-      break;
-    default:
-      h.kind = FrameKind::kSparseRead;
-      break;
-  }
-  h.arg = sparse ? op.num_segments : op.remote_offset;
+  FrameHeader h = RequestHeader(op, p.req_id, key->key_, bytes);
   std::vector<uint8_t> packed;
-  if (sparse && op.num_segments <= 0xffffffffu) {
-    // The packed table (segment_codec.h): a few bytes a row instead of 24, in a recycled buffer.
-    if (!c.packed_pool.empty()) {
-      packed = std::move(c.packed_pool.back());
-      c.packed_pool.pop_back();
-    }
-    const size_t bytes =
-        common::EncodePackedTable(std::span<const Segment>(op.segments, op.num_segments), &packed);
-    if (bytes <= 0xffffffffu) {
-      h.flags |= kFramePackedTable;
-      h.arg = op.num_segments | (uint64_t{bytes} << 32);
-    }
-  }
+  if (sparse && op.num_segments <= 0xffffffffu) PackTable(c, op, &h, &packed);
   TxItem& item = PushFrame(c, h);
   if (h.flags & kFramePackedTable) {
     item.packed = std::move(packed);
@@ -182,6 +154,22 @@ void TcpTransport::PostOne(const Op& op) {
   if (op.type == OpType::kWrite) item.data.SetContig(local + op.local_offset, op.length);
   if (op.type == OpType::kSparseWrite) {
     item.data.SetSegments(local, op.segments, op.num_segments, false, bytes);
+  }
+}
+
+// The packed table (segment_codec.h): a few bytes a row instead of 24, in a recycled buffer. Used
+// (flag and arg set in *h) when its size fits the header's 32 bits; else the caller's Segment
+// array is sent.
+void TcpTransport::PackTable(Conn& c, const Op& op, FrameHeader* h, std::vector<uint8_t>* packed) {
+  if (!c.packed_pool.empty()) {
+    *packed = std::move(c.packed_pool.back());
+    c.packed_pool.pop_back();
+  }
+  const size_t bytes =
+      common::EncodePackedTable(std::span<const Segment>(op.segments, op.num_segments), packed);
+  if (bytes <= 0xffffffffu) {
+    h->flags |= kFramePackedTable;
+    h->arg = op.num_segments | (uint64_t{bytes} << 32);
   }
 }
 

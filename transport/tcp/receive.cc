@@ -24,88 +24,98 @@ void TcpTransport::SetDiscard(Conn& c, uint64_t n) {
 
 void TcpTransport::ReadData(Conn& c) {
   Rx& rx = c.rx;
-  bool drained = false;  // a short read: the socket is empty, do not ask again this round
-  // A peer that streams faster than we consume must not starve other connections and timers:
-  // after this many reads, return; level-triggered epoll reports the socket again.
-  int budget = 64;
-  // Returns false when reading must stop (EAGAIN, EOF or error; the latter two fail c).
-  auto check = [&](ssize_t n) {
-    if (n > 0) {
-      c.last_rx = Clock::now();
-      return true;
-    }
-    if (n == 0) {
-      Fail(c, PeerFailure("peer closed the connection (" + c.peer_address + ")"));
-    } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-      const int err = errno;
-      Fail(c, err == ECONNRESET ? PeerFailure("peer closed the connection (" + c.peer_address +
-                                              ": connection reset)")
-                                : IoError("tcp receive from " + c.peer_address, err));
-    }
-    return false;
-  };
+  ReadRound round;
   while (c.state == Conn::State::kOpen) {
     if (rx.phase == Rx::Phase::kHeader) {
-      const size_t avail = rx.ctrl_end - rx.ctrl_begin;
-      if (avail >= kHeaderSize) {
-        rx.hdr = DecodeHeader(rx.ctrl + rx.ctrl_begin);
-        rx.ctrl_begin += kHeaderSize;
-        if (!OnHeader(c)) break;
-        continue;
-      }
-      if (drained || --budget < 0) break;
-      if (rx.ctrl_begin > 0) {
-        std::memmove(rx.ctrl, rx.ctrl + rx.ctrl_begin, avail);
-        rx.ctrl_begin = 0;
-        rx.ctrl_end = avail;
-      }
-      const size_t want = kCtrlSize - rx.ctrl_end;
-      const ssize_t n = recv(c.fd.get(), rx.ctrl + rx.ctrl_end, want, 0);
-      if (!check(n)) break;
-      rx.ctrl_end += static_cast<size_t>(n);
-      drained = static_cast<size_t>(n) < want;
+      if (!ReadHeader(c, round)) break;
       continue;
     }
-    // kTable or kBody: first what the look-ahead already holds, then straight from the socket.
-    if (rx.dst.remaining > 0 && rx.ctrl_end > rx.ctrl_begin) {
-      const uint64_t take = std::min<uint64_t>(rx.ctrl_end - rx.ctrl_begin, rx.dst.remaining);
-      rx.dst.CopyIn(rx.ctrl + rx.ctrl_begin, take);
-      rx.ctrl_begin += take;
-    }
-    if (rx.dst.remaining > 0) {
-      if (drained || --budget < 0) break;
-      rx.ctrl_begin = rx.ctrl_end = 0;
-      uint64_t want = 0;
-      size_t n;
-      if (rx.bounce) {
-        want = std::min<uint64_t>(rx.dst.remaining, kScratchSize);
-        c.iov[0] = {c.scratch.data(), want};
-        n = 1;
-      } else {
-        n = rx.dst.Fill(c.iov, kMaxIov - 1, &want);
-      }
-      // Append the look-ahead only when these iovecs end the frame: then whatever follows is
-      // the next header.
-      const bool tail = want == rx.dst.remaining;
-      if (tail) {
-        c.iov[n++] = {rx.ctrl, kTailLookAhead};
-        want += kTailLookAhead;
-      }
-      const ssize_t got = readv(c.fd.get(), c.iov, static_cast<int>(n));
-      if (!check(got)) break;
-      const uint64_t body = std::min<uint64_t>(static_cast<uint64_t>(got), rx.dst.remaining);
-      if (rx.bounce) {
-        rx.dst.CopyIn(c.scratch.data(), body);
-      } else {
-        rx.dst.Advance(body);
-      }
-      rx.ctrl_end = static_cast<size_t>(static_cast<uint64_t>(got) - body);
-      drained = static_cast<uint64_t>(got) < want;
-      if (rx.dst.remaining > 0) continue;
-    }
+    if (!ReadPayload(c, round)) break;
+    if (rx.dst.remaining > 0) continue;
     if (!OnBodyDone(c)) break;
   }
   if (c.state == Conn::State::kOpen && !c.tx.empty() && !c.want_out) FlushTx(c);
+}
+
+bool TcpTransport::ReadOk(Conn& c, ssize_t n) {
+  if (n > 0) {
+    c.last_rx = Clock::now();
+    return true;
+  }
+  if (n == 0) {
+    Fail(c, PeerFailure("peer closed the connection (" + c.peer_address + ")"));
+  } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+    const int err = errno;
+    Fail(c, err == ECONNRESET ? PeerFailure("peer closed the connection (" + c.peer_address +
+                                            ": connection reset)")
+                              : IoError("tcp receive from " + c.peer_address, err));
+  }
+  return false;
+}
+
+// A header already in the look-ahead is handled; otherwise the look-ahead is refilled with one
+// recv(). False: stop reading this round.
+bool TcpTransport::ReadHeader(Conn& c, ReadRound& round) {
+  Rx& rx = c.rx;
+  const size_t avail = rx.ctrl_end - rx.ctrl_begin;
+  if (avail >= kHeaderSize) {
+    rx.hdr = DecodeHeader(rx.ctrl + rx.ctrl_begin);
+    rx.ctrl_begin += kHeaderSize;
+    return OnHeader(c);
+  }
+  if (round.Spent()) return false;
+  if (rx.ctrl_begin > 0) {
+    std::memmove(rx.ctrl, rx.ctrl + rx.ctrl_begin, avail);
+    rx.ctrl_begin = 0;
+    rx.ctrl_end = avail;
+  }
+  const size_t want = kCtrlSize - rx.ctrl_end;
+  const ssize_t n = recv(c.fd.get(), rx.ctrl + rx.ctrl_end, want, 0);
+  if (!ReadOk(c, n)) return false;
+  rx.ctrl_end += static_cast<size_t>(n);
+  round.drained = static_cast<size_t>(n) < want;
+  return true;
+}
+
+// kTable or kBody: first what the look-ahead already holds, then one readv() straight from the
+// socket. False: stop reading this round.
+bool TcpTransport::ReadPayload(Conn& c, ReadRound& round) {
+  Rx& rx = c.rx;
+  if (rx.dst.remaining > 0 && rx.ctrl_end > rx.ctrl_begin) {
+    const uint64_t take = std::min<uint64_t>(rx.ctrl_end - rx.ctrl_begin, rx.dst.remaining);
+    rx.dst.CopyIn(rx.ctrl + rx.ctrl_begin, take);
+    rx.ctrl_begin += take;
+  }
+  if (rx.dst.remaining == 0) return true;
+  if (round.Spent()) return false;
+  rx.ctrl_begin = rx.ctrl_end = 0;
+  uint64_t want = 0;
+  size_t n;
+  if (rx.bounce) {
+    want = std::min<uint64_t>(rx.dst.remaining, kScratchSize);
+    c.iov[0] = {c.scratch.data(), want};
+    n = 1;
+  } else {
+    n = rx.dst.Fill(c.iov, kMaxIov - 1, &want);
+  }
+  // Append the look-ahead only when these iovecs end the frame: then whatever follows is the
+  // next header.
+  const bool tail = want == rx.dst.remaining;
+  if (tail) {
+    c.iov[n++] = {rx.ctrl, kTailLookAhead};
+    want += kTailLookAhead;
+  }
+  const ssize_t got = readv(c.fd.get(), c.iov, static_cast<int>(n));
+  if (!ReadOk(c, got)) return false;
+  const uint64_t body = std::min<uint64_t>(static_cast<uint64_t>(got), rx.dst.remaining);
+  if (rx.bounce) {
+    rx.dst.CopyIn(c.scratch.data(), body);
+  } else {
+    rx.dst.Advance(body);
+  }
+  rx.ctrl_end = static_cast<size_t>(static_cast<uint64_t>(got) - body);
+  round.drained = static_cast<uint64_t>(got) < want;
+  return true;
 }
 
 bool TcpTransport::StartMessage(Conn& c) {
@@ -139,99 +149,124 @@ bool TcpTransport::StartMessage(Conn& c) {
 }
 
 bool TcpTransport::OnHeader(Conn& c) {
-  Rx& rx = c.rx;
-  const FrameHeader& h = rx.hdr;
+  const FrameHeader& h = c.rx.hdr;
   Status s = ValidateHeader(h, limits_);
   if (!s.ok()) {
     Fail(c, s.Annotate("from " + c.peer_address));
     return false;
   }
-  RegionEntry* e = nullptr;
   switch (h.kind) {
     case FrameKind::kHeartbeat:
       return true;
     case FrameKind::kMessage:
       return StartMessage(c);
     case FrameKind::kWrite:
-      rx.verdict = CheckTarget(h.key, kAccessRemoteWrite, &e);
-      if (rx.verdict.ok()) {
-        rx.verdict =
-            common::CheckRemoteAccess(e->size, e->access, h.arg, h.length, kAccessRemoteWrite);
-      }
-      if (rx.verdict.ok()) {
-        rx.dst.SetContig(e->base + h.arg, h.length);
-        rx.region_key = h.key;
-      } else {
-        SetDiscard(c, h.length);  // refused: the payload is drained, not a byte lands
-      }
-      rx.phase = Rx::Phase::kBody;
+      StartWrite(c);
       return true;
-    case FrameKind::kRead: {
-      Status v = CheckTarget(h.key, kAccessRemoteRead, &e);
-      if (v.ok())
-        v = common::CheckRemoteAccess(e->size, e->access, h.arg, h.length, kAccessRemoteRead);
-      if (!v.ok()) {
-        QueueResponse(c, h.req_id, v);
-        return true;
-      }
-      FrameHeader r;
-      r.kind = FrameKind::kReadResponse;
-      r.req_id = h.req_id;
-      r.length = h.length;
-      TxItem& item = PushFrame(c, r);
-      item.data.SetContig(e->base + h.arg, h.length);
-      item.pin_key = h.key;
-      ++e->pins;
+    case FrameKind::kRead:
+      ServeRead(c);
       return true;
-    }
     case FrameKind::kSparseWrite:
     case FrameKind::kSparseRead:
-      // Sizes bounded by ValidateHeader: count <= max_segments, a packed table by its count.
-      if (h.flags & kFramePackedTable) {
-        rx.packed.resize(SparseTableBytes(h));
-        rx.dst.SetContig(rx.packed.data(), rx.packed.size());
-      } else {
-        if (rx.table.size() != h.arg) rx.table.resize(h.arg);
-        rx.dst.SetContig(reinterpret_cast<uint8_t*>(rx.table.data()), h.arg * kWireSegmentSize);
-      }
-      rx.phase = Rx::Phase::kTable;
+      StartTable(c);
       return true;
     case FrameKind::kReadResponse:
-    case FrameKind::kResponse: {
-      if (c.pending.empty() || c.pending.front().req_id != h.req_id) {
-        Fail(c, ProtocolError(std::string(FrameKindName(h.kind)) + " for request " +
-                              std::to_string(h.req_id) + " from " + c.peer_address +
-                              " does not answer the oldest outstanding request"));
-        return false;
-      }
-      const PendingOp& p = c.pending.front();
-      const bool read = p.type == OpType::kRead || p.type == OpType::kSparseRead;
-      if (h.kind == FrameKind::kResponse) {
-        if (read && h.imm == 0) {
-          Fail(c, ProtocolError("empty success response to a read from " + c.peer_address));
-          return false;
-        }
-        rx.text.resize(h.length);
-        rx.dst.SetContig(reinterpret_cast<uint8_t*>(rx.text.data()), h.length);
-      } else {
-        if (!read || h.length != p.bytes) {
-          Fail(c, ProtocolError("read response of " + std::to_string(h.length) + " bytes from " +
-                                c.peer_address + " does not match request " +
-                                std::to_string(p.req_id)));
-          return false;
-        }
-        if (p.type == OpType::kRead) {
-          rx.dst.SetContig(p.local + p.local_offset, h.length);
-        } else {
-          rx.dst.SetSegments(p.local, p.segs, p.nsegs, false, h.length);
-        }
-      }
-      rx.phase = Rx::Phase::kBody;
-      return true;
-    }
+    case FrameKind::kResponse:
+      return StartReply(c);
   }
   Fail(c, ProtocolError("unknown frame kind from " + c.peer_address));
   return false;
+}
+
+Status TcpTransport::CheckTargetRange(const FrameHeader& h, uint32_t needed, RegionEntry** e) {
+  Status v = CheckTarget(h.key, needed, e);
+  if (v.ok()) v = common::CheckRemoteAccess((*e)->size, (*e)->access, h.arg, h.length, needed);
+  return v;
+}
+
+void TcpTransport::StartWrite(Conn& c) {
+  Rx& rx = c.rx;
+  const FrameHeader& h = rx.hdr;
+  RegionEntry* e = nullptr;
+  rx.verdict = CheckTargetRange(h, kAccessRemoteWrite, &e);
+  if (rx.verdict.ok()) {
+    rx.dst.SetContig(e->base + h.arg, h.length);
+    rx.region_key = h.key;
+  } else {
+    SetDiscard(c, h.length);  // refused: the payload is drained, not a byte lands
+  }
+  rx.phase = Rx::Phase::kBody;
+}
+
+// The response streams straight out of the region, which stays pinned until it is sent.
+void TcpTransport::ServeRead(Conn& c) {
+  const FrameHeader& h = c.rx.hdr;
+  RegionEntry* e = nullptr;
+  Status v = CheckTargetRange(h, kAccessRemoteRead, &e);
+  if (!v.ok()) {
+    QueueResponse(c, h.req_id, v);
+    return;
+  }
+  FrameHeader r;
+  r.kind = FrameKind::kReadResponse;
+  r.req_id = h.req_id;
+  r.length = h.length;
+  TxItem& item = PushFrame(c, r);
+  item.data.SetContig(e->base + h.arg, h.length);
+  item.pin_key = h.key;
+  ++e->pins;
+}
+
+void TcpTransport::StartTable(Conn& c) {
+  Rx& rx = c.rx;
+  const FrameHeader& h = rx.hdr;
+  // Sizes bounded by ValidateHeader: count <= max_segments, a packed table by its count.
+  if (h.flags & kFramePackedTable) {
+    rx.packed.resize(SparseTableBytes(h));
+    rx.dst.SetContig(rx.packed.data(), rx.packed.size());
+  } else {
+    if (rx.table.size() != h.arg) rx.table.resize(h.arg);
+    rx.dst.SetContig(reinterpret_cast<uint8_t*>(rx.table.data()), h.arg * kWireSegmentSize);
+  }
+  rx.phase = Rx::Phase::kTable;
+}
+
+Status CheckReply(const PendingOp* oldest, const FrameHeader& h, const std::string& peer) {
+  if (oldest == nullptr || oldest->req_id != h.req_id) {
+    return ProtocolError(std::string(FrameKindName(h.kind)) + " for request " +
+                         std::to_string(h.req_id) + " from " + peer +
+                         " does not answer the oldest outstanding request");
+  }
+  const bool read = oldest->type == OpType::kRead || oldest->type == OpType::kSparseRead;
+  if (h.kind == FrameKind::kResponse) {
+    if (read && h.imm == 0) return ProtocolError("empty success response to a read from " + peer);
+  } else if (!read || h.length != oldest->bytes) {
+    return ProtocolError("read response of " + std::to_string(h.length) + " bytes from " + peer +
+                         " does not match request " + std::to_string(oldest->req_id));
+  }
+  return Status::Ok();
+}
+
+// A kResponse's text lands in rx.text; a kReadResponse's bytes in the read's destination.
+bool TcpTransport::StartReply(Conn& c) {
+  Rx& rx = c.rx;
+  const FrameHeader& h = rx.hdr;
+  Status s = CheckReply(c.pending.empty() ? nullptr : &c.pending.front(), h, c.peer_address);
+  if (!s.ok()) {
+    Fail(c, s);
+    return false;
+  }
+  const PendingOp& p = c.pending.front();
+  if (h.kind == FrameKind::kResponse) {
+    rx.text.resize(h.length);
+    rx.dst.SetContig(reinterpret_cast<uint8_t*>(rx.text.data()), h.length);
+  } else if (p.type == OpType::kRead) {
+    rx.dst.SetContig(p.local + p.local_offset, h.length);
+  } else {
+    rx.dst.SetSegments(p.local, p.segs, p.nsegs, false, h.length);
+  }
+  rx.phase = Rx::Phase::kBody;
+  return true;
 }
 
 // The whole table is validated before a single payload byte is placed.

@@ -95,6 +95,21 @@ struct PendingOp {
   size_t nsegs = 0;
 };
 
+// Whether a reply header `h` answers the oldest outstanding request (nullptr: none): same req_id,
+// a kResponse to a read carries an error (a read succeeds by kReadResponse), and a kReadResponse
+// answers a read with exactly the bytes requested. The error is a kProtocol naming `peer`.
+Status CheckReply(const PendingOp* oldest, const FrameHeader& h, const std::string& peer);
+
+// One ReadData call's allowance. A peer that streams faster than we consume must not starve
+// other connections and timers: after 64 reads the call returns; level-triggered epoll reports
+// the socket again.
+struct ReadRound {
+  bool drained = false;  // a short read: the socket is empty, do not ask again this round
+  int budget = 64;
+  // True when no further read may be made; otherwise uses up one read.
+  bool Spent() { return drained || --budget < 0; }
+};
+
 struct PostedRecv {
   uint64_t context = 0;
   uint8_t* dst = nullptr;
@@ -298,13 +313,27 @@ class TcpTransport final : public Transport {
 
   // ---- data path (datapath.cc, receive.cc)
   void PostOne(const Op& op);
+  void PostRequest(Conn& c, const Op& op);
+  void PackTable(Conn& c, const Op& op, FrameHeader* h, std::vector<uint8_t>* packed);
   void PostRecv(const Op& op);
   void FlushTx(Conn& c);
   // Gathers the next chunk of a gathered read response at the front of c.tx into c.tx_scratch.
   void PrepareGather(Conn& c, TxItem& item);
   void OnTxDone(Conn& c, TxItem& item);
+  // Reads what the socket has, frame by frame, within a ReadRound.
   void ReadData(Conn& c);
+  bool ReadHeader(Conn& c, ReadRound& round);   // false: stop reading this round
+  bool ReadPayload(Conn& c, ReadRound& round);  // false: stop reading this round
+  // Whether a read's result (recv/readv) let reading go on; EOF and errors fail c.
+  bool ReadOk(Conn& c, ssize_t n);
+  // Sets up the receive of the frame whose header was just read; false if c failed.
   bool OnHeader(Conn& c);
+  void StartWrite(Conn& c);  // target side; a refused write is drained
+  void ServeRead(Conn& c);   // target side: queues the response
+  void StartTable(Conn& c);  // target side of a sparse request
+  bool StartReply(Conn& c);  // initiator side
+  // A live region under h.key granting `needed` and holding [h.arg, +h.length).
+  Status CheckTargetRange(const FrameHeader& h, uint32_t needed, RegionEntry** e);
   bool OnBodyDone(Conn& c);
   bool StartMessage(Conn& c);
   void DeliverUnexpected(Conn& c, std::vector<uint8_t>& msg, const PostedRecv& r);

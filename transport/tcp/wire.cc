@@ -172,4 +172,33 @@ Result<uint64_t> SegmentTableTotal(FrameKind kind, std::span<const Segment> tabl
   return total;
 }
 
+FrameHeader RequestHeader(const Op& op, uint64_t req_id, uint64_t key, uint64_t bytes) {
+  const bool sparse = op.type == OpType::kSparseWrite || op.type == OpType::kSparseRead;
+  const bool write = op.type == OpType::kWrite || op.type == OpType::kSparseWrite;
+  FrameHeader h;
+  h.req_id = req_id;
+  h.key = key;
+  h.length = bytes;
+  if (write && (op.flags & kOpNotify)) {
+    h.flags = kFrameNotify;
+    h.imm = op.imm;
+  }
+  switch (op.type) {
+    case OpType::kWrite:
+      h.kind = FrameKind::kWrite;
+      break;
+    case OpType::kRead:
+      h.kind = FrameKind::kRead;
+      break;
+    case OpType::kSparseWrite:
+      h.kind = FrameKind::kSparseWrite;
+      break;
+    default:
+      h.kind = FrameKind::kSparseRead;
+      break;
+  }
+  h.arg = sparse ? op.num_segments : op.remote_offset;
+  return h;
+}
+
 }  // namespace ferry::tcp

@@ -122,6 +122,12 @@ FrameHeader DecodeHeader(const uint8_t in[kHeaderSize]);
 Status ValidateHeader(const FrameHeader& h, const WireLimits& limits);
 const char* FrameKindName(FrameKind kind);
 
+// The request frame of a one-sided op (kWrite, kRead, kSparseWrite, kSparseRead by op.type; any
+// other type is taken for kSparseRead): `bytes` is its length (Σ segment lengths when sparse),
+// arg the remote offset or the segment count, kFrameNotify and imm on a write with kOpNotify.
+// The sender adds kFramePackedTable (and the table size in arg) when it packs the table.
+FrameHeader RequestHeader(const Op& op, uint64_t req_id, uint64_t key, uint64_t bytes);
+
 // Target side of a sparse request, once its segment table has arrived (the receive path calls
 // SegmentTableTotal, then common::CheckSegmentsInRegion, whose failure is answered with a
 // refusal, not a connection failure; tests/fuzz/fuzz_tcp_frames.cc drives both without

@@ -73,6 +73,23 @@ Result<std::string> VerbsTransport::ListenCm(const std::string& host_in, uint16_
   return listen_address_;
 }
 
+// Accept's answer when it has one: the oldest accepted endpoint, else the oldest refused
+// handshake, else the transport's failure.
+std::optional<Result<std::shared_ptr<Endpoint>>> VerbsTransport::TakeAcceptedLocked() {
+  if (!accepted_.empty()) {
+    std::shared_ptr<Endpoint> ep = std::move(accepted_.front());
+    accepted_.pop_front();
+    return ep;
+  }
+  if (!accept_errors_.empty()) {
+    Status s = accept_errors_.front();
+    accept_errors_.pop_front();
+    return s.Annotate("accept");
+  }
+  if (!fatal_.ok()) return fatal_;
+  return std::nullopt;
+}
+
 Result<std::shared_ptr<Endpoint>> VerbsTransport::Accept(Millis timeout) {
   if (config_.mode == ConnectMode::kOob) return AcceptOob(timeout);
   const auto deadline = Clock::now() + timeout;
@@ -82,17 +99,7 @@ Result<std::shared_ptr<Endpoint>> VerbsTransport::Accept(Millis timeout) {
       std::lock_guard<common::MaybeMutex> lock(mu_);
       if (!listen_id_) return InvalidArgument("Accept without Listen");
       ProgressLocked();
-      if (!accepted_.empty()) {
-        std::shared_ptr<Endpoint> ep = std::move(accepted_.front());
-        accepted_.pop_front();
-        return ep;
-      }
-      if (!accept_errors_.empty()) {
-        Status s = accept_errors_.front();
-        accept_errors_.pop_front();
-        return s.Annotate("accept");
-      }
-      if (!fatal_.ok()) return fatal_;
+      if (auto answer = TakeAcceptedLocked()) return *std::move(answer);
       fds = WaitFdsLocked();
     }
     const auto now = Clock::now();
@@ -193,45 +200,23 @@ void VerbsTransport::ProcessCmEventsLocked() {
   for (rdma_cm_id* id : destroy_after_ack) rdma_destroy_id(id);
 }
 
+rdma_conn_param CmConnParam(const DeviceLimits& limits, const rdma_conn_param* request) {
+  // Without a request, the peer's depths do not bound ours: 16 is the cap anyway.
+  const uint32_t peer_initiator = request != nullptr ? request->initiator_depth : 16u;
+  const uint32_t peer_responder = request != nullptr ? request->responder_resources : 16u;
+  rdma_conn_param param{};
+  param.responder_resources =
+      static_cast<uint8_t>(std::min<uint32_t>({peer_initiator, limits.max_rd_atom, 16u}));
+  param.initiator_depth =
+      static_cast<uint8_t>(std::min<uint32_t>({peer_responder, limits.max_init_rd_atom, 16u}));
+  param.retry_count = 7;
+  param.rnr_retry_count = 7;  // unlimited: an exhausted receive pool is flow control
+  return param;
+}
+
 void VerbsTransport::OnCmEventLocked(rdma_cm_event* ev, std::vector<rdma_cm_id*>* destroy) {
-  const std::string what = rdma_event_str(ev->event);
   if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
-    rdma_cm_id* id = ev->id;
-    const std::string peer = PeerOf(id);
-    if (id->verbs != ctx_ || endpoints_.size() >= options_.max_endpoints || !fatal_.ok()) {
-      (void)rdma_reject(id, nullptr, 0);
-      destroy->push_back(id);
-      return;
-    }
-    auto ep = NewEndpointLocked(peer);
-    ep->passive_ = true;
-    id->context = ep.get();
-    ep->cm_id_ = CmId(id);
-    uint8_t ack = AckTimeoutExponent();
-    (void)rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &ack, sizeof(ack));
-    auto qp = CreateQp(id);
-    if (!qp.ok()) {
-      (void)rdma_reject(id, nullptr, 0);
-      (void)ep->cm_id_.release();  // destroyed after the event is acked
-      destroy->push_back(id);
-      FailEndpointLocked(ep.get(), qp.status());
-      return;
-    }
-    ep->qp_ = std::move(qp).value();
-    by_qpn_[ep->qpn()] = ep.get();
-    FillLocalData(ep.get());
-    ep->handshake_ = std::make_unique<Handshake>(Handshake::Role::kServer, MakeHello(ep->local_));
-    ep->state_ = VerbsEndpoint::State::kHandshake;
-    rdma_conn_param param{};
-    param.responder_resources = static_cast<uint8_t>(
-        std::min<uint32_t>({uint32_t{ev->param.conn.initiator_depth}, limits_.max_rd_atom, 16u}));
-    param.initiator_depth = static_cast<uint8_t>(std::min<uint32_t>(
-        {uint32_t{ev->param.conn.responder_resources}, limits_.max_init_rd_atom, 16u}));
-    param.retry_count = 7;
-    param.rnr_retry_count = 7;  // unlimited: an exhausted receive pool is flow control
-    if (rdma_accept(id, &param) != 0) {
-      FailEndpointLocked(ep.get(), VerbsError("rdma_accept(" + peer + ")", errno, ep->qpn()));
-    }
+    OnConnectRequestLocked(ev, destroy);
     return;
   }
   auto* ep = static_cast<VerbsEndpoint*>(ev->id->context);
@@ -244,48 +229,12 @@ void VerbsTransport::OnCmEventLocked(rdma_cm_event* ev, std::vector<rdma_cm_id*>
       }
       break;
     }
-    case RDMA_CM_EVENT_ROUTE_RESOLVED: {
-      if (ev->id->verbs != ctx_) {
-        FailEndpointLocked(
-            ep,
-            InvalidArgument("the route to " + ep->peer_address() + " uses RDMA device " +
-                            ibv_get_device_name(ev->id->verbs->device) +
-                            " but this transport uses " + port_.device + "; pass {\"device\": \"" +
-                            ibv_get_device_name(ev->id->verbs->device) + "\"}"));
-        break;
-      }
-      auto qp = CreateQp(ev->id);
-      if (!qp.ok()) {
-        FailEndpointLocked(ep, qp.status());
-        break;
-      }
-      ep->qp_ = std::move(qp).value();
-      by_qpn_[ep->qpn()] = ep;
-      FillLocalData(ep);
-      rdma_conn_param param{};
-      param.responder_resources = static_cast<uint8_t>(std::min<uint32_t>(limits_.max_rd_atom, 16));
-      param.initiator_depth =
-          static_cast<uint8_t>(std::min<uint32_t>(limits_.max_init_rd_atom, 16));
-      param.retry_count = 7;
-      param.rnr_retry_count = 7;
-      if (rdma_connect(ev->id, &param) != 0) {
-        FailEndpointLocked(
-            ep, VerbsError("rdma_connect(" + ep->peer_address() + ")", errno, ep->qpn()));
-      }
+    case RDMA_CM_EVENT_ROUTE_RESOLVED:
+      OnRouteResolvedLocked(ev->id, ep);
       break;
-    }
-    case RDMA_CM_EVENT_ESTABLISHED: {
-      if (ep->passive_ || ep->state_ != VerbsEndpoint::State::kConnecting) break;
-      ibv_qp_attr attr{};
-      ibv_qp_init_attr init{};
-      if (ibv_query_qp(ep->qp_.get(), &attr, IBV_QP_PATH_MTU, &init) == 0) {
-        stats_.path_mtu = MtuBytes(attr.path_mtu);
-      }
-      ep->state_ = VerbsEndpoint::State::kHandshake;
-      ep->handshake_ = std::make_unique<Handshake>(Handshake::Role::kClient, MakeHello(ep->local_));
-      SendControlFramesLocked(ep);
+    case RDMA_CM_EVENT_ESTABLISHED:
+      OnEstablishedLocked(ep);
       break;
-    }
     case RDMA_CM_EVENT_ADDR_ERROR:
       if (ep->state_ == VerbsEndpoint::State::kConnecting && Clock::now() < ep->connect_deadline_) {
         Status s = ResolveAddrLocked(ep);
@@ -309,13 +258,88 @@ void VerbsTransport::OnCmEventLocked(rdma_cm_event* ev, std::vector<rdma_cm_id*>
       FailEndpointLocked(
           ep,
           PeerFailure(
-              "rdma_cm " + what + " (status " + std::to_string(ev->status) + ") with " +
-              ep->peer_address() +
+              "rdma_cm " + std::string(rdma_event_str(ev->event)) + " (status " +
+              std::to_string(ev->status) + ") with " + ep->peer_address() +
               (ev->event == RDMA_CM_EVENT_REJECTED ? ": nobody listens there or it refused" : "")));
       break;
     default:
       break;
   }
+}
+
+// Passive side: a refused request (another device, too many endpoints, a failed transport) is
+// rejected at once; an accepted one gets its endpoint, QP and server handshake before
+// rdma_accept, so the client's first handshake fragment finds a receive queue.
+void VerbsTransport::OnConnectRequestLocked(rdma_cm_event* ev, std::vector<rdma_cm_id*>* destroy) {
+  rdma_cm_id* id = ev->id;
+  const std::string peer = PeerOf(id);
+  if (id->verbs != ctx_ || endpoints_.size() >= options_.max_endpoints || !fatal_.ok()) {
+    (void)rdma_reject(id, nullptr, 0);
+    destroy->push_back(id);
+    return;
+  }
+  auto ep = NewEndpointLocked(peer);
+  ep->passive_ = true;
+  id->context = ep.get();
+  ep->cm_id_ = CmId(id);
+  uint8_t ack = AckTimeoutExponent();
+  (void)rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &ack, sizeof(ack));
+  auto qp = CreateQp(id);
+  if (!qp.ok()) {
+    (void)rdma_reject(id, nullptr, 0);
+    (void)ep->cm_id_.release();  // destroyed after the event is acked
+    destroy->push_back(id);
+    FailEndpointLocked(ep.get(), qp.status());
+    return;
+  }
+  ep->qp_ = std::move(qp).value();
+  by_qpn_[ep->qpn()] = ep.get();
+  FillLocalData(ep.get());
+  ep->handshake_ = std::make_unique<Handshake>(Handshake::Role::kServer, MakeHello(ep->local_));
+  ep->state_ = VerbsEndpoint::State::kHandshake;
+  rdma_conn_param param = CmConnParam(limits_, &ev->param.conn);
+  if (rdma_accept(id, &param) != 0) {
+    FailEndpointLocked(ep.get(), VerbsError("rdma_accept(" + peer + ")", errno, ep->qpn()));
+  }
+}
+
+// Active side: the route must leave through this transport's device (its PD and CQ are there).
+void VerbsTransport::OnRouteResolvedLocked(rdma_cm_id* id, VerbsEndpoint* ep) {
+  if (id->verbs != ctx_) {
+    FailEndpointLocked(
+        ep, InvalidArgument("the route to " + ep->peer_address() + " uses RDMA device " +
+                            ibv_get_device_name(id->verbs->device) + " but this transport uses " +
+                            port_.device + "; pass {\"device\": \"" +
+                            ibv_get_device_name(id->verbs->device) + "\"}"));
+    return;
+  }
+  auto qp = CreateQp(id);
+  if (!qp.ok()) {
+    FailEndpointLocked(ep, qp.status());
+    return;
+  }
+  ep->qp_ = std::move(qp).value();
+  by_qpn_[ep->qpn()] = ep;
+  FillLocalData(ep);
+  rdma_conn_param param = CmConnParam(limits_, /*request=*/nullptr);
+  if (rdma_connect(id, &param) != 0) {
+    FailEndpointLocked(ep,
+                       VerbsError("rdma_connect(" + ep->peer_address() + ")", errno, ep->qpn()));
+  }
+}
+
+// Active side: the QP is at RTS; the client speaks first. (The passive side started its
+// handshake when it accepted.)
+void VerbsTransport::OnEstablishedLocked(VerbsEndpoint* ep) {
+  if (ep->passive_ || ep->state_ != VerbsEndpoint::State::kConnecting) return;
+  ibv_qp_attr attr{};
+  ibv_qp_init_attr init{};
+  if (ibv_query_qp(ep->qp_.get(), &attr, IBV_QP_PATH_MTU, &init) == 0) {
+    stats_.path_mtu = MtuBytes(attr.path_mtu);
+  }
+  ep->state_ = VerbsEndpoint::State::kHandshake;
+  ep->handshake_ = std::make_unique<Handshake>(Handshake::Role::kClient, MakeHello(ep->local_));
+  SendControlFramesLocked(ep);
 }
 
 void VerbsTransport::SendControlFramesLocked(VerbsEndpoint* ep) {

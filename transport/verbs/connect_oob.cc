@@ -123,17 +123,7 @@ Result<std::shared_ptr<Endpoint>> VerbsTransport::AcceptOob(Millis timeout) {
       AcceptPendingOobLocked();
       DriveOobSessionsLocked();
       ProgressLocked();
-      if (!accepted_.empty()) {
-        std::shared_ptr<Endpoint> ep = std::move(accepted_.front());
-        accepted_.pop_front();
-        return ep;
-      }
-      if (!accept_errors_.empty()) {
-        Status s = accept_errors_.front();
-        accept_errors_.pop_front();
-        return s.Annotate("accept");
-      }
-      if (!fatal_.ok()) return fatal_;
+      if (auto answer = TakeAcceptedLocked()) return *std::move(answer);
       fds = WaitFdsLocked();
     }
     if (Clock::now() >= deadline) {

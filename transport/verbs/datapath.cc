@@ -173,37 +173,9 @@ Status VerbsTransport::PostOneLocked(const Op& op) {
   rec.context = op.context;
   rec.type = op.type;
   rec.completion_ep = op.ep;
-  const uint64_t local = reinterpret_cast<uintptr_t>(mr->data());
-  const auto* key = static_cast<const VerbsRemoteKey*>(op.remote);
-  const uint64_t max_wr = port_.max_msg_sz;
-  switch (op.type) {
-    case OpType::kSend:
-      PlanSend(local + op.local_offset, op.length, mr->lkey(), ep->peer_.recv_buffer_size, kTagData,
-               &rec.plan);
-      break;
-    case OpType::kWrite:
-    case OpType::kRead:
-      PlanContiguous(local + op.local_offset, op.length, mr->lkey(),
-                     key->region().addr + op.remote_offset, key->rkey,
-                     op.type == OpType::kWrite ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ, max_wr,
-                     &rec.plan);
-      break;
-    case OpType::kSparseWrite:
-    case OpType::kSparseRead: {
-      const bool write = op.type == OpType::kSparseWrite;
-      PlanSparse(std::span<const Segment>(op.segments, op.num_segments), local, mr->lkey(),
-                 key->region().addr, key->rkey, write ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ,
-                 write ? max_send_sge_ : max_read_sge_, max_wr, &rec.plan);
-      PutFurthestFirst(&rec.plan);
-      break;
-    }
-    default:
-      FreeRecordLocked(&rec);
-      return Internal("unexpected op type in PostOneLocked");
-  }
-  if (op.flags & kOpNotify) {
-    AddNotify(op.imm, key->region().addr + (op.type == OpType::kWrite ? op.remote_offset : 0),
-              key->rkey, &rec.plan);
+  if (!PlanUserOp(op, &rec.plan)) {
+    FreeRecordLocked(&rec);
+    return Internal("unexpected op type in PostOneLocked");
   }
   if (rec.plan.wrs.empty()) {  // nothing to move (all segments empty): done now
     PushCompletionLocked(rec.context, rec.type, rec.completion_ep, rec.plan.bytes);
@@ -215,13 +187,50 @@ Status VerbsTransport::PostOneLocked(const Op& op) {
   return Status::Ok();
 }
 
+// The WRs of a user Op (a validated, owned, non-recv one); false for an op type with no plan.
+bool VerbsTransport::PlanUserOp(const Op& op, WrPlan* plan) const {
+  const auto* ep = static_cast<const VerbsEndpoint*>(op.ep);
+  const auto* mr = static_cast<const VerbsMemoryRegion*>(op.local);
+  const uint64_t local = reinterpret_cast<uintptr_t>(mr->data());
+  const auto* key = static_cast<const VerbsRemoteKey*>(op.remote);
+  const uint64_t max_wr = port_.max_msg_sz;
+  switch (op.type) {
+    case OpType::kSend:
+      PlanSend(local + op.local_offset, op.length, mr->lkey(), ep->peer_.recv_buffer_size, kTagData,
+               plan);
+      break;
+    case OpType::kWrite:
+    case OpType::kRead:
+      PlanContiguous(local + op.local_offset, op.length, mr->lkey(),
+                     key->region().addr + op.remote_offset, key->rkey,
+                     op.type == OpType::kWrite ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ, max_wr,
+                     plan);
+      break;
+    case OpType::kSparseWrite:
+    case OpType::kSparseRead: {
+      const bool write = op.type == OpType::kSparseWrite;
+      PlanSparse(std::span<const Segment>(op.segments, op.num_segments), local, mr->lkey(),
+                 key->region().addr, key->rkey, write ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ,
+                 write ? max_send_sge_ : max_read_sge_, max_wr, plan);
+      PutFurthestFirst(plan);
+      break;
+    }
+    default:
+      return false;
+  }
+  if (op.flags & kOpNotify) {
+    AddNotify(op.imm, key->region().addr + (op.type == OpType::kWrite ? op.remote_offset : 0),
+              key->rkey, plan);
+  }
+  return true;
+}
+
 void VerbsTransport::PumpLocked(VerbsEndpoint* ep) {
   using State = VerbsEndpoint::State;
   const bool can_post =
       ep->state_ == State::kReady || ep->state_ == State::kHandshake || ep->lingering_;
   std::vector<size_t>& remaining = pump_remaining_;
   std::vector<BatchPiece>& pieces = pump_pieces_;
-  std::vector<ibv_send_wr>& wrs = pump_wrs_;
   while (can_post && ep->qp_ && !ep->backlog_.empty()) {
     remaining.clear();
     for (size_t i = 0; i < ep->backlog_.size() && i < kMaxPostList; ++i) {
@@ -233,79 +242,89 @@ void VerbsTransport::PumpLocked(VerbsEndpoint* ep) {
       stats_.backlog_waits++;
       return;
     }
-    size_t total = 0;
-    for (const BatchPiece& p : pieces) total += p.count;
-    wrs.assign(total, ibv_send_wr{});
-    size_t k = 0;
-    for (const BatchPiece& p : pieces) {
-      OpRecord& rec = *RecordLocked(ep->backlog_[p.op]);
-      for (size_t j = 0; j < p.count; ++j, ++k) {
-        const PlannedWr& pw = rec.plan.wrs[rec.next_wr + j];
-        ibv_send_wr& wr = wrs[k];
-        wr.wr_id = rec.id << 16;
-        wr.sg_list = pw.num_sge ? &rec.plan.sges[pw.first_sge] : nullptr;
-        wr.num_sge = static_cast<int>(pw.num_sge);
-        wr.opcode = pw.opcode;
-        if (pw.with_imm) wr.imm_data = htonl(pw.imm);
-        if (pw.opcode != IBV_WR_SEND && pw.opcode != IBV_WR_SEND_WITH_IMM) {
-          wr.wr.rdma.remote_addr = pw.remote_addr;
-          wr.wr.rdma.rkey = pw.rkey;
-        }
-        if (pw.opcode != IBV_WR_RDMA_READ && pw.bytes > 0 && pw.bytes <= max_inline_) {
-          wr.send_flags |= IBV_SEND_INLINE;
-          stats_.inline_wrs++;
-        }
-        if (j + 1 == p.count) {
-          wr.send_flags |= IBV_SEND_SIGNALED;
-          wr.wr_id |= p.count;
-          stats_.signaled_wrs++;
-        }
-        stats_.max_sges_in_wr = std::max<uint64_t>(stats_.max_sges_in_wr, pw.num_sge);
-        ep->inflight_bytes_ += pw.bytes;
-        wr.next = k + 1 < total ? &wrs[k + 1] : nullptr;
-      }
-    }
-    ibv_send_wr* bad = nullptr;
-    // Timed with the coarse clock (a vDSO read, no TSC: a few ns). Soft-RoCE in Linux 6.1 runs
-    // the QP's requester inside this call (rxe_post_send -> rxe_run_task in the caller's
-    // context) and loops for as long as the requester has work or ACK processing re-arms it:
-    // with traffic flowing both ways under emulation one call was measured at 118 s (1 of 80
-    // repeats of the conformance peer-kill case; upstream rxe later bounds the loop, see
-    // docs/softroce.md). Nothing can be done from here but say so when it happens.
-    const int64_t before_ms = common::CoarseMs();
-    int rc = ibv_post_send(ep->qp_.get(), wrs.data(), &bad);
-    const uint64_t took_ms = static_cast<uint64_t>(common::CoarseMs() - before_ms);
-    if (took_ms > stats_.longest_post_ms) {
-      stats_.longest_post_ms = took_ms;
-      if (took_ms * 2 > static_cast<uint64_t>(options_.peer_timeout.count())) {
-        std::fprintf(stderr,
-                     "ferry verbs: ibv_post_send of %zu WRs on %s %s took %llu ms (peer_timeout "
-                     "%lld ms): the device does its protocol work inside the call (soft-RoCE)\n",
-                     total, stats_.device.c_str(), QpName(ep->qpn()).c_str(),
-                     static_cast<unsigned long long>(took_ms),
-                     static_cast<long long>(options_.peer_timeout.count()));
-      }
-    }
-    stats_.post_calls++;
+    const size_t total = BuildPostListLocked(ep, pieces);
+    const int rc = PostSendTimedLocked(ep, total);
     if (rc != 0) {
       FailEndpointLocked(
           ep, VerbsError("ibv_post_send(" + std::to_string(total) + " WRs)", rc, ep->qpn()));
       return;
     }
-    stats_.wrs_posted += total;
-    if (ep->sq_used_ == 0) ep->last_ack_ = common::CoarseNow();
-    ep->sq_used_ += static_cast<uint32_t>(total);
-    cq_budget_ -= static_cast<uint32_t>(pieces.size());
-    for (const BatchPiece& p : pieces) {
-      OpRecord& rec = *RecordLocked(ep->backlog_[p.op]);
-      rec.next_wr += p.count;
-      rec.unreleased += p.count;
+    CommitPostedLocked(ep, pieces, total);
+  }
+}
+
+// Fills pump_wrs_ with the batch's WRs, linked in order; each piece's last WR is signaled and
+// carries in its wr_id the number of SQ slots its completion releases.
+size_t VerbsTransport::BuildPostListLocked(VerbsEndpoint* ep, std::span<const BatchPiece> pieces) {
+  std::vector<ibv_send_wr>& wrs = pump_wrs_;
+  size_t total = 0;
+  for (const BatchPiece& p : pieces) total += p.count;
+  wrs.assign(total, ibv_send_wr{});
+  size_t k = 0;
+  for (const BatchPiece& p : pieces) {
+    OpRecord& rec = *RecordLocked(ep->backlog_[p.op]);
+    for (size_t j = 0; j < p.count; ++j, ++k) {
+      const PlannedWr& pw = rec.plan.wrs[rec.next_wr + j];
+      ibv_send_wr& wr = wrs[k];
+      wr = MakeSendWr(pw, rec.plan.sges.data(), max_inline_);
+      wr.wr_id = rec.id << 16;
+      if (wr.send_flags & IBV_SEND_INLINE) stats_.inline_wrs++;
+      if (j + 1 == p.count) {
+        wr.send_flags |= IBV_SEND_SIGNALED;
+        wr.wr_id |= p.count;
+        stats_.signaled_wrs++;
+      }
+      stats_.max_sges_in_wr = std::max<uint64_t>(stats_.max_sges_in_wr, pw.num_sge);
+      ep->inflight_bytes_ += pw.bytes;
+      wr.next = k + 1 < total ? &wrs[k + 1] : nullptr;
     }
-    while (!ep->backlog_.empty()) {
-      const OpRecord& rec = *RecordLocked(ep->backlog_.front());
-      if (rec.next_wr < rec.plan.wrs.size()) break;
-      ep->backlog_.pop();
+  }
+  return total;
+}
+
+// Posts pump_wrs_ (`total` WRs), timed with the coarse clock (a vDSO read, no TSC: a few ns).
+// Soft-RoCE in Linux 6.1 runs the QP's requester inside this call (rxe_post_send ->
+// rxe_run_task in the caller's context) and loops for as long as the requester has work or ACK
+// processing re-arms it: with traffic flowing both ways under emulation one call was measured at
+// 118 s (1 of 80 repeats of the conformance peer-kill case; upstream rxe later bounds the loop,
+// see docs/softroce.md). Nothing can be done from here but say so when it happens.
+int VerbsTransport::PostSendTimedLocked(VerbsEndpoint* ep, size_t total) {
+  ibv_send_wr* bad = nullptr;
+  const int64_t before_ms = common::CoarseMs();
+  int rc = ibv_post_send(ep->qp_.get(), pump_wrs_.data(), &bad);
+  const uint64_t took_ms = static_cast<uint64_t>(common::CoarseMs() - before_ms);
+  if (took_ms > stats_.longest_post_ms) {
+    stats_.longest_post_ms = took_ms;
+    if (took_ms * 2 > static_cast<uint64_t>(options_.peer_timeout.count())) {
+      std::fprintf(stderr,
+                   "ferry verbs: ibv_post_send of %zu WRs on %s %s took %llu ms (peer_timeout "
+                   "%lld ms): the device does its protocol work inside the call (soft-RoCE)\n",
+                   total, stats_.device.c_str(), QpName(ep->qpn()).c_str(),
+                   static_cast<unsigned long long>(took_ms),
+                   static_cast<long long>(options_.peer_timeout.count()));
     }
+  }
+  stats_.post_calls++;
+  return rc;
+}
+
+// After a successful post: the SQ slots and CQ entries it holds, each record's progress, and the
+// fully posted records leave the backlog.
+void VerbsTransport::CommitPostedLocked(VerbsEndpoint* ep, std::span<const BatchPiece> pieces,
+                                        size_t total) {
+  stats_.wrs_posted += total;
+  if (ep->sq_used_ == 0) ep->last_ack_ = common::CoarseNow();
+  ep->sq_used_ += static_cast<uint32_t>(total);
+  cq_budget_ -= static_cast<uint32_t>(pieces.size());
+  for (const BatchPiece& p : pieces) {
+    OpRecord& rec = *RecordLocked(ep->backlog_[p.op]);
+    rec.next_wr += p.count;
+    rec.unreleased += p.count;
+  }
+  while (!ep->backlog_.empty()) {
+    const OpRecord& rec = *RecordLocked(ep->backlog_.front());
+    if (rec.next_wr < rec.plan.wrs.size()) break;
+    ep->backlog_.pop();
   }
 }
 

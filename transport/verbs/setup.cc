@@ -151,7 +151,39 @@ uint8_t VerbsTransport::AckTimeoutExponent() const {
   return static_cast<uint8_t>(std::clamp(t, 10, 22));
 }
 
+uint32_t CqEntries(uint32_t cq_depth, uint32_t recv_buffers, uint32_t sq, uint32_t max_cqe) {
+  return std::min(std::max(cq_depth, recv_buffers + 2 * sq + 64), max_cqe);
+}
+
+uint32_t SendCqBudget(int cqe, uint32_t recv_buffers) {
+  // The rest is reserved for receive completions, plus slack for flushed unsignaled WRs of a
+  // failing QP.
+  const uint32_t reserved = recv_buffers + 32;
+  return static_cast<uint32_t>(cqe) > reserved + 16 ? cqe - reserved : 16;
+}
+
+// Each step creates the next verbs objects in their declaration order (verbs_transport.h).
 Status VerbsTransport::Init() {
+  FERRY_RETURN_IF_ERROR(OpenDevice());
+  FERRY_RETURN_IF_ERROR(CreateMemory());
+  FERRY_RETURN_IF_ERROR(CreateQueues());
+  if (config_.mode == ConnectMode::kCm) {
+    cm_channel_ = CmEventChannel(rdma_create_event_channel());
+    if (!cm_channel_) return VerbsError("rdma_create_event_channel", errno);
+    if (!SetNonBlocking(cm_channel_->fd)) return IoError("fcntl(rdma_cm channel)", errno);
+  }
+  inbox_ = AsyncHub::Get().Subscribe(ctx_);
+  wake_fd_ = UniqueFd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!wake_fd_) return IoError("verbs: eventfd", errno);
+  FillCapabilities();
+  if (options_.progress_thread) {
+    progress_thread_ = std::thread([this] { ProgressThreadMain(); });
+  }
+  return Status::Ok();
+}
+
+// The device list, the chosen device and port, and the device's limits.
+Status VerbsTransport::OpenDevice() {
   int n = 0;
   ibv_context** list = rdma_get_devices(&n);
   if (list == nullptr) return VerbsError("rdma_get_devices", errno);
@@ -159,7 +191,12 @@ Status VerbsTransport::Init() {
   FERRY_ASSIGN_OR_RETURN(ctx_, SelectDevice(devices_, config_.device));
   FERRY_ASSIGN_OR_RETURN(port_, SelectPort(ctx_, config_.port, config_.gid_index));
   FERRY_ASSIGN_OR_RETURN(limits_, QueryLimits(ctx_));
+  return Status::Ok();
+}
 
+// The PD and what is registered for the transport's lifetime: the receive pool, the heartbeat
+// word; and the registration cache.
+Status VerbsTransport::CreateMemory() {
   pd_ = ProtectionDomain(ibv_alloc_pd(ctx_));
   if (!pd_) return VerbsError("ibv_alloc_pd(" + port_.device + ")", errno);
   const uint32_t buffers = std::min(config_.recv_buffers, limits_.max_srq_wr);
@@ -173,19 +210,20 @@ Status VerbsTransport::Init() {
   if (config_.reg_cache) {
     reg_cache_ = RegCache::Create(pd_.get(), &memlock_, config_.reg_cache_max_bytes);
   }
+  return Status::Ok();
+}
 
+// The completion channel and CQ, the SRQ filled with the whole receive pool, and the SGE and
+// inline limits (probed with a QP on that CQ). Sets stats_.sq_depth, which CreateQp uses.
+Status VerbsTransport::CreateQueues() {
   channel_ = CompletionChannel(ibv_create_comp_channel(ctx_));
   if (!channel_) return VerbsError("ibv_create_comp_channel", errno);
   if (!SetNonBlocking(channel_->fd)) return IoError("fcntl(completion channel)", errno);
   const uint32_t sq = std::min(config_.sq_depth, limits_.max_qp_wr);
-  const uint32_t cqe =
-      std::min(std::max(config_.cq_depth, pool_.count() + 2 * sq + 64), limits_.max_cqe);
+  const uint32_t cqe = CqEntries(config_.cq_depth, pool_.count(), sq, limits_.max_cqe);
   cq_ = CompletionQueue(ibv_create_cq(ctx_, static_cast<int>(cqe), nullptr, channel_.get(), 0));
   if (!cq_) return VerbsError("ibv_create_cq(" + std::to_string(cqe) + ")", errno);
-  // Spare CQ entries for signaled send WRs: the rest is reserved for receive completions, plus
-  // slack for flushed unsignaled WRs of a failing QP.
-  const uint32_t reserved = pool_.count() + 32;
-  cq_budget_ = static_cast<uint32_t>(cq_->cqe) > reserved + 16 ? cq_->cqe - reserved : 16;
+  cq_budget_ = SendCqBudget(cq_->cqe, pool_.count());
 
   ibv_srq_init_attr sattr{};
   sattr.attr.max_wr = pool_.count();
@@ -199,16 +237,11 @@ Status VerbsTransport::Init() {
   max_send_sge_ = std::max<uint32_t>(1, limits_.max_sge);
   max_read_sge_ = std::max<uint32_t>(1, std::min(max_send_sge_, limits_.max_sge_rd));
   max_inline_ = ProbeMaxInline(ctx_, pd_.get(), cq_.get(), max_send_sge_);
+  stats_.sq_depth = sq;
+  return Status::Ok();
+}
 
-  if (config_.mode == ConnectMode::kCm) {
-    cm_channel_ = CmEventChannel(rdma_create_event_channel());
-    if (!cm_channel_) return VerbsError("rdma_create_event_channel", errno);
-    if (!SetNonBlocking(cm_channel_->fd)) return IoError("fcntl(rdma_cm channel)", errno);
-  }
-  inbox_ = AsyncHub::Get().Subscribe(ctx_);
-  wake_fd_ = UniqueFd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  if (!wake_fd_) return IoError("verbs: eventfd", errno);
-
+void VerbsTransport::FillCapabilities() {
   caps_.send_recv = caps_.write = caps_.read = true;
   caps_.sparse_write = caps_.sparse_read = true;
   caps_.notify = true;
@@ -225,15 +258,9 @@ Status VerbsTransport::Init() {
   stats_.max_inline = max_inline_;
   stats_.max_send_sge = max_send_sge_;
   stats_.max_read_sge = max_read_sge_;
-  stats_.sq_depth = sq;
   stats_.gid_index = port_.gid_index;
   stats_.gid = GidToString(port_.gid);
   stats_.device = port_.device + ":" + std::to_string(port_.port);
-
-  if (options_.progress_thread) {
-    progress_thread_ = std::thread([this] { ProgressThreadMain(); });
-  }
-  return Status::Ok();
 }
 
 VerbsTransport::~VerbsTransport() {

@@ -92,6 +92,13 @@ struct Config {
 };
 Result<Config> ParseConfig(const TransportOptions& options);
 
+// Queue sizing (setup.cc). CQ entries: cq_depth, raised to hold a completion for every receive
+// buffer, two per send-queue slot and 64 more, within the device's max_cqe.
+uint32_t CqEntries(uint32_t cq_depth, uint32_t recv_buffers, uint32_t sq, uint32_t max_cqe);
+// The CQ entries signaled send WRs may hold (cq_budget_) out of the CQ's actual size `cqe`:
+// all but recv_buffers + 32, and at least 16.
+uint32_t SendCqBudget(int cqe, uint32_t recv_buffers);
+
 // Counters for tests and ferry-info; read with VerbsStats().
 struct Stats {
   uint64_t post_calls = 0;  // ibv_post_send calls
@@ -138,6 +145,12 @@ Result<PeerData> DecodePeerData(std::span<const uint8_t> bytes);
 inline constexpr uint32_t kTagData = 1u << 8;
 inline constexpr uint32_t kTagHandshake = 2u << 8;
 inline constexpr uint32_t kHandshakeFragment = 4096;  // minimum recv_buffer_size
+
+// rdma_cm connection parameters (connect_cm.cc), the same on both sides: RDMA READ depths
+// within what the device allows, capped at 16, and when accepting also within what the
+// `request` offers (its initiator depth bounds our responder resources and vice versa; nullptr
+// when connecting); retry counts 7 (rnr_retry 7 = unlimited).
+rdma_conn_param CmConnParam(const DeviceLimits& limits, const rdma_conn_param* request);
 
 class VerbsTransport;
 class VerbsEndpoint;
@@ -279,7 +292,11 @@ class VerbsTransport final : public Transport {
   explicit VerbsTransport(const TransportOptions& options, Config config);
 
   // ---- setup.cc ----
-  Status Init();
+  Status Init();  // OpenDevice, CreateMemory, CreateQueues, event fds, FillCapabilities
+  Status OpenDevice();
+  Status CreateMemory();
+  Status CreateQueues();
+  void FillCapabilities();                        // and the static stats_ fields
   Result<QueuePair> CreateQp(rdma_cm_id* cm_id);  // cm_id == nullptr: plain ibv_create_qp
   HelloParams MakeHello(const PeerData& local) const;
   void FillLocalData(VerbsEndpoint* ep);
@@ -293,7 +310,11 @@ class VerbsTransport final : public Transport {
   Status ResolveAddrLocked(VerbsEndpoint* ep);
   void ProcessCmEventsLocked();
   void OnCmEventLocked(rdma_cm_event* ev, std::vector<rdma_cm_id*>* destroy_after_ack);
-  void StartCmHandshakeLocked(VerbsEndpoint* ep);
+  void OnConnectRequestLocked(rdma_cm_event* ev, std::vector<rdma_cm_id*>* destroy_after_ack);
+  void OnRouteResolvedLocked(rdma_cm_id* id, VerbsEndpoint* ep);
+  void OnEstablishedLocked(VerbsEndpoint* ep);
+  // Accept's answer, if there is one yet (shared by both connection modes).
+  std::optional<Result<std::shared_ptr<Endpoint>>> TakeAcceptedLocked();
   void SendControlFramesLocked(VerbsEndpoint* ep);
   void OnControlFragmentLocked(VerbsEndpoint* ep, const uint8_t* data, uint32_t length, bool last);
 
@@ -315,7 +336,12 @@ class VerbsTransport final : public Transport {
 
   // ---- datapath.cc ----
   Status PostOneLocked(const Op& op);
+  bool PlanUserOp(const Op& op, WrPlan* plan) const;
+  // Posts what the backlog's head allows (SQ and CQ room), in post-lists of up to 64 WRs.
   void PumpLocked(VerbsEndpoint* ep);
+  size_t BuildPostListLocked(VerbsEndpoint* ep, std::span<const BatchPiece> pieces);
+  int PostSendTimedLocked(VerbsEndpoint* ep, size_t total);  // ibv_post_send's return value
+  void CommitPostedLocked(VerbsEndpoint* ep, std::span<const BatchPiece> pieces, size_t total);
   void PollCqLocked();
   void OnSendCompletionLocked(const ibv_wc& wc);
   void OnRecvCompletionLocked(const ibv_wc& wc);

@@ -1,5 +1,7 @@
 #include "transport/verbs/wr_plan.h"
 
+#include <arpa/inet.h>
+
 #include <algorithm>
 
 namespace ferry::verbs {
@@ -78,6 +80,22 @@ void AddNotify(uint32_t imm, uint64_t remote_addr, uint32_t rkey, WrPlan* plan) 
   last.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
   last.with_imm = true;
   last.imm = imm;
+}
+
+ibv_send_wr MakeSendWr(const PlannedWr& pw, ibv_sge* sges, uint32_t max_inline) {
+  ibv_send_wr wr{};
+  wr.sg_list = pw.num_sge ? &sges[pw.first_sge] : nullptr;
+  wr.num_sge = static_cast<int>(pw.num_sge);
+  wr.opcode = pw.opcode;
+  if (pw.with_imm) wr.imm_data = htonl(pw.imm);
+  if (pw.opcode != IBV_WR_SEND && pw.opcode != IBV_WR_SEND_WITH_IMM) {
+    wr.wr.rdma.remote_addr = pw.remote_addr;
+    wr.wr.rdma.rkey = pw.rkey;
+  }
+  if (pw.opcode != IBV_WR_RDMA_READ && pw.bytes > 0 && pw.bytes <= max_inline) {
+    wr.send_flags |= IBV_SEND_INLINE;
+  }
+  return wr;
 }
 
 void PlanPostBatch(std::span<const size_t> remaining, size_t sq_free, size_t cq_budget,

@@ -70,6 +70,12 @@ struct BatchPiece {
   size_t count = 0;  // WRs of that op in this batch (its next ones); the last one is signaled
 };
 
+// The ibv_send_wr of a planned WR (sges: its plan's SGE array): opcode, immediate (network
+// order), remote address for RDMA opcodes, and IBV_SEND_INLINE when the payload is non-empty,
+// at most max_inline bytes and not a READ's (a READ has nothing to send). wr_id, signaling and
+// the list link are the poster's.
+ibv_send_wr MakeSendWr(const PlannedWr& pw, ibv_sge* sges, uint32_t max_inline);
+
 // Which WRs go into the next post-list. remaining[i] = WRs op i still has to post, in queue
 // order; stops at the first op that does not fit entirely only after taking what fits of it.
 // Replaces *out (its capacity is reused: the data path plans a batch per post without
