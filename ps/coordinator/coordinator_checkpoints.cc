@@ -11,6 +11,38 @@
 
 namespace ferry::ps {
 
+void Coordinator::Impl::OnCheckpointRequest(size_t ci, const ControlMessage& msg) {
+  // msg.value: the worker's request id; msg.value2: 0 (save) or kCheckpointClear; msg.text: dir.
+  const Member& m = conns[ci];
+  if (m.info.role != Role::kWorker) return;
+  // Ids are the requester's; two workers asking at once get distinct keys.
+  const uint64_t key = (uint64_t{m.info.index} << 40) | (msg.value & ((uint64_t{1} << 40) - 1));
+  PendingCheckpoint p;
+  p.requester = ci;
+  p.dir = msg.text;
+  p.clear = msg.value2 == kCheckpointClear;
+  checkpoints[key] = std::move(p);
+  ControlMessage c;
+  c.kind = ControlKind::kCheckpoint;
+  c.value = key;
+  c.value2 = msg.value2;
+  c.text = msg.text;
+  SendToRole(Role::kServer, c);
+}
+
+void Coordinator::Impl::OnCheckpointDone(const Member& m, const ControlMessage& msg) {
+  // msg.value: the checkpoint's key; msg.text: the server's error, empty when it wrote its shards.
+  if (m.info.role != Role::kServer) return;
+  auto it = checkpoints.find(msg.value);
+  if (it == checkpoints.end()) return;
+  PendingCheckpoint& p = it->second;
+  if (!msg.text.empty() && p.error.empty()) {
+    p.error = "server " + std::to_string(m.info.index) + ": " + msg.text;
+  }
+  p.answered.insert(m.info.index);
+  CheckCheckpoints();
+}
+
 void Coordinator::Impl::CheckCheckpoints() {
   for (auto it = checkpoints.begin(); it != checkpoints.end();) {
     bool all = true;

@@ -11,6 +11,19 @@
 
 namespace ferry::ps {
 
+void Coordinator::Impl::OnSuspect(size_t ci, const ControlMessage& msg) {
+  // msg.index: the server the member lost its data connection to; msg.text: what it saw.
+  // The server leaves the job (the chains close over it), or, when a shard would be left
+  // without a live replica, the job fails; Judge() decides which server once the accusations of
+  // a short window are in.
+  const Status why = PeerFailure(Describe(conns[ci]) + " lost its connection to server " +
+                                 std::to_string(msg.index) + ": " + msg.text);
+  // Only members of a job with replicas send it, and only while it runs (connections end
+  // anyway while it finishes).
+  if (msg.index >= servers.size() || servers[msg.index] < 0 || phase != Phase::kRunning) return;
+  Accuse(ci, msg.index, why);
+}
+
 void Coordinator::Impl::FailJob(const Member* who, const Status& why) {
   if (phase == Phase::kFailed || phase == Phase::kDone) return;
   phase = Phase::kFailed;

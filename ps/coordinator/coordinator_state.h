@@ -1,7 +1,9 @@
 // The coordinator's state (coordinator.h): private to coordinator*.cc. The state machine is
-// split by concern: coordinator.cc (registration, the start barrier, barriers, clocks, gathers,
-// the run loop), coordinator_failover.cc (failure notices, removing a replicated server, weighing
-// accusations), coordinator_checkpoints.cc (worker-asked and periodic checkpoints).
+// split by concern: coordinator.cc (the run loop, dispatching each control kind to its handler),
+// coordinator_membership.cc (registration, the start barrier, finishing, the startup timeout),
+// coordinator_clocks.cc (barriers, clocks, gathers), coordinator_failover.cc (failure notices,
+// removing a replicated server, weighing accusations), coordinator_checkpoints.cc (worker-asked
+// and periodic checkpoints).
 // Threading: every member is used by the coordinator's thread alone, but `result` and `ended`
 // (guarded by mu).
 #pragma once
@@ -156,7 +158,33 @@ struct Coordinator::Impl {
   void ForgetAccusations(uint32_t server);
   // A checkpoint is complete once every live server answered.
   void CheckCheckpoints();
+  // Hands each control message to the handler of its kind (below), in the file of its concern.
   void OnMessage(size_t ci, ControlMessage m);
+  // The run loop's steps (coordinator.cc).
+  void AcceptNew();
+  void OnCompletion(const Completion& c);
+  // Whether the loop ends now (the job is done, or failed and its notices left).
+  bool Ended(Clock::time_point now);
+  // Membership (coordinator_membership.cc).
+  void OnRegister(size_t ci, const ControlMessage& msg);
+  // Why a registration is refused; empty when it is accepted.
+  std::string RegistrationProblem(const Member& m, const ControlMessage& msg) const;
+  void Reject(Member& m, const ControlMessage& msg, const std::string& why);
+  void OnFailureReport(const Member& m, const ControlMessage& msg);
+  void OnReady(Member& m);
+  void OnFinish(Member& m);
+  // Past the startup deadline: fails the job naming who never registered or became ready.
+  void CheckStarted();
+  // Barriers, clocks, gathers (coordinator_clocks.cc).
+  void OnBarrier(const Member& m, const ControlMessage& msg);
+  void OnClock(Member& m, const ControlMessage& msg);
+  void OnClockApplied(const Member& m, const ControlMessage& msg);
+  void OnGather(const Member& m, ControlMessage msg);
+  // Checkpoints (coordinator_checkpoints.cc).
+  void OnCheckpointRequest(size_t ci, const ControlMessage& msg);
+  void OnCheckpointDone(const Member& m, const ControlMessage& msg);
+  // Replicas (coordinator_failover.cc).
+  void OnSuspect(size_t ci, const ControlMessage& msg);
   void OnGone(size_t ci, const Status& why);
   void AdvanceClocks();
   // BSP, JobSpec::checkpoint_every: at clock boundary min_clock, before the workers hear of it.

@@ -315,11 +315,11 @@ Status ForEachCheckpointRow(const std::string& dir, const CheckpointManifest& m,
     const std::string path = ShardPath(dir, m.tables[t].name, s);
     auto shard = ArrayHashMap::LoadSnapshot(path, o);
     if (!shard.ok()) return shard.status().Annotate("checkpoint shard " + path);
-    Status st;
+    Status status;
     (*shard)->ForEach([&](uint32_t, const uint8_t* row) {
-      if (st.ok()) st = fn(ArrayHashMap::RowKey(row), row);
+      if (status.ok()) status = fn(ArrayHashMap::RowKey(row), row);
     });
-    FERRY_RETURN_IF_ERROR(st);
+    FERRY_RETURN_IF_ERROR(status);
   }
   return Status::Ok();
 }

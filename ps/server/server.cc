@@ -80,9 +80,9 @@ Status Server::Init(const std::string& listen_host) {
       if (!job_.restore_dir.empty()) {
         FERRY_RETURN_IF_ERROR(RestoreShard(i, shard, o, t.map.get()));
       }
-      Status st = t.map->AttachTransport(data_.get(), kAccessRemoteRead);
-      if (!st.ok()) {
-        return st.Annotate("server " + std::to_string(index_) + ": table " + spec.name);
+      Status status = t.map->AttachTransport(data_.get(), kAccessRemoteRead);
+      if (!status.ok()) {
+        return status.Annotate("server " + std::to_string(index_) + ": table " + spec.name);
       }
       if (k == 0) shapes_.push_back(TableShape{spec.dim, spec.fp16_pull});
       tables_.push_back(std::move(t));
@@ -456,10 +456,10 @@ Status Server::ApplyClock(uint64_t clock) {
       }
       size_t done = 0;
       while (done < list.size() && list[done].clock < clock) {
-        const Staged st = list[done++];
-        if (st.pred < 0 && links_[w].failed) continue;  // a worker closed for a violation
-        Status s = ApplyStaged(k, w, st);
-        if (s.code() == Code::kProtocol && st.pred < 0) {
+        const Staged staged = list[done++];
+        if (staged.pred < 0 && links_[w].failed) continue;  // a worker closed for a violation
+        Status s = ApplyStaged(k, w, staged);
+        if (s.code() == Code::kProtocol && staged.pred < 0) {
           // The ring is the worker's to write: a staged push may have been rewritten since it
           // was checked on arrival. That worker's protocol violation (close it, as HandleNotify
           // would), not a reason to stop serving everyone else.
@@ -480,30 +480,30 @@ Status Server::ApplyClock(uint64_t clock) {
   return Status::Ok();
 }
 
-Status Server::ApplyStaged(uint32_t k, uint32_t w, const Staged& st) {
+Status Server::ApplyStaged(uint32_t k, uint32_t w, const Staged& staged) {
   RequestView req;
-  if (st.pred < 0) {
+  if (staged.pred < 0) {
     Link& l = links_[w];
     std::span<const uint8_t> ring(rings_ + w * job_.staging_bytes, job_.staging_bytes);
     RequestLimits limits{job_.staging_bytes, l.arena_bytes,
                          ReplySlotsBytes(job_.servers, job_.max_outstanding),
                          job_.max_keys_per_request};
-    Status s = ParseRequest(ring, st.offset, shapes_, limits, &req);
+    Status s = ParseRequest(ring, staged.offset, shapes_, limits, &req);
     if (s.ok() && req.type() != RequestType::kPush) {
       s = ProtocolError("it now reads as a " + std::string(RequestTypeName(req.type())) +
                         " request");
     }
     if (!s.ok()) {
-      return ProtocolError("staged push at ring offset " + std::to_string(st.offset) +
+      return ProtocolError("staged push at ring offset " + std::to_string(staged.offset) +
                            " was overwritten before its clock was applied: " + s.message());
     }
   } else {
     ForwardView fv;
-    std::span<const uint8_t> ring(pred_rings_ + size_t(st.pred - 1) * forward_ring_bytes_,
+    std::span<const uint8_t> ring(pred_rings_ + size_t(staged.pred - 1) * forward_ring_bytes_,
                                   forward_ring_bytes_);
     const ForwardLimits limits{forward_ring_bytes_, job_.max_keys_per_request, job_.workers,
                                job_.servers};
-    FERRY_RETURN_IF_ERROR(ParseForward(ring, st.offset, shapes_, limits, &fv));
+    FERRY_RETURN_IF_ERROR(ParseForward(ring, staged.offset, shapes_, limits, &fv));
     req = fv.push;
   }
   return ApplyPush(tables_[size_t{k} * job_.tables.size() + req.header.table], req);

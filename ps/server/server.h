@@ -243,7 +243,7 @@ class Server {
   // refused keys get kNoSlot). Grows the table first if needed (draining its replies).
   Status ResolveSlots(Table& t, const uint64_t* keys, uint32_t n, std::vector<uint32_t>* slots);
   Status ApplyClock(uint64_t clock);
-  Status ApplyStaged(uint32_t k, uint32_t w, const Staged& st);
+  Status ApplyStaged(uint32_t k, uint32_t w, const Staged& staged);
   Status ServeLoop(ControlClient* control);
   // Replication (server_replication.cc).
   void HandleForward(uint32_t pred, uint32_t imm);

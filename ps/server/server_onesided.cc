@@ -188,14 +188,14 @@ void Server::FinishSlotsFollowUp(const SlotsFollowUp& f, bool ok) {
   op.length = f.len;
   op.remote = l.arena.get();
   op.remote_offset = f.dest;
-  Status st = data_->Post(std::span<const Op>(&op, 1));
-  if (!st.ok()) {
+  Status status = data_->Post(std::span<const Op>(&op, 1));
+  if (!status.ok()) {
     reply.busy = false;
     reply.slots_at = -1;
     free_replies_.push_back(r);
     FreeSlotReply(f.at, f.len);
     // The pull's only notification was this write: without it the worker would wait forever.
-    FailWorker(f.worker, st.Annotate("post the slot reply"));
+    FailWorker(f.worker, status.Annotate("post the slot reply"));
   }
 }
 

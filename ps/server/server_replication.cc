@@ -321,26 +321,26 @@ void Server::HandleForward(uint32_t pred, uint32_t imm) {
   const ForwardLimits limits{forward_ring_bytes_, job_.max_keys_per_request, job_.workers,
                              job_.servers};
   ForwardView fv;
-  Status st = ParseForward(ring, uint64_t{imm} * kRequestAlign, shapes_, limits, &fv);
-  if (st.ok() && fv.header.seq != u.next_seq) {
-    st = ProtocolError("forward seq " + std::to_string(fv.header.seq) + " arrived, " +
-                       std::to_string(u.next_seq) + " expected");
+  Status status = ParseForward(ring, uint64_t{imm} * kRequestAlign, shapes_, limits, &fv);
+  if (status.ok() && fv.header.seq != u.next_seq) {
+    status = ProtocolError("forward seq " + std::to_string(fv.header.seq) + " arrived, " +
+                           std::to_string(u.next_seq) + " expected");
   }
-  if (st.ok()) {
+  if (status.ok()) {
     const int from = chain_.Position(fv.header.shard, pred);
     const int here = chain_.Position(fv.header.shard, index_);
     if (from < 0 || here <= from) {
-      st = ProtocolError("forward of shard " + std::to_string(fv.header.shard) +
-                         ", whose chain does not run from server " + std::to_string(pred) +
-                         " to server " + std::to_string(index_));
+      status = ProtocolError("forward of shard " + std::to_string(fv.header.shard) +
+                             ", whose chain does not run from server " + std::to_string(pred) +
+                             " to server " + std::to_string(index_));
     }
   }
-  if (!st.ok()) {
+  if (!status.ok()) {
     // A server of the same job sent garbage: take that link out (the coordinator decides).
     std::fprintf(stderr, "ferry server %u: closing predecessor %u: %s\n", index_, pred,
-                 st.ToString().c_str());
+                 status.ToString().c_str());
     u.ep->Close();
-    Suspect(pred, st);
+    Suspect(pred, status);
     return;
   }
   ++u.next_seq;

@@ -17,25 +17,25 @@ void Server::HandleNotify(uint32_t w, uint32_t imm) {
                              ReplySlotsBytes(job_.servers, job_.max_outstanding),
                              job_.max_keys_per_request};
   RequestView req;
-  Status st = ParseRequest(ring, offset, shapes_, limits, &req);
+  Status status = ParseRequest(ring, offset, shapes_, limits, &req);
   // Any framed request, well-formed or not, must carry the next seq: a bad request with a wrong
   // seq is a lost or repeated request all the same (its error reply would answer another seq).
-  if (st.code() == Code::kProtocol || req.header.seq != l.next_seq) {
-    if (st.code() != Code::kProtocol) {
-      st = ProtocolError("request seq " + std::to_string(req.header.seq) + " arrived, " +
-                         std::to_string(l.next_seq) + " expected (lost or repeated request)");
+  if (status.code() == Code::kProtocol || req.header.seq != l.next_seq) {
+    if (status.code() != Code::kProtocol) {
+      status = ProtocolError("request seq " + std::to_string(req.header.seq) + " arrived, " +
+                             std::to_string(l.next_seq) + " expected (lost or repeated request)");
     }
     std::fprintf(stderr, "ferry server %u: closing worker %u: %s\n", index_, w,
-                 st.ToString().c_str());
+                 status.ToString().c_str());
     l.ep->Close();
-    FailWorker(w, st);
+    FailWorker(w, status);
     return;
   }
   ++l.next_seq;
-  if (st.ok()) st = HandleRequest(w, req);
-  if (!st.ok()) {
+  if (status.ok()) status = HandleRequest(w, req);
+  if (!status.ok()) {
     ++stats_.errors;
-    Status r = SendRecord(w, req.header.seq, st);
+    Status r = SendRecord(w, req.header.seq, status);
     if (!r.ok()) FailWorker(w, r);
   }
 }
@@ -237,13 +237,13 @@ Status Server::ReplyRows(uint32_t w, const RequestView& req, Table& t) {
   op.remote = l.arena.get();
   op.segments = segs.data();
   op.num_segments = segs.size();
-  Status st = data_->Post(std::span<const Op>(&op, 1));
-  if (!st.ok()) {
+  Status status = data_->Post(std::span<const Op>(&op, 1));
+  if (!status.ok()) {
     reply.busy = false;
     segs.clear();
     free_replies_.push_back(r);
     FreeSlotReply(slots_at, slots_len);
-    return st.Annotate("post the rows reply");
+    return status.Annotate("post the rows reply");
   }
   reply.slots_at = slots_at;
   reply.slots_len = slots_len;
@@ -296,13 +296,13 @@ Status Server::SendRecord(uint32_t w, uint32_t seq, const Status& status) {
   op.length = length;
   op.remote = l.arena.get();
   op.remote_offset = ReplySlotOffset(index_, seq, job_.max_outstanding);
-  Status st = data_->Post(std::span<const Op>(&op, 1));
-  if (!st.ok()) {
+  Status posted = data_->Post(std::span<const Op>(&op, 1));
+  if (!posted.ok()) {
     replies_[r].busy = false;
     replies_[r].scratch = -1;
     free_replies_.push_back(r);
     l.free_scratch.push_back(s);
-    return st.Annotate("post a reply record");
+    return posted.Annotate("post a reply record");
   }
   return Status::Ok();
 }

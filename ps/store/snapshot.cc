@@ -133,6 +133,16 @@ class SnapshotIo {
                                                     const TableOptions& options);
 
  private:
+  // The steps of Load: the header (its checksum, version, layout against `options`, section
+  // geometry against the file's size), the padding between sections, the checksummed sections
+  // into `m` and `index`, then the structure the checksums cannot vouch for.
+  static Result<SnapshotHeader> ReadHeader(int fd, const std::string& path,
+                                           const TableOptions& options);
+  static Status CheckPadding(int fd, const SnapshotHeader& h, const std::string& path);
+  static Status ReadSections(int fd, const SnapshotHeader& h, const std::string& path,
+                             ArrayHashMap& m, MappedBuffer& index);
+  static Status CheckStructure(const SnapshotHeader& h, const std::string& path, ArrayHashMap& m,
+                               MappedBuffer index);
   static SnapshotHeader MakeHeader(const ArrayHashMap& m);
   // Checksums the sections and writes the file (tmp, fsync, rename, fsync the directory).
   static Status Write(SnapshotHeader h, const uint8_t* rows, const uint8_t* live,
@@ -238,19 +248,17 @@ Status SnapshotIo::WriteImage(const SnapshotImage& img, const std::string& path)
   return Write(h, d, d + img.rows_, d + img.rows_ + img.live_, path);
 }
 
-Result<std::unique_ptr<ArrayHashMap>> SnapshotIo::Load(const std::string& path,
-                                                       const TableOptions& options) {
-  Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) return IoError("open snapshot " + path, errno);
-  struct stat st {};
-  if (fstat(fd.get(), &st) != 0) return IoError("stat snapshot " + path, errno);
-  const uint64_t file_size = static_cast<uint64_t>(st.st_size);
+Result<SnapshotHeader> SnapshotIo::ReadHeader(int fd, const std::string& path,
+                                              const TableOptions& options) {
+  struct stat file {};
+  if (fstat(fd, &file) != 0) return IoError("stat snapshot " + path, errno);
+  const uint64_t file_size = static_cast<uint64_t>(file.st_size);
   if (file_size < sizeof(SnapshotHeader)) {
     return ProtocolError("snapshot " + path + " is truncated: " + std::to_string(file_size) +
                          " bytes, shorter than its header");
   }
   SnapshotHeader h{};
-  FERRY_RETURN_IF_ERROR(ReadAll(fd.get(), &h, sizeof h, 0, path, "header"));
+  FERRY_RETURN_IF_ERROR(ReadAll(fd, &h, sizeof h, 0, path, "header"));
   if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) {
     return ProtocolError(path + " is not an ArrayHashMap snapshot (bad magic)");
   }
@@ -282,50 +290,47 @@ Result<std::unique_ptr<ArrayHashMap>> SnapshotIo::Load(const std::string& path,
                          std::to_string(h.index_offset + h.index_bytes));
   }
   if (file_size > h.index_offset + h.index_bytes) return Corrupt(path, "trailing bytes");
+  return h;
+}
 
+Status SnapshotIo::CheckPadding(int fd, const SnapshotHeader& h, const std::string& path) {
   // Padding between sections is not covered by a section checksum: it must read as zero, so
   // that every byte of the file is checked.
-  {
-    std::string pad;
-    const uint64_t gaps[3][2] = {{sizeof h, h.rows_offset},
-                                 {h.rows_offset + h.rows_bytes, h.live_offset},
-                                 {h.live_offset + h.live_bytes, h.index_offset}};
-    for (const auto& gap : gaps) {
-      pad.assign(gap[1] - gap[0], '\0');
-      FERRY_RETURN_IF_ERROR(ReadAll(fd.get(), pad.data(), pad.size(), gap[0], path, "padding"));
-      if (pad.find_first_not_of('\0') != std::string::npos) {
-        return Corrupt(path, "non-zero padding between sections");
-      }
+  std::string pad;
+  const uint64_t gaps[3][2] = {{sizeof h, h.rows_offset},
+                               {h.rows_offset + h.rows_bytes, h.live_offset},
+                               {h.live_offset + h.live_bytes, h.index_offset}};
+  for (const auto& gap : gaps) {
+    pad.assign(gap[1] - gap[0], '\0');
+    FERRY_RETURN_IF_ERROR(ReadAll(fd, pad.data(), pad.size(), gap[0], path, "padding"));
+    if (pad.find_first_not_of('\0') != std::string::npos) {
+      return Corrupt(path, "non-zero padding between sections");
     }
   }
+  return Status::Ok();
+}
 
-  TableOptions opts = options;
-  opts.initial_rows = std::max<size_t>(opts.initial_rows, h.high_water);
-  if (opts.growth == GrowthMode::kReserve)
-    opts.reserve_rows = std::max(opts.reserve_rows, opts.initial_rows);
-  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<ArrayHashMap> m, ArrayHashMap::Create(opts));
-
-  FERRY_RETURN_IF_ERROR(
-      ReadAll(fd.get(), m->rows_.data(), h.rows_bytes, h.rows_offset, path, "rows"));
-  if (XXH3_64bits(m->rows_.data(), h.rows_bytes) != h.rows_xxh3) {
+Status SnapshotIo::ReadSections(int fd, const SnapshotHeader& h, const std::string& path,
+                                ArrayHashMap& m, MappedBuffer& index) {
+  FERRY_RETURN_IF_ERROR(ReadAll(fd, m.rows_.data(), h.rows_bytes, h.rows_offset, path, "rows"));
+  if (XXH3_64bits(m.rows_.data(), h.rows_bytes) != h.rows_xxh3) {
     return Corrupt(path, "rows checksum mismatch");
   }
-  FERRY_RETURN_IF_ERROR(
-      ReadAll(fd.get(), m->live_.data(), h.live_bytes, h.live_offset, path, "live"));
-  if (XXH3_64bits(m->live_.data(), h.live_bytes) != h.live_xxh3) {
+  FERRY_RETURN_IF_ERROR(ReadAll(fd, m.live_.data(), h.live_bytes, h.live_offset, path, "live"));
+  if (XXH3_64bits(m.live_.data(), h.live_bytes) != h.live_xxh3) {
     return Corrupt(path, "live-bitmap checksum mismatch");
   }
-  MappedBuffer index_buf;
-  FERRY_ASSIGN_OR_RETURN(
-      index_buf, MappedBuffer::Create(GrowthMode::kRemap, h.index_bytes, 0, options.huge_pages));
-  FERRY_RETURN_IF_ERROR(
-      ReadAll(fd.get(), index_buf.data(), h.index_bytes, h.index_offset, path, "index"));
-  if (XXH3_64bits(index_buf.data(), h.index_bytes) != h.index_xxh3) {
+  FERRY_RETURN_IF_ERROR(ReadAll(fd, index.data(), h.index_bytes, h.index_offset, path, "index"));
+  if (XXH3_64bits(index.data(), h.index_bytes) != h.index_xxh3) {
     return Corrupt(path, "index checksum mismatch");
   }
+  return Status::Ok();
+}
 
-  // Structure. Live bitmap: exactly `size` bits, none at or past high_water.
-  const uint64_t* live = reinterpret_cast<const uint64_t*>(m->live_.data());
+Status SnapshotIo::CheckStructure(const SnapshotHeader& h, const std::string& path, ArrayHashMap& m,
+                                  MappedBuffer index) {
+  // Live bitmap: exactly `size` bits, none at or past high_water.
+  const uint64_t* live = reinterpret_cast<const uint64_t*>(m.live_.data());
   size_t population = 0;
   for (size_t w = 0; w < h.live_bytes / 8; ++w)
     population += static_cast<size_t>(__builtin_popcountll(live[w]));
@@ -335,25 +340,44 @@ Result<std::unique_ptr<ArrayHashMap>> SnapshotIo::Load(const std::string& path,
   }
   if (population != h.size) return Corrupt(path, "live bitmap disagrees with the row count");
   Status adopt =
-      m->index_.Adopt(h.index_buckets, std::move(index_buf), static_cast<uint32_t>(h.high_water));
+      m.index_.Adopt(h.index_buckets, std::move(index), static_cast<uint32_t>(h.high_water));
   if (!adopt.ok()) return Corrupt(path, adopt.message());
-  if (m->index_.size() != h.size) return Corrupt(path, "index entry count disagrees with rows");
-  const int8_t* tags = m->index_.ctrl();
-  const uint32_t* slots = m->index_.slots();
+  if (m.index_.size() != h.size) return Corrupt(path, "index entry count disagrees with rows");
+  const int8_t* tags = m.index_.ctrl();
+  const uint32_t* slots = m.index_.slots();
   for (size_t i = 0; i < h.index_buckets; ++i) {
-    if (tags[i] >= 0 && !m->IsLive(slots[i])) {
-      return Corrupt(path, "index names a dead row");
-    }
+    if (tags[i] >= 0 && !m.IsLive(slots[i])) return Corrupt(path, "index names a dead row");
   }
   // Every live row must be found by its key at its own slot. The checks above leave room for an
   // entry filed under a tag or home group that is not its row key's, two entries naming one slot,
   // or two live rows with one key: lookups would then miss rows and Erase/Insert would corrupt the
   // table.
   for (uint32_t slot = 0; slot < h.high_water; ++slot) {
-    if (m->IsLive(slot) && m->FindSlot(ArrayHashMap::RowKey(m->Row(slot))) != slot) {
+    if (m.IsLive(slot) && m.FindSlot(ArrayHashMap::RowKey(m.Row(slot))) != slot) {
       return Corrupt(path, "row " + std::to_string(slot) + " is not reachable through the index");
     }
   }
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<ArrayHashMap>> SnapshotIo::Load(const std::string& path,
+                                                       const TableOptions& options) {
+  Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return IoError("open snapshot " + path, errno);
+  FERRY_ASSIGN_OR_RETURN(const SnapshotHeader h, ReadHeader(fd.get(), path, options));
+  FERRY_RETURN_IF_ERROR(CheckPadding(fd.get(), h, path));
+
+  TableOptions opts = options;
+  opts.initial_rows = std::max<size_t>(opts.initial_rows, h.high_water);
+  if (opts.growth == GrowthMode::kReserve)
+    opts.reserve_rows = std::max(opts.reserve_rows, opts.initial_rows);
+  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<ArrayHashMap> m, ArrayHashMap::Create(opts));
+  MappedBuffer index;
+  FERRY_ASSIGN_OR_RETURN(
+      index, MappedBuffer::Create(GrowthMode::kRemap, h.index_bytes, 0, options.huge_pages));
+  FERRY_RETURN_IF_ERROR(ReadSections(fd.get(), h, path, *m, index));
+  FERRY_RETURN_IF_ERROR(CheckStructure(h, path, *m, std::move(index)));
+
   m->high_water_ = static_cast<uint32_t>(h.high_water);
   m->size_ = h.size;
   m->epoch_ = h.epoch;

@@ -14,7 +14,7 @@
 //   server -> coordinator   kClockApplied {value}
 //   coordinator -> workers  kClockUpdate {value = min clock over workers (applied, under BSP)}
 //   worker -> coordinator   kGather {value = id, value2 = total bytes, index = chunk offset,
-//                           rank = 1 for every worker / 0 for worker 0, data}; relayed as
+//                           rank = kGatherToAll / 0 for worker 0, data}; relayed as
 //                           kGatherPart {rank = sender's worker index, same fields}
 //   worker -> coordinator   kFinish; when every worker finished: coordinator -> all kShutdown
 //   coordinator -> all      kFailure {rank, role, index, text = reason, value = ms since start}
@@ -69,32 +69,39 @@ namespace ferry::ps {
 enum class Role : uint8_t { kServer = 0, kWorker = 1 };
 std::string_view RoleName(Role role);
 
+// Each kind's fields (ControlMessage below); a field a kind does not name is zero or empty.
 enum class ControlKind : uint8_t {
-  kRegister = 1,
-  kMembership,
-  kReject,
-  kReady,
-  kStart,
-  kBarrier,
-  kBarrierRelease,
-  kClock,
-  kApplyClock,
-  kClockApplied,
-  kClockUpdate,
-  kGather,
-  kGatherPart,
-  kFinish,
-  kShutdown,
-  kFailure,
-  kCheckpoint,      // worker -> coordinator -> servers {text = dir, value = id}
-  kCheckpointDone,  // server -> coordinator -> worker {value = id, text = error or ""}
-  kServerDown,      // coordinator -> all {index = server, text = why, value = ms since start}
-  kSuspect,         // member -> coordinator {index = server, text = what the member saw}
+  kRegister = 1,  // member -> coord {rank, role, index, value = job fingerprint, members = {self}}
+  kMembership,    // coord -> all {members = every server, then every worker, in index order}
+  kReject,        // coord -> member {text = why its registration was refused}
+  kReady,         // member -> coord {}: its data connections are made
+  kStart,         // coord -> all {}: every member is ready
+  kBarrier,       // worker -> coord {value = barrier id}
+  kBarrierRelease,  // coord -> workers {value = barrier id}
+  kClock,           // worker -> coord {value = completed clocks, value2 = its data position}
+  kApplyClock,      // coord -> servers {value = clock}: BSP, apply the pushes of clocks < value
+  kClockApplied,    // server -> coord {value = clock}
+  kClockUpdate,     // coord -> workers (and servers with replicas) {value = the job's min clock}
+  kGather,          // worker -> coord {value = id, value2 = total bytes, index = chunk offset,
+                    //   rank = kGatherToAll or 0 (to worker 0 only), data = the chunk}
+  kGatherPart,      // coord -> worker(s) {rank = the sender's worker index, the rest as kGather}
+  kFinish,          // worker -> coord {}: it waited for its requests and leaves the job
+  kShutdown,        // coord -> all {text = why}: every worker finished
+  kFailure,         // coord -> all {rank, role, index = who failed, text = why, value = ms since
+                    //   start}; member -> coord {text, value = kFailureWhileRunning}: it lost a
+                    //   peer; {rank, text, value = 0}: this rank could not start
+  kCheckpoint,      // worker -> coord -> servers {text = dir, value = id, value2 = 0 or
+                    //   kCheckpointClear}
+  kCheckpointDone,  // server -> coord -> worker {value = id, text = error or ""}
+  kServerDown,      // coord -> all {index = server, text = why, value = ms since start}
+  kSuspect,         // member -> coord {index = server, text = what the member saw}
 };
 std::string_view ControlKindName(ControlKind kind);
 
 // kCheckpoint's value2: empty the tables instead of saving them (Worker::ClearTables).
 inline constexpr uint64_t kCheckpointClear = 1;
+// kGather's rank: relay the part to every worker (else to worker 0 only).
+inline constexpr uint32_t kGatherToAll = 1;
 
 struct MemberInfo {
   uint32_t rank = 0;
@@ -106,12 +113,13 @@ struct MemberInfo {
   bool operator==(const MemberInfo&) const = default;
 };
 
+// One control message. Which fields a kind uses, and what they mean, is said at ControlKind.
 struct ControlMessage {
   ControlKind kind = ControlKind::kReady;
-  uint32_t rank = 0;
+  uint32_t rank = 0;  // the sender's rank (kRegister, kFailure); kGather: relay target
   Role role = Role::kServer;
-  uint32_t index = 0;
-  uint64_t value = 0;
+  uint32_t index = 0;  // a role index: the sender's, a server's, or a gather chunk's offset
+  uint64_t value = 0;  // the kind's number: fingerprint, id, clock, ...
   uint64_t value2 = 0;
   std::string text;
   std::vector<MemberInfo> members;

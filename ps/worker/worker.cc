@@ -473,7 +473,7 @@ Result<std::vector<std::vector<uint8_t>>> Worker::Gather(std::span<const uint8_t
     const size_t n = std::min<size_t>(kGatherChunk, mine.size() - off);
     ControlMessage m;
     m.kind = ControlKind::kGather;
-    m.rank = to_all ? 1 : 0;  // relay target: 1 every worker, 0 worker 0
+    m.rank = to_all ? kGatherToAll : 0;  // relay target
     m.value = id;
     m.value2 = mine.size();
     m.index = static_cast<uint32_t>(off);
