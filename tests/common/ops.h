@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "transport/transport.h"
 
@@ -53,6 +54,20 @@ inline Op SparseOp(OpType type, Endpoint* ep, const MemoryRegion* mr, const Remo
   op.segments = segs;
   op.num_segments = n;
   return op;
+}
+
+// How many of the leading `segs` one sparse op may carry within `caps` (max_segments and
+// max_message_size); 0 when the first segment alone is over max_message_size. Suites that post
+// a long segment list cut it into ops with this, in order.
+inline size_t SparseRun(const Capabilities& caps, std::span<const Segment> segs) {
+  size_t n = 0;
+  uint64_t bytes = 0;
+  while (n < segs.size() && n < caps.max_segments &&
+         bytes + segs[n].length <= caps.max_message_size) {
+    bytes += segs[n].length;
+    ++n;
+  }
+  return n;
 }
 
 // Any contiguous op, spelled field by field (suites that sweep over op types).

@@ -16,6 +16,7 @@
 #include "tests/common/ops.h"
 #include "tests/common/pattern.h"
 #include "tests/common/print.h"
+#include "tests/common/status_asserts.h"
 #include "tests/common/tally.h"
 #include "transport/fault/fault.h"
 #include "transport/transport.h"
@@ -29,27 +30,7 @@ using namespace std::chrono_literals;
 inline constexpr Millis kConnectTimeout{20000};
 inline constexpr Millis kOpTimeout{60000};
 
-inline std::string StatusText(const Status& s) {
-  return s.ToString();
-}
-template <typename T>
-std::string StatusText(const Result<T>& r) {
-  return r.status().ToString();
-}
-
-#define FERRY_TEST_CONCAT_(a, b) a##b
-#define FERRY_TEST_CONCAT(a, b) FERRY_TEST_CONCAT_(a, b)
-#define ASSERT_OK(expr)                                                            \
-  do {                                                                             \
-    auto&& ferry_test_s_ = (expr);                                                 \
-    ASSERT_TRUE(ferry_test_s_.ok()) << #expr << ": " << StatusText(ferry_test_s_); \
-  } while (0)
-#define ASSERT_OK_AND_ASSIGN_IMPL_(tmp, lhs, expr)           \
-  auto tmp = (expr);                                         \
-  ASSERT_TRUE(tmp.ok()) << #expr << ": " << StatusText(tmp); \
-  lhs = std::move(tmp).value()
-#define ASSERT_OK_AND_ASSIGN(lhs, expr) \
-  ASSERT_OK_AND_ASSIGN_IMPL_(FERRY_TEST_CONCAT(ferry_test_r_, __LINE__), lhs, expr)
+// StatusText, ASSERT_OK and ASSERT_OK_AND_ASSIGN: tests/common/status_asserts.h.
 
 // Creates a transport of `config`, with config.params merged over options.params; for a "fault+"
 // configuration, wrapped in a FaultTransport with a clean plan.

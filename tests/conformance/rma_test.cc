@@ -1,8 +1,8 @@
 // One-sided writes and reads: integrity at unaligned offsets against an expected image of the
 // whole region (bytes outside the transfers must not change), with the target either polled by
 // the test or driving itself with a progress thread; write notifications.
-#include <cstdlib>
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
@@ -238,13 +238,7 @@ TEST_P(Conformance, BulkTransfersOverOneGiB) {
       }
       std::shuffle(segs.begin(), segs.end(), rng);
       for (size_t i = 0; i < segs.size();) {
-        size_t n = 0;
-        uint64_t bytes = 0;
-        while (i + n < segs.size() && n < caps.max_segments &&
-               bytes + segs[i + n].length <= caps.max_message_size) {
-          bytes += segs[i + n].length;
-          ++n;
-        }
+        const size_t n = SparseRun(caps, std::span<const Segment>(segs).subspan(i));
         ops.push_back(SparseOp(write ? OpType::kSparseWrite : OpType::kSparseRead, p.a_ep(),
                                p.a_mr.get(), p.b_key.get(), segs.data() + i, n, ++ctx));
         i += n;

@@ -68,13 +68,7 @@ void PostSparse(Poller& poller, Transport* t, OpType type, Endpoint* ep, const M
   const Capabilities& caps = t->capabilities();
   std::vector<Op> ops;
   for (size_t i = 0; i < segs.size();) {
-    size_t n = 0;
-    uint64_t bytes = 0;
-    while (i + n < segs.size() && n < caps.max_segments &&
-           bytes + segs[i + n].length <= caps.max_message_size) {
-      bytes += segs[i + n].length;
-      ++n;
-    }
+    const size_t n = SparseRun(caps, std::span<const Segment>(segs).subspan(i));
     ASSERT_GT(n, 0u) << "a segment of " << segs[i].length << " bytes exceeds max_message_size";
     ops.push_back(SparseOp(type, ep, mr, key, segs.data() + i, n, 900000 + ops.size()));
     i += n;

@@ -34,9 +34,7 @@ using SteadyClock = std::chrono::steady_clock;
 class PsBadRequest : public ::testing::TestWithParam<BackendConfig> {};
 
 TEST_P(PsBadRequest, WorkerApiRefusesWrongCallsAndKeepsWorking) {
-  JobSpec job = SmallJob(GetParam(), 2, 1, 4);
-  job.tables[0].optimizer.kind = Optimizer::kSgd;
-  job.tables[0].optimizer.learning_rate = 1.0f;
+  JobSpec job = SgdJob(GetParam(), 2, 1, 4);
   auto outcomes = RunJob(job, [&](Node& node) -> Status {
     Worker* w = node.worker();
     if (w == nullptr) return Status::Ok();
@@ -70,18 +68,15 @@ TEST_P(PsBadRequest, WorkerApiRefusesWrongCallsAndKeepsWorking) {
     // None of it changed anything: the keys still read their initial zeros, and a correct push
     // lands once.
     const std::vector<float> grads(keys.size() * 4, 0.25f);
-    FERRY_ASSIGN_OR_RETURN(Ticket p, w->Push(0, keys, grads));
-    FERRY_RETURN_IF_ERROR(w->Wait(p));
-    w->Release(p);
-    FERRY_ASSIGN_OR_RETURN(Ticket q, w->Pull(0, keys));
-    FERRY_RETURN_IF_ERROR(w->Wait(q));
-    FERRY_ASSIGN_OR_RETURN(PulledRows rows, w->Rows(q));
-    for (size_t i = 0; i < keys.size(); ++i) {
-      const float want = keys[i] == 2 ? -0.5f : -0.25f;  // key 2 is pushed twice
-      FERRY_RETURN_IF_ERROR(Expect(rows[i][0] == want && rows[i][3] == want,
-                                   "key " + std::to_string(keys[i]) + " after one push"));
-    }
-    w->Release(q);
+    FERRY_RETURN_IF_ERROR(PushAndWait(*w, 0, keys, grads));
+    FERRY_RETURN_IF_ERROR(PullAndCheck(*w, 0, keys, [&](const PulledRows& rows) -> Status {
+      for (size_t i = 0; i < keys.size(); ++i) {
+        const float want = keys[i] == 2 ? -0.5f : -0.25f;  // key 2 is pushed twice
+        FERRY_RETURN_IF_ERROR(Expect(rows[i][0] == want && rows[i][3] == want,
+                                     "key " + std::to_string(keys[i]) + " after one push"));
+      }
+      return Status::Ok();
+    }));
     // A ticket that is not a pull has no gradients; PushGradients needs Gradients() first.
     FERRY_ASSIGN_OR_RETURN(Ticket r, w->Pull(0, keys));
     FERRY_RETURN_IF_ERROR(w->Wait(r));
@@ -89,8 +84,7 @@ TEST_P(PsBadRequest, WorkerApiRefusesWrongCallsAndKeepsWorking) {
     w->Release(r);
     return Status::Ok();
   });
-  Status s = AllOk(outcomes);
-  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_OK(AllOk(outcomes));
 }
 
 // ---- A hand-built job with a raw worker ---------------------------------------------------------
@@ -337,10 +331,7 @@ class HandJob {
     TableSpec& t = job.tables[0];
     t.optimizer.kind = Optimizer::kSgd;
     t.optimizer.learning_rate = 1.0f;
-    t.init.kind = InitializerSpec::Kind::kUniform;
-    t.init.a = -1.0f;
-    t.init.b = 1.0f;
-    t.init.seed = 4;
+    t.init = UniformInit(4);
   }
 
   ~HandJob() {
@@ -415,20 +406,10 @@ class HandJob {
 
   // Pulls `keys` through the real worker 0 (keys unique).
   Result<std::vector<float>> Pull(const std::vector<uint64_t>& keys) {
-    FERRY_ASSIGN_OR_RETURN(Ticket t, worker->Pull(0, keys));
-    FERRY_RETURN_IF_ERROR(worker->Wait(t));
-    FERRY_ASSIGN_OR_RETURN(PulledRows rows, worker->Rows(t));
-    std::vector<float> out;
-    for (size_t i = 0; i < keys.size(); ++i) out.insert(out.end(), rows[i], rows[i] + kDim);
-    worker->Release(t);
-    return out;
+    return PullRows(*worker, keys, false, kDim);
   }
   Status Push(const std::vector<uint64_t>& keys, float g) {
-    std::vector<float> grads(keys.size() * kDim, g);
-    FERRY_ASSIGN_OR_RETURN(Ticket t, worker->Push(0, keys, grads));
-    FERRY_RETURN_IF_ERROR(worker->Wait(t));
-    worker->Release(t);
-    return Status::Ok();
+    return PushAndWait(*worker, 0, keys, std::vector<float>(keys.size() * kDim, g));
   }
 
   JobSpec job;

@@ -13,7 +13,7 @@
 #include <map>
 #include <mutex>
 
-#include "tests/ps/cluster.h"
+#include "tests/ps/job_util.h"
 
 namespace ferry::ps::testing {
 namespace {
@@ -54,9 +54,7 @@ JobSpec Job(uint32_t servers) {
 Status PushRound(Worker* w, const JobSpec& job, const std::vector<uint64_t>& keys, int round) {
   for (uint32_t t = 0; t < 2; ++t) {
     auto g = Grads(keys, job.tables[t].dim, round + static_cast<int>(t));
-    FERRY_ASSIGN_OR_RETURN(Ticket p, w->Push(t, keys, g));
-    FERRY_RETURN_IF_ERROR(w->Wait(p));
-    w->Release(p);
+    FERRY_RETURN_IF_ERROR(PushAndWait(*w, t, keys, g));
   }
   return Status::Ok();
 }

@@ -34,10 +34,8 @@ struct Clocks {
 };
 
 JobSpec ClockJob(const BackendConfig& config, const std::string& consistency) {
-  JobSpec job = SmallJob(config, 2, kWorkers, 4);
+  JobSpec job = SgdJob(config, 2, kWorkers, 4);
   job.consistency = *ParseConsistency(consistency);
-  job.tables[0].optimizer.kind = Optimizer::kSgd;
-  job.tables[0].optimizer.learning_rate = 1.0f;
   return job;
 }
 
@@ -58,9 +56,7 @@ void RunLeadCheck(const BackendConfig& config, const std::string& consistency, u
     const std::vector<float> grads(keys.size() * 4, 0.125f);
     for (int i = 0; i < iters; ++i) {
       ++posted;
-      FERRY_ASSIGN_OR_RETURN(Ticket push, w->Push(0, keys, grads));
-      FERRY_RETURN_IF_ERROR(w->Wait(push));
-      w->Release(push);
+      FERRY_RETURN_IF_ERROR(PushAndWait(*w, 0, keys, grads));
       if (me == kSlow) std::this_thread::sleep_for(nap);
       clocks.started[me] = static_cast<uint64_t>(i + 1);
       FERRY_RETURN_IF_ERROR(w->Clock());
@@ -131,9 +127,7 @@ TEST_P(PsConsistency, AspNeverHoldsAFastWorkerBack) {
     const std::vector<float> grads(keys.size() * 4, 0.5f);
     for (int i = 0; i < kIters; ++i) {
       if (me == kSlow) std::this_thread::sleep_for(Millis(50));
-      FERRY_ASSIGN_OR_RETURN(Ticket push, w->Push(0, keys, grads));
-      FERRY_RETURN_IF_ERROR(w->Wait(push));
-      w->Release(push);
+      FERRY_RETURN_IF_ERROR(PushAndWait(*w, 0, keys, grads));
       clocks.started[me] = static_cast<uint64_t>(i + 1);
       FERRY_RETURN_IF_ERROR(w->Clock());
       if (me != kSlow) {
@@ -147,8 +141,7 @@ TEST_P(PsConsistency, AspNeverHoldsAFastWorkerBack) {
     // Barrier: the fast workers' pushes and the slow one's are all in before anyone finishes.
     return w->Barrier();
   });
-  Status s = AllOk(outcomes);
-  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_OK(AllOk(outcomes));
   for (uint32_t w = 0; w < kWorkers; ++w) {
     if (w == kSlow) continue;
     // The slow worker naps 50 ms per iteration; a fast one must not wait for it.
@@ -237,17 +230,14 @@ TEST_P(PsConsistency, BspPullSeesExactlyThePushesOfEarlierClocks) {
       for (uint64_t k : mine) {
         for (uint32_t d = 0; d < 4; ++d) g.push_back(Grad(me, c, k, d));
       }
-      FERRY_ASSIGN_OR_RETURN(Ticket push, w->Push(0, mine, g));
-      FERRY_RETURN_IF_ERROR(w->Wait(push));
-      w->Release(push);
+      FERRY_RETURN_IF_ERROR(PushAndWait(*w, 0, mine, g));
       // Within the clock even this worker's own push is not applied yet.
       FERRY_RETURN_IF_ERROR(check(c, "after its own push"));
       FERRY_RETURN_IF_ERROR(w->Clock());
     }
     return check(kClocks, "at the end");
   });
-  Status s = AllOk(outcomes);
-  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_OK(AllOk(outcomes));
 }
 
 TEST_P(PsConsistency, BarrierMakesEveryEarlierPushVisible) {
@@ -309,9 +299,7 @@ TEST_P(PsConsistency, AFinishedWorkerDoesNotHoldTheOthersBack) {
           const int iters = w->index() == 0 ? 2 : 6;
           for (int i = 0; i < iters; ++i) {
             const std::vector<float> g(4, 1.0f);
-            FERRY_ASSIGN_OR_RETURN(Ticket p, w->Push(0, std::vector<uint64_t>{42}, g));
-            FERRY_RETURN_IF_ERROR(w->Wait(p));
-            w->Release(p);
+            FERRY_RETURN_IF_ERROR(PushAndWait(*w, 0, std::vector<uint64_t>{42}, g));
             FERRY_RETURN_IF_ERROR(w->Clock());
           }
           if (w->index() == 0) return w->Finish();

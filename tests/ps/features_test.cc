@@ -19,32 +19,6 @@ namespace {
 
 class PsFeatures : public ::testing::TestWithParam<BackendConfig> {};
 
-// Pulled rows of `keys` equal `want(key, d)` exactly.
-template <typename Want>
-Status CheckRows(const PulledRows& rows, std::span<const uint64_t> keys, uint32_t dim, Want want,
-                 const std::string& what) {
-  if (rows.size() != keys.size()) return Internal(what + ": wrong row count");
-  for (size_t i = 0; i < keys.size(); ++i) {
-    for (uint32_t d = 0; d < dim; ++d) {
-      const float w = want(keys[i], d);
-      if (FloatBits(rows[i][d]) != FloatBits(w)) {
-        return Internal(what + ": key " + std::to_string(keys[i]) + " coordinate " +
-                        std::to_string(d) + " reads " + std::to_string(rows[i][d]) + ", want " +
-                        std::to_string(w));
-      }
-    }
-  }
-  return Status::Ok();
-}
-
-auto InitOf(const InitializerSpec& init, uint32_t dim) {
-  return [init, dim](uint64_t key, uint32_t d) {
-    std::vector<float> w(dim);
-    InitWeights(init, key, dim, w.data());
-    return w[d];
-  };
-}
-
 TEST_P(PsFeatures, PullsAreChunkedAcrossServers) {
   JobSpec job = SmallJob(GetParam(), 3, 2, 3);
   job.max_keys_per_request = 50;
@@ -57,12 +31,10 @@ TEST_P(PsFeatures, PullsAreChunkedAcrossServers) {
     std::vector<uint64_t> keys;
     for (uint64_t i = 0; i < 3000; ++i) keys.push_back(i * 7919 + w->index());
     for (uint64_t i = 0; i < 400; ++i) keys.push_back(keys[(i * 31) % 3000]);  // repeats
-    FERRY_ASSIGN_OR_RETURN(Ticket t, w->Pull(0, keys));
-    FERRY_RETURN_IF_ERROR(w->Wait(t));
-    FERRY_ASSIGN_OR_RETURN(PulledRows rows, w->Rows(t));
-    FERRY_RETURN_IF_ERROR(Expect(rows.unique_count() == 3000, "3000 unique keys"));
-    FERRY_RETURN_IF_ERROR(CheckRows(rows, keys, 3, InitOf(init, 3), "chunked pull"));
-    w->Release(t);
+    FERRY_RETURN_IF_ERROR(PullAndCheck(*w, 0, keys, [&](const PulledRows& rows) -> Status {
+      FERRY_RETURN_IF_ERROR(Expect(rows.unique_count() == 3000, "3000 unique keys"));
+      return CheckRows(rows, keys, 3, InitOf(init, 3), "chunked pull");
+    }));
     // 3000 keys over 3 servers in chunks of 50: at least 60 requests, more than fit in flight.
     FERRY_RETURN_IF_ERROR(
         Expect(w->stats().requests >= 60, "requests " + std::to_string(w->stats().requests)));
@@ -75,8 +47,7 @@ TEST_P(PsFeatures, PullsAreChunkedAcrossServers) {
     }
     return Status::Ok();
   });
-  Status s = AllOk(outcomes);
-  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_OK(AllOk(outcomes));
 }
 
 TEST_P(PsFeatures, TicketsReleasedOutOfOrder) {
@@ -124,14 +95,11 @@ TEST_P(PsFeatures, TicketsReleasedOutOfOrder) {
     }
     return Status::Ok();
   });
-  Status s = AllOk(outcomes);
-  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_OK(AllOk(outcomes));
 }
 
 TEST_P(PsFeatures, PullBehindPushesInFlightSeesThem) {
-  JobSpec job = SmallJob(GetParam(), 2, 1, 4);
-  job.tables[0].optimizer.kind = Optimizer::kSgd;
-  job.tables[0].optimizer.learning_rate = 1.0f;
+  JobSpec job = SgdJob(GetParam(), 2, 1, 4);
   job.max_keys_per_request = 16;
   auto outcomes = RunJob(job, [&](Node& node) -> Status {
     Worker* w = node.worker();
@@ -141,29 +109,15 @@ TEST_P(PsFeatures, PullBehindPushesInFlightSeesThem) {
     for (int round = 1; round <= 5; ++round) {
       // Three pushes without waiting, then a pull of the same keys: each server handles one
       // worker's requests in posting order, so the pull reads all three.
-      std::vector<Ticket> pushes;
-      for (int p = 0; p < 3; ++p) {
-        std::vector<float> g(keys.size() * 4, 0.5f);
-        FERRY_ASSIGN_OR_RETURN(Ticket t, w->Push(0, keys, g));
-        pushes.push_back(t);
-      }
-      FERRY_ASSIGN_OR_RETURN(Ticket pull, w->Pull(0, keys));
-      FERRY_RETURN_IF_ERROR(w->Wait(pull));
-      FERRY_ASSIGN_OR_RETURN(PulledRows rows, w->Rows(pull));
-      const float want = -1.5f * static_cast<float>(round);
-      FERRY_RETURN_IF_ERROR(CheckRows(
-          rows, keys, 4, [&](uint64_t, uint32_t) { return want; },
-          "pull behind pushes, round " + std::to_string(round)));
-      w->Release(pull);
-      for (Ticket t : pushes) {
-        FERRY_RETURN_IF_ERROR(w->Wait(t));
-        w->Release(t);
-      }
+      const std::vector<float> g(keys.size() * 4, 0.5f);
+      FERRY_ASSIGN_OR_RETURN(std::vector<Ticket> pushes, PushesInFlight(*w, 0, keys, g, 3));
+      FERRY_RETURN_IF_ERROR(PullCheck(*w, 0, keys, 4, Constant(-1.5f * static_cast<float>(round)),
+                                      "pull behind pushes, round " + std::to_string(round)));
+      FERRY_RETURN_IF_ERROR(WaitAndRelease(*w, pushes));
     }
     return Status::Ok();
   });
-  Status s = AllOk(outcomes);
-  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_OK(AllOk(outcomes));
 }
 
 TEST_P(PsFeatures, AdmissionRefusingEveryKeyReadsZeros) {
@@ -185,25 +139,14 @@ TEST_P(PsFeatures, AdmissionRefusingEveryKeyReadsZeros) {
       std::vector<uint64_t> keys;
       for (uint64_t i = 0; i < 300; ++i) keys.push_back(i * 11 + 1);
       for (int pass = 0; pass < 2; ++pass) {
-        FERRY_ASSIGN_OR_RETURN(Ticket t, w->Pull(0, keys));
-        FERRY_RETURN_IF_ERROR(w->Wait(t));
-        FERRY_ASSIGN_OR_RETURN(PulledRows rows, w->Rows(t));
-        FERRY_RETURN_IF_ERROR(CheckRows(
-            rows, keys, 4, [](uint64_t, uint32_t) { return 0.0f; },
-            "refused keys, pass " + std::to_string(pass)));
-        w->Release(t);
+        FERRY_RETURN_IF_ERROR(PullCheck(*w, 0, keys, 4, Constant(0.0f),
+                                        "refused keys, pass " + std::to_string(pass)));
         // Pushes to refused keys change nothing.
         std::vector<float> g(keys.size() * 4, 1.0f);
-        FERRY_ASSIGN_OR_RETURN(Ticket p, w->Push(0, keys, g));
-        FERRY_RETURN_IF_ERROR(w->Wait(p));
-        w->Release(p);
+        FERRY_RETURN_IF_ERROR(PushAndWait(*w, 0, keys, g));
       }
       // The other table admits as usual.
-      FERRY_ASSIGN_OR_RETURN(Ticket t, w->Pull(1, keys));
-      FERRY_RETURN_IF_ERROR(w->Wait(t));
-      FERRY_ASSIGN_OR_RETURN(PulledRows rows, w->Rows(t));
-      FERRY_RETURN_IF_ERROR(CheckRows(rows, keys, 4, InitOf(init, 4), "admitting table"));
-      w->Release(t);
+      FERRY_RETURN_IF_ERROR(PullCheck(*w, 1, keys, 4, InitOf(init, 4), "admitting table"));
       return w->Finish();
     }
     // A server: its tables can be read once the job is over.
@@ -215,8 +158,7 @@ TEST_P(PsFeatures, AdmissionRefusingEveryKeyReadsZeros) {
     open_rows += s->table(1).size();
     return Status::Ok();
   });
-  Status s = AllOk(outcomes);
-  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_OK(AllOk(outcomes));
   EXPECT_EQ(closed_rows.load(), 0u);
   EXPECT_EQ(open_rows.load(), 300u);
 }
@@ -258,24 +200,15 @@ TEST_P(PsFeatures, BoundedTableNeverMixesUpRows) {
       }
       return Expect(kept > 0 && kept <= 64, when + ": " + std::to_string(kept) + " rows kept");
     };
-    FERRY_ASSIGN_OR_RETURN(Ticket a, w->Pull(0, keys));
-    FERRY_RETURN_IF_ERROR(w->Wait(a));
-    FERRY_ASSIGN_OR_RETURN(PulledRows ra, w->Rows(a));
-    FERRY_RETURN_IF_ERROR(check(ra, false, "first pull"));
-    w->Release(a);
+    FERRY_RETURN_IF_ERROR(PullAndCheck(
+        *w, 0, keys, [&](const PulledRows& rows) { return check(rows, false, "first pull"); }));
     std::vector<float> g(keys.size() * 4, 1.0f);
-    FERRY_ASSIGN_OR_RETURN(Ticket p, w->Push(0, keys, g));
-    FERRY_RETURN_IF_ERROR(w->Wait(p));
-    w->Release(p);
-    FERRY_ASSIGN_OR_RETURN(Ticket b, w->Pull(0, keys));
-    FERRY_RETURN_IF_ERROR(w->Wait(b));
-    FERRY_ASSIGN_OR_RETURN(PulledRows rb, w->Rows(b));
-    FERRY_RETURN_IF_ERROR(check(rb, true, "after a push"));
-    w->Release(b);
+    FERRY_RETURN_IF_ERROR(PushAndWait(*w, 0, keys, g));
+    FERRY_RETURN_IF_ERROR(PullAndCheck(
+        *w, 0, keys, [&](const PulledRows& rows) { return check(rows, true, "after a push"); }));
     return Status::Ok();
   });
-  Status s = AllOk(outcomes);
-  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_OK(AllOk(outcomes));
 }
 
 TEST_P(PsFeatures, Fp16PullShipsTheMirror) {
@@ -322,9 +255,7 @@ TEST_P(PsFeatures, Fp16PullShipsTheMirror) {
     FERRY_RETURN_IF_ERROR(compare("fresh rows"));
     std::vector<float> g(keys.size() * 7);
     for (size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>(i % 13) * 0.031f - 0.2f;
-    FERRY_ASSIGN_OR_RETURN(Ticket p, w->Push(0, keys, g));
-    FERRY_RETURN_IF_ERROR(w->Wait(p));
-    w->Release(p);
+    FERRY_RETURN_IF_ERROR(PushAndWait(*w, 0, keys, g));
     FERRY_RETURN_IF_ERROR(compare("after a push"));
     // A table without a mirror refuses fp16 pulls up front.
     PullOptions half;
@@ -336,16 +267,13 @@ TEST_P(PsFeatures, Fp16PullShipsTheMirror) {
                                  "fp16 pull of a plain table: " + refused.status().ToString()));
     return Status::Ok();
   });
-  Status s = AllOk(outcomes);
-  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_OK(AllOk(outcomes));
 }
 
 TEST_P(PsFeatures, Fp16PushAndSignificanceFilter) {
-  JobSpec job = SmallJob(GetParam(), 2, 1, 4);
+  JobSpec job = SgdJob(GetParam(), 2, 1, 4);
   job.fp16_push = true;
   job.push_filter = 0.05f;
-  job.tables[0].optimizer.kind = Optimizer::kSgd;
-  job.tables[0].optimizer.learning_rate = 1.0f;
   auto outcomes = RunJob(job, [&](Node& node) -> Status {
     Worker* w = node.worker();
     if (w == nullptr) return Status::Ok();
@@ -371,25 +299,19 @@ TEST_P(PsFeatures, Fp16PushAndSignificanceFilter) {
         }
       }
     }
-    FERRY_ASSIGN_OR_RETURN(Ticket p, w->Push(0, keys, g));
-    FERRY_RETURN_IF_ERROR(w->Wait(p));
-    w->Release(p);
+    FERRY_RETURN_IF_ERROR(PushAndWait(*w, 0, keys, g));
     FERRY_RETURN_IF_ERROR(
         Expect(w->stats().filtered == 30,
                "filtered " + std::to_string(w->stats().filtered) + " rows, want 30"));
     std::vector<uint64_t> unique;
     for (const auto& [k, v] : sum) unique.push_back(k);
-    FERRY_ASSIGN_OR_RETURN(Ticket t, w->Pull(0, unique));
-    FERRY_RETURN_IF_ERROR(w->Wait(t));
-    FERRY_ASSIGN_OR_RETURN(PulledRows rows, w->Rows(t));
-    FERRY_RETURN_IF_ERROR(CheckRows(
-        rows, unique, 4,
+    FERRY_RETURN_IF_ERROR(PullCheck(
+        *w, 0, unique, 4,
         [&](uint64_t key, uint32_t d) {
           if ((key / 1000003) % 3 == 0) return 0.0f;      // filtered: never applied
           return -HalfToFloat(FloatToHalf(sum[key][d]));  // shipped as a half
         },
         "fp16 push with filter"));
-    w->Release(t);
     // The same through Gradients()/PushGradients().
     FERRY_ASSIGN_OR_RETURN(Ticket q, w->Pull(0, unique));
     FERRY_RETURN_IF_ERROR(w->Wait(q));
@@ -402,14 +324,13 @@ TEST_P(PsFeatures, Fp16PushAndSignificanceFilter) {
     std::vector<float> old(unique.size());
     for (size_t i = 0; i < unique.size(); ++i) old[i] = before[i][0];
     w->Release(q);
-    FERRY_ASSIGN_OR_RETURN(Ticket r, w->Pull(0, unique));
-    FERRY_RETURN_IF_ERROR(w->Wait(r));
-    FERRY_ASSIGN_OR_RETURN(PulledRows after, w->Rows(r));
-    for (size_t i = 0; i < unique.size(); ++i) {
-      const float want = i % 2 == 0 ? old[i] - 1.0f : old[i];
-      FERRY_RETURN_IF_ERROR(Expect(after[i][0] == want, "PushGradients through the filter"));
-    }
-    w->Release(r);
+    FERRY_RETURN_IF_ERROR(PullAndCheck(*w, 0, unique, [&](const PulledRows& after) -> Status {
+      for (size_t i = 0; i < unique.size(); ++i) {
+        const float want = i % 2 == 0 ? old[i] - 1.0f : old[i];
+        FERRY_RETURN_IF_ERROR(Expect(after[i][0] == want, "PushGradients through the filter"));
+      }
+      return Status::Ok();
+    }));
     FERRY_RETURN_IF_ERROR(Expect(w->stats().filtered == 30 + unique.size() / 2,
                                  "filtered count after PushGradients"));
     // A push-pull whose rows the filter would drop is refused.
@@ -419,8 +340,7 @@ TEST_P(PsFeatures, Fp16PushAndSignificanceFilter) {
                                  "filtered push-pull: " + pp.status().ToString()));
     return Status::Ok();
   });
-  Status s = AllOk(outcomes);
-  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_OK(AllOk(outcomes));
 }
 
 std::vector<uint8_t> Pattern(uint32_t worker, uint32_t round, size_t n) {
@@ -441,7 +361,7 @@ TEST_P(PsFeatures, GatherCollectsEveryWorkersBytes) {
     if (w == nullptr) return Status::Ok();
     for (uint32_t round = 0; round < 2; ++round) {
       const auto mine = Pattern(w->index(), round, sizes[round][w->index()]);
-      FERRY_ASSIGN_OR_RETURN(auto parts, w->Gather(mine));
+      FERRY_ASSIGN_OR_RETURN(auto parts, w->GatherFromWorkers(mine));
       if (w->index() != 0) {
         FERRY_RETURN_IF_ERROR(Expect(parts.empty(), "only worker 0 receives"));
         continue;
@@ -457,17 +377,14 @@ TEST_P(PsFeatures, GatherCollectsEveryWorkersBytes) {
     }
     return Status::Ok();
   });
-  Status s = AllOk(outcomes);
-  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_OK(AllOk(outcomes));
 }
 
 TEST_P(PsFeatures, StagingRingWrapsManyTimes) {
-  JobSpec job = SmallJob(GetParam(), 2, 1, 8);
+  JobSpec job = SgdJob(GetParam(), 2, 1, 8);
   job.staging_bytes = 64u << 10;  // the minimum
   job.max_outstanding = 2;
   job.max_keys_per_request = 40;
-  job.tables[0].optimizer.kind = Optimizer::kSgd;
-  job.tables[0].optimizer.learning_rate = 1.0f;
   constexpr int kIters = 300;
   auto outcomes = RunJob(job, [&](Node& node) -> Status {
     Worker* w = node.worker();
@@ -485,13 +402,9 @@ TEST_P(PsFeatures, StagingRingWrapsManyTimes) {
         FERRY_RETURN_IF_ERROR(w->Wait(p));
         w->Release(p);
       }
-      FERRY_ASSIGN_OR_RETURN(Ticket q, w->Pull(0, keys));
-      FERRY_RETURN_IF_ERROR(w->Wait(q));
-      FERRY_ASSIGN_OR_RETURN(PulledRows rows, w->Rows(q));
-      FERRY_RETURN_IF_ERROR(CheckRows(
-          rows, keys, 8, [&](uint64_t k, uint32_t) { return expect[k]; },
+      FERRY_RETURN_IF_ERROR(PullCheck(
+          *w, 0, keys, 8, [&](uint64_t k, uint32_t) { return expect[k]; },
           "iteration " + std::to_string(it)));
-      w->Release(q);
       if (it % 3 == 0) {
         FERRY_RETURN_IF_ERROR(w->Wait(p));
         w->Release(p);
@@ -502,16 +415,13 @@ TEST_P(PsFeatures, StagingRingWrapsManyTimes) {
         Expect(w->stats().requests > 400, "requests " + std::to_string(w->stats().requests)));
     return Status::Ok();
   });
-  Status s = AllOk(outcomes);
-  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_OK(AllOk(outcomes));
 }
 
 TEST_P(PsFeatures, BspRingFullOfStagedPushesAsksForClock) {
-  JobSpec job = SmallJob(GetParam(), 1, 1, 8);
+  JobSpec job = SgdJob(GetParam(), 1, 1, 8);
   job.consistency.kind = Consistency::kBsp;
   job.staging_bytes = 64u << 10;
-  job.tables[0].optimizer.kind = Optimizer::kSgd;
-  job.tables[0].optimizer.learning_rate = 1.0f;
   auto outcomes = RunJob(job, [&](Node& node) -> Status {
     Worker* w = node.worker();
     if (w == nullptr) return Status::Ok();
@@ -536,28 +446,18 @@ TEST_P(PsFeatures, BspRingFullOfStagedPushesAsksForClock) {
     FERRY_RETURN_IF_ERROR(
         Expect(accepted == 8, "8 staged pushes fit, not " + std::to_string(accepted)));
     FERRY_RETURN_IF_ERROR(w->Clock());  // applies them and frees the ring
-    FERRY_ASSIGN_OR_RETURN(Ticket p, w->Push(0, keys, g));
-    FERRY_RETURN_IF_ERROR(w->Wait(p));
-    w->Release(p);
+    FERRY_RETURN_IF_ERROR(PushAndWait(*w, 0, keys, g));
     FERRY_RETURN_IF_ERROR(w->Clock());
-    FERRY_ASSIGN_OR_RETURN(Ticket q, w->Pull(0, keys));
-    FERRY_RETURN_IF_ERROR(w->Wait(q));
-    FERRY_ASSIGN_OR_RETURN(PulledRows rows, w->Rows(q));
-    const float want = -0.5f * static_cast<float>(accepted + 1);
-    FERRY_RETURN_IF_ERROR(CheckRows(
-        rows, keys, 8, [&](uint64_t, uint32_t) { return want; },
-        "staged pushes applied once each"));
-    w->Release(q);
+    FERRY_RETURN_IF_ERROR(PullCheck(*w, 0, keys, 8,
+                                    Constant(-0.5f * static_cast<float>(accepted + 1)),
+                                    "staged pushes applied once each"));
     return Status::Ok();
   });
-  Status s = AllOk(outcomes);
-  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_OK(AllOk(outcomes));
 }
 
 TEST_P(PsFeatures, PushPullTablesOfDifferentWidthsAndPullOptions) {
-  JobSpec job = SmallJob(GetParam(), 2, 1, 3);
-  job.tables[0].optimizer.kind = Optimizer::kSgd;
-  job.tables[0].optimizer.learning_rate = 1.0f;
+  JobSpec job = SgdJob(GetParam(), 2, 1, 3);
   job.tables[0].init = UniformInit(1);
   TableSpec wide;
   wide.name = "wide";
@@ -574,11 +474,9 @@ TEST_P(PsFeatures, PushPullTablesOfDifferentWidthsAndPullOptions) {
     FERRY_ASSIGN_OR_RETURN(uint32_t narrow, w->TableId("t"));
     FERRY_ASSIGN_OR_RETURN(uint32_t wide_id, w->TableId("wide"));
     // An empty pull completes at once with no rows.
-    FERRY_ASSIGN_OR_RETURN(Ticket empty, w->Pull(narrow, {}));
-    FERRY_RETURN_IF_ERROR(w->Wait(empty));
-    FERRY_ASSIGN_OR_RETURN(PulledRows none, w->Rows(empty));
-    FERRY_RETURN_IF_ERROR(Expect(none.size() == 0, "an empty pull has no rows"));
-    w->Release(empty);
+    FERRY_RETURN_IF_ERROR(PullAndCheck(*w, narrow, {}, [](const PulledRows& none) {
+      return Expect(none.size() == 0, "an empty pull has no rows");
+    }));
     // keys_unique: the caller's order is kept, spread over both servers.
     std::vector<uint64_t> keys;
     for (uint64_t i = 0; i < 300; ++i) keys.push_back(i * 7 + 3);
@@ -645,48 +543,34 @@ TEST_P(PsFeatures, PushPullTablesOfDifferentWidthsAndPullOptions) {
     w->Release(q);  // the push keeps what it reads alive
     FERRY_RETURN_IF_ERROR(w->Wait(push));
     w->Release(push);
-    FERRY_ASSIGN_OR_RETURN(Ticket r, w->Pull(narrow, gk));
-    FERRY_RETURN_IF_ERROR(w->Wait(r));
-    FERRY_ASSIGN_OR_RETURN(PulledRows after, w->Rows(r));
-    FERRY_RETURN_IF_ERROR(
-        Expect(after[0][1] == b9 - 2.0f && after[2][1] == b9 - 2.0f && after[1][1] == b10 - 1.0f,
-               "PushGradients sums the rows of a repeated key"));
-    w->Release(r);
+    FERRY_RETURN_IF_ERROR(PullAndCheck(*w, narrow, gk, [&](const PulledRows& after) {
+      return Expect(
+          after[0][1] == b9 - 2.0f && after[2][1] == b9 - 2.0f && after[1][1] == b10 - 1.0f,
+          "PushGradients sums the rows of a repeated key");
+    }));
     return Status::Ok();
   });
-  Status s = AllOk(outcomes);
-  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_OK(AllOk(outcomes));
 }
 
 // Wide rows: a request of max_keys_per_request keys would not fit the staging ring, so the
 // worker must cut requests by bytes too, not only by key count.
 TEST_P(PsFeatures, WideRowsAreChunkedToFitTheRing) {
-  JobSpec job = SmallJob(GetParam(), 2, 1, 256);
+  JobSpec job = SgdJob(GetParam(), 2, 1, 256);
   job.staging_bytes = 256u << 10;
   job.max_keys_per_request = 4096;  // 4096 * (8 + 1024) bytes: 16x the ring
   job.arena_bytes = 8u << 20;
   job.send_bytes = 8u << 20;
-  job.tables[0].optimizer.kind = Optimizer::kSgd;
-  job.tables[0].optimizer.learning_rate = 1.0f;
   auto outcomes = RunJob(job, [&](Node& node) -> Status {
     Worker* w = node.worker();
     if (w == nullptr) return Status::Ok();
     std::vector<uint64_t> keys(3000);
     std::iota(keys.begin(), keys.end(), 1);
     std::vector<float> g(keys.size() * 256, 0.5f);
-    FERRY_ASSIGN_OR_RETURN(Ticket p, w->Push(0, keys, g));
-    FERRY_RETURN_IF_ERROR(w->Wait(p));
-    w->Release(p);
-    FERRY_ASSIGN_OR_RETURN(Ticket q, w->Pull(0, keys));
-    FERRY_RETURN_IF_ERROR(w->Wait(q));
-    FERRY_ASSIGN_OR_RETURN(PulledRows rows, w->Rows(q));
-    FERRY_RETURN_IF_ERROR(CheckRows(
-        rows, keys, 256, [](uint64_t, uint32_t) { return -0.5f; }, "wide rows"));
-    w->Release(q);
+    FERRY_RETURN_IF_ERROR(PushPullCheck(*w, 0, keys, g, 256, Constant(-0.5f), "wide rows"));
     return Status::Ok();
   });
-  Status s = AllOk(outcomes);
-  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_OK(AllOk(outcomes));
 }
 
 // A request that can never fit the worker's arena or send buffer fails at once, saying what to
@@ -726,18 +610,15 @@ TEST_P(PsFeatures, RequestsLargerThanTheBuffersFailAtOnce) {
     w->Release(ok);
     return Status::Ok();
   });
-  Status s = AllOk(outcomes);
-  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_OK(AllOk(outcomes));
 }
 
 // fp16 pushes ship a converted copy of the gradients: when earlier pushes still hold the send
 // buffer, the copy waits for their sends to complete like every other allocation.
 TEST_P(PsFeatures, Fp16PushesWaitForSendSpace) {
-  JobSpec job = SmallJob(GetParam(), 1, 1, 64);
+  JobSpec job = SgdJob(GetParam(), 1, 1, 64);
   job.fp16_push = true;
   job.send_bytes = 256u << 10;
-  job.tables[0].optimizer.kind = Optimizer::kSgd;
-  job.tables[0].optimizer.learning_rate = 1.0f;
   auto outcomes = RunJob(job, [&](Node& node) -> Status {
     Worker* w = node.worker();
     if (w == nullptr) return Status::Ok();
@@ -751,25 +632,17 @@ TEST_P(PsFeatures, Fp16PushesWaitForSendSpace) {
     }
     FERRY_RETURN_IF_ERROR(Expect(w->stats().waits_for_space > 0, "some push waited for space"));
     // The pull goes out behind the pushes: the server applies them first.
-    FERRY_ASSIGN_OR_RETURN(Ticket q, w->Pull(0, keys));
-    FERRY_RETURN_IF_ERROR(w->Wait(q));
-    FERRY_ASSIGN_OR_RETURN(PulledRows rows, w->Rows(q));
-    FERRY_RETURN_IF_ERROR(CheckRows(
-        rows, keys, 64, [](uint64_t, uint32_t) { return -3.0f; }, "12 fp16 pushes of 0.25"));
-    w->Release(q);
+    FERRY_RETURN_IF_ERROR(PullCheck(*w, 0, keys, 64, Constant(-3.0f), "12 fp16 pushes of 0.25"));
     return Status::Ok();
   });
-  Status s = AllOk(outcomes);
-  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_OK(AllOk(outcomes));
 }
 
 // Colocated roles: rank r is server r and worker r; a worker's own server is in its process.
 TEST_P(PsFeatures, ColocatedRolesPushAndPull) {
-  JobSpec job = SmallJob(GetParam(), 3, 3, 4);
+  JobSpec job = SgdJob(GetParam(), 3, 3, 4);
   job.role_rule = RoleRule::kColocated;
   job.consistency = *ParseConsistency("bsp");
-  job.tables[0].optimizer.kind = Optimizer::kSgd;
-  job.tables[0].optimizer.learning_rate = 1.0f;
   auto outcomes = RunJob(job, [&](Node& node) -> Status {
     Worker* w = node.worker();
     if (w == nullptr) return Internal("every colocated rank has a worker");
@@ -778,23 +651,15 @@ TEST_P(PsFeatures, ColocatedRolesPushAndPull) {
     std::iota(keys.begin(), keys.end(), 1);
     for (int c = 0; c < 3; ++c) {
       std::vector<float> g(keys.size() * 4, 0.25f);
-      FERRY_ASSIGN_OR_RETURN(Ticket p, w->Push(0, keys, g));
-      FERRY_RETURN_IF_ERROR(w->Wait(p));
-      w->Release(p);
+      FERRY_RETURN_IF_ERROR(PushAndWait(*w, 0, keys, g));
       FERRY_RETURN_IF_ERROR(w->Clock());
-      FERRY_ASSIGN_OR_RETURN(Ticket q, w->Pull(0, keys));
-      FERRY_RETURN_IF_ERROR(w->Wait(q));
-      FERRY_ASSIGN_OR_RETURN(PulledRows rows, w->Rows(q));
       const float want = -0.75f * static_cast<float>(c + 1);  // 3 workers x 0.25 per clock
-      FERRY_RETURN_IF_ERROR(CheckRows(
-          rows, keys, 4, [&](uint64_t, uint32_t) { return want; },
-          "colocated clock " + std::to_string(c)));
-      w->Release(q);
+      FERRY_RETURN_IF_ERROR(
+          PullCheck(*w, 0, keys, 4, Constant(want), "colocated clock " + std::to_string(c)));
     }
     return Status::Ok();
   });
-  Status s = AllOk(outcomes);
-  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_OK(AllOk(outcomes));
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, PsFeatures, ::testing::ValuesIn(JobConfigs()), JobConfigName);

@@ -29,28 +29,6 @@ bool ReadsGrowingTables(Worker& w) {
   return w.transport()->capabilities().sparse_read && w.transport()->name() != "verbs";
 }
 
-// Pulls `keys` (one-sided or not), waits, and copies the rows out.
-Result<std::vector<float>> PullRows(Worker& w, std::span<const uint64_t> keys, bool one_sided,
-                                    uint32_t dim) {
-  PullOptions o;
-  o.one_sided = one_sided;
-  FERRY_ASSIGN_OR_RETURN(Ticket t, w.Pull(0, keys, o));
-  Status s = w.Wait(t);
-  std::vector<float> out;
-  if (s.ok()) {
-    auto rows = w.Rows(t);
-    s = rows.status();
-    if (s.ok()) {
-      for (size_t i = 0; i < keys.size(); ++i) {
-        out.insert(out.end(), (*rows)[i], (*rows)[i] + dim);
-      }
-    }
-  }
-  w.Release(t);
-  if (!s.ok()) return s;
-  return out;
-}
-
 // Rows of `keys` are each key's own initial row (or zeros, where `zeros_ok`: a bounded table
 // refuses keys evicted within their own batch).
 Status CheckInit(const std::vector<float>& rows, std::span<const uint64_t> keys,
@@ -105,9 +83,7 @@ TEST_P(PsOneSided, RowsEqualTheRequestPathsAcrossServers) {
     // Change the rows (this worker's keys only), then compare both paths.
     std::vector<float> g(keys.size() * 5);
     for (size_t i = 0; i < g.size(); ++i) g[i] = 0.01f * static_cast<float>(i % 17) - 0.05f;
-    FERRY_ASSIGN_OR_RETURN(Ticket p, w->Push(0, keys, g));
-    FERRY_RETURN_IF_ERROR(w->Wait(p));
-    w->Release(p);
+    FERRY_RETURN_IF_ERROR(PushAndWait(*w, 0, keys, g));
     const WorkerStats before = w->stats();
     FERRY_ASSIGN_OR_RETURN(auto one, PullRows(*w, keys, true, 5));
     const WorkerStats after = w->stats();
@@ -124,8 +100,7 @@ TEST_P(PsOneSided, RowsEqualTheRequestPathsAcrossServers) {
     }
     return Status::Ok();
   });
-  Status s = AllOk(outcomes);
-  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_OK(AllOk(outcomes));
 }
 
 TEST_P(PsOneSided, MixedCachedAndUncachedKeys) {
@@ -165,8 +140,7 @@ TEST_P(PsOneSided, MixedCachedAndUncachedKeys) {
     }
     return Status::Ok();
   });
-  Status s = AllOk(outcomes);
-  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_OK(AllOk(outcomes));
 }
 
 TEST_P(PsOneSided, StaleDescriptorAfterGrowthFallsBack) {
@@ -203,8 +177,7 @@ TEST_P(PsOneSided, StaleDescriptorAfterGrowthFallsBack) {
     }
     return Status::Ok();
   });
-  Status s = AllOk(outcomes);
-  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_OK(AllOk(outcomes));
 }
 
 TEST_P(PsOneSided, EvictedSlotsAreNeverReadAsTheirOldKeys) {
@@ -245,8 +218,7 @@ TEST_P(PsOneSided, EvictedSlotsAreNeverReadAsTheirOldKeys) {
     }
     return Status::Ok();
   });
-  Status s = AllOk(outcomes);
-  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_OK(AllOk(outcomes));
 }
 
 TEST_P(PsOneSided, ReadsWhileAnotherWorkerChurnsABoundedTable) {
@@ -276,14 +248,11 @@ TEST_P(PsOneSided, ReadsWhileAnotherWorkerChurnsABoundedTable) {
     }
     return w->Barrier();
   });
-  Status s = AllOk(outcomes);
-  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_OK(AllOk(outcomes));
 }
 
 TEST_P(PsOneSided, PullBehindPushesInFlightSeesThem) {
-  JobSpec job = SmallJob(GetParam(), 2, 1, 4);
-  job.tables[0].optimizer.kind = Optimizer::kSgd;
-  job.tables[0].optimizer.learning_rate = 1.0f;
+  JobSpec job = SgdJob(GetParam(), 2, 1, 4);
   auto outcomes = RunJob(job, [&](Node& node) -> Status {
     Worker* w = node.worker();
     if (w == nullptr) return Status::Ok();
@@ -291,12 +260,8 @@ TEST_P(PsOneSided, PullBehindPushesInFlightSeesThem) {
     std::iota(keys.begin(), keys.end(), 5000);
     FERRY_ASSIGN_OR_RETURN(auto r0, PullRows(*w, keys, true, 4));  // learn the slots
     for (int round = 1; round <= 5; ++round) {
-      std::vector<Ticket> pushes;
-      for (int p = 0; p < 3; ++p) {
-        std::vector<float> g(keys.size() * 4, 0.5f);
-        FERRY_ASSIGN_OR_RETURN(Ticket t, w->Push(0, keys, g));
-        pushes.push_back(t);
-      }
+      const std::vector<float> g(keys.size() * 4, 0.5f);
+      FERRY_ASSIGN_OR_RETURN(std::vector<Ticket> pushes, PushesInFlight(*w, 0, keys, g, 3));
       FERRY_ASSIGN_OR_RETURN(auto r, PullRows(*w, keys, true, 4));
       const float want = -1.5f * static_cast<float>(round);
       for (size_t i = 0; i < r.size(); ++i) {
@@ -305,10 +270,7 @@ TEST_P(PsOneSided, PullBehindPushesInFlightSeesThem) {
                           " reads " + std::to_string(r[i]) + ", want " + std::to_string(want));
         }
       }
-      for (Ticket t : pushes) {
-        FERRY_RETURN_IF_ERROR(w->Wait(t));
-        w->Release(t);
-      }
+      FERRY_RETURN_IF_ERROR(WaitAndRelease(*w, pushes));
     }
     // Nothing in flight now: the same keys go one-sided.
     const WorkerStats before = w->stats();
@@ -319,8 +281,7 @@ TEST_P(PsOneSided, PullBehindPushesInFlightSeesThem) {
     }
     return Status::Ok();
   });
-  Status s = AllOk(outcomes);
-  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_OK(AllOk(outcomes));
 }
 
 TEST_P(PsOneSided, ReleasedBeforeTheReadsCompleteAndManyInFlight) {
@@ -352,8 +313,7 @@ TEST_P(PsOneSided, ReleasedBeforeTheReadsCompleteAndManyInFlight) {
     }
     return Status::Ok();
   });
-  Status s = AllOk(outcomes);
-  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_OK(AllOk(outcomes));
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, PsOneSided, ::testing::ValuesIn(JobConfigs()), JobConfigName);

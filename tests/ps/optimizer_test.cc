@@ -634,8 +634,7 @@ TEST_P(OptimizerJob, PushedStreamMatchesReference) {
     }
     return Status::Ok();
   });
-  Status s = AllOk(outcomes);
-  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_OK(AllOk(outcomes));
 }
 
 std::vector<StreamParam> StreamParams() {

@@ -8,20 +8,12 @@
 #include <set>
 
 #include "ps/store/optimizer.h"
-#include "tests/ps/cluster.h"
+#include "tests/ps/job_util.h"
 
 namespace ferry::ps::testing {
 namespace {
 
-using ferry::testing::BackendConfig;
-
 class PsJob : public ::testing::TestWithParam<BackendConfig> {};
-
-#define RETURN_IF_ERROR_(e) FERRY_RETURN_IF_ERROR(e)
-
-Status Check(bool cond, const std::string& what) {
-  return cond ? Status::Ok() : Internal("check failed: " + what);
-}
 
 bool Near(float a, float b) {
   return std::fabs(a - b) <= 1e-6f * std::max(1.0f, std::max(std::fabs(a), std::fabs(b)));
@@ -32,10 +24,7 @@ TEST_P(PsJob, PullInitializesRowsPushAppliesSgd) {
   TableSpec& t = job.tables[0];
   t.optimizer.kind = Optimizer::kSgd;
   t.optimizer.learning_rate = 0.5f;
-  t.init.kind = InitializerSpec::Kind::kUniform;
-  t.init.a = -1.0f;
-  t.init.b = 1.0f;
-  t.init.seed = 7;
+  t.init = UniformInit(7);
   const InitializerSpec init = t.init;
   // Keys: 3000 distinct, unsorted, each worker's list with repeats; workers overlap.
   std::vector<uint64_t> all(3000);
@@ -47,32 +36,26 @@ TEST_P(PsJob, PullInitializesRowsPushAppliesSgd) {
     std::vector<uint64_t> keys;
     for (size_t i = me; i < all.size(); i += 1) keys.push_back(all[(i * 7 + me) % all.size()]);
     for (size_t i = 0; i < 500; ++i) keys.push_back(keys[i * 3]);  // repeats
-    FERRY_ASSIGN_OR_RETURN(Ticket p, w->Pull(0, keys));
-    RETURN_IF_ERROR_(w->Wait(p));
-    FERRY_ASSIGN_OR_RETURN(PulledRows rows, w->Rows(p));
     std::vector<float> expect(5);
-    for (size_t i = 0; i < keys.size(); ++i) {
-      InitWeights(init, keys[i], 5, expect.data());
-      for (int d = 0; d < 5; ++d) {
-        RETURN_IF_ERROR_(
-            Check(rows[i][d] == expect[d], "initial row of key " + std::to_string(keys[i])));
+    FERRY_RETURN_IF_ERROR(PullAndCheck(*w, 0, keys, [&](const PulledRows& rows) -> Status {
+      for (size_t i = 0; i < keys.size(); ++i) {
+        InitWeights(init, keys[i], 5, expect.data());
+        for (int d = 0; d < 5; ++d) {
+          FERRY_RETURN_IF_ERROR(
+              Expect(rows[i][d] == expect[d], "initial row of key " + std::to_string(keys[i])));
+        }
       }
-    }
-    w->Release(p);
-    RETURN_IF_ERROR_(w->Barrier());  // every worker saw initial rows before anyone pushes
+      return Status::Ok();
+    }));
+    FERRY_RETURN_IF_ERROR(w->Barrier());  // every worker saw initial rows before anyone pushes
     // Push gradient g(key, d) = (key % 7 + d) * 0.01 once per occurrence in `keys`.
     std::vector<float> grads(keys.size() * 5);
     for (size_t i = 0; i < keys.size(); ++i) {
       for (int d = 0; d < 5; ++d) grads[i * 5 + d] = static_cast<float>(keys[i] % 7 + d) * 0.01f;
     }
-    FERRY_ASSIGN_OR_RETURN(Ticket q, w->Push(0, keys, grads));
-    RETURN_IF_ERROR_(w->Wait(q));
-    w->Release(q);
-    RETURN_IF_ERROR_(w->Barrier());  // both workers' pushes are applied
+    FERRY_RETURN_IF_ERROR(PushAndWait(*w, 0, keys, grads));
+    FERRY_RETURN_IF_ERROR(w->Barrier());  // both workers' pushes are applied
     // Expected: init - lr * (occurrences over both workers) * g.
-    FERRY_ASSIGN_OR_RETURN(Ticket r, w->Pull(0, all));
-    RETURN_IF_ERROR_(w->Wait(r));
-    FERRY_ASSIGN_OR_RETURN(PulledRows after, w->Rows(r));
     std::map<uint64_t, int> count;
     for (uint32_t x = 0; x < 2; ++x) {
       std::vector<uint64_t> k;
@@ -80,36 +63,27 @@ TEST_P(PsJob, PullInitializesRowsPushAppliesSgd) {
       for (size_t i = 0; i < 500; ++i) k.push_back(k[i * 3]);
       for (uint64_t key : k) ++count[key];
     }
-    for (size_t i = 0; i < all.size(); ++i) {
-      InitWeights(init, all[i], 5, expect.data());
-      const int c = count[all[i]];
-      for (int d = 0; d < 5; ++d) {
-        const float g = static_cast<float>(all[i] % 7 + d) * 0.01f;
-        const float want = expect[d] - 0.5f * (g * static_cast<float>(c));
-        if (!Near(after[i][d], want)) {
-          return Internal("key " + std::to_string(all[i]) + " dim " + std::to_string(d) + ": got " +
-                          std::to_string(after[i][d]) + ", want " + std::to_string(want) + " (" +
-                          std::to_string(c) + " pushes)");
+    return PullAndCheck(*w, 0, all, [&](const PulledRows& after) -> Status {
+      for (size_t i = 0; i < all.size(); ++i) {
+        InitWeights(init, all[i], 5, expect.data());
+        const int c = count[all[i]];
+        for (int d = 0; d < 5; ++d) {
+          const float g = static_cast<float>(all[i] % 7 + d) * 0.01f;
+          const float want = expect[d] - 0.5f * (g * static_cast<float>(c));
+          if (!Near(after[i][d], want)) {
+            return Internal("key " + std::to_string(all[i]) + " dim " + std::to_string(d) +
+                            ": got " + std::to_string(after[i][d]) + ", want " +
+                            std::to_string(want) + " (" + std::to_string(c) + " pushes)");
+          }
         }
       }
-    }
-    w->Release(r);
-    return Status::Ok();
+      return Status::Ok();
+    });
   });
-  Status s = AllOk(outcomes);
-  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_OK(AllOk(outcomes));
 }
 
-std::vector<BackendConfig> Configs() {
-  std::vector<BackendConfig> out;
-  for (const BackendConfig& c : ferry::testing::SelectedConfigs().run) out.push_back(c);
-  return out;
-}
-
-INSTANTIATE_TEST_SUITE_P(Backends, PsJob, ::testing::ValuesIn(Configs()),
-                         [](const ::testing::TestParamInfo<BackendConfig>& info) {
-                           return info.param.TestName();
-                         });
+INSTANTIATE_TEST_SUITE_P(Backends, PsJob, ::testing::ValuesIn(JobConfigs()), JobConfigName);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(PsJob);
 
 }  // namespace

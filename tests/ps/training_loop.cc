@@ -1,5 +1,7 @@
 #include "tests/ps/training_loop.h"
 
+#include "tests/ps/job_util.h"
+
 namespace ferry::ps::testing {
 
 std::vector<uint64_t> TrainingKeys(const TrainingSpec& spec) {
@@ -27,9 +29,7 @@ Status TrainOnRank(Node& node, const TrainingSpec& spec, std::vector<float>* fin
       }
     }
     w->Release(p);
-    FERRY_ASSIGN_OR_RETURN(Ticket q, w->Push(0, keys, grads));
-    FERRY_RETURN_IF_ERROR(w->Wait(q));
-    w->Release(q);
+    FERRY_RETURN_IF_ERROR(PushAndWait(*w, 0, keys, grads));
     FERRY_RETURN_IF_ERROR(w->Clock());
   }
   FERRY_RETURN_IF_ERROR(w->Barrier());

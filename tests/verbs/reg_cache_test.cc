@@ -25,16 +25,6 @@ namespace {
 using std::chrono::steady_clock;
 using Params = std::map<std::string, std::string>;
 
-bool HaveRdma() {
-  auto b = ListBackends();
-  return !b.empty() && b.front().name == "verbs" && b.front().available;
-}
-
-#define REQUIRE_RDMA_DEVICE()                                                                    \
-  do {                                                                                           \
-    if (!HaveRdma()) GTEST_SKIP() << "no active RDMA device: run under tools/softroce/ferry-vm"; \
-  } while (0)
-
 TransportOptions WithParams(Params p) {
   TransportOptions o;
   o.params = std::move(p);
@@ -134,7 +124,7 @@ TEST(RegCacheListener, CalledOnWithdrawalOnlyAndNotAfterRemoval) {
 }
 
 TEST(RegCache, SameRangeTwiceWhileLiveHitsAndSubRangeHits) {
-  REQUIRE_RDMA_DEVICE();
+  REQUIRE_RDMA();
   auto t = Make();
   ASSERT_TRUE(t);
   std::vector<uint8_t> buf(64 << 10);
@@ -178,7 +168,7 @@ TEST(RegCache, SameRangeTwiceWhileLiveHitsAndSubRangeHits) {
 }
 
 TEST(RegCache, PublishedMappingKeepsIdleEntryUntilWithdrawn) {
-  REQUIRE_RDMA_DEVICE();
+  REQUIRE_RDMA();
   Connected p = ConnectPair();
   ASSERT_TRUE(p.c_ep && p.s_ep);
   constexpr size_t kBytes = 1 << 20;
@@ -266,7 +256,7 @@ TEST(RegCache, PublishedMappingKeepsIdleEntryUntilWithdrawn) {
 }
 
 TEST(RegCache, SendFromCachedRegionCarriesTheBytes) {
-  REQUIRE_RDMA_DEVICE();
+  REQUIRE_RDMA();
   Connected p = ConnectPair();
   ASSERT_TRUE(p.c_ep && p.s_ep);
   auto m = ShareableMemory::Allocate(64 << 10);
@@ -296,7 +286,7 @@ TEST(RegCache, SendFromCachedRegionCarriesTheBytes) {
 }
 
 TEST(RegCache, EvictionBeyondMaxBytesReleasesMemlock) {
-  REQUIRE_RDMA_DEVICE();
+  REQUIRE_RDMA();
   constexpr size_t kMiB = 1 << 20;
   auto t = Make({{"reg_cache_max_bytes", std::to_string(2 * kMiB)}});
   ASSERT_TRUE(t);
@@ -339,7 +329,7 @@ TEST(RegCache, EvictionBeyondMaxBytesReleasesMemlock) {
 
 // A registration that would pass RLIMIT_MEMLOCK first evicts idle entries instead of failing.
 TEST(RegCache, MemlockLimitEvictsIdleEntriesFirst) {
-  REQUIRE_RDMA_DEVICE();
+  REQUIRE_RDMA();
   constexpr size_t kMiB = 1 << 20;
   auto t = Make();
   ASSERT_TRUE(t);
@@ -375,7 +365,7 @@ TEST(RegCache, MemlockLimitEvictsIdleEntriesFirst) {
 
 // Remote-access regions keep their own MR: destroying one revokes its key at the HCA.
 TEST(RegCache, RemoteAccessRegionsAreNeverCached) {
-  REQUIRE_RDMA_DEVICE();
+  REQUIRE_RDMA();
   Connected p = ConnectPair();
   ASSERT_TRUE(p.c_ep && p.s_ep);
   auto m = ShareableMemory::Allocate(64 << 10);  // published: would be kept idle if cached
@@ -409,7 +399,7 @@ TEST(RegCache, RemoteAccessRegionsAreNeverCached) {
 }
 
 TEST(RegCache, OffBehavesAsBefore) {
-  REQUIRE_RDMA_DEVICE();
+  REQUIRE_RDMA();
   Connected p = ConnectPair({{"reg_cache", "off"}});
   ASSERT_TRUE(p.c_ep && p.s_ep);
   auto m = ShareableMemory::Allocate(64 << 10);
@@ -444,7 +434,7 @@ TEST(RegCache, OffBehavesAsBefore) {
 
 // Several threads register, release and withdraw concurrently; the counters must balance.
 TEST(RegCache, ConcurrentRegisterReleaseAndWithdraw) {
-  REQUIRE_RDMA_DEVICE();
+  REQUIRE_RDMA();
   auto t = Make();
   ASSERT_TRUE(t);
   const uint64_t pinned0 = CacheStats(*t).memlock_bytes;
@@ -481,7 +471,7 @@ TEST(RegCache, ConcurrentRegisterReleaseAndWithdraw) {
 // Not a performance assertion: prints register+destroy cost with the cache on and off, measured
 // side by side (alternating), and checks only that the cache really served the repeats.
 TEST(RegCache, TimingRegisterDestroyOneMiB) {
-  REQUIRE_RDMA_DEVICE();
+  REQUIRE_RDMA();
   constexpr int kCycles = 1000;
   constexpr size_t kBytes = 1 << 20;
   auto on = Make();

@@ -3,10 +3,10 @@
 // The binary doubles as its own child process (re-executed through /proc/self/exe, never plain
 // fork: librdmacm's device contexts must not be shared with a child) for the peer-death and
 // memlock cases.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,9 +18,10 @@
 #include <thread>
 #include <vector>
 
+#include "tests/common/status_asserts.h"
+#include "tests/verbs/verbs_test_util.h"
 #include "transport/transport.h"
 #include "transport/verbs/verbs_transport.h"
-#include "tests/verbs/verbs_test_util.h"
 
 namespace ferry {
 namespace {
@@ -29,19 +30,6 @@ using std::chrono::steady_clock;
 using Params = std::map<std::string, std::string>;
 
 const char* g_self = nullptr;
-
-#define ASSERT_OK(expr)                                    \
-  do {                                                     \
-    ::ferry::Status s_ = (expr);                           \
-    ASSERT_TRUE(s_.ok()) << #expr << ": " << s_.ToString(); \
-  } while (0)
-
-bool HaveDevice() { return ListBackends().front().name == "verbs" && ListBackends().front().available; }
-
-#define REQUIRE_RDMA()                                                                   \
-  do {                                                                                   \
-    if (!HaveDevice()) GTEST_SKIP() << "no active RDMA device: run under tools/softroce/ferry-vm"; \
-  } while (0)
 
 TransportOptions Opts(Params p, Millis peer_timeout = Millis(5000)) {
   TransportOptions o;
@@ -115,7 +103,9 @@ void Fill(std::vector<uint8_t>& b, uint8_t seed) {
   for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<uint8_t>(seed + i * 7 + (i >> 8));
 }
 
-verbs::Stats StatsOf(const Transport& t) { return *verbs::VerbsStats(t); }
+verbs::Stats StatsOf(const Transport& t) {
+  return *verbs::VerbsStats(t);
+}
 
 class VerbsModes : public ::testing::TestWithParam<std::string> {};
 
@@ -132,9 +122,14 @@ TEST_P(VerbsModes, SendRecvWriteReadNotify) {
   auto rbmr = Reg(p.server.get(), rbuf, kAccessLocal);
 
   // A message bigger than one receive buffer (8 KiB): three fragments.
-  Op recv{.type = OpType::kRecv, .ep = nullptr, .context = 11, .local = rbmr.get(), .length = 20000};
+  Op recv{
+      .type = OpType::kRecv, .ep = nullptr, .context = 11, .local = rbmr.get(), .length = 20000};
   ASSERT_OK(p.server->Post({&recv, 1}));
-  Op send{.type = OpType::kSend, .ep = p.c_ep.get(), .context = 12, .local = smr.get(), .length = 20000};
+  Op send{.type = OpType::kSend,
+          .ep = p.c_ep.get(),
+          .context = 12,
+          .local = smr.get(),
+          .length = 20000};
   ASSERT_OK(p.client->Post({&send, 1}));
   std::vector<Completion> cc, sc;
   PollUntil(p.client.get(), &cc, 1, p.server.get(), &sc, 1);
@@ -148,8 +143,14 @@ TEST_P(VerbsModes, SendRecvWriteReadNotify) {
 
   auto key = p.c_ep->Import(rmr->descriptor());
   ASSERT_TRUE(key.ok()) << key.status().ToString();
-  Op write{.type = OpType::kWrite, .flags = kOpNotify, .imm = 0xabcdef01, .ep = p.c_ep.get(),
-           .context = 13, .local = smr.get(), .length = 5000, .remote = key->get(),
+  Op write{.type = OpType::kWrite,
+           .flags = kOpNotify,
+           .imm = 0xabcdef01,
+           .ep = p.c_ep.get(),
+           .context = 13,
+           .local = smr.get(),
+           .length = 5000,
+           .remote = key->get(),
            .remote_offset = 100};
   ASSERT_OK(p.client->Post({&write, 1}));
   cc.clear();
@@ -162,8 +163,13 @@ TEST_P(VerbsModes, SendRecvWriteReadNotify) {
   EXPECT_EQ(sc[0].imm, 0xabcdef01u);
   EXPECT_EQ(std::memcmp(remote.data() + 100, src.data(), 5000), 0);
 
-  Op read{.type = OpType::kRead, .ep = p.c_ep.get(), .context = 14, .local = dmr.get(),
-          .length = 5000, .remote = key->get(), .remote_offset = 100};
+  Op read{.type = OpType::kRead,
+          .ep = p.c_ep.get(),
+          .context = 14,
+          .local = dmr.get(),
+          .length = 5000,
+          .remote = key->get(),
+          .remote_offset = 100};
   ASSERT_OK(p.client->Post({&read, 1}));
   cc = Drain(p.client.get(), 1);
   ASSERT_EQ(cc.size(), 1u);
@@ -220,8 +226,12 @@ TEST(Verbs, SparseSplitsAtMaxSge) {
   std::vector<Segment> segs;
   for (size_t i = 0; i < n; ++i) segs.push_back({(n - 1 - i) * 32, i * 16, 16});
   const auto before = StatsOf(*p.client);
-  Op w{.type = OpType::kSparseWrite, .ep = p.c_ep.get(), .local = lmr.get(), .remote = key->get(),
-       .segments = segs.data(), .num_segments = segs.size()};
+  Op w{.type = OpType::kSparseWrite,
+       .ep = p.c_ep.get(),
+       .local = lmr.get(),
+       .remote = key->get(),
+       .segments = segs.data(),
+       .num_segments = segs.size()};
   ASSERT_OK(p.client->Post({&w, 1}));
   auto cc = Drain(p.client.get(), 1);
   ASSERT_EQ(cc.size(), 1u);
@@ -235,8 +245,12 @@ TEST(Verbs, SparseSplitsAtMaxSge) {
     ASSERT_EQ(std::memcmp(remote.data() + i * 16, local.data() + (n - 1 - i) * 32, 16), 0) << i;
   }
   // Read it back the same way (READ WRs use max_sge_rd).
-  Op r{.type = OpType::kSparseRead, .ep = p.c_ep.get(), .local = bmr.get(), .remote = key->get(),
-       .segments = segs.data(), .num_segments = segs.size()};
+  Op r{.type = OpType::kSparseRead,
+       .ep = p.c_ep.get(),
+       .local = bmr.get(),
+       .remote = key->get(),
+       .segments = segs.data(),
+       .num_segments = segs.size()};
   ASSERT_OK(p.client->Post({&r, 1}));
   cc = Drain(p.client.get(), 1);
   ASSERT_EQ(cc.size(), 1u);
@@ -268,14 +282,20 @@ TEST(Verbs, OpsBeyondTheDevicesMaxMessageSizeAreSplit) {
   auto key = p.c_ep->Import(rmr->descriptor());
   ASSERT_TRUE(key.ok());
   const auto before = StatsOf(*p.client);
-  Op w{.type = OpType::kWrite, .ep = p.c_ep.get(), .local = lmr.get(), .length = len,
+  Op w{.type = OpType::kWrite,
+       .ep = p.c_ep.get(),
+       .local = lmr.get(),
+       .length = len,
        .remote = key->get()};
   Completion c;
   ASSERT_NO_FATAL_FAILURE(PostOne(p.client.get(), w, &c));
   EXPECT_EQ(c.bytes, len);
   EXPECT_GE(StatsOf(*p.client).wrs_posted - before.wrs_posted, 2u);
   ASSERT_EQ(std::memcmp(remote.data(), local.data(), len), 0);
-  Op r{.type = OpType::kRead, .ep = p.c_ep.get(), .local = bmr.get(), .length = len,
+  Op r{.type = OpType::kRead,
+       .ep = p.c_ep.get(),
+       .local = bmr.get(),
+       .length = len,
        .remote = key->get()};
   ASSERT_NO_FATAL_FAILURE(PostOne(p.client.get(), r, &c));
   ASSERT_EQ(std::memcmp(back.data(), local.data(), len), 0);
@@ -285,8 +305,12 @@ TEST(Verbs, OpsBeyondTheDevicesMaxMessageSizeAreSplit) {
   std::fill(remote.begin(), remote.end(), 0);
   std::vector<Segment> segs;
   for (uint64_t i = 0; i < rows; ++i) segs.push_back({(rows - 1 - i) * row, 2 * i * row, row});
-  Op s{.type = OpType::kSparseWrite, .ep = p.c_ep.get(), .local = lmr.get(), .remote = key->get(),
-       .segments = segs.data(), .num_segments = segs.size()};
+  Op s{.type = OpType::kSparseWrite,
+       .ep = p.c_ep.get(),
+       .local = lmr.get(),
+       .remote = key->get(),
+       .segments = segs.data(),
+       .num_segments = segs.size()};
   ASSERT_NO_FATAL_FAILURE(PostOne(p.client.get(), s, &c));
   EXPECT_EQ(c.bytes, rows * row);
   for (uint64_t i = 0; i < rows; ++i) {
@@ -312,12 +336,21 @@ TEST(Verbs, PostListBatchingThroughSmallSendQueue) {
   std::vector<Segment> segs;
   for (size_t i = 0; i < n; ++i) segs.push_back({i * 8, i * 16, 8});  // gaps: one WR each
   std::vector<Op> ops;
-  ops.push_back(Op{.type = OpType::kSparseWrite, .ep = p.c_ep.get(), .context = 1,
-                   .local = lmr.get(), .remote = key->get(), .segments = segs.data(),
+  ops.push_back(Op{.type = OpType::kSparseWrite,
+                   .ep = p.c_ep.get(),
+                   .context = 1,
+                   .local = lmr.get(),
+                   .remote = key->get(),
+                   .segments = segs.data(),
                    .num_segments = segs.size()});
   for (uint64_t i = 0; i < 40; ++i) {  // and many small ops behind it, in one Post
-    ops.push_back(Op{.type = OpType::kWrite, .ep = p.c_ep.get(), .context = 100 + i,
-                     .local = lmr.get(), .local_offset = i * 8, .length = 8, .remote = key->get(),
+    ops.push_back(Op{.type = OpType::kWrite,
+                     .ep = p.c_ep.get(),
+                     .context = 100 + i,
+                     .local = lmr.get(),
+                     .local_offset = i * 8,
+                     .length = 8,
+                     .remote = key->get(),
                      .remote_offset = i * 16 + 8});
   }
   const auto before = StatsOf(*p.client);
@@ -352,11 +385,14 @@ TEST(Verbs, InlineBelowMaxInlineOnly) {
   auto rmr = Reg(p.server.get(), remote, kAccessRemote);
   auto key = p.c_ep->Import(rmr->descriptor());
   ASSERT_TRUE(key.ok());
-  for (uint64_t len : {uint64_t{1}, uint64_t{max_inline}, uint64_t{max_inline} + 1,
-                       uint64_t{max_inline} * 3}) {
+  for (uint64_t len :
+       {uint64_t{1}, uint64_t{max_inline}, uint64_t{max_inline} + 1, uint64_t{max_inline} * 3}) {
     std::fill(remote.begin(), remote.end(), 0);
     const auto before = StatsOf(*p.client);
-    Op w{.type = OpType::kWrite, .ep = p.c_ep.get(), .local = lmr.get(), .length = len,
+    Op w{.type = OpType::kWrite,
+         .ep = p.c_ep.get(),
+         .local = lmr.get(),
+         .length = len,
          .remote = key->get()};
     Completion c;
     ASSERT_NO_FATAL_FAILURE(PostOne(p.client.get(), w, &c));
@@ -380,8 +416,12 @@ TEST(Verbs, ReceivePoolExhaustionAndRefill) {
   auto dmr = Reg(p.server.get(), dst, kAccessLocal);
   std::vector<Op> sends;
   for (size_t i = 0; i < n; ++i) {
-    sends.push_back(Op{.type = OpType::kSend, .ep = p.c_ep.get(), .context = i,
-                       .local = smr.get(), .local_offset = i * len, .length = len});
+    sends.push_back(Op{.type = OpType::kSend,
+                       .ep = p.c_ep.get(),
+                       .context = i,
+                       .local = smr.get(),
+                       .local_offset = i * len,
+                       .length = len});
   }
   ASSERT_OK(p.client->Post(sends));
   // Let the pool run dry.
@@ -391,8 +431,12 @@ TEST(Verbs, ReceivePoolExhaustionAndRefill) {
   EXPECT_TRUE(sc.empty());
   std::vector<Op> recvs;
   for (size_t i = 0; i < n; ++i) {
-    recvs.push_back(Op{.type = OpType::kRecv, .ep = p.s_ep.get(), .context = 1000 + i,
-                       .local = dmr.get(), .local_offset = i * len, .length = len});
+    recvs.push_back(Op{.type = OpType::kRecv,
+                       .ep = p.s_ep.get(),
+                       .context = 1000 + i,
+                       .local = dmr.get(),
+                       .local_offset = i * len,
+                       .length = len});
   }
   ASSERT_OK(p.server->Post(recvs));
   PollUntil(p.client.get(), &cc, n, p.server.get(), &sc, n, Millis(60000));
@@ -419,9 +463,8 @@ TEST(Verbs, MessageLargerThanRecvIsReportedAndNextOneArrives) {
       {.type = OpType::kRecv, .ep = p.s_ep.get(), .context = 1, .local = dmr.get(), .length = 10},
       {.type = OpType::kRecv, .ep = p.s_ep.get(), .context = 2, .local = dmr.get(), .length = 100}};
   ASSERT_OK(p.server->Post(recvs));
-  Op sends[2] = {
-      {.type = OpType::kSend, .ep = p.c_ep.get(), .local = smr.get(), .length = 100},
-      {.type = OpType::kSend, .ep = p.c_ep.get(), .local = smr.get(), .length = 100}};
+  Op sends[2] = {{.type = OpType::kSend, .ep = p.c_ep.get(), .local = smr.get(), .length = 100},
+                 {.type = OpType::kSend, .ep = p.c_ep.get(), .local = smr.get(), .length = 100}};
   ASSERT_OK(p.client->Post(sends));
   std::vector<Completion> cc, sc;
   PollUntil(p.client.get(), &cc, 2, p.server.get(), &sc, 2);
@@ -446,7 +489,10 @@ TEST(Verbs, ForgedKeyIsRemoteAccessError) {
   forged.rkey[2] ^= 0x11;
   auto key = p.c_ep->Import(forged);
   ASSERT_TRUE(key.ok());
-  Op w{.type = OpType::kWrite, .ep = p.c_ep.get(), .local = lmr.get(), .length = 64,
+  Op w{.type = OpType::kWrite,
+       .ep = p.c_ep.get(),
+       .local = lmr.get(),
+       .length = 64,
        .remote = key->get()};
   ASSERT_OK(p.client->Post({&w, 1}));
   auto cc = Drain(p.client.get(), 1);
@@ -543,8 +589,9 @@ TEST_P(VerbsPeerDeath, QpErrorAfterPeerDies) {
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   auto addr = (*s)->Listen("127.0.0.1:0");
   ASSERT_TRUE(addr.ok());
-  auto child = std::async(std::launch::async,
-                          [&] { return RunSelf({"--peer-child", GetParam(), *addr}); });
+  auto child = std::async(std::launch::async, [&] {
+    return RunSelf({"--peer-child", GetParam(), *addr});
+  });
   auto ep = AcceptChild(s->get(), &child);
   ASSERT_TRUE(ep.ok()) << ep.status().ToString();
   const int status = child.get();
@@ -555,15 +602,17 @@ TEST_P(VerbsPeerDeath, QpErrorAfterPeerDies) {
   auto lmr = Reg(s->get(), local, kAccessLocal);
   const auto start = steady_clock::now();
   if (key.ok()) {
-    Op w{.type = OpType::kWrite, .ep = ep->get(), .local = lmr.get(), .length = 4096,
+    Op w{.type = OpType::kWrite,
+         .ep = ep->get(),
+         .local = lmr.get(),
+         .length = 4096,
          .remote = key->get()};
     ASSERT_OK((*s)->Post({&w, 1}));
     auto cc = Drain(s->get(), 1, Millis(20000));
     ASSERT_EQ(cc.size(), 1u) << "no completion: the write hung";
     EXPECT_FALSE(cc[0].ok());
     std::cerr << "write to the dead peer: " << cc[0].error << " after "
-              << std::chrono::duration_cast<Millis>(steady_clock::now() - start).count()
-              << " ms\n";
+              << std::chrono::duration_cast<Millis>(steady_clock::now() - start).count() << " ms\n";
   }
   EXPECT_FALSE((*ep)->status().ok());
   // Generous bound (noisy emulated machine): peer_timeout is 2 s.
@@ -577,8 +626,9 @@ TEST_P(VerbsPeerDeath, IdleEndpointNoticesDeadPeer) {
   ASSERT_TRUE(s.ok());
   auto addr = (*s)->Listen("127.0.0.1:0");
   ASSERT_TRUE(addr.ok());
-  auto child = std::async(std::launch::async,
-                          [&] { return RunSelf({"--peer-child", GetParam(), *addr}); });
+  auto child = std::async(std::launch::async, [&] {
+    return RunSelf({"--peer-child", GetParam(), *addr});
+  });
   auto ep = AcceptChild(s->get(), &child);
   ASSERT_TRUE(ep.ok()) << ep.status().ToString();
   child.get();
@@ -602,8 +652,9 @@ TEST(Verbs, QpRetryErrorWhenOnlyTheQpDies) {
   ASSERT_TRUE(s.ok());
   auto addr = (*s)->Listen("127.0.0.1:0");
   ASSERT_TRUE(addr.ok());
-  auto child = std::async(std::launch::async,
-                          [&] { return RunSelf({"--peer-child-keep-socket", "oob", *addr}); });
+  auto child = std::async(std::launch::async, [&] {
+    return RunSelf({"--peer-child-keep-socket", "oob", *addr});
+  });
   auto ep = AcceptChild(s->get(), &child);
   ASSERT_TRUE(ep.ok()) << ep.status().ToString();
   ASSERT_TRUE(WIFSIGNALED(child.get()));
@@ -613,7 +664,10 @@ TEST(Verbs, QpRetryErrorWhenOnlyTheQpDies) {
   std::vector<uint8_t> local(4096);
   auto lmr = Reg(s->get(), local, kAccessLocal);
   const auto start = steady_clock::now();
-  Op w{.type = OpType::kWrite, .ep = ep->get(), .local = lmr.get(), .length = 4096,
+  Op w{.type = OpType::kWrite,
+       .ep = ep->get(),
+       .local = lmr.get(),
+       .length = 4096,
        .remote = key->get()};
   ASSERT_OK((*s)->Post({&w, 1}));
   auto cc = Drain(s->get(), 1, Millis(9000));
@@ -680,7 +734,10 @@ TEST(Verbs, GidOverride) {
   auto rmr = Reg(p.server.get(), remote, kAccessRemote);
   auto key = p.c_ep->Import(rmr->descriptor());
   ASSERT_TRUE(key.ok());
-  Op w{.type = OpType::kWrite, .ep = p.c_ep.get(), .local = lmr.get(), .length = 256,
+  Op w{.type = OpType::kWrite,
+       .ep = p.c_ep.get(),
+       .local = lmr.get(),
+       .length = 256,
        .remote = key->get()};
   ASSERT_OK(p.client->Post({&w, 1}));
   auto cc = Drain(p.client.get(), 1);
@@ -690,8 +747,7 @@ TEST(Verbs, GidOverride) {
 
   auto bad = CreateTransport("verbs", Opts({{"gid_index", "999"}}));
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("gid_index"), std::string::npos)
-      << bad.status().ToString();
+  EXPECT_NE(bad.status().message().find("gid_index"), std::string::npos) << bad.status().ToString();
   auto typo = CreateTransport("verbs", Opts({{"gid_idx", "1"}}));
   ASSERT_FALSE(typo.ok());
   EXPECT_EQ(typo.status().code(), Code::kInvalidArgument);
@@ -706,8 +762,8 @@ TEST(Verbs, DevicesAndProbe) {
   bool active = false;
   for (const auto& d : devs) {
     EXPECT_EQ(d.kind, "rdma");
-    for (const char* k : {"state", "link_layer", "active_mtu", "gids", "max_sge", "max_inline",
-                          "max_qp_wr"}) {
+    for (const char* k :
+         {"state", "link_layer", "active_mtu", "gids", "max_sge", "max_inline", "max_qp_wr"}) {
       EXPECT_TRUE(d.attributes.count(k)) << d.name << " lacks " << k;
     }
     if (d.attributes.at("state") == "ACTIVE") active = true;
@@ -739,7 +795,10 @@ TEST(Verbs, SecondDeviceByName) {
     auto rmr = Reg(p.server.get(), remote, kAccessRemote);
     auto key = p.c_ep->Import(rmr->descriptor());
     ASSERT_TRUE(key.ok());
-    Op w{.type = OpType::kWrite, .ep = p.c_ep.get(), .local = lmr.get(), .length = 1000,
+    Op w{.type = OpType::kWrite,
+         .ep = p.c_ep.get(),
+         .local = lmr.get(),
+         .length = 1000,
          .remote = key->get()};
     ASSERT_OK(p.client->Post({&w, 1}));
     auto cc = Drain(p.client.get(), 1);

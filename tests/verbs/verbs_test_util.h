@@ -1,5 +1,5 @@
-// Helpers shared by the verbs tests (verbs_test.cc, reg_cache_test.cc): two transports of this
-// process connected to each other.
+// Helpers shared by the verbs tests (verbs_test.cc, reg_cache_test.cc): the skip when no RDMA
+// device is active, and two transports of this process connected to each other.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -11,6 +11,19 @@
 #include "transport/transport.h"
 
 namespace ferry::verbs_test {
+
+// Whether the verbs backend found an active device here.
+inline bool HaveRdma() {
+  auto b = ListBackends();
+  return !b.empty() && b.front().name == "verbs" && b.front().available;
+}
+
+// Skips the calling test (gtest) unless HaveRdma().
+#define REQUIRE_RDMA()                                                            \
+  do {                                                                            \
+    if (!::ferry::verbs_test::HaveRdma())                                         \
+      GTEST_SKIP() << "no active RDMA device: run under tools/softroce/ferry-vm"; \
+  } while (0)
 
 struct TransportPair {
   std::unique_ptr<Transport> server, client;
