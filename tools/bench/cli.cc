@@ -3,23 +3,15 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
-#include <fstream>
 #include <optional>
 #include <thread>
 
 #include "tools/bench/local.h"
 #include "tools/bench/report.h"
+#include "tools/common/command.h"
+#include "tools/common/output.h"
 
 namespace ferry::bench {
-namespace {
-
-void Error(const ToolOptions& o, const std::string& msg) {
-  std::fprintf(stderr, "%s: error: %s\n", o.mode == Mode::kLatency ? "ferry-lat" : "ferry-bw",
-               msg.c_str());
-}
-
-}  // namespace
-
 void AddFlags(CLI::App& app, ToolOptions& o, Mode mode) {
   o.mode = mode;
   o.config.mode = mode;
@@ -116,11 +108,8 @@ Status Resolve(ToolOptions& o) {
   }
   o.peer.params.clear();
   for (const std::string& kv : o.params) {
-    const size_t eq = kv.find('=');
-    if (eq == std::string::npos || eq == 0) {
-      return InvalidArgument("--param '" + kv + "' is not KEY=VALUE");
-    }
-    o.peer.params[kv.substr(0, eq)] = kv.substr(eq + 1);
+    FERRY_ASSIGN_OR_RETURN(auto param, tools::SplitKeyValue("--param", kv));
+    o.peer.params.insert_or_assign(std::move(param.first), std::move(param.second));
   }
   if (!o.device.empty()) o.peer.params["device"] = o.device;
   if (!o.gid_index.empty()) o.peer.params["gid_index"] = o.gid_index;
@@ -220,70 +209,40 @@ std::string ClientAddress(const ToolOptions& o) {
   return a + ":" + std::to_string(o.port);
 }
 
-Status WriteOutput(const std::string& path, const std::string& text) {
-  if (path == "-") {
-    if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size()) {
-      return IoError("write stdout", errno);
-    }
-    std::fflush(stdout);
-    return Status::Ok();
-  }
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return IoError("open " + path, errno);
-  out << text;
-  out.close();
-  if (!out) return IoError("write " + path, errno);
-  return Status::Ok();
+namespace {
+
+const char* ToolName(const ToolOptions& o) {
+  return o.mode == Mode::kLatency ? "ferry-lat" : "ferry-bw";
 }
 
-int Execute(const ToolOptions& o) {
-  const bool server_mode = o.address.empty() && !o.local;
-  if (server_mode) {
-    // With --report-port stdout carries only the banner (the --local parent reads it).
-    FILE* info = o.report_port ? stderr : stdout;
-    auto server = BenchServer::Listen(o.peer, o.bind + ":" + std::to_string(o.port));
-    if (!server.ok()) {
-      Error(o, server.status().ToString());
-      return 1;
-    }
-    if (o.report_port) {
-      std::printf("%s%s\n", kListenBanner, (*server)->address().c_str());
-      std::fflush(stdout);
-    } else {
-      std::fprintf(info, "Waiting for a client on %s (transport %s)\n",
-                   (*server)->address().c_str(), o.peer.transport.c_str());
-      std::fflush(info);
-    }
-    const Millis wait = o.accept_timeout_s > 0
-                            ? Millis(static_cast<int64_t>(o.accept_timeout_s * 1000))
-                            : Millis(int64_t{365} * 24 * 3600 * 1000);
-    Status s = (*server)->Serve(wait);
-    if (!s.ok()) {
-      Error(o, s.ToString());
-      return 1;
-    }
-    std::fprintf(info, "Client session finished (%s %s, %zu sizes)\n",
-                 std::string(ModeName((*server)->config().mode)).c_str(),
-                 std::string(BenchOpName((*server)->config().op)).c_str(),
-                 (*server)->config().sizes.size());
-    return 0;
-  }
-
-  std::optional<LocalServer> local;
-  std::string address;
-  if (o.local) {
-    auto spawned = LocalServer::Spawn(LocalServerArgs(o), Millis(o.config.timeout_ms + 5000));
-    if (!spawned.ok()) {
-      Error(o, "--local: " + spawned.status().ToString());
-      return 1;
-    }
-    local.emplace(std::move(spawned).value());
-    address = local->address();
+// Server mode: listen, serve one client session, say what it was.
+int ServeOneClient(const ToolOptions& o) {
+  // With --report-port stdout carries only the banner (the --local parent reads it).
+  FILE* info = o.report_port ? stderr : stdout;
+  auto server = BenchServer::Listen(o.peer, o.bind + ":" + std::to_string(o.port));
+  if (!server.ok()) return tools::ReportError(ToolName(o), server.status().ToString(), 1);
+  if (o.report_port) {
+    std::printf("%s%s\n", kListenBanner, (*server)->address().c_str());
+    std::fflush(stdout);
   } else {
-    address = ClientAddress(o);
+    std::fprintf(info, "Waiting for a client on %s (transport %s)\n", (*server)->address().c_str(),
+                 o.peer.transport.c_str());
+    std::fflush(info);
   }
-  // Text goes to stdout unless a machine-readable format claims it.
-  FILE* text = (o.json_path == "-" || o.csv_path == "-" || o.plot_path == "-") ? stderr : stdout;
+  const Millis wait = o.accept_timeout_s > 0
+                          ? Millis(static_cast<int64_t>(o.accept_timeout_s * 1000))
+                          : Millis(int64_t{365} * 24 * 3600 * 1000);
+  Status s = (*server)->Serve(wait);
+  if (!s.ok()) return tools::ReportError(ToolName(o), s.ToString(), 1);
+  std::fprintf(info, "Client session finished (%s %s, %zu sizes)\n",
+               std::string(ModeName((*server)->config().mode)).c_str(),
+               std::string(BenchOpName((*server)->config().op)).c_str(),
+               (*server)->config().sizes.size());
+  return 0;
+}
+
+// The text table, a line at a time as the sizes finish, on `text`.
+RunCallbacks PrintRows(FILE* text) {
   RunCallbacks cb;
   cb.on_header = [text](const RunHeader& h) {
     std::fputs(FormatTextHeader(h).c_str(), text);
@@ -297,57 +256,66 @@ int Execute(const ToolOptions& o) {
     std::fputs(FormatTextRow(h, r).c_str(), text);
     std::fflush(text);
   };
-  Result<Report> report = RunClient(o.peer, o.config, address, cb);
-  Status server_status;
-  if (local) server_status = local->Wait(Millis(o.config.timeout_ms + 5000));
-  if (!report.ok()) {
-    Error(o, report.status().ToString());
-    return 1;
-  }
-  std::fputs(FormatTextFooter().c_str(), text);
-  std::fflush(text);
-  if (!server_status.ok()) {
-    Error(o, "--local server: " + server_status.ToString());
-    return 1;
-  }
+  return cb;
+}
+
+// --json, --csv, then --plot: last, so a plot that cannot be drawn or written never costs the
+// numbers before it.
+int WriteReports(const ToolOptions& o, const Report& report) {
   if (!o.json_path.empty()) {
-    Status s = WriteOutput(o.json_path, FormatJson(*report));
-    if (!s.ok()) {
-      Error(o, s.ToString());
-      return 1;
-    }
+    Status s = tools::WriteOutput(o.json_path, FormatJson(report));
+    if (!s.ok()) return tools::ReportError(ToolName(o), s.ToString(), 1);
   }
   if (!o.csv_path.empty()) {
-    Status s = WriteOutput(o.csv_path, FormatCsv(*report));
-    if (!s.ok()) {
-      Error(o, s.ToString());
-      return 1;
-    }
+    Status s = tools::WriteOutput(o.csv_path, FormatCsv(report));
+    if (!s.ok()) return tools::ReportError(ToolName(o), s.ToString(), 1);
   }
-  // Last, so a plot that cannot be drawn or written never costs the numbers above.
   if (!o.plot_path.empty()) {
-    Status s = WritePlot(*report, o.plot_path);
-    if (!s.ok()) {
-      Error(o, "--plot: " + s.ToString());
-      return 1;
-    }
+    Status s = WritePlot(report, o.plot_path);
+    if (!s.ok()) return tools::ReportError(ToolName(o), "--plot: " + s.ToString(), 1);
   }
   return 0;
 }
 
+// Client mode (and --local, which first starts its server): run, print, write the reports.
+int RunAgainstServer(const ToolOptions& o) {
+  std::optional<LocalServer> local;
+  std::string address;
+  if (o.local) {
+    auto spawned = LocalServer::Spawn(LocalServerArgs(o), Millis(o.config.timeout_ms + 5000));
+    if (!spawned.ok()) {
+      return tools::ReportError(ToolName(o), "--local: " + spawned.status().ToString(), 1);
+    }
+    local.emplace(std::move(spawned).value());
+    address = local->address();
+  } else {
+    address = ClientAddress(o);
+  }
+  // Text goes to stdout unless a machine-readable format claims it.
+  FILE* text = (o.json_path == "-" || o.csv_path == "-" || o.plot_path == "-") ? stderr : stdout;
+  Result<Report> report = RunClient(o.peer, o.config, address, PrintRows(text));
+  Status server_status;
+  if (local) server_status = local->Wait(Millis(o.config.timeout_ms + 5000));
+  if (!report.ok()) return tools::ReportError(ToolName(o), report.status().ToString(), 1);
+  std::fputs(FormatTextFooter().c_str(), text);
+  std::fflush(text);
+  if (!server_status.ok()) {
+    return tools::ReportError(ToolName(o), "--local server: " + server_status.ToString(), 1);
+  }
+  return WriteReports(o, *report);
+}
+
+}  // namespace
+
+int Execute(const ToolOptions& o) {
+  const bool server_mode = o.address.empty() && !o.local;
+  return server_mode ? ServeOneClient(o) : RunAgainstServer(o);
+}
+
 int ParseAndExecute(CLI::App& app, ToolOptions& o, int argc, char** argv) {
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    return code == 0 ? 0 : 2;
-  }
+  if (std::optional<int> code = tools::ParseCommandLine(app, argc, argv)) return *code;
   Status s = Resolve(o);
-  if (!s.ok()) {
-    Error(o, s.message());
-    std::fprintf(stderr, "Run with --help for usage.\n");
-    return 2;
-  }
+  if (!s.ok()) return tools::ReportError(ToolName(o), s.message(), 2);
   return Execute(o);
 }
 

@@ -56,9 +56,6 @@ std::string ClientAddress(const ToolOptions& o);
 // Runs the resolved options: server, client or --local. Prints results; returns the exit code.
 int Execute(const ToolOptions& o);
 
-// Writes `text` to `path`, or to stdout for "-".
-Status WriteOutput(const std::string& path, const std::string& text);
-
 // Parses argv into `o` and runs it: the whole of a tool's main after its flags are declared.
 int ParseAndExecute(CLI::App& app, ToolOptions& o, int argc, char** argv);
 

@@ -7,25 +7,18 @@
 #include <utility>
 
 #include "tools/bench/timer.h"
+#include "tools/common/output.h"
 #include "tools/plot/json.h"
 #include "tools/plot/plot.h"
 
 namespace ferry::bench {
+
+using tools::Finite;
+using tools::kReportRule;
+using tools::Printf;
+using tools::ReportLine;
+
 namespace {
-
-constexpr const char* kRule =
-    "---------------------------------------------------------------------------------------\n";
-
-// A finite number for JSON/CSV (the formats have no NaN or infinity).
-double Finite(double v) {
-  return std::isfinite(v) ? v : 0.0;
-}
-
-std::string Printf(const char* fmt, auto... args) {
-  char buf[512];
-  std::snprintf(buf, sizeof buf, fmt, args...);
-  return buf;
-}
 
 // The first of `keys` each device reports (backends name these differently): one value when all
 // devices agree, else "dev=value, ...", or "n/a" when none reports it.
@@ -53,10 +46,6 @@ std::string FindAttribute(const std::vector<DeviceInfo>& devices,
 std::string Title(const RunHeader& h) {
   std::string op(BenchOpName(h.config.op));
   return "Ferry " + op + (h.config.mode == Mode::kLatency ? " latency test" : " bandwidth test");
-}
-
-std::string Line(const char* key, const std::string& value) {
-  return Printf(" %-16s: %s\n", key, value.c_str());
 }
 
 std::string OnOff(bool b) {
@@ -99,39 +88,39 @@ std::vector<std::string> CsvColumns(Mode mode) {
 
 std::string FormatTextHeader(const RunHeader& h) {
   const BenchConfig& c = h.config;
-  std::string out = kRule;
+  std::string out = kReportRule;
   out += Printf("%*s%s\n", 20, "", Title(h).c_str());
-  out += Line("Transport", h.transport);
+  out += ReportLine("Transport", h.transport);
   std::string devs;
   for (const DeviceInfo& d : h.devices) {
     if (!devs.empty()) devs += ", ";
     devs += d.name + (d.kind.empty() ? "" : " (" + d.kind + ")");
   }
-  out += Line("Device", devs.empty() ? "n/a" : devs);
-  out += Line("MTU", FindAttribute(h.devices, {"active_mtu", "mtu", "max_mtu"}));
-  out += Line("GID index", FindAttribute(h.devices, {"gid_index", "sgid_index"}));
-  out += Line("Inline size",
-              FindAttribute(h.devices, {"max_inline", "inline_size", "max_inline_data"}));
-  out += Line("Operation", std::string(BenchOpName(c.op)));
-  out += Line("Endpoints", std::to_string(c.endpoints) + (c.bidir ? " per direction" : ""));
-  out += Line("Threads", std::to_string(c.threads));
+  out += ReportLine("Device", devs.empty() ? "n/a" : devs);
+  out += ReportLine("MTU", FindAttribute(h.devices, {"active_mtu", "mtu", "max_mtu"}));
+  out += ReportLine("GID index", FindAttribute(h.devices, {"gid_index", "sgid_index"}));
+  out += ReportLine("Inline size",
+                    FindAttribute(h.devices, {"max_inline", "inline_size", "max_inline_data"}));
+  out += ReportLine("Operation", std::string(BenchOpName(c.op)));
+  out += ReportLine("Endpoints", std::to_string(c.endpoints) + (c.bidir ? " per direction" : ""));
+  out += ReportLine("Threads", std::to_string(c.threads));
   if (c.mode == Mode::kBandwidth) {
-    out += Line("TX depth", std::to_string(c.depth));
-    out += Line("Bidirectional", OnOff(c.bidir));
+    out += ReportLine("TX depth", std::to_string(c.depth));
+    out += ReportLine("Bidirectional", OnOff(c.bidir));
   }
   if (UsesRows(c.op)) {
-    out += Line("Rows", std::to_string(c.rows) + " x " + std::to_string(c.row_size) + " B in a " +
-                            std::to_string(c.region_size) + " B region");
+    out += ReportLine("Rows", std::to_string(c.rows) + " x " + std::to_string(c.row_size) +
+                                  " B in a " + std::to_string(c.region_size) + " B region");
   }
-  out += Line("Iterations", c.duration_s > 0 ? Printf("%g s per size", c.duration_s)
-                                             : std::to_string(c.iters) + " per size");
-  out += Line("Checks", ChecksLine(c));
+  out += ReportLine("Iterations", c.duration_s > 0 ? Printf("%g s per size", c.duration_s)
+                                                   : std::to_string(c.iters) + " per size");
+  out += ReportLine("Checks", ChecksLine(c));
   if (c.mode == Mode::kLatency) {
     const bool full = IsRead(c.op);
-    out += Line("Latency", full ? "full round trip" : "half round trip (ping-pong)");
-    out += Line("Timer", TickClock::Get().description());
+    out += ReportLine("Latency", full ? "full round trip" : "half round trip (ping-pong)");
+    out += ReportLine("Timer", TickClock::Get().description());
   }
-  out += kRule;
+  out += kReportRule;
   if (c.mode == Mode::kLatency) {
     out +=
         " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]"
@@ -163,7 +152,7 @@ std::string FormatTextRow(const RunHeader& h, const BandwidthRow& r) {
 }
 
 std::string FormatTextFooter() {
-  return kRule;
+  return kReportRule;
 }
 
 std::string FormatText(const Report& report) {

@@ -1,6 +1,7 @@
 #include "tools/common/command.h"
 
 #include <cctype>
+#include <cstdio>
 #include <memory>
 #include <sstream>
 #include <utility>
@@ -100,6 +101,32 @@ void SetUpCommand(CLI::App& app, CommandDoc doc) {
   app.set_help_flag("-h,--help", "print this help and exit");
   app.set_version_flag("--version", VersionLine(doc.name), "print the version and exit");
   app.formatter(std::make_shared<ManFormatter>(std::move(doc)));
+}
+
+std::optional<int> ParseCommandLine(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
+  return std::nullopt;
+}
+
+int ReportError(std::string_view tool, const std::string& message, int code) {
+  std::fprintf(stderr, "%.*s: error: %s\n", static_cast<int>(tool.size()), tool.data(),
+               message.c_str());
+  if (code == 2) std::fprintf(stderr, "Run with --help for usage.\n");
+  return code;
+}
+
+Result<std::pair<std::string, std::string>> SplitKeyValue(std::string_view flag,
+                                                          const std::string& text) {
+  const size_t eq = text.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    return InvalidArgument(std::string(flag) + " '" + text + "' is not KEY=VALUE");
+  }
+  return std::pair(text.substr(0, eq), text.substr(eq + 1));
 }
 
 }  // namespace ferry::tools

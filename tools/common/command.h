@@ -8,13 +8,21 @@
 //               VERSION.
 //
 // Usage: build the CLI::App as usual, then call SetUpCommand() before parsing. It replaces the
-// app's name, description, footer and formatter. Not thread-safe (command-line setup only).
+// app's name, description, footer and formatter; then ParseCommandLine() parses, and the
+// errors a tool finds afterwards go out through ReportError(). Not thread-safe (command-line setup
+// and the main thread's error reporting only).
+//
+// Exit codes every command shares: 0 success (and --help, --version), 2 bad command line.
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
+
+#include "transport/status.h"
 
 namespace ferry::tools {
 
@@ -32,5 +40,18 @@ struct CommandDoc {
 std::string VersionLine(std::string_view name);
 
 void SetUpCommand(CLI::App& app, CommandDoc doc);
+
+// Parses argv into the app's flags. nullopt: go on; otherwise the exit code main returns (0
+// after --help / --version, 2 after a parse error, which CLI11 has printed).
+std::optional<int> ParseCommandLine(CLI::App& app, int argc, char** argv);
+
+// Prints "<tool>: error: <message>" on stderr, and "Run with --help for usage." when `code` is 2
+// (bad command line). Returns `code`.
+int ReportError(std::string_view tool, const std::string& message, int code);
+
+// "KEY=VALUE" (KEY not empty) as (KEY, VALUE); else kInvalidArgument
+// "<flag> '<text>' is not KEY=VALUE".
+Result<std::pair<std::string, std::string>> SplitKeyValue(std::string_view flag,
+                                                          const std::string& text);
 
 }  // namespace ferry::tools

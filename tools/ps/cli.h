@@ -26,25 +26,19 @@
 namespace ferry::psbench {
 
 struct CliOptions {
-  // Raw flag values; Resolve turns them into a BenchOptions.
+  // The flags that are BenchOptions fields as they stand (--latency, --dim, --pipeline, --dedupe,
+  // --populate, --check, --one-sided, --fp16-pull, --fp16-push, --replicas, --push-filter,
+  // --seed); Resolve starts from these and fills in the rest.
+  BenchOptions direct;
+  // Raw flag values; Resolve turns them into the other BenchOptions fields.
   std::string ops = "all";
-  bool latency = false;
   uint32_t keys = 0, iters = 0, warmup = 0;  // 0: the mode's default
   bool warmup_set = false;
-  uint32_t dim = 16;
-  uint32_t pipeline = 2;
   bool unique = false;
-  double zipf = -1;  // < 0: not given
-  bool dedupe = false;
+  double zipf = -1;        // < 0: not given
   uint64_t key_space = 0;  // 0: max(1000000, keys)
   std::string optimizer = "adagrad";
   float learning_rate = 0.05f;
-  bool populate = true, check = true;
-  bool one_sided = false;
-  bool fp16_pull = false, fp16_push = false;
-  uint32_t replicas = 1;
-  float push_filter = 0.0f;
-  uint64_t seed = 1;
   uint32_t servers = 0, workers = 0;  // 0: from the launcher or the rank count
   std::string role_rule = "auto";
   std::string transport;  // empty: FERRY_TRANSPORT, else auto

@@ -26,9 +26,16 @@
 #include <nlohmann/json.hpp>
 
 #include "ferry_config.h"
+#include "tools/common/output.h"
 #include "tools/ps/ps_bench.h"
 
 namespace ferry::psbench {
+
+using tools::Finite;
+using tools::kReportRule;
+using tools::Printf;
+using tools::ReportLine;
+
 namespace {
 
 constexpr uint32_t kMagic = 0x31425350;  // "PSB1"
@@ -63,23 +70,6 @@ class Reader {
   std::span<const uint8_t> in_;
   size_t pos_ = 0;
 };
-
-double Finite(double v) {
-  return std::isfinite(v) ? v : 0.0;
-}
-
-std::string Printf(const char* fmt, auto... args) {
-  char buf[512];
-  std::snprintf(buf, sizeof buf, fmt, args...);
-  return buf;
-}
-
-constexpr const char* kRule =
-    "---------------------------------------------------------------------------------------\n";
-
-std::string Line(const char* key, const std::string& value) {
-  return Printf(" %-16s: %s\n", key, value.c_str());
-}
 
 std::string Params(const std::map<std::string, std::string>& params) {
   std::string out;
@@ -211,19 +201,21 @@ Result<std::vector<OpSummary>> MergeResults(const std::vector<WorkerResult>& wor
 
 std::string FormatText(const BenchReport& r) {
   const BenchOptions& o = r.options;
-  std::string out = kRule;
+  std::string out = kReportRule;
   out += Printf(
       "%*s%s\n", 16, "",
       o.latency ? "Ferry parameter-server latency test" : "Ferry parameter-server throughput test");
   const std::string params = Params(o.transport_params);
-  out += Line("Transport", r.transport + (params.empty() ? "" : " (" + params + ")"));
-  out += Line("Job", Printf("%u server%s, %u worker%s (%s, %d rank%s, launcher %s), asp", o.servers,
-                            o.servers == 1 ? "" : "s", o.workers, o.workers == 1 ? "" : "s",
-                            std::string(ps::RoleRuleName(o.role_rule)).c_str(), r.ranks,
-                            r.ranks == 1 ? "" : "s", r.launcher.c_str()));
-  out += Line("Table", Printf("%u floats per row (%u B of payload, %u B stride on a server), %s",
-                              o.dim, o.dim * 4, r.row_stride,
-                              std::string(ps::OptimizerName(o.optimizer.kind)).c_str()));
+  out += ReportLine("Transport", r.transport + (params.empty() ? "" : " (" + params + ")"));
+  out += ReportLine("Job",
+                    Printf("%u server%s, %u worker%s (%s, %d rank%s, launcher %s), asp", o.servers,
+                           o.servers == 1 ? "" : "s", o.workers, o.workers == 1 ? "" : "s",
+                           std::string(ps::RoleRuleName(o.role_rule)).c_str(), r.ranks,
+                           r.ranks == 1 ? "" : "s", r.launcher.c_str()));
+  out +=
+      ReportLine("Table", Printf("%u floats per row (%u B of payload, %u B stride on a server), %s",
+                                 o.dim, o.dim * 4, r.row_stride,
+                                 std::string(ps::OptimizerName(o.optimizer.kind)).c_str()));
   std::string space = std::to_string(o.key_spec.space) + " keys";
   if (o.populate) {
     space += Printf(", populated in %.3f s (%.2f M rows/s)", r.populate_seconds,
@@ -233,32 +225,32 @@ std::string FormatText(const BenchReport& r) {
   } else {
     space += ", not populated (first touches insert rows)";
   }
-  out += Line("Key space", space);
-  out += Line("Keys per op", std::to_string(o.keys) + ", " + Distribution(o));
+  out += ReportLine("Key space", space);
+  out += ReportLine("Keys per op", std::to_string(o.keys) + ", " + Distribution(o));
   if (o.one_sided) {
-    out += Line("Pulls",
-                "one-sided where slots are known (--one-sided); requests/op counts the "
-                "request path only");
+    out += ReportLine("Pulls",
+                      "one-sided where slots are known (--one-sided); requests/op counts the "
+                      "request path only");
   }
   if (o.fp16_pull || o.fp16_push || o.push_filter > 0) {
     std::string wire;
     if (o.fp16_pull) wire += "pulls fp16 (--fp16-pull); ";
     if (o.fp16_push) wire += "pushes fp16 (--fp16-push); ";
     if (o.push_filter > 0) wire += Printf("push filter |g| < %g dropped", o.push_filter);
-    out += Line("Wire", wire);
+    out += ReportLine("Wire", wire);
   }
   if (o.replicas > 1) {
-    out += Line("Replicas", Printf("%u (each push is applied on %u servers before it is "
-                                   "acknowledged)",
-                                   o.replicas, o.replicas));
+    out += ReportLine("Replicas", Printf("%u (each push is applied on %u servers before it is "
+                                         "acknowledged)",
+                                         o.replicas, o.replicas));
   }
-  out += Line("In flight", o.latency ? std::string("1 op per worker (synchronous)")
-                                     : std::to_string(o.pipeline) + " ops per worker");
-  out += Line("Iterations", Printf("%u per worker and op (+%u warmup)", o.iters, o.warmup));
-  out += Line("Check", o.check ? Printf("ON (untimed pass: %llu rows verified)",
-                                        static_cast<unsigned long long>(r.checked_rows))
-                               : std::string("OFF"));
-  out += kRule;
+  out += ReportLine("In flight", o.latency ? std::string("1 op per worker (synchronous)")
+                                           : std::to_string(o.pipeline) + " ops per worker");
+  out += ReportLine("Iterations", Printf("%u per worker and op (+%u warmup)", o.iters, o.warmup));
+  out += ReportLine("Check", o.check ? Printf("ON (untimed pass: %llu rows verified)",
+                                              static_cast<unsigned long long>(r.checked_rows))
+                                     : std::string("OFF"));
+  out += kReportRule;
   if (o.latency) {
     out +=
         " #op        #keys    #iterations  t_min[usec]  t_max[usec]  t_typical[usec]"
@@ -280,7 +272,7 @@ std::string FormatText(const BenchReport& r) {
                     s.gb_per_sec, s.ops_per_sec, s.usec.typical, s.usec.p99);
     }
   }
-  return out + kRule;
+  return out + kReportRule;
 }
 
 std::string FormatJson(const BenchReport& r) {

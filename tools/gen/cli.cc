@@ -1,0 +1,155 @@
+// ferry-gen's flags, their resolution into GenOptions, and the run (see cli.h).
+#include "tools/gen/cli.h"
+
+#include <charconv>
+#include <cstdio>
+#include <optional>
+
+#include "tools/common/command.h"
+#include "tools/common/output.h"
+
+namespace ferry::gen {
+
+using tools::Printf;
+
+void AddFlags(CLI::App& app, GenFlags& f) {
+  models::GenOptions& o = f.direct;
+  app.add_option("--samples", f.samples, "training samples (e.g. 1000000, 1e6, 1M)")->required();
+  app.add_option("--out", o.out, "training file to write")->required();
+  app.add_option("--test-samples", f.test_samples, "held-out samples, written to --test-out")
+      ->capture_default_str();
+  app.add_option("--test-out", o.test_out, "held-out file to write");
+  app.add_option("--format", f.format, "output format: libsvm, libffm or criteo")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"libsvm", "libffm", "criteo"}));
+  app.add_option("--layout", f.layout, "ctr (one value per field) or text (bags of words)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"ctr", "text"}));
+  app.add_option("--fields", o.fields, "categorical fields (criteo: 26; not text)")
+      ->capture_default_str();
+  app.add_option("--vocab", o.vocab, "distinct values per field; text: words in the vocabulary")
+      ->capture_default_str();
+  app.add_option("--features", f.features,
+                 "total distinct values over all fields instead of --vocab (e.g. 16777216)");
+  app.add_option("--zipf", o.zipf, "Zipf exponent of value / word frequencies (0: uniform)")
+      ->capture_default_str();
+  app.add_option("--words", o.words, "text: mean tokens per document")->capture_default_str();
+  app.add_option("--numeric", o.numeric, "count-valued numeric features (criteo: 13)")
+      ->capture_default_str();
+  app.add_option("--truth", f.truth, "hidden model: lr, fm, ffm or mlp (text: lr)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"lr", "fm", "ffm", "mlp"}));
+  app.add_option("--factors", o.factors, "fm, ffm: factor length; mlp: embedding length")
+      ->capture_default_str();
+  app.add_option("--hidden", o.hidden, "mlp: hidden units")->capture_default_str();
+  app.add_option("--logit-sd", o.logit_sd,
+                 "standard deviation of the truth's logits, (0, 10]: 1.5 gives a Bayes AUC "
+                 "about 0.82, 4 about 0.95")
+      ->capture_default_str();
+  app.add_option("--positive-rate", o.positive_rate, "mean click probability, (0, 1)")
+      ->capture_default_str();
+  app.add_option("--truth-out", o.truth_out, "write the truth model (text) to this file");
+  app.add_flag("--gzip", o.gzip, "gzip the data files (level 1)");
+  app.add_option("--seed", o.seed, "random seed: same flags and seed, same bytes")
+      ->capture_default_str();
+  app.add_flag("-q,--quiet", f.quiet, "do not print the summary");
+}
+
+Result<uint64_t> ParseCount(const std::string& flag, const std::string& text) {
+  double v = 0;
+  const auto r = std::from_chars(text.data(), text.data() + text.size(), v);
+  size_t used = r.ec == std::errc() ? static_cast<size_t>(r.ptr - text.data()) : 0;
+  double mult = 1;
+  if (used + 1 == text.size()) {
+    switch (text[used]) {
+      case 'k':
+      case 'K':
+        mult = 1e3;
+        break;
+      case 'm':
+      case 'M':
+        mult = 1e6;
+        break;
+      case 'g':
+      case 'G':
+        mult = 1e9;
+        break;
+      default:
+        used = 0;
+    }
+  } else if (used != text.size()) {
+    used = 0;
+  }
+  v *= mult;
+  if (used == 0 || !(v >= 0) || v > 1e15 || v != static_cast<double>(static_cast<uint64_t>(v))) {
+    return InvalidArgument(flag + " '" + text + "' is not a count (e.g. 1000000, 1e6 or 1M)");
+  }
+  return static_cast<uint64_t>(v);
+}
+
+Result<models::GenOptions> Resolve(const GenFlags& f) {
+  models::GenOptions o = f.direct;
+  FERRY_ASSIGN_OR_RETURN(o.samples, ParseCount("--samples", f.samples));
+  FERRY_ASSIGN_OR_RETURN(o.test_samples, ParseCount("--test-samples", f.test_samples));
+  FERRY_ASSIGN_OR_RETURN(o.features, ParseCount("--features", f.features));
+  FERRY_ASSIGN_OR_RETURN(o.format, models::ParseFormat(f.format));
+  FERRY_ASSIGN_OR_RETURN(o.truth, models::ParseTruth(f.truth));
+  FERRY_ASSIGN_OR_RETURN(o.layout, models::ParseLayout(f.layout));
+  const bool text = o.layout == models::Layout::kText;
+  if (text && f.fields_given) {
+    return InvalidArgument(
+        "--fields does not apply to --layout text (the vocabulary is one field; use --vocab)");
+  }
+  if (!text && f.words_given) return InvalidArgument("--words applies to --layout text only");
+  if (o.format == models::Format::kCriteo && !text) {
+    if (!f.fields_given) o.fields = models::kCriteoCatColumns;
+    if (!f.numeric_given) o.numeric = models::kCriteoIntColumns;
+  }
+  return o;
+}
+
+std::string FormatSummary(const models::GenOptions& o, const models::GenSummary& s) {
+  std::string out =
+      Printf("wrote %llu samples to %s (positive rate %.4f)\n",
+             static_cast<unsigned long long>(s.samples), o.out.c_str(), s.positive_rate);
+  if (s.test_samples > 0) {
+    out += Printf("wrote %llu samples to %s (positive rate %.4f)\n",
+                  static_cast<unsigned long long>(s.test_samples), o.test_out.c_str(),
+                  s.test_positive_rate);
+  }
+  if (!o.truth_out.empty()) out += "wrote the truth model to " + o.truth_out + "\n";
+  const std::string truth(models::TruthName(o.truth));
+  if (o.layout == models::Layout::kText) {
+    out += Printf(
+        "truth %s on text: %llu words; %.1f tokens, %.1f distinct words per document; "
+        "bias %.4f, scale %.4f\n",
+        truth.c_str(), static_cast<unsigned long long>(s.total_vocab), s.mean_tokens,
+        s.mean_features, s.bias, s.scale);
+  } else {
+    out += Printf(
+        "truth %s: %llu categorical values in %u fields, %u numeric; bias %.4f, scale %.4f\n",
+        truth.c_str(), static_cast<unsigned long long>(s.total_vocab), o.fields, o.numeric, s.bias,
+        s.scale);
+  }
+  out += Printf("bayes (truth model on the %s set): logloss %.5f  auc %.5f\n",
+                s.on_test ? "test" : "training", s.bayes_logloss, s.bayes_auc);
+  return out;
+}
+
+int ParseAndExecute(CLI::App& app, GenFlags& f, int argc, char** argv) {
+  if (std::optional<int> code = tools::ParseCommandLine(app, argc, argv)) return *code;
+  f.fields_given = app.count("--fields") > 0;
+  f.words_given = app.count("--words") > 0;
+  f.numeric_given = app.count("--numeric") > 0;
+  auto o = Resolve(f);
+  if (!o.ok()) return tools::ReportError("ferry-gen", o.status().message(), 2);
+  auto summary = models::Generate(*o);
+  if (!summary.ok()) {
+    const bool usage = summary.status().code() == Code::kInvalidArgument;
+    return tools::ReportError("ferry-gen", summary.status().message(), usage ? 2 : 1);
+  }
+  if (!f.quiet) std::fputs(FormatSummary(*o, *summary).c_str(), stdout);
+  return 0;
+}
+
+}  // namespace ferry::gen

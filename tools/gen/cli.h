@@ -1,0 +1,48 @@
+// ferry-gen's command line and run (the tool's main is SetUpCommand + AddFlags +
+// ParseAndExecute; the generator itself is models/data/gen.h).
+//
+// Flags in, GenOptions out: the counts accept "1000000", "1e6" or "1M"; --fields and --words
+// belong to one layout each; --format criteo without --fields / --numeric takes Criteo's column
+// counts. Exit codes: 0 success (and --help), 2 bad command line, 1 I/O failure.
+//
+// Thread-safety: command-line setup and the main thread only. Resolve, ParseCount and
+// FormatSummary are pure.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+
+#include "models/data/gen.h"
+#include "transport/status.h"
+
+namespace ferry::gen {
+
+struct GenFlags {
+  // Flags that are GenOptions fields as they stand (--out, --vocab, --zipf, ...).
+  models::GenOptions direct;
+  // Raw flag values; Resolve turns them into the other GenOptions fields.
+  std::string samples, test_samples = "0", features = "0";
+  std::string format = "libsvm", truth = "lr", layout = "ctr";
+  bool quiet = false;
+  // Whether --fields, --words, --numeric were given (set after parsing).
+  bool fields_given = false, words_given = false, numeric_given = false;
+};
+
+// The flag table.
+void AddFlags(CLI::App& app, GenFlags& f);
+
+// "1000000", "1e6" or "1M" (k, M, G suffixes) as a whole count up to 1e15; kInvalidArgument
+// "<flag> '<text>' is not a count (e.g. 1000000, 1e6 or 1M)" otherwise.
+Result<uint64_t> ParseCount(const std::string& flag, const std::string& text);
+
+// The options Generate() runs with; kInvalidArgument (naming the flag) on bad usage.
+Result<models::GenOptions> Resolve(const GenFlags& f);
+
+// What ferry-gen prints after a run: the files written, the truth model, the Bayes figures.
+std::string FormatSummary(const models::GenOptions& o, const models::GenSummary& s);
+
+// Parses argv into `f`, generates, prints the summary (unless --quiet); returns the exit code.
+int ParseAndExecute(CLI::App& app, GenFlags& f, int argc, char** argv);
+
+}  // namespace ferry::gen

@@ -1,0 +1,189 @@
+// ferry-train's and ferry-predict's runs (see cli.h).
+#include "tools/train/cli.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <vector>
+
+#include "models/io/model_reader.h"
+#include "models/train/auto_settings.h"
+#include "models/train/model_def.h"
+#include "ps/launch/launch_env.h"
+#include "ps/launch/local_cluster.h"
+#include "ps/node.h"
+#include "tools/common/command.h"
+#include "tools/common/output.h"
+
+namespace ferry::train {
+namespace {
+
+using tools::Printf;
+
+// "ferry-train: <who><status>"; a failed job exits 1.
+int TrainFailed(const std::string& who, const Status& s) {
+  std::fprintf(stderr, "ferry-train: %s%s\n", who.c_str(), s.ToString().c_str());
+  return 1;
+}
+
+std::string SelfPath(const char* argv0) {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return argv0;
+  buf[n] = '\0';
+  return buf;
+}
+
+// The embedded default: a local cluster of copies of this program. Unreadable data or a model
+// that cannot be defined fails here, once, before any rank starts.
+int RunLocalCluster(const models::TrainOptions& o, int argc, char** argv) {
+  auto resolved = models::ResolveAutoSettings(o);
+  if (!resolved.ok()) return TrainFailed("", resolved.status());
+  if (auto def = models::DefineModel(*resolved); !def.ok()) return TrainFailed("", def.status());
+  ps::LocalClusterOptions lc;
+  lc.argv.push_back(SelfPath(argv[0]));
+  for (int i = 1; i < argc; ++i) lc.argv.push_back(argv[i]);
+  lc.servers = o.servers;
+  lc.workers = o.workers;
+  lc.replicas = o.replicas;
+  lc.transport = o.transport;
+  lc.name = "ferry-train";
+  auto rc = ps::RunLocalCluster(lc);
+  if (!rc.ok()) return TrainFailed("", rc.status());
+  return *rc;
+}
+
+// One rank of a job: every rank resolves the data-size rule alike (the servers' steps may depend
+// on it), then defines the same model, joins and runs its part.
+int RunRank(const CLI::App& app, models::TrainOptions o, const ps::LaunchEnv& env) {
+  auto resolved = models::ResolveAutoSettings(o);
+  if (!resolved.ok()) return TrainFailed("", resolved.status());
+  o = *resolved;
+  auto def = models::DefineModel(o);
+  if (!def.ok()) return TrainFailed("", def.status());
+  auto job = models::MakeJob(o, *def);
+  if (!job.ok()) return TrainFailed("", job.status());
+  if (env.launcher != ps::Launcher::kFerry) {
+    // mpirun/srun: the counts not given on the command line follow from the job's size.
+    if (app.count("--workers") == 0) job->workers = 0;
+    if (app.count("--servers") == 0 && app.count("--workers") == 0) {
+      job->servers = static_cast<uint32_t>(std::max(1, env.size / 2));
+    }
+  }
+  auto shape = ps::ReadLaunchShape();
+  if (!shape.ok()) return TrainFailed("", shape.status());
+  if (Status s = ps::ApplyLaunchShape(*shape, env, &*job); !s.ok()) return TrainFailed("", s);
+  o.servers = job->servers;
+  o.workers = job->workers;
+  const std::string who = "rank " + std::to_string(env.rank) + ": ";
+  auto node = ps::Node::Start(*job, env);
+  if (!node.ok()) return TrainFailed(who, node.status());
+  models::TrainReport report;
+  Status s = models::RunTraining(**node, o, *def, &report);
+  ps::Worker* w = (*node)->worker();
+  if (s.ok() && w != nullptr && w->index() == 0) {
+    auto transport = ps::ResolveTransportName(*job);
+    std::fputs(FormatTrainSummary(models::ModelKindName(o.model), job->servers, job->workers,
+                                  transport.ok() ? *transport : "?", report)
+                   .c_str(),
+               stdout);
+    std::fflush(stdout);
+  }
+  if (!s.ok()) return TrainFailed(who, s);
+  return 0;
+}
+
+}  // namespace
+
+std::string FormatTrainSummary(std::string_view model, uint32_t servers, uint32_t workers,
+                               const std::string& transport, const models::TrainReport& report) {
+  std::string out = Printf(
+      "ferry-train: %s on %u servers + %u workers over %s: %llu samples in %.1f s "
+      "(%.0f samples/s)",
+      std::string(model).c_str(), servers, workers, transport.c_str(),
+      static_cast<unsigned long long>(report.samples), report.train_seconds,
+      report.samples_per_sec);
+  out += Printf(", %u epoch%s", report.epochs, report.epochs == 1 ? "" : "s");
+  if (report.refit) {
+    out += Printf(" (refit: %u on all lines)", report.kept_epoch);
+  } else if (report.kept_epoch != report.epochs) {
+    out += Printf(" (kept epoch %u)", report.kept_epoch);
+  }
+  if (report.test.count > 0) {
+    out += Printf("; test logloss %.5f, AUC %.5f (%llu samples), calibration %.3f",
+                  report.test.logloss, report.test.auc,
+                  static_cast<unsigned long long>(report.test.count), report.test.calibration);
+  }
+  if (report.malformed > 0) {
+    out +=
+        Printf("; %llu malformed lines skipped", static_cast<unsigned long long>(report.malformed));
+  }
+  return out + "\n";
+}
+
+int TrainParseAndExecute(CLI::App& app, models::TrainOptions& o, models::TrainFlagText& text,
+                         int argc, char** argv) {
+  if (std::optional<int> code = tools::ParseCommandLine(app, argc, argv)) return *code;
+  if (Status s = models::FinalizeTrainFlags(text, &o); !s.ok()) {
+    std::fprintf(stderr, "ferry-train: error: %s\n", s.message().c_str());
+    return 2;
+  }
+  auto env = ps::DetectLaunchEnv();
+  if (!env.ok()) return TrainFailed("", env.status());
+  if (env->launcher == ps::Launcher::kNone) return RunLocalCluster(o, argc, argv);
+  return RunRank(app, o, *env);
+}
+
+void AddPredictFlags(CLI::App& app, PredictFlags& f) {
+  models::PredictOptions& o = f.options;
+  app.add_option("MODEL", f.model_path, "model file (binary or text)")->required();
+  app.add_option("FILE", o.files, "samples to score (plain or gzip)")->required();
+  app.add_option("--format", o.format, "libsvm, criteo or libffm (default: the model's)")
+      ->check(CLI::IsMember({"libsvm", "svmlight", "criteo", "libffm"}));
+  app.add_option("-o,--out", f.out_path, "where the probabilities go (- for stdout)")
+      ->capture_default_str();
+  app.add_option("--field-map", o.field_map,
+                 "libsvm field map (default: the one the model was trained with)");
+  app.add_option("--threads", o.parse_threads, "parsing threads")->check(CLI::Range(1, 64));
+  app.add_flag("--strict", o.strict, "a malformed line is fatal (default: report, skip, count)");
+  app.add_flag("--summary", f.summary, "print logloss and AUC against the files' labels on stderr");
+}
+
+int PredictParseAndExecute(CLI::App& app, PredictFlags& f, int argc, char** argv) {
+  if (std::optional<int> code = tools::ParseCommandLine(app, argc, argv)) return *code;
+  auto model = models::ReadModelFile(f.model_path);
+  if (!model.ok()) {
+    std::fprintf(stderr, "ferry-predict: %s: %s\n", f.model_path.c_str(),
+                 model.status().ToString().c_str());
+    return 1;
+  }
+  std::FILE* out = stdout;
+  if (f.out_path != "-") {
+    out = std::fopen(f.out_path.c_str(), "w");
+    if (out == nullptr) {
+      std::fprintf(stderr, "ferry-predict: cannot write %s: %s\n", f.out_path.c_str(),
+                   std::strerror(errno));
+      return 1;
+    }
+  }
+  models::PredictReport report;
+  Status s = models::Predict(*model, f.options, out, &report);
+  if (out != stdout && std::fclose(out) != 0 && s.ok()) {
+    s = IoError("close " + f.out_path, errno);
+  }
+  if (!s.ok()) {
+    std::fprintf(stderr, "ferry-predict: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  if (f.summary) {
+    std::fprintf(stderr, "ferry-predict: %llu samples, logloss %.5f, AUC %.5f\n",
+                 static_cast<unsigned long long>(report.samples), report.logloss, report.auc);
+  }
+  return 0;
+}
+
+}  // namespace ferry::train
