@@ -127,20 +127,8 @@ Result<std::unique_ptr<Node>> Node::Start(const JobSpec& spec, const LaunchEnv& 
 
 Result<std::unique_ptr<Transport>> Node::CreateDataTransport(const JobSpec& job, Role role,
                                                              uint32_t index) {
-  TransportOptions o;
-  o.params = job.transport_params;
-  o.peer_timeout = job.peer_timeout;
-  o.secret = job.secret;
-  o.max_endpoints = job.servers + job.workers + 16;
-  // The largest op: a request of max_keys_per_request keys with fp32 gradients of the widest
-  // table, or a reply of that many rows.
-  uint64_t widest = 1;
-  for (const TableSpec& t : job.tables) widest = std::max<uint64_t>(widest, t.dim);
-  o.max_message_size = std::max<uint64_t>(
-      job.arena_bytes,
-      RequestRingBytes(RequestType::kPushPull, 0, job.max_keys_per_request, widest));
-  o.max_segments = std::max<uint64_t>(1u << 20, job.max_keys_per_request + 8);
-  o.hello_info = role == Role::kWorker ? EncodeWorkerHello(index) : EncodeServerHello(index);
+  TransportOptions o = DataTransportOptions(
+      job, role == Role::kWorker ? EncodeWorkerHello(index) : EncodeServerHello(index));
   FERRY_ASSIGN_OR_RETURN(std::string name, ResolveTransportName(job));
   auto t = CreateTransport(name, o);
   if (!t.ok()) {

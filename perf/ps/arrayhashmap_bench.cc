@@ -131,7 +131,7 @@ class Ferry {
       return n;
     } else {
       segs->clear();
-      (void)m_->Gather(keys, ferry::ps::RowField::kValue, 0, W, segs, nullptr);
+      (void)m_->RowSegments(keys, ferry::ps::RowField::kValue, 0, W, segs, nullptr);
       return segs->size();
     }
   }

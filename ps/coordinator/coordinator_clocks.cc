@@ -1,7 +1,7 @@
 // Barriers, clocks and gathers at the coordinator (coordinator_state.h): workers enter barriers
 // and end clocks; the coordinator releases a barrier once every running worker entered it,
 // advances the job's minimum clock (SSP/ASP) or has the servers apply a clock first (BSP), and
-// relays gather parts (Worker::AllGather).
+// relays gather parts (Worker::GatherFromWorkers).
 #include <algorithm>
 #include <cstdint>
 #include <utility>

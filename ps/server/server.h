@@ -293,6 +293,12 @@ class Server {
   void FinishSlotsFollowUp(const SlotsFollowUp& f, bool ok);
   void BumpReuseGeneration(size_t t);
   OneSided& one_sided();
+  // Registers the SlotReply scratch and the reuse generations on first use; false when that
+  // failed (once: one-sided pulls are then off on this server).
+  bool RegisterOneSided();
+  // The encoded descriptor of table `table`'s rows registration (empty when unregistered),
+  // re-encoded when the table's epoch moved.
+  const std::vector<uint8_t>& RowsDescriptorBytes(size_t table);
   void FailWorker(uint32_t w, const Status& why);
 
   JobSpec job_;

@@ -64,32 +64,32 @@ void Server::BumpReuseGeneration(size_t t) {
   std::atomic_ref<uint64_t>(word).fetch_add(1, std::memory_order_release);
 }
 
-int64_t Server::StageSlotReply(const RequestView& req, const Table& t,
-                               const std::vector<uint32_t>& slots, uint32_t* len) {
+bool Server::RegisterOneSided() {
   OneSided& os = one_sided();
-  if (os.registration_failed) return -1;
-  if (os.scratch_region == nullptr) {
-    // Room for a few full-size replies in flight at once; more wait for none (they go without).
-    const uint64_t one = SlotReplyBytes(job_.max_keys_per_request, 2 * kSlotsDescriptorRoom);
-    os.scratch.assign(4 * one, 0);
-    os.scratch_alloc = RangeAllocator(0, os.scratch.size(), 64);
-    auto scratch = data_->RegisterMemory(os.scratch.data(), os.scratch.size(), kAccessLocal);
-    auto status =
-        data_->RegisterMemory(os.generations.data(), os.generations.size() * 8, kAccessRemoteRead);
-    if (!scratch.ok() || !status.ok()) {
-      std::fprintf(stderr, "ferry server %u: one-sided pulls unavailable: %s\n", index_,
-                   (!scratch.ok() ? scratch.status() : status.status()).ToString().c_str());
-      os.registration_failed = true;
-      return -1;
-    }
-    os.scratch_region = std::move(scratch).value();
-    os.status_region = std::move(status).value();
-    os.status_descriptor = EncodeRemoteRegion(os.status_region->descriptor());
+  if (os.registration_failed) return false;
+  if (os.scratch_region != nullptr) return true;
+  // Room for a few full-size replies in flight at once; more wait for none (they go without).
+  const uint64_t one = SlotReplyBytes(job_.max_keys_per_request, 2 * kSlotsDescriptorRoom);
+  os.scratch.assign(4 * one, 0);
+  os.scratch_alloc = RangeAllocator(0, os.scratch.size(), 64);
+  auto scratch = data_->RegisterMemory(os.scratch.data(), os.scratch.size(), kAccessLocal);
+  auto status =
+      data_->RegisterMemory(os.generations.data(), os.generations.size() * 8, kAccessRemoteRead);
+  if (!scratch.ok() || !status.ok()) {
+    std::fprintf(stderr, "ferry server %u: one-sided pulls unavailable: %s\n", index_,
+                 (!scratch.ok() ? scratch.status() : status.status()).ToString().c_str());
+    os.registration_failed = true;
+    return false;
   }
-  const size_t ti = static_cast<size_t>(&t - tables_.data());
-  const ArrayHashMap& m = *t.map;
-  const uint32_t n = req.header.num_keys;
-  OneSided::RowsDescriptor& rows = os.rows_descriptors[ti];
+  os.scratch_region = std::move(scratch).value();
+  os.status_region = std::move(status).value();
+  os.status_descriptor = EncodeRemoteRegion(os.status_region->descriptor());
+  return true;
+}
+
+const std::vector<uint8_t>& Server::RowsDescriptorBytes(size_t table) {
+  const ArrayHashMap& m = *tables_[table].map;
+  OneSided::RowsDescriptor& rows = one_sided().rows_descriptors[table];
   if (rows.epoch != m.epoch()) {
     // The registration's own descriptor, not ArrayHashMap::descriptor(): that one carries the
     // table's epoch in RemoteRegion::epoch, which the ucx backend takes for its registration id
@@ -98,11 +98,22 @@ int64_t Server::StageSlotReply(const RequestView& req, const Table& t,
                                        : std::vector<uint8_t>();
     rows.epoch = m.epoch();
   }
+  return rows.bytes;
+}
+
+int64_t Server::StageSlotReply(const RequestView& req, const Table& t,
+                               const std::vector<uint32_t>& slots, uint32_t* len) {
+  if (!RegisterOneSided()) return -1;
+  OneSided& os = one_sided();
+  const size_t ti = static_cast<size_t>(&t - tables_.data());
+  const ArrayHashMap& m = *t.map;
+  const uint32_t n = req.header.num_keys;
+  const std::vector<uint8_t>& rows = RowsDescriptorBytes(ti);
   uint64_t descriptors = 0;
-  if (req.header.known_epoch != m.epoch() && !rows.bytes.empty()) {
-    descriptors = rows.bytes.size() + os.status_descriptor.size();
+  if (req.header.known_epoch != m.epoch() && !rows.empty()) {
+    descriptors = rows.size() + os.status_descriptor.size();
     // Too big for what the worker set aside (or for the header's 16-bit sizes): slots only.
-    if (rows.bytes.size() > 0xffff || os.status_descriptor.size() > 0xffff ||
+    if (rows.size() > 0xffff || os.status_descriptor.size() > 0xffff ||
         SlotReplyBytes(n, descriptors) > req.header.slots_bytes) {
       descriptors = 0;
     }
@@ -125,7 +136,7 @@ int64_t Server::StageSlotReply(const RequestView& req, const Table& t,
   h.embedding_offset = m.layout().embedding_offset;
   h.status_offset = static_cast<uint32_t>(ti * 8);
   if (descriptors != 0) {
-    h.rows_descriptor_bytes = static_cast<uint16_t>(rows.bytes.size());
+    h.rows_descriptor_bytes = static_cast<uint16_t>(rows.size());
     h.status_descriptor_bytes = static_cast<uint16_t>(os.status_descriptor.size());
   }
   std::memcpy(out, &h, sizeof h);
@@ -135,9 +146,9 @@ int64_t Server::StageSlotReply(const RequestView& req, const Table& t,
     std::memcpy(p, &s, 4);
   }
   if (descriptors != 0) {
-    if (rows.bytes.size() != 0)
-      std::memcpy(p, rows.bytes.data(), rows.bytes.size());  // data() may be null when empty
-    p += rows.bytes.size();
+    if (rows.size() != 0)
+      std::memcpy(p, rows.data(), rows.size());  // data() may be null when empty
+    p += rows.size();
     if (os.status_descriptor.size() != 0)
       std::memcpy(p, os.status_descriptor.data(),
                   os.status_descriptor.size());  // data() may be null when empty

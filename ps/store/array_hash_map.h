@@ -36,7 +36,7 @@
 //
 // Threading model: single writer per table. All mutating calls (Insert, Access, Erase,
 // Reserve, Compact, Evict*, AttachTransport) must be serialised by the caller. Const calls
-// (Find, Gather, ForEach, SaveSnapshot) may run concurrently with each other, but not with a
+// (Find, RowSegments, ForEach, SaveSnapshot) may run concurrently with each other, but not with a
 // mutation. Scale out with one table per shard and one thread per shard: ShardOf(key, n)
 // spreads keys with hash bits independent of the ones the index uses.
 //
@@ -274,12 +274,15 @@ class ArrayHashMap {
   uint64_t epoch() const { return epoch_; }
   // Ok if `epoch` names the current registration; kStale otherwise.
   Status CheckEpoch(uint64_t epoch) const;
-  // Gather: for keys[i] present, appends a Segment {local_offset = slot*stride + field offset,
+  // RowSegments: the transfer segments that move `field` of keys' rows to row i of a remote
+  // array: for keys[i] present, appends a Segment {local_offset = slot*stride + field offset,
   // remote_offset = remote_base + i*remote_stride, length = field length}; adjacent segments
   // contiguous on both sides are merged. Indices of absent keys go to *missing (may be null).
-  Status Gather(std::span<const uint64_t> keys, RowField field, uint64_t remote_base,
-                uint64_t remote_stride, std::vector<Segment>* segments,
-                std::vector<size_t>* missing) const;
+  // Lookups only (Find): a server's replies resolve slots with admission first
+  // (server_requests.cc ReplyRows) and merge their segments the same way.
+  Status RowSegments(std::span<const uint64_t> keys, RowField field, uint64_t remote_base,
+                     uint64_t remote_stride, std::vector<Segment>* segments,
+                     std::vector<size_t>* missing) const;
 
   // ---- Snapshots (snapshot.cc) ----
   // Writes header + rows + live bitmap + index to `path`.tmp with xxh3 checksums, fsyncs, and
@@ -314,7 +317,7 @@ class ArrayHashMap {
     };
   }
   // Calls found(i, FindSlot(keys[i])) for every i in order, software-pipelined (FindBatch,
-  // Gather). Three stages, each key hashed once: key i+2D's home group (tags and slot line) is
+  // RowSegments). Three stages, each key hashed once: key i+2D's home group (tags and slot line) is
   // prefetched, key i+D's first tag match names a row that is prefetched, and key i is resolved,
   // usually by one compare against that row, now in cache, else by a full probe (a false tag
   // match, an absent key, a key past its home group). One key's dependent misses (group, then

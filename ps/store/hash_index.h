@@ -108,9 +108,9 @@ class HashIndex {
     }
   }
 
-  // Batch helpers (software pipelining in FindBatch/Gather/InsertBatch). Prefetch pulls the home
-  // group's tags and slots toward the cache and returns the key's fingerprint; Peek returns the
-  // slot of the first bucket in the home group whose tag matches (no key check, so possibly
+  // Batch helpers (software pipelining in FindBatch/RowSegments/InsertBatch). Prefetch pulls the
+  // home group's tags and slots toward the cache and returns the key's fingerprint; Peek returns
+  // the slot of the first bucket in the home group whose tag matches (no key check, so possibly
   // another key's row; kNoSlot if none), to prefetch that row before the real Find.
   uint32_t Prefetch(uint64_t key) const {
     const uint32_t fp = Fingerprint(key);

@@ -48,13 +48,14 @@ Status ArrayHashMap::CheckEpoch(uint64_t epoch) const {
   return Status::Ok();
 }
 
-Status ArrayHashMap::Gather(std::span<const uint64_t> keys, RowField field, uint64_t remote_base,
-                            uint64_t remote_stride, std::vector<Segment>* segments,
-                            std::vector<size_t>* missing) const {
-  if (segments == nullptr) return InvalidArgument("Gather: segments is null");
+Status ArrayHashMap::RowSegments(std::span<const uint64_t> keys, RowField field,
+                                 uint64_t remote_base, uint64_t remote_stride,
+                                 std::vector<Segment>* segments,
+                                 std::vector<size_t>* missing) const {
+  if (segments == nullptr) return InvalidArgument("RowSegments: segments is null");
   FERRY_ASSIGN_OR_RETURN(FieldSpan span, layout_.Field(field));
   if (remote_stride < span.length) {
-    return InvalidArgument("Gather: remote_stride " + std::to_string(remote_stride) +
+    return InvalidArgument("RowSegments: remote_stride " + std::to_string(remote_stride) +
                            " is shorter than the field (" + std::to_string(span.length) +
                            " bytes); destination rows would overlap");
   }

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "control_generated.h"
+#include "ps/wire/protocol.h"
 
 namespace ferry::ps {
 
@@ -130,6 +131,24 @@ Result<ControlMessage> DecodeControl(std::span<const uint8_t> bytes) {
     }
   }
   return m;
+}
+
+TransportOptions DataTransportOptions(const JobSpec& job, std::vector<uint8_t> hello) {
+  TransportOptions o;
+  o.params = job.transport_params;
+  o.peer_timeout = job.peer_timeout;
+  o.secret = job.secret;
+  o.max_endpoints = job.servers + job.workers + 16;
+  // The largest op: a request of max_keys_per_request keys with fp32 gradients of the widest
+  // table, or a reply of that many rows.
+  uint64_t widest = 1;
+  for (const TableSpec& t : job.tables) widest = std::max<uint64_t>(widest, t.dim);
+  o.max_message_size = std::max<uint64_t>(
+      job.arena_bytes,
+      RequestRingBytes(RequestType::kPushPull, 0, job.max_keys_per_request, widest));
+  o.max_segments = std::max<uint64_t>(1u << 20, job.max_keys_per_request + 8);
+  o.hello_info = std::move(hello);
+  return o;
 }
 
 TransportOptions ControlTransportOptions(const JobSpec& job) {

@@ -136,6 +136,9 @@ Result<ControlMessage> DecodeControl(std::span<const uint8_t> bytes);
 
 // Options of the control transports (client and coordinator).
 TransportOptions ControlTransportOptions(const JobSpec& job);
+// Options of a member's data transport (servers and workers alike): limits sized for the job's
+// largest request or reply, and `hello` (EncodeWorkerHello/EncodeServerHello) for the handshake.
+TransportOptions DataTransportOptions(const JobSpec& job, std::vector<uint8_t> hello);
 
 // A registered pool of send slots and posted receives over one Transport; shared by the client
 // and the coordinator. Not thread-safe: its owner serialises calls.

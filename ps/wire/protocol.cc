@@ -37,20 +37,11 @@ uint64_t RequestRingBytes(RequestType type, uint8_t flags, uint32_t num_keys, ui
   return (raw + kRequestAlign - 1) / kRequestAlign * kRequestAlign;
 }
 
-Status ParseRequest(std::span<const uint8_t> ring, uint64_t offset,
-                    std::span<const TableShape> tables, const RequestLimits& limits,
-                    RequestView* out) {
-  *out = RequestView{};
-  // Framing: everything here is a protocol violation.
-  if (offset % kRequestAlign != 0 || offset > ring.size() ||
-      ring.size() - offset < sizeof(RequestHeader)) {
-    return ProtocolError("request at ring offset " + std::to_string(offset) + " is outside the " +
-                         std::to_string(ring.size()) + "-byte staging ring");
-  }
-  RequestView& v = *out;
-  v.offset = offset;
-  std::memcpy(&v.header, ring.data() + offset, sizeof v.header);
-  const RequestHeader& h = v.header;
+namespace {
+
+// Framing of a request whose header was read at `offset`: everything here is a protocol
+// violation (the worker's ring is no longer trustworthy).
+Status CheckFrame(std::span<const uint8_t> ring, uint64_t offset, const RequestHeader& h) {
   if (h.magic != kRequestMagic) {
     return ProtocolError("request at ring offset " + std::to_string(offset) +
                          " has a bad magic (not a ferry request, or written over)");
@@ -69,7 +60,49 @@ Status ParseRequest(std::span<const uint8_t> ring, uint64_t offset,
     return ProtocolError("request payload of " + std::to_string(payload) +
                          " bytes runs past the end of the staging ring");
   }
-  // Content: the request is framed; what it asks may still be refused with an error reply.
+  return Status::Ok();
+}
+
+// Where a pull's rows go: inside the worker's row area, rows not overlapping.
+Status CheckRowDestination(const RequestHeader& h, const TableShape& t,
+                           const RequestLimits& limits) {
+  const bool fp16 = (h.flags & kFlagFp16Rows) != 0;
+  if (fp16 && !t.fp16_rows) {
+    return InvalidArgument("table " + std::to_string(h.table) + " keeps no fp16 mirror");
+  }
+  const uint64_t row = RowWireBytes(t.dim, fp16);
+  if (h.dest_stride < row) {
+    return InvalidArgument("destination stride " + std::to_string(h.dest_stride) +
+                           " is shorter than a row (" + std::to_string(row) + " bytes)");
+  }
+  const uint64_t span = uint64_t{h.num_keys - 1} * h.dest_stride + row;
+  if (h.dest_offset < limits.rows_begin || h.dest_offset > limits.arena_bytes ||
+      limits.arena_bytes - h.dest_offset < span) {
+    return OutOfRange("destination [" + std::to_string(h.dest_offset) + ", +" +
+                      std::to_string(span) + ") is outside the worker's row area [" +
+                      std::to_string(limits.rows_begin) + ", " +
+                      std::to_string(limits.arena_bytes) + ")");
+  }
+  return Status::Ok();
+}
+
+// Where a want-slots pull's SlotReply goes: aligned, large enough, inside the row area.
+Status CheckSlotReplyArea(const RequestHeader& h, const RequestLimits& limits) {
+  const uint64_t need = SlotReplyBytes(h.num_keys, 0);
+  if (h.slots_offset % 8 != 0 || h.slots_bytes < need || h.slots_offset < limits.rows_begin ||
+      h.slots_offset > limits.arena_bytes || limits.arena_bytes - h.slots_offset < h.slots_bytes) {
+    return OutOfRange(
+        "slot reply [" + std::to_string(h.slots_offset) + ", +" + std::to_string(h.slots_bytes) +
+        ") is unaligned, shorter than the " + std::to_string(need) + " bytes " +
+        std::to_string(h.num_keys) + " slots need, or outside the worker's row area [" +
+        std::to_string(limits.rows_begin) + ", " + std::to_string(limits.arena_bytes) + ")");
+  }
+  return Status::Ok();
+}
+
+// Content: the request is framed; what it asks may still be refused with an error reply.
+Status CheckContent(const RequestHeader& h, std::span<const TableShape> tables,
+                    const RequestLimits& limits) {
   if (h.table >= tables.size()) {
     return NotFound("table " + std::to_string(h.table) + " does not exist (the job has " +
                     std::to_string(tables.size()) + ")");
@@ -87,44 +120,40 @@ Status ParseRequest(std::span<const uint8_t> ring, uint64_t offset,
     return ResourceExhausted("request carries " + std::to_string(h.num_keys) +
                              " keys, the limit is " + std::to_string(limits.max_keys));
   }
-  const bool rows = type == RequestType::kPull || type == RequestType::kPushPull;
-  if (rows) {
-    const bool fp16 = (h.flags & kFlagFp16Rows) != 0;
-    if (fp16 && !t.fp16_rows) {
-      return InvalidArgument("table " + std::to_string(h.table) + " keeps no fp16 mirror");
-    }
-    const uint64_t row = RowWireBytes(t.dim, fp16);
-    if (h.dest_stride < row) {
-      return InvalidArgument("destination stride " + std::to_string(h.dest_stride) +
-                             " is shorter than a row (" + std::to_string(row) + " bytes)");
-    }
-    const uint64_t span = uint64_t{h.num_keys - 1} * h.dest_stride + row;
-    if (h.dest_offset < limits.rows_begin || h.dest_offset > limits.arena_bytes ||
-        limits.arena_bytes - h.dest_offset < span) {
-      return OutOfRange("destination [" + std::to_string(h.dest_offset) + ", +" +
-                        std::to_string(span) + ") is outside the worker's row area [" +
-                        std::to_string(limits.rows_begin) + ", " +
-                        std::to_string(limits.arena_bytes) + ")");
-    }
+  const auto type = static_cast<RequestType>(h.type);
+  if (type == RequestType::kPull || type == RequestType::kPushPull) {
+    FERRY_RETURN_IF_ERROR(CheckRowDestination(h, t, limits));
   } else if ((h.flags & kFlagFp16Rows) != 0) {
     return InvalidArgument("fp16 rows requested on a push");
   }
   if ((h.flags & kFlagWantSlots) != 0) {
     if (type != RequestType::kPull) return InvalidArgument("slots requested on a push");
-    const uint64_t need = SlotReplyBytes(h.num_keys, 0);
-    if (h.slots_offset % 8 != 0 || h.slots_bytes < need || h.slots_offset < limits.rows_begin ||
-        h.slots_offset > limits.arena_bytes ||
-        limits.arena_bytes - h.slots_offset < h.slots_bytes) {
-      return OutOfRange(
-          "slot reply [" + std::to_string(h.slots_offset) + ", +" + std::to_string(h.slots_bytes) +
-          ") is unaligned, shorter than the " + std::to_string(need) + " bytes " +
-          std::to_string(h.num_keys) + " slots need, or outside the worker's row area [" +
-          std::to_string(limits.rows_begin) + ", " + std::to_string(limits.arena_bytes) + ")");
-    }
+    FERRY_RETURN_IF_ERROR(CheckSlotReplyArea(h, limits));
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ParseRequest(std::span<const uint8_t> ring, uint64_t offset,
+                    std::span<const TableShape> tables, const RequestLimits& limits,
+                    RequestView* out) {
+  *out = RequestView{};
+  if (offset % kRequestAlign != 0 || offset > ring.size() ||
+      ring.size() - offset < sizeof(RequestHeader)) {
+    return ProtocolError("request at ring offset " + std::to_string(offset) + " is outside the " +
+                         std::to_string(ring.size()) + "-byte staging ring");
+  }
+  RequestView& v = *out;
+  v.offset = offset;
+  std::memcpy(&v.header, ring.data() + offset, sizeof v.header);
+  FERRY_RETURN_IF_ERROR(CheckFrame(ring, offset, v.header));
+  FERRY_RETURN_IF_ERROR(CheckContent(v.header, tables, limits));
   const uint8_t* base = ring.data() + offset + sizeof(RequestHeader);
   v.keys = reinterpret_cast<const uint64_t*>(base);  // 64-byte aligned: offset % 64 == 0
-  if (type != RequestType::kPull) v.grads = base + uint64_t{h.num_keys} * 8;
+  if (static_cast<RequestType>(v.header.type) != RequestType::kPull) {
+    v.grads = base + uint64_t{v.header.num_keys} * 8;
+  }
   return Status::Ok();
 }
 

@@ -464,8 +464,8 @@ Status Worker::Clock(uint64_t position) {
                      std::to_string(min_clock_) + ")");
 }
 
-Result<std::vector<std::vector<uint8_t>>> Worker::Gather(std::span<const uint8_t> mine,
-                                                         bool to_all) {
+Result<std::vector<std::vector<uint8_t>>> Worker::GatherFromWorkers(std::span<const uint8_t> mine,
+                                                                    bool to_all) {
   FERRY_RETURN_IF_ERROR(Usable());
   const uint64_t id = ++st_->gather_id;
   uint64_t off = 0;

@@ -5,7 +5,7 @@
 //   const uint32_t emb = *w.TableId("emb");
 //   for (each minibatch) {
 //     std::vector<uint64_t> keys = ...;                 // may repeat, any order
-//     auto pull = w.Pull(emb, keys);                    // non-blocking: requests are posted
+//     auto pull = w.Pull(emb, keys);                    // posts requests, returns (see Pull)
 //     ... overlap: read the next minibatch ...
 //     if (Status s = w.Wait(*pull); !s.ok()) return s;
 //     ferry::ps::PulledRows rows = *w.Rows(*pull);      // rows[i]: const float*, in place
@@ -75,6 +75,7 @@ struct ServerLink;
 struct SendData;
 struct RangePlan;
 struct SlotCache;
+struct OneSidedRead;
 
 struct PullOptions {
   bool keys_unique = false;  // the caller promises no repeats: skip the dedupe
@@ -175,6 +176,10 @@ class Worker {
   const Partition& partition() const { return partition_; }
   Transport* transport() const { return data_.get(); }
 
+  // Pull, Push and PushPull post their requests and return a ticket without waiting for the
+  // replies (Wait/Test do). They block only while the send buffer, the arena or a server's
+  // staging ring has no room (up to 4 x peer_timeout, then kTimeout); while they wait, replies
+  // of earlier tickets are handled (which may post their fallbacks).
   Result<Ticket> Pull(uint32_t table, std::span<const uint64_t> keys,
                       const PullOptions& options = {});
   // grads: keys.size() rows of dim floats; rows of repeated keys are summed.
@@ -218,8 +223,8 @@ class Worker {
   // With `to_all`, every worker receives them (an all-gather). Every worker makes the same
   // sequence of calls with the same `to_all`. The bytes travel on the control plane: meant for
   // metrics and counts, not for rows.
-  Result<std::vector<std::vector<uint8_t>>> Gather(std::span<const uint8_t> mine,
-                                                   bool to_all = false);
+  Result<std::vector<std::vector<uint8_t>>> GatherFromWorkers(std::span<const uint8_t> mine,
+                                                              bool to_all = false);
   // Saves every server's shard of every table into `dir` (ps/job/checkpoint.h), which every server
   // and the coordinator must reach, and returns once the manifest is written. The checkpoint
   // holds what the servers have applied when they get the command: call it at a quiet point
@@ -329,6 +334,14 @@ class Worker {
   // A completion of a one-sided read (context has kReadContextBit).
   void OnReadDone(const Completion& c);
   void FinishRead(TicketState& tk, size_t read);
+  // The 8-byte read of the server's reuse generation that follows a read's rows; false (with
+  // the read's error set) when it could not be posted.
+  bool PostGenerationRead(TicketState& tk, size_t read);
+  // Whether a finished read's rows may be counted: its registration still stands, no row was
+  // erased meanwhile, every row holds its key. Updates the slot cache with what it learns.
+  bool ReadRowsValid(TicketState& tk, const OneSidedRead& rd);
+  // Sends a read's positions the request path (a Fallback), their rows zeroed.
+  void FallBack(TicketState& tk, const OneSidedRead& rd);
   // Posts queued fallbacks as far as ring space allows (no waiting).
   void PostFallbacks();
   // Ring space and a seq on the head of `shard` (stored in *server). Before it waits for space

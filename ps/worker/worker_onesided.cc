@@ -332,53 +332,68 @@ void Worker::OnReadDone(const Completion& c) {
 }
 
 void Worker::FinishRead(TicketState& tk, size_t i) {
-  State& st = *st_;
   OneSidedRead& rd = tk.reads[i];
-  const Ticket id = tk.id;
   if (tk.released) {
     --tk.unreplied;
-    Retire(id);
+    Retire(tk.id);
     return;
   }
-  if (rd.error.ok() && rd.check_generation && !rd.generation_phase) {
-    // Posted only now that the rows are here: a generation unchanged after them means that no
-    // row this read returned was erased (and its slot reused) before the read.
-    rd.generation_phase = true;
-    Op op;
-    op.type = OpType::kRead;
-    op.ep = st.servers[rd.server].ep.get();
-    op.context = kReadContextBit | (id << kContextShift) | i;
-    op.local = st.arena.get();
-    op.local_offset = rd.generation_word->offset;
-    op.length = 8;
-    op.remote = rd.status.get();
-    op.remote_offset = rd.status_offset;
-    rd.ops_left = 1;
-    Status s = data_->Post(std::span<const Op>(&op, 1));
-    if (s.ok()) return;
-    rd.ops_left = 0;
-    rd.error = s;
+  if (rd.error.ok() && rd.check_generation && !rd.generation_phase && PostGenerationRead(tk, i)) {
+    return;  // this read finishes again when the generation word is here
   }
-  SlotCache& cache = st.slot_caches[tk.table][rd.server];
-  const uint64_t* keys = reinterpret_cast<const uint64_t*>(st.send->data() + tk.send->keys->offset);
-  bool again = false;
-  if (!rd.error.ok()) {
-    if (!DescriptorGone(rd.error.code())) {  // the server or the connection failed
-      if (tk.error.ok()) {
-        tk.error = rd.error.Annotate("one-sided read of server " + std::to_string(rd.server));
-      }
-      --tk.unreplied;
-      Retire(id);
-      return;
+  if (!rd.error.ok() && !DescriptorGone(rd.error.code())) {  // the server or the connection failed
+    if (tk.error.ok()) {
+      tk.error = rd.error.Annotate("one-sided read of server " + std::to_string(rd.server));
     }
+    --tk.unreplied;
+    Retire(tk.id);
+    return;
+  }
+  if (ReadRowsValid(tk, rd)) {
+    stats_.keys_one_sided += rd.end - rd.begin;
+    --tk.unreplied;
+    Retire(tk.id);
+    return;
+  }
+  FallBack(tk, rd);
+}
+
+bool Worker::PostGenerationRead(TicketState& tk, size_t i) {
+  State& st = *st_;
+  OneSidedRead& rd = tk.reads[i];
+  // Posted only now that the rows are here: a generation unchanged after them means that no
+  // row this read returned was erased (and its slot reused) before the read.
+  rd.generation_phase = true;
+  Op op;
+  op.type = OpType::kRead;
+  op.ep = st.servers[rd.server].ep.get();
+  op.context = kReadContextBit | (tk.id << kContextShift) | i;
+  op.local = st.arena.get();
+  op.local_offset = rd.generation_word->offset;
+  op.length = 8;
+  op.remote = rd.status.get();
+  op.remote_offset = rd.status_offset;
+  rd.ops_left = 1;
+  Status s = data_->Post(std::span<const Op>(&op, 1));
+  if (s.ok()) return true;
+  rd.ops_left = 0;
+  rd.error = s;
+  return false;
+}
+
+bool Worker::ReadRowsValid(TicketState& tk, const OneSidedRead& rd) {
+  State& st = *st_;
+  SlotCache& cache = st.slot_caches[tk.table][rd.server];
+  if (!rd.error.ok()) {
     // The registration went away (the table grew): forget it; the fallback brings the new one.
     // Slots stay: growth moves no row.
     if (cache.rows == rd.rows) {
       cache.rows.reset();
       cache.epoch = 0;
     }
-    again = true;
-  } else if (rd.check_generation) {
+    return false;
+  }
+  if (rd.check_generation) {
     uint64_t now;
     std::memcpy(&now, st.arena->data() + rd.generation_word->offset, 8);
     if (now != rd.generation) {
@@ -387,32 +402,31 @@ void Worker::FinishRead(TicketState& tk, size_t i) {
         cache.slots.clear();
         cache.generation = now;
       }
-      again = true;
+      return false;
     }
   }
-  if (!again) {
-    const uint8_t* rows = st.arena->data() + tk.rows->offset;
-    for (uint32_t p = rd.begin; p < rd.end; ++p) {
-      uint64_t k;
-      std::memcpy(&k, rows + uint64_t{p} * tk.row_bytes, 8);
-      if (k != keys[p]) {  // the slot holds another key now
-        cache.slots.erase(keys[p]);
-        again = true;
-      }
+  const uint64_t* keys = reinterpret_cast<const uint64_t*>(st.send->data() + tk.send->keys->offset);
+  const uint8_t* rows = st.arena->data() + tk.rows->offset;
+  bool valid = true;
+  for (uint32_t p = rd.begin; p < rd.end; ++p) {
+    uint64_t k;
+    std::memcpy(&k, rows + uint64_t{p} * tk.row_bytes, 8);
+    if (k != keys[p]) {  // the slot holds another key now
+      cache.slots.erase(keys[p]);
+      valid = false;
     }
   }
-  if (!again) {
-    stats_.keys_one_sided += rd.end - rd.begin;
-    --tk.unreplied;
-    Retire(id);
-    return;
-  }
+  return valid;
+}
+
+void Worker::FallBack(TicketState& tk, const OneSidedRead& rd) {
+  State& st = *st_;
   // The read left bytes where the request path writes nothing for a key the table refuses
   // (admission, or evicted within its own batch at a max_rows bound): such rows read as zeros.
   std::memset(st.arena->data() + tk.rows->offset + uint64_t{rd.begin} * tk.row_bytes, 0,
               uint64_t{rd.end - rd.begin} * tk.row_bytes);
   stats_.one_sided_fallbacks += rd.end - rd.begin;
-  st.fallbacks.push_back(Fallback{id, rd.server, rd.begin, rd.end});
+  st.fallbacks.push_back(Fallback{tk.id, rd.server, rd.begin, rd.end});
   PostFallbacks();
 }
 

@@ -229,7 +229,7 @@ TEST(ArrayHashMap, GatherProducesSegmentsAndMissing) {
   std::vector<uint64_t> keys = {3, 4, 5, 77, 1};
   std::vector<Segment> segs;
   std::vector<size_t> missing;
-  ASSERT_TRUE(m->Gather(keys, RowField::kEmbedding, 1000, 16, &segs, &missing).ok());
+  ASSERT_TRUE(m->RowSegments(keys, RowField::kEmbedding, 1000, 16, &segs, &missing).ok());
   ASSERT_EQ(missing, std::vector<size_t>{3});
   ASSERT_EQ(segs.size(), 4u);  // embeddings are not adjacent in the rows: no merge
   EXPECT_EQ(segs[0].local_offset, m->FindSlot(3) * l.stride + l.embedding_offset);
@@ -239,10 +239,10 @@ TEST(ArrayHashMap, GatherProducesSegmentsAndMissing) {
   // Whole rows of consecutive slots to consecutive destinations merge into one segment.
   segs.clear();
   ASSERT_TRUE(
-      m->Gather(std::vector<uint64_t>{3, 4, 5}, RowField::kRow, 0, l.stride, &segs, nullptr).ok());
+      m->RowSegments(std::vector<uint64_t>{3, 4, 5}, RowField::kRow, 0, l.stride, &segs, nullptr).ok());
   ASSERT_EQ(segs.size(), 1u);
   EXPECT_EQ(segs[0].length, 3u * l.stride);
-  EXPECT_EQ(m->Gather(keys, RowField::kEmbedding, 0, 8, &segs, nullptr).code(),
+  EXPECT_EQ(m->RowSegments(keys, RowField::kEmbedding, 0, 8, &segs, nullptr).code(),
             Code::kInvalidArgument);
 }
 

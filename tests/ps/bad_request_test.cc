@@ -90,22 +90,6 @@ TEST_P(PsBadRequest, WorkerApiRefusesWrongCallsAndKeepsWorking) {
 // ---- A hand-built job with a raw worker ---------------------------------------------------------
 
 // The data transport options Node gives a role (ps/node.cc), with `hello` as the handshake info.
-TransportOptions DataOptions(const JobSpec& job, std::vector<uint8_t> hello) {
-  TransportOptions o;
-  o.params = job.transport_params;
-  o.peer_timeout = job.peer_timeout;
-  o.secret = job.secret;
-  o.max_endpoints = job.servers + job.workers + 16;
-  uint64_t widest = 1;
-  for (const TableSpec& t : job.tables) widest = std::max<uint64_t>(widest, t.dim);
-  o.max_message_size = std::max<uint64_t>(
-      job.arena_bytes,
-      RequestRingBytes(RequestType::kPushPull, 0, job.max_keys_per_request, widest));
-  o.max_segments = std::max<uint64_t>(1u << 20, job.max_keys_per_request + 8);
-  o.hello_info = std::move(hello);
-  return o;
-}
-
 Status Register(ControlClient& c, const JobSpec& job, uint32_t rank, Role role, uint32_t index,
                 const std::string& data_address) {
   ControlMessage m;
@@ -163,7 +147,7 @@ class RawWorker {
   Status Init(const JobSpec& job, uint32_t index) {
     job_ = job;
     FERRY_ASSIGN_OR_RETURN(
-        t_, CreateTransport(job.transport, DataOptions(job, EncodeWorkerHello(index))));
+        t_, CreateTransport(job.transport, DataTransportOptions(job, EncodeWorkerHello(index))));
     FERRY_ASSIGN_OR_RETURN(arena_mem_, ShareableMemory::Allocate(job.arena_bytes));
     FERRY_ASSIGN_OR_RETURN(send_mem_, ShareableMemory::Allocate(1u << 20));
     FERRY_ASSIGN_OR_RETURN(
@@ -354,7 +338,7 @@ class HandJob {
   Status Start() {
     FERRY_ASSIGN_OR_RETURN(coordinator, Coordinator::Start(job, "127.0.0.1:0"));
     const std::string coord = coordinator->address();
-    FERRY_ASSIGN_OR_RETURN(auto st, CreateTransport(job.transport, DataOptions(job, {})));
+    FERRY_ASSIGN_OR_RETURN(auto st, CreateTransport(job.transport, DataTransportOptions(job, {})));
     FERRY_ASSIGN_OR_RETURN(server, Server::Create(job, 0, std::move(st), "127.0.0.1"));
     Transport* server_t = server->transport();
     FERRY_ASSIGN_OR_RETURN(server_control,
@@ -363,7 +347,7 @@ class HandJob {
     FERRY_RETURN_IF_ERROR(
         Register(*server_control, job, 0, Role::kServer, 0, server->data_address()));
     FERRY_ASSIGN_OR_RETURN(auto wt,
-                           CreateTransport(job.transport, DataOptions(job, EncodeWorkerHello(0))));
+                           CreateTransport(job.transport, DataTransportOptions(job, EncodeWorkerHello(0))));
     FERRY_ASSIGN_OR_RETURN(worker, Worker::Create(job, 0, std::move(wt)));
     Transport* worker_t = worker->transport();
     FERRY_ASSIGN_OR_RETURN(worker_control,

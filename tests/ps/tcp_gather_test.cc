@@ -78,7 +78,7 @@ TEST(TcpGather, SparseWritePullAndStaleDescriptor) {
   std::vector<Segment> segs;
   std::vector<size_t> missing;
   ASSERT_TRUE(
-      table->Gather(keys, RowField::kVersionedEmbedding, 0, slot_bytes, &segs, &missing).ok());
+      table->RowSegments(keys, RowField::kVersionedEmbedding, 0, slot_bytes, &segs, &missing).ok());
   ASSERT_EQ(missing, std::vector<size_t>{5});
   Op op;
   op.type = OpType::kSparseWrite;
