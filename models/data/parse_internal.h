@@ -133,4 +133,87 @@ inline void EnsureOffsets(Batch* out) {
   if (out->offsets.empty()) out->offsets.push_back(0);
 }
 
+// The scanner the LIBSVM and libffm parsers share. Their lines have one shape:
+//
+//   [spaces] label { spaces token } [spaces] [# comment]      tokens: "idx:val", "field:idx:val"
+//
+// a token ending at a space, a tab, a '#' or the end of the line.
+
+inline const char* SkipToken(const char* p, const char* end) {
+  while (p < end && !IsSpace(*p) && *p != '#') ++p;
+  return p;
+}
+
+// Digits at *p (at most `max_digits`, so that they cannot overflow), then `sep`; advances *p
+// past the separator. False (and *p unchanged) otherwise: the caller takes its general path.
+inline bool DigitsThen(const char** p, const char* end, size_t max_digits, char sep, uint64_t* v) {
+  const char* s = *p;
+  const char* q = s;
+  uint64_t x = 0;
+  while (q < end && static_cast<unsigned char>(*q - '0') < 10) {
+    x = x * 10 + static_cast<uint64_t>(*q - '0');
+    ++q;
+  }
+  const size_t digits = static_cast<size_t>(q - s);
+  if (digits == 0 || digits > max_digits || q == end || *q != sep) return false;
+  *v = x;
+  *p = q + 1;
+  return true;
+}
+
+// "feature N 'token'<what>", the message of every rejected feature.
+inline std::string FeatureError(size_t feature, std::string_view token, const char* what) {
+  return "feature " + std::to_string(feature) + " " + Quote(token) + what;
+}
+
+// The value at *p, the rest of the token that starts at `start` (the fast path: "1" without a
+// float parse); advances *p to the token's end. On a bad value the sample is rolled back to
+// `nnz` and the error returned.
+inline Status TokenValue(const char* start, const char** p, const char* end, size_t feature,
+                         Batch* out, size_t nnz, float* value) {
+  const char* v = *p;
+  *p = SkipToken(v, end);
+  *value = 1.0f;
+  if ((*p - v != 1 || *v != '1') &&
+      !ParseFloat(std::string_view(v, static_cast<size_t>(*p - v)), value)) {
+    return Reject(out, nnz,
+                  FeatureError(feature, std::string_view(start, static_cast<size_t>(*p - start)),
+                               ": value is not a finite number"));
+  }
+  return Status::Ok();
+}
+
+// Parses one line into `out`: the label, then each feature token through
+// `parse_feature(size_t feature, const char** p, const char* end, Batch* out, size_t nnz) ->
+// Status` (feature counts from 1; *p is the token's first byte and must end past it; nnz is
+// where the sample's features start, for Reject), then `finish(size_t nnz) -> Status` (fields,
+// hashing), then Commit. "empty line" and a bad label are kInvalidArgument; a feature's error is
+// returned as it is (the parser has rolled the sample back).
+template <typename ParseFeature, typename Finish>
+inline Status ParseTokenLine(std::string_view line, Batch* out, ParseFeature&& parse_feature,
+                             Finish&& finish) {
+  EnsureOffsets(out);
+  const size_t nnz = out->ids.size();
+  line = StripCr(line);
+  const char* p = line.data();
+  const char* const end = p + line.size();
+  while (p < end && IsSpace(*p)) ++p;
+  if (p == end || *p == '#') return InvalidArgument("empty line");
+  const char* label_end = SkipToken(p, end);
+  const std::string_view label_text(p, static_cast<size_t>(label_end - p));
+  float label = 0;
+  if (!ParseLabel(label_text, &label)) {
+    return InvalidArgument("label " + Quote(label_text) + " is not 1, 0, +1 or -1");
+  }
+  p = label_end;
+  size_t feature = 0;
+  while (true) {
+    while (p < end && IsSpace(*p)) ++p;
+    if (p == end || *p == '#') break;
+    FERRY_RETURN_IF_ERROR(parse_feature(++feature, &p, end, out, nnz));
+  }
+  FERRY_RETURN_IF_ERROR(finish(nnz));
+  return Commit(out, nnz, label);
+}
+
 }  // namespace ferry::models::internal
