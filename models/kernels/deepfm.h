@@ -41,26 +41,12 @@ namespace ferry::models {
 // kInvalidArgument when the shape is invalid, the batch/uidx/probs shapes disagree, the batch
 // has no fields or a field is out of range, a bias is given without a linear table, or the
 // dense pointer counts do not match the shape; gradients are untouched then.
-template <BatchLike B, typename WL, typename GL, typename WE, typename GE>
-Result<double> DeepFmForwardBackward(const MlpShape& shape, const B& batch,
-                                     std::span<const uint32_t> uidx, uint32_t bias_u, WL&& w_lin,
-                                     GL&& g_lin, WE&& w_emb, GE&& g_emb,
-                                     std::span<const float* const> dense,
-                                     std::span<float* const> dense_grad, MlpWorkspace& ws,
-                                     std::span<float> probs) {
-  return mlp_detail::Pass<true, /*kFm=*/true>("deepfm", shape, batch, uidx, bias_u, w_lin, g_lin,
-                                              w_emb, g_emb, dense, dense_grad, ws, probs);
-}
+// Arguments: mlp_detail::ForwardBackwardFn (mlp_pass.h).
+inline constexpr mlp_detail::ForwardBackwardFn</*kFm=*/true> DeepFmForwardBackward{};
 
 // Forward only: fills probs, returns the summed logloss against the batch's labels. Pass
 // NoTable{} as w_lin (and kNoBias) for a model without a linear part.
-template <BatchLike B, typename WL, typename WE>
-Result<double> DeepFmForward(const MlpShape& shape, const B& batch, std::span<const uint32_t> uidx,
-                             uint32_t bias_u, WL&& w_lin, WE&& w_emb,
-                             std::span<const float* const> dense, MlpWorkspace& ws,
-                             std::span<float> probs) {
-  return mlp_detail::Pass<false, /*kFm=*/true>("deepfm", shape, batch, uidx, bias_u, w_lin,
-                                               NoTable{}, w_emb, NoTable{}, dense, {}, ws, probs);
-}
+// Arguments: mlp_detail::ForwardFn (mlp_pass.h).
+inline constexpr mlp_detail::ForwardFn</*kFm=*/true> DeepFmForward{};
 
 }  // namespace ferry::models

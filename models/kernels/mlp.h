@@ -38,26 +38,12 @@ namespace ferry::models {
 // rows (g_emb) and the dense layers (dense_grad[l]), returns the summed logloss.
 // kInvalidArgument when the shape is invalid, the batch/uidx/probs shapes disagree, a field is
 // out of range, or the dense pointer counts do not match the shape; gradients are untouched then.
-template <BatchLike B, typename WL, typename GL, typename WE, typename GE>
-Result<double> MlpForwardBackward(const MlpShape& shape, const B& batch,
-                                  std::span<const uint32_t> uidx, uint32_t bias_u, WL&& w_lin,
-                                  GL&& g_lin, WE&& w_emb, GE&& g_emb,
-                                  std::span<const float* const> dense,
-                                  std::span<float* const> dense_grad, MlpWorkspace& ws,
-                                  std::span<float> probs) {
-  return mlp_detail::Pass<true, /*kFm=*/false>("mlp", shape, batch, uidx, bias_u, w_lin, g_lin,
-                                               w_emb, g_emb, dense, dense_grad, ws, probs);
-}
+// Arguments: mlp_detail::ForwardBackwardFn (mlp_pass.h).
+inline constexpr mlp_detail::ForwardBackwardFn</*kFm=*/false> MlpForwardBackward{};
 
 // Forward only: fills probs, returns the summed logloss against the batch's labels. Pass
 // NoTable{} as w_lin (and kNoBias) for a model without a wide part.
-template <BatchLike B, typename WL, typename WE>
-Result<double> MlpForward(const MlpShape& shape, const B& batch, std::span<const uint32_t> uidx,
-                          uint32_t bias_u, WL&& w_lin, WE&& w_emb,
-                          std::span<const float* const> dense, MlpWorkspace& ws,
-                          std::span<float> probs) {
-  return mlp_detail::Pass<false, /*kFm=*/false>("mlp", shape, batch, uidx, bias_u, w_lin, NoTable{},
-                                                w_emb, NoTable{}, dense, {}, ws, probs);
-}
+// Arguments: mlp_detail::ForwardFn (mlp_pass.h).
+inline constexpr mlp_detail::ForwardFn</*kFm=*/false> MlpForward{};
 
 }  // namespace ferry::models

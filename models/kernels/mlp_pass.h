@@ -111,4 +111,30 @@ Result<double> Pass(const char* model, const MlpShape& shape, const B& batch,
   return loss;
 }
 
+// The entry points mlp.h (kFm false) and deepfm.h (kFm true) publish, written once: function
+// objects, so the two headers name them without repeating their signatures.
+template <bool kFm>
+struct ForwardBackwardFn {
+  template <BatchLike B, typename WL, typename GL, typename WE, typename GE>
+  Result<double> operator()(const MlpShape& shape, const B& batch, std::span<const uint32_t> uidx,
+                            uint32_t bias_u, WL&& w_lin, GL&& g_lin, WE&& w_emb, GE&& g_emb,
+                            std::span<const float* const> dense, std::span<float* const> dense_grad,
+                            MlpWorkspace& ws, std::span<float> probs) const {
+    return Pass<true, kFm>(kFm ? "deepfm" : "mlp", shape, batch, uidx, bias_u, w_lin, g_lin, w_emb,
+                           g_emb, dense, dense_grad, ws, probs);
+  }
+};
+
+template <bool kFm>
+struct ForwardFn {
+  template <BatchLike B, typename WL, typename WE>
+  Result<double> operator()(const MlpShape& shape, const B& batch, std::span<const uint32_t> uidx,
+                            uint32_t bias_u, WL&& w_lin, WE&& w_emb,
+                            std::span<const float* const> dense, MlpWorkspace& ws,
+                            std::span<float> probs) const {
+    return Pass<false, kFm>(kFm ? "deepfm" : "mlp", shape, batch, uidx, bias_u, w_lin, NoTable{},
+                            w_emb, NoTable{}, dense, {}, ws, probs);
+  }
+};
+
 }  // namespace ferry::models::mlp_detail

@@ -6,7 +6,7 @@
 //
 //   EvalPart mine;
 //   FERRY_RETURN_IF_ERROR(ScoreShard(stepper, *reader, batch_size, /*keep_scores=*/true, &mine));
-//   FERRY_ASSIGN_OR_RETURN(auto parts, worker.Gather(mine.Encode(), /*to_all=*/false));
+//   FERRY_ASSIGN_OR_RETURN(auto parts, worker.GatherFromWorkers(mine.Encode(), /*to_all=*/false));
 //   FERRY_ASSIGN_OR_RETURN(EvalMetrics m, MergeParts(parts));   // on worker 0
 //
 // Calibration is mean prediction / observed positive rate (1 = calibrated, above 1: the model

@@ -1,6 +1,9 @@
 // Model export: the servers' shards (a checkpoint, ps/job/checkpoint.h) to a model file
 // (models/io, docs/model-format.md). Each table's rows become (key, weights): the optimizer
 // state stays behind.
+//
+// Blocking: reads the checkpoint's shard files and writes the model file at `path` before
+// returning. Borrows its arguments for the call; any thread.
 #pragma once
 
 #include <string>

@@ -1,4 +1,7 @@
 // ferry-train's command line: flags -> TrainOptions. Shared by the tool and its tests.
+//
+// Ownership: AddTrainFlags stores pointers to `o` and `text` in the app; both must outlive the
+// parse. Threading: command-line setup, one thread. FinalizeTrainFlags is pure.
 #pragma once
 
 #include <CLI/CLI.hpp>

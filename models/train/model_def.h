@@ -13,6 +13,9 @@
 //
 // The bias is the row of kBiasId in the 1-wide table; hashed feature ids are never below
 // kReservedIds (models/data/hashing.h), so it cannot collide with a feature.
+//
+// Thread-safety: pure functions over TrainOptions (DefineModel, MakeJob, DescribeModel); every
+// rank computes the same definition from the same options.
 #pragma once
 
 #include <cstdint>

@@ -161,9 +161,9 @@ Result<std::shared_ptr<const FieldMap>> FieldMapOf(const Model& model, const Pre
   return out;
 }
 
-}  // namespace
-
-Status Predict(const Model& model, const PredictOptions& o, std::FILE* out, PredictReport* report) {
+// How the model was trained to read its data (format, hashing, field map), with what the options
+// override.
+Result<ReaderOptions> ReaderOptionsFor(const Model& model, const PredictOptions& o) {
   ReaderOptions ro;
   ro.files = o.files;
   std::string_view format = o.format;
@@ -177,7 +177,13 @@ Status Predict(const Model& model, const PredictOptions& o, std::FILE* out, Pred
   ro.threads = o.parse_threads;
   ro.strict = o.strict;
   FERRY_ASSIGN_OR_RETURN(ro.field_map, FieldMapOf(model, o, ro.format));
+  return ro;
+}
 
+}  // namespace
+
+Status Predict(const Model& model, const PredictOptions& o, std::FILE* out, PredictReport* report) {
+  FERRY_ASSIGN_OR_RETURN(const ReaderOptions ro, ReaderOptionsFor(model, o));
   FERRY_ASSIGN_OR_RETURN(ModelTables m, TablesOf(model));
   FERRY_ASSIGN_OR_RETURN(const double offset, OffsetOf(model));
   FERRY_ASSIGN_OR_RETURN(auto reader, Reader::Open(ro));

@@ -1,6 +1,10 @@
 // Scoring with an exported model (models/io): ferry-predict's engine. The same kernels as
 // training run forward over rows looked up in the model file (a key the model does not know
 // reads as a zero row, as an untrained feature would).
+//
+// Blocking: Predict reads every file (with parse_threads > 1 on reader threads of its own) and
+// writes `out` before returning. Ownership: `model` and `out` are borrowed for the call; `out` is
+// neither flushed nor closed. Call from any one thread.
 #pragma once
 
 #include <cstdio>

@@ -7,7 +7,9 @@
 //           memory laid out like the rows: no packing) and release the rows.
 // Pushes stay in flight; Drain() waits for them (Clock/Barrier also do).
 //
-// Threading: the worker's thread only.
+// Threading: the worker's thread only. Ownership: a Stepper borrows the worker and the model
+// definition (they outlive it). Blocking: Begin posts and returns; Finish waits for the slot's
+// pulls; Drain waits for every push in flight.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,8 @@
 // Everything ferry-train is told: data, model, hyper-parameters, cluster and reporting. Every
 // rank of a job parses the same command line into the same TrainOptions (the job's table
 // specifications derive from it, and the coordinator checks that they match).
+//
+// Thread-safety: a value type; built on the main thread, then read only (the trainer borrows it).
 #pragma once
 
 #include <cstdint>

@@ -9,12 +9,12 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <iostream>
 
 #include "models/eval/calibration.h"
 #include "models/train/export.h"
+#include "models/train/gather_sums.h"
 #include "models/train/worker_loop.h"
 #include "ps/job/checkpoint.h"
 
@@ -38,30 +38,12 @@ EarlyStoppingOptions StoppingFor(const TrainOptions& o) {
   return s;
 }
 
-// What every worker adds up at the end (a fixed little-endian record for Gather).
+// What every worker adds up at the end (GatherSums: 8-byte fields, in this order).
 struct Totals {
   uint64_t samples = 0;
   double seconds = 0;
   double loss_sum = 0;
   uint64_t malformed = 0;
-
-  std::vector<uint8_t> Encode() const {
-    std::vector<uint8_t> out(32);
-    std::memcpy(out.data(), &samples, 8);
-    std::memcpy(out.data() + 8, &seconds, 8);
-    std::memcpy(out.data() + 16, &loss_sum, 8);
-    std::memcpy(out.data() + 24, &malformed, 8);
-    return out;
-  }
-  static Result<Totals> Decode(const std::vector<uint8_t>& in) {
-    if (in.size() != 32) return ProtocolError("worker totals have a bad length");
-    Totals t;
-    std::memcpy(&t.samples, in.data(), 8);
-    std::memcpy(&t.seconds, in.data() + 8, 8);
-    std::memcpy(&t.loss_sum, in.data() + 16, 8);
-    std::memcpy(&t.malformed, in.data() + 24, 8);
-    return t;
-  }
 };
 
 }  // namespace
@@ -171,24 +153,37 @@ Status WorkerLoop::Setup() {
   return LoadEvalSet();
 }
 
+// The job, step by step: readers, metrics and the counting pass (Setup), resuming, the epochs,
+// the refit, then the end (Finish: evaluation, reduction, export).
 Status WorkerLoop::Run(TrainReport* report) {
   FERRY_RETURN_IF_ERROR(Setup());
-  // A periodic checkpoint's job goes on at its clock: one batch per clock under bsp.
-  uint64_t first_step = 0;
-  bool decide_first = false;
-  if (w_.restored() && w_.restored()->position) {
-    FERRY_ASSIGN_OR_RETURN(first_step, SeekToCheckpoint());
-    FERRY_ASSIGN_OR_RETURN(decide_first, RestoreEpochs(first_step));
-    Log("ferry-train: resumed at batch " + std::to_string(first_step) + " (epoch " +
-        std::to_string(first_step / std::max<uint64_t>(steps_per_epoch_, 1) + 1) + ")");
-  }
+  FERRY_ASSIGN_OR_RETURN(const ResumePoint at, Resume());
   start_ = TrainClock::now();
+  FERRY_ASSIGN_OR_RETURN(const uint32_t last_epoch, RunEpochs(at));
+  LogStop(last_epoch);
+  if (o_.refit == TrainOptions::Refit::kOn) FERRY_RETURN_IF_ERROR(Refit());
+  return Finish(last_epoch, report);
+}
+
+Result<WorkerLoop::ResumePoint> WorkerLoop::Resume() {
+  // A periodic checkpoint's job goes on at its clock: one batch per clock under bsp.
+  ResumePoint at;
+  if (w_.restored() && w_.restored()->position) {
+    FERRY_ASSIGN_OR_RETURN(at.first_step, SeekToCheckpoint());
+    FERRY_ASSIGN_OR_RETURN(at.decide_first, RestoreEpochs(at.first_step));
+    Log("ferry-train: resumed at batch " + std::to_string(at.first_step) + " (epoch " +
+        std::to_string(at.first_step / std::max<uint64_t>(steps_per_epoch_, 1) + 1) + ")");
+  }
+  return at;
+}
+
+Result<uint32_t> WorkerLoop::RunEpochs(const ResumePoint& at) {
   const bool pipelined = o_.consistency.kind == ps::Consistency::kAsp;
   const uint32_t first_epoch =
-      steps_per_epoch_ > 0 ? static_cast<uint32_t>(first_step / steps_per_epoch_) + 1 : 1;
+      steps_per_epoch_ > 0 ? static_cast<uint32_t>(at.first_step / steps_per_epoch_) + 1 : 1;
   uint32_t epoch = first_epoch;
   bool stop = !stop_reason_.empty();
-  if (!stop && decide_first) {
+  if (!stop && at.decide_first) {
     // The checkpoint fell on the end of a pass whose decision was not recorded yet.
     FERRY_ASSIGN_OR_RETURN(stop, EndEpoch(first_epoch - 1));
   }
@@ -198,19 +193,20 @@ Status WorkerLoop::Run(TrainReport* report) {
     // one was moved on by SeekToCheckpoint).
     if (epoch > first_epoch) FERRY_RETURN_IF_ERROR(reader_->Rewind());
     const uint64_t skip =
-        epoch == first_epoch ? first_step % std::max<uint64_t>(steps_per_epoch_, 1) : 0;
+        epoch == first_epoch ? at.first_step % std::max<uint64_t>(steps_per_epoch_, 1) : 0;
     FERRY_RETURN_IF_ERROR(pipelined ? TrainPipelined(epoch) : TrainSequential(epoch, skip));
     FERRY_ASSIGN_OR_RETURN(stop, EndEpoch(epoch));
     if (stop) break;
   }
-  if (HasHeldOut()) {
-    Log("ferry-train: stopped after epoch " + std::to_string(epoch) + ": " + stop_reason_ +
-        "; the best was epoch " + std::to_string(kept_.epoch) + " (held-out logloss " +
-        Figure("%.5f", kept_.validation.logloss) + ")" +
-        (o_.refit == TrainOptions::Refit::kOn ? "" : ", its model is kept"));
-  }
-  if (o_.refit == TrainOptions::Refit::kOn) FERRY_RETURN_IF_ERROR(Refit());
-  return Finish(epoch, report);
+  return epoch;
+}
+
+void WorkerLoop::LogStop(uint32_t last_epoch) {
+  if (!HasHeldOut()) return;
+  Log("ferry-train: stopped after epoch " + std::to_string(last_epoch) + ": " + stop_reason_ +
+      "; the best was epoch " + std::to_string(kept_.epoch) + " (held-out logloss " +
+      Figure("%.5f", kept_.validation.logloss) + ")" +
+      (o_.refit == TrainOptions::Refit::kOn ? "" : ", its model is kept"));
 }
 
 Status WorkerLoop::Finish(uint32_t last_epoch, TrainReport* report) {
@@ -219,8 +215,24 @@ Status WorkerLoop::Finish(uint32_t last_epoch, TrainReport* report) {
   // Every worker's pushes are applied before anyone evaluates the final model.
   FERRY_RETURN_IF_ERROR(w_.Barrier());
   const bool current = kept_.epoch == 0 || kept_.epoch == last_epoch || refitted_;
+  FERRY_ASSIGN_OR_RETURN(const double offset, FinalOffset());
   EvalMetrics test = kept_.test;
-  double offset = kept_.offset;
+  if (current) {
+    step_.SetLogitOffset(offset);
+    FERRY_ASSIGN_OR_RETURN(test, ScoreTest());
+  }
+  offset_ = offset;
+  FERRY_ASSIGN_OR_RETURN(std::optional<TrainReport> rep, Reduce(last_epoch, train_seconds));
+  if (!rep) return Status::Ok();  // worker 0 reports, writes and exports
+  rep->logit_offset = offset;
+  rep->test = test;
+  FERRY_RETURN_IF_ERROR(WriteFinalRecord(*rep, last_epoch));
+  FERRY_RETURN_IF_ERROR(ExportKept(current));
+  if (report != nullptr) *report = *rep;
+  return Status::Ok();
+}
+
+Result<double> WorkerLoop::FinalOffset() {
   if (refitted_ && o_.calibrate && (!def_.dense.empty() || kept_.epoch <= kOwnOffsetPasses)) {
     // A model with dense layers drifts in its intercept from run to run (Adam on the output
     // bias): the refit model's own offset, from the held-out lines it has now seen, calibrated
@@ -232,25 +244,24 @@ Status WorkerLoop::Finish(uint32_t last_epoch, TrainReport* report) {
     // seen: on small data they overfit, and their own lines would hide it (text, 1,500 documents,
     // 20 passes and more: 0.96 against 0.86).
     FERRY_RETURN_IF_ERROR(ScoreHeldOut().status());
-    FERRY_ASSIGN_OR_RETURN(offset, FitOffset());
+    return FitOffset();
   }
-  if (current) {
-    step_.SetLogitOffset(offset);
-    FERRY_ASSIGN_OR_RETURN(test, ScoreTest());
-  }
-  offset_ = offset;
+  return kept_.offset;
+}
+
+Result<std::optional<TrainReport>> WorkerLoop::Reduce(uint32_t last_epoch, double train_seconds) {
   Totals mine;
   mine.samples = samples_;
   mine.seconds = train_seconds;
   mine.loss_sum = loss_sum_;
   // After a refit the training reader reads every line, the held-out ones included.
   mine.malformed = reader_->stats().malformed + (refitted_ ? 0 : held_out_malformed_);
-  FERRY_ASSIGN_OR_RETURN(auto parts, w_.Gather(mine.Encode()));
-  if (!lead_) return Status::Ok();
+  FERRY_ASSIGN_OR_RETURN(std::vector<Totals> parts,
+                         GatherSums(w_, mine, /*to_all=*/false, "worker totals have a bad length"));
+  if (!lead_) return std::optional<TrainReport>();
   TrainReport rep;
   double train_loss = 0;
-  for (const auto& part : parts) {
-    FERRY_ASSIGN_OR_RETURN(Totals t, Totals::Decode(part));
+  for (const Totals& t : parts) {
     rep.samples += t.samples;
     rep.train_seconds = std::max(rep.train_seconds, t.seconds);
     rep.malformed += t.malformed;
@@ -262,11 +273,13 @@ Status WorkerLoop::Finish(uint32_t last_epoch, TrainReport* report) {
   rep.epochs = last_epoch;
   rep.kept_epoch = kept_.epoch == 0 ? last_epoch : kept_.epoch;
   rep.refit = refitted_;
-  rep.logit_offset = offset;
   rep.stop_reason = stop_reason_;
   rep.batch_size = o_.batch_size;
   rep.validation = kept_.validation;
-  rep.test = test;
+  return std::optional<TrainReport>(std::move(rep));
+}
+
+Status WorkerLoop::WriteFinalRecord(const TrainReport& rep, uint32_t last_epoch) {
   if (progress_ != nullptr) {
     ProgressState s;
     s.samples = rep.samples;
@@ -274,39 +287,40 @@ Status WorkerLoop::Finish(uint32_t last_epoch, TrainReport* report) {
     s.last_auc = rep.test.auc;
     progress_->Finish(s);
   }
-  if (metrics_) {
-    EvalRecord rec;
-    rec.epoch = last_epoch;
-    rec.batches = batches_;
-    rec.samples = rep.samples;
-    rec.train_logloss = rep.train_logloss;
-    rec.logloss = rep.test.logloss;
-    rec.auc = rep.test.auc;
-    rec.samples_per_sec = rep.samples_per_sec;
-    rec.elapsed_s = SecondsSince(start_);
-    MetricsLine line = EvalLine("final", rec);
-    line.Set("test_samples", rep.test.count);
-    line.Set("calibration", rep.test.calibration);
-    line.Set("kept_epoch", static_cast<uint64_t>(rep.kept_epoch));
-    line.Set("refit", rep.refit);
-    line.Set("logit_offset", rep.logit_offset);
-    line.Set("stop_reason", rep.stop_reason);
-    line.Set("validation_logloss", rep.validation.logloss);
-    line.Set("validation_auc", rep.validation.auc);
-    line.Set("validation_calibration", rep.validation.calibration);
-    line.Set("validation_samples", rep.validation.count);
-    line.Set("batch_size", static_cast<uint64_t>(rep.batch_size));
-    line.Set("model", ModelKindName(o_.model));
-    line.Set("workers", static_cast<uint64_t>(w_.num_workers()));
-    line.Set("servers", static_cast<uint64_t>(w_.num_servers()));
-    FERRY_RETURN_IF_ERROR(metrics_->Write(line));
-  }
+  if (!metrics_) return Status::Ok();
+  EvalRecord rec;
+  rec.epoch = last_epoch;
+  rec.batches = batches_;
+  rec.samples = rep.samples;
+  rec.train_logloss = rep.train_logloss;
+  rec.logloss = rep.test.logloss;
+  rec.auc = rep.test.auc;
+  rec.samples_per_sec = rep.samples_per_sec;
+  rec.elapsed_s = SecondsSince(start_);
+  MetricsLine line = EvalLine("final", rec);
+  line.Set("test_samples", rep.test.count);
+  line.Set("calibration", rep.test.calibration);
+  line.Set("kept_epoch", static_cast<uint64_t>(rep.kept_epoch));
+  line.Set("refit", rep.refit);
+  line.Set("logit_offset", rep.logit_offset);
+  line.Set("stop_reason", rep.stop_reason);
+  line.Set("validation_logloss", rep.validation.logloss);
+  line.Set("validation_auc", rep.validation.auc);
+  line.Set("validation_calibration", rep.validation.calibration);
+  line.Set("validation_samples", rep.validation.count);
+  line.Set("batch_size", static_cast<uint64_t>(rep.batch_size));
+  line.Set("model", ModelKindName(o_.model));
+  line.Set("workers", static_cast<uint64_t>(w_.num_workers()));
+  line.Set("servers", static_cast<uint64_t>(w_.num_servers()));
+  return metrics_->Write(line);
+}
+
+Status WorkerLoop::ExportKept(bool current) {
   if (!o_.model_out.empty()) FERRY_RETURN_IF_ERROR(Export(current ? "" : kept_.dir));
   if (!current && o_.checkpoint_dir.empty() && !kept_.dir.empty() && kept_.ours) {
     std::error_code ec;
     std::filesystem::remove_all(kept_.dir, ec);
   }
-  if (report != nullptr) *report = rep;
   return Status::Ok();
 }
 

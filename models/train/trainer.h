@@ -12,9 +12,6 @@
 // model file is wanted), and the export and the report are that model's. With a refit
 // (TrainOptions::refit: small data whose held-out lines came from the training files), the
 // tables are emptied once the passes stop and a fresh model trains on every line for the kept
-// pass count: that model is scored and exported. With a refit
-// (TrainOptions::refit, small data whose held-out lines came from the training files), the
-// tables are emptied once the passes stop and a fresh model trains on every line for the kept
 // pass count: that model is scored and exported.
 //
 // Consistency (TrainOptions::consistency):
@@ -29,6 +26,10 @@
 // Outcome on worker 0: a JSON line per evaluation (--metrics-json; "eval" for streaming ones,
 // "epoch" after each pass, the last one "final" with the kept model's test logloss, AUC and
 // calibration), a progress display, one log line per pass and why training stopped, the summary.
+//
+// Blocking: RunTraining returns when this rank's part is done and the rank has left the job
+// (Node::Join). Threading: the thread that owns `node`. Ownership: `node`, `o` and `def` are
+// borrowed for the call; `report` is written on worker 0 only.
 #pragma once
 
 #include <cstdint>

@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "models/eval/calibration.h"
+#include "models/train/gather_sums.h"
 #include "models/train/worker_loop.h"
 #include "ps/job/checkpoint.h"
 
@@ -34,7 +35,7 @@ Result<EvalMetrics> WorkerLoop::ScoreHeldOut() {
   EvalPart sums = mine;
   sums.scores.clear();
   sums.labels.clear();
-  FERRY_ASSIGN_OR_RETURN(auto all, w_.Gather(sums.Encode(), /*to_all=*/true));
+  FERRY_ASSIGN_OR_RETURN(auto all, w_.GatherFromWorkers(sums.Encode(), /*to_all=*/true));
   FERRY_ASSIGN_OR_RETURN(EvalMetrics m, MergeParts(all));
   if (mine.count > kMaxHeldOutScores) {
     mine.scores.resize(kMaxHeldOutScores);  // the first ones calibrate
@@ -47,7 +48,7 @@ Result<EvalMetrics> WorkerLoop::ScoreHeldOut() {
     held_scores_ = mine.scores;
     held_labels_ = mine.labels;
   }
-  FERRY_ASSIGN_OR_RETURN(auto parts, w_.Gather(mine.Encode(), /*to_all=*/false));
+  FERRY_ASSIGN_OR_RETURN(auto parts, w_.GatherFromWorkers(mine.Encode(), /*to_all=*/false));
   if (lead_) {
     FERRY_ASSIGN_OR_RETURN(EvalMetrics with_auc, MergeParts(parts));
     m.auc = with_auc.auc;
@@ -62,7 +63,7 @@ Result<EvalMetrics> WorkerLoop::ScoreTest() {
     FERRY_ASSIGN_OR_RETURN(auto r, Reader::Open(t));
     FERRY_RETURN_IF_ERROR(ScoreShard(step_, *r, o_.batch_size, /*keep_scores=*/true, &mine));
   }
-  FERRY_ASSIGN_OR_RETURN(auto parts, w_.Gather(mine.Encode(), /*to_all=*/false));
+  FERRY_ASSIGN_OR_RETURN(auto parts, w_.GatherFromWorkers(mine.Encode(), /*to_all=*/false));
   if (!lead_) return EvalMetrics();
   return MergeParts(parts);
 }
@@ -76,18 +77,11 @@ Result<double> WorkerLoop::FitOffset() {
   OffsetFit fit;
   for (int it = 0; it < kOffsetIterations; ++it) {
     const OffsetSums mine = SumsAt(fit.offset, logits, held_labels_);
-    std::vector<uint8_t> bytes(24);
-    std::memcpy(bytes.data(), &mine.gradient, 8);
-    std::memcpy(bytes.data() + 8, &mine.hessian, 8);
-    std::memcpy(bytes.data() + 16, &mine.count, 8);
-    FERRY_ASSIGN_OR_RETURN(auto all, w_.Gather(bytes, /*to_all=*/true));
+    FERRY_ASSIGN_OR_RETURN(
+        std::vector<OffsetSums> all,
+        GatherSums(w_, mine, /*to_all=*/true, "bad calibration sums from a worker"));
     OffsetSums total;
-    for (const auto& part : all) {
-      if (part.size() != 24) return ProtocolError("bad calibration sums from a worker");
-      OffsetSums s;
-      std::memcpy(&s.gradient, part.data(), 8);
-      std::memcpy(&s.hessian, part.data() + 8, 8);
-      std::memcpy(&s.count, part.data() + 16, 8);
+    for (const OffsetSums& s : all) {
       total.gradient += s.gradient;
       total.hessian += s.hessian;
       total.count += s.count;
@@ -214,7 +208,7 @@ Result<bool> WorkerLoop::RestoreEpochs(uint64_t clock) {
           "/EPOCHS): early stopping starts afresh at epoch " + std::to_string(completed + 1));
     }
   }
-  FERRY_ASSIGN_OR_RETURN(auto all, w_.Gather(mine, /*to_all=*/true));
+  FERRY_ASSIGN_OR_RETURN(auto all, w_.GatherFromWorkers(mine, /*to_all=*/true));
   const std::vector<uint8_t>& bytes = all.front();
   if (bytes.empty()) return completed > 0 && clock % steps_per_epoch_ == 0;
   FERRY_ASSIGN_OR_RETURN(

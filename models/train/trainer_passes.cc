@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "models/eval/metrics.h"
+#include "models/train/gather_sums.h"
 #include "models/train/worker_loop.h"
 
 namespace ferry::models {
@@ -50,15 +51,11 @@ Status WorkerLoop::CountSteps(bool share) {
     total_samples_ = n * w_.num_workers();
     return Status::Ok();
   }
-  std::vector<uint8_t> mine(8);
-  std::memcpy(mine.data(), &n, 8);
-  FERRY_ASSIGN_OR_RETURN(auto all, w_.Gather(mine, /*to_all=*/true));
+  FERRY_ASSIGN_OR_RETURN(std::vector<uint64_t> all,
+                         GatherSums(w_, n, /*to_all=*/true, "bad sample count from a worker"));
   uint64_t most = 0;
   total_samples_ = 0;
-  for (const auto& part : all) {
-    if (part.size() != 8) return ProtocolError("bad sample count from a worker");
-    uint64_t c;
-    std::memcpy(&c, part.data(), 8);
+  for (uint64_t c : all) {
     most = std::max(most, c);
     total_samples_ += c;
   }

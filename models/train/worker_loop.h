@@ -3,6 +3,12 @@
 // pass: held-out scores, verdicts, the kept model, the record for resuming, the refit) and
 // trainer_passes.cc (one pass: the minibatch loops, counting, resuming mid-pass, streaming
 // evaluation).
+//
+// Ownership: a WorkerLoop borrows the worker, the options and the model definition (they outlive
+// it) and owns its readers, display and metrics file. Threading: the worker's thread only.
+// Blocking: most steps are collectives over the workers (counting, held-out scores, calibration,
+// the end's totals): every worker makes the same sequence of them, and each blocks until all
+// have made it.
 #pragma once
 
 #include <chrono>
@@ -44,8 +50,19 @@ class WorkerLoop {
     double offset = 0;  // its intercept calibration (models/eval/calibration.h)
   };
 
-  // --- trainer.cc: the job.
+  // Where a resumed job goes on (first_step 0: a fresh job).
+  struct ResumePoint {
+    uint64_t first_step = 0;    // the batch (bsp clock) the checkpoint was taken at
+    bool decide_first = false;  // the pass that ended at the checkpoint still needs its decision
+  };
+
+  // --- trainer.cc: the job, one step each: readers, metrics and the counting pass (Setup),
+  // resuming, the epochs, then the end: evaluation, reduction, the final record, the export.
   Status Setup();
+  Result<ResumePoint> Resume();
+  // The passes until the job decides to stop; returns the last pass's number.
+  Result<uint32_t> RunEpochs(const ResumePoint& at);
+  void LogStop(uint32_t last_epoch);
   Result<ReaderOptions> ReaderFor(const std::vector<std::string>& files, Side side,
                                   bool sharded) const;
   bool HasHeldOut() const { return held_out_ != nullptr; }
@@ -70,6 +87,17 @@ class WorkerLoop {
   // kept pass count (TrainOptions::refit).
   Status Refit();
   Status Finish(uint32_t last_epoch, TrainReport* report);
+  // The exported model's calibration: the kept one's, or after a refit of a dense or short model
+  // its own (a collective: every worker calls it).
+  Result<double> FinalOffset();
+  // Every worker's totals, all-gathered to worker 0: the report there (without the test figures
+  // and the offset), nullopt on the others.
+  Result<std::optional<TrainReport>> Reduce(uint32_t last_epoch, double train_seconds);
+  // Worker 0: the progress display's last line and the "final" metrics line.
+  Status WriteFinalRecord(const TrainReport& rep, uint32_t last_epoch);
+  // Worker 0: the model file (the servers' model when `current`, else the kept checkpoint), then
+  // the kept checkpoint goes unless it is the job's to keep.
+  Status ExportKept(bool current);
   Status Export(const std::string& from_dir);
   void Log(const std::string& line);
 
