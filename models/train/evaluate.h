@@ -2,7 +2,7 @@
 //
 // A worker scores its shard of a data set (validation or test) through the Stepper's forward
 // pass (the rows come from the servers, nothing is pushed) into an EvalPart; the parts travel
-// to the workers that need them as bytes (Worker::Gather) and merge into EvalMetrics:
+// to the workers that need them as bytes (Worker::GatherFromWorkers) and merge into EvalMetrics:
 //
 //   EvalPart mine;
 //   FERRY_RETURN_IF_ERROR(ScoreShard(stepper, *reader, batch_size, /*keep_scores=*/true, &mine));

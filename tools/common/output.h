@@ -20,11 +20,12 @@ inline constexpr const char* kReportRule =
 // A finite number for JSON/CSV (the formats have no NaN or infinity): v, or 0.
 double Finite(double v);
 
-// snprintf into a std::string (at most 511 characters: report fields and lines).
+// snprintf into a std::string of the length it needs.
 std::string Printf(const char* fmt, auto... args) {
-  char buf[512];
-  std::snprintf(buf, sizeof buf, fmt, args...);
-  return buf;
+  const int n = std::snprintf(nullptr, 0, fmt, args...);
+  std::string out(static_cast<size_t>(n > 0 ? n : 0), '\0');
+  std::snprintf(out.data(), out.size() + 1, fmt, args...);
+  return out;
 }
 
 // " key             : value\n", one line of a report's header block.

@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "tools/common/output.h"
 #include "tools/plot/axis.h"
 #include "tools/plot/plot.h"
 
@@ -36,12 +37,7 @@ constexpr double kCharWidth = 7.2;  // px per character at font-size 12
 constexpr double kInset = 6;        // px between the frame and the data range
 constexpr int kMaxLegendChars = 48;
 
-std::string Printf(const char* fmt, auto... args) {
-  const int n = std::snprintf(nullptr, 0, fmt, args...);
-  std::string out(static_cast<size_t>(std::max(n, 0)), '\0');
-  std::snprintf(out.data(), out.size() + 1, fmt, args...);
-  return out;
-}
+using tools::Printf;
 
 // Appends `s` as XML character data or attribute text. Invalid UTF-8 and characters XML 1.0
 // forbids (C0 controls except tab/newline/return, U+FFFE, U+FFFF) become U+FFFD, so any input

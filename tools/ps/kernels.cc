@@ -150,7 +150,7 @@ Result<std::optional<BenchReport>> RunRank(ps::Node& node, const BenchOptions& o
   if (w == nullptr) return std::optional<BenchReport>();
   FERRY_ASSIGN_OR_RETURN(WorkerResult mine, RunWorker(*w, o));
   const std::vector<uint8_t> bytes = EncodeWorkerResult(mine);
-  FERRY_ASSIGN_OR_RETURN(auto parts, w->Gather(bytes));
+  FERRY_ASSIGN_OR_RETURN(auto parts, w->GatherFromWorkers(bytes));
   if (w->index() != 0) return std::optional<BenchReport>();
   BenchReport r;
   r.options = o;

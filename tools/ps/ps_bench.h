@@ -21,7 +21,8 @@
 //   measure   per op type: `warmup` ops, then `iters` timed ops with up to `pipeline` in flight
 //             (latency mode: one at a time). An op is Pull / Push / PushPull + Wait + Release;
 //             its latency runs from the call to the return of Wait;
-//   gather    every worker's WorkerResult goes to worker 0 (Worker::Gather), which merges them.
+//   gather    every worker's WorkerResult goes to worker 0 (Worker::GatherFromWorkers),
+//             which merges them.
 //
 // Figures: keys/s and GB/s are summed over workers (each worker's own keys over its own timed
 // interval; the intervals overlap because of the barriers). Payload bytes per key: pull D*4 (rows
@@ -169,7 +170,7 @@ Result<std::optional<BenchReport>> RunRank(ps::Node& node, const BenchOptions& o
 // The row stride of the bench table on a server (ArrayHashMap layout with metadata).
 uint32_t ServerRowStride(const BenchOptions& o);
 
-// ---- Results on the wire (Worker::Gather) and merged (report.cc) ----
+// ---- Results on the wire (Worker::GatherFromWorkers) and merged (report.cc) ----
 std::vector<uint8_t> EncodeWorkerResult(const WorkerResult& r);
 Result<WorkerResult> DecodeWorkerResult(std::span<const uint8_t> bytes);
 // Sums and merges per op type; every worker must report the same op types in the same order.

@@ -1,8 +1,8 @@
 // Worker results on the wire, their merge on worker 0, and the text / JSON / CSV output (see
 // ps_bench.h).
 //
-// WorkerResult travels through Worker::Gather in this byte layout (host byte order: the ranks of
-// a job share an architecture, as ps/wire/protocol.h assumes):
+// WorkerResult travels through Worker::GatherFromWorkers in this byte layout (host byte order: the
+// ranks of a job share an architecture, as ps/wire/protocol.h assumes):
 //
 //   struct Encoded {
 //     uint32_t magic;              // "PSB1"
@@ -275,12 +275,10 @@ std::string FormatText(const BenchReport& r) {
   return out + kReportRule;
 }
 
-std::string FormatJson(const BenchReport& r) {
-  const BenchOptions& o = r.options;
-  nlohmann::json ops = nlohmann::json::array();
-  for (BenchOp op : o.ops) ops.push_back(BenchOpName(op));
-  nlohmann::json params = nlohmann::json::object();
-  for (const auto& [k, v] : o.transport_params) params[k] = v;
+namespace {
+
+// "results": one object per op type, merged over the workers.
+nlohmann::json ResultsJson(const BenchReport& r) {
   nlohmann::json results = nlohmann::json::array();
   for (const OpSummary& s : r.results) {
     nlohmann::json per_worker = nlohmann::json::array();
@@ -296,6 +294,11 @@ std::string FormatJson(const BenchReport& r) {
                        {"latency_usec", LatencyJson(s)},
                        {"worker_keys_per_sec", per_worker}});
   }
+  return results;
+}
+
+// "workers": each worker's raw counts per op type.
+nlohmann::json WorkersJson(const BenchReport& r) {
   nlohmann::json workers = nlohmann::json::array();
   for (const WorkerResult& w : r.workers) {
     nlohmann::json wops = nlohmann::json::array();
@@ -318,7 +321,47 @@ std::string FormatJson(const BenchReport& r) {
                        {"checked_rows", w.checked_rows},
                        {"ops", wops}});
   }
+  return workers;
+}
+
+// "config": the options the run measured with.
+nlohmann::json ConfigJson(const BenchReport& r) {
+  const BenchOptions& o = r.options;
+  nlohmann::json ops = nlohmann::json::array();
+  for (BenchOp op : o.ops) ops.push_back(BenchOpName(op));
   const bool zipf = o.key_spec.dist == KeySpec::Dist::kZipf;
+  return {{"ops", ops},
+          {"keys_per_op", o.keys},
+          {"dim", o.dim},
+          {"iterations", o.iters},
+          {"warmup", o.warmup},
+          {"pipeline", o.latency ? 1u : o.pipeline},
+          {"key_distribution", zipf ? "zipf" : "unique"},
+          {"zipf_s", zipf ? Finite(o.key_spec.zipf_s) : 0.0},
+          {"key_space", o.key_spec.space},
+          {"keys_unique_hint", KeysUniqueHint(o)},
+          {"optimizer", ps::OptimizerName(o.optimizer.kind)},
+          {"learning_rate", Finite(o.optimizer.learning_rate)},
+          {"populate", o.populate},
+          {"one_sided", o.one_sided},
+          {"fp16_pull", o.fp16_pull},
+          {"fp16_push", o.fp16_push},
+          {"replicas", o.replicas},
+          {"push_filter", Finite(o.push_filter)},
+          {"check", o.check},
+          {"seed", o.seed},
+          {"row_bytes", o.dim * 4},
+          {"row_stride", r.row_stride},
+          {"timeout_ms", o.timeout.count()}};
+}
+
+}  // namespace
+
+// The report as one JSON object, field by field (the nested tables are the functions above).
+std::string FormatJson(const BenchReport& r) {
+  const BenchOptions& o = r.options;
+  nlohmann::json params = nlohmann::json::object();
+  for (const auto& [k, v] : o.transport_params) params[k] = v;
   nlohmann::json j = {
       {"tool", "ferry-ps-bench"},
       {"version", FERRY_VERSION},
@@ -332,30 +375,7 @@ std::string FormatJson(const BenchReport& r) {
         {"role_rule", ps::RoleRuleName(o.role_rule)},
         {"launcher", r.launcher},
         {"consistency", "asp"}}},
-      {"config",
-       {{"ops", ops},
-        {"keys_per_op", o.keys},
-        {"dim", o.dim},
-        {"iterations", o.iters},
-        {"warmup", o.warmup},
-        {"pipeline", o.latency ? 1u : o.pipeline},
-        {"key_distribution", zipf ? "zipf" : "unique"},
-        {"zipf_s", zipf ? Finite(o.key_spec.zipf_s) : 0.0},
-        {"key_space", o.key_spec.space},
-        {"keys_unique_hint", KeysUniqueHint(o)},
-        {"optimizer", ps::OptimizerName(o.optimizer.kind)},
-        {"learning_rate", Finite(o.optimizer.learning_rate)},
-        {"populate", o.populate},
-        {"one_sided", o.one_sided},
-        {"fp16_pull", o.fp16_pull},
-        {"fp16_push", o.fp16_push},
-        {"replicas", o.replicas},
-        {"push_filter", Finite(o.push_filter)},
-        {"check", o.check},
-        {"seed", o.seed},
-        {"row_bytes", o.dim * 4},
-        {"row_stride", r.row_stride},
-        {"timeout_ms", o.timeout.count()}}},
+      {"config", ConfigJson(r)},
       {"populate",
        {{"rows", r.populated_rows},
         {"seconds", Finite(r.populate_seconds)},
@@ -363,8 +383,8 @@ std::string FormatJson(const BenchReport& r) {
          Finite(r.populate_seconds > 0 ? static_cast<double>(r.populated_rows) / r.populate_seconds
                                        : 0)}}},
       {"check", {{"enabled", o.check}, {"rows_checked", r.checked_rows}, {"passed", true}}},
-      {"results", results},
-      {"workers", workers},
+      {"results", ResultsJson(r)},
+      {"workers", WorkersJson(r)},
   };
   // Invalid UTF-8 (a --param value, say) is replaced rather than thrown about.
   return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";

@@ -40,7 +40,7 @@ std::string SelfPath(const char* argv0) {
 
 // The embedded default: a local cluster of copies of this program. Unreadable data or a model
 // that cannot be defined fails here, once, before any rank starts.
-int RunLocalCluster(const models::TrainOptions& o, int argc, char** argv) {
+int RunAsLocalCluster(const models::TrainOptions& o, int argc, char** argv) {
   auto resolved = models::ResolveAutoSettings(o);
   if (!resolved.ok()) return TrainFailed("", resolved.status());
   if (auto def = models::DefineModel(*resolved); !def.ok()) return TrainFailed("", def.status());
@@ -59,7 +59,7 @@ int RunLocalCluster(const models::TrainOptions& o, int argc, char** argv) {
 
 // One rank of a job: every rank resolves the data-size rule alike (the servers' steps may depend
 // on it), then defines the same model, joins and runs its part.
-int RunRank(const CLI::App& app, models::TrainOptions o, const ps::LaunchEnv& env) {
+int RunJobRank(const CLI::App& app, models::TrainOptions o, const ps::LaunchEnv& env) {
   auto resolved = models::ResolveAutoSettings(o);
   if (!resolved.ok()) return TrainFailed("", resolved.status());
   o = *resolved;
@@ -134,8 +134,8 @@ int TrainParseAndExecute(CLI::App& app, models::TrainOptions& o, models::TrainFl
   }
   auto env = ps::DetectLaunchEnv();
   if (!env.ok()) return TrainFailed("", env.status());
-  if (env->launcher == ps::Launcher::kNone) return RunLocalCluster(o, argc, argv);
-  return RunRank(app, o, *env);
+  if (env->launcher == ps::Launcher::kNone) return RunAsLocalCluster(o, argc, argv);
+  return RunJobRank(app, o, *env);
 }
 
 void AddPredictFlags(CLI::App& app, PredictFlags& f) {
