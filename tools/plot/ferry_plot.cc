@@ -7,6 +7,7 @@
 // Exit codes: 0 written, 1 an input could not be read or drawn, 2 bad usage.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <optional>
 
 #include "tools/common/command.h"
 #include "tools/plot/command.h"
@@ -44,19 +45,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--label", cmd.labels,
                  "legend name of each result file, in order (default: transport and op)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
+  if (std::optional<int> code = ferry::tools::ParseCommandLine(app, argc, argv)) return *code;
   if (ferry::Status s = ferry::plot::CheckPlotCommand(cmd); !s.ok()) {
-    std::fprintf(stderr, "ferry-plot: error: %s\nRun with --help for usage.\n",
-                 s.message().c_str());
-    return 2;
+    return ferry::tools::ReportError("ferry-plot", s.message(), 2);
   }
   if (ferry::Status s = ferry::plot::RunPlotCommand(cmd); !s.ok()) {
-    std::fprintf(stderr, "ferry-plot: error: %s\n", s.message().c_str());
-    return 1;
+    return ferry::tools::ReportError("ferry-plot", s.message(), 1);
   }
   return 0;
 }
