@@ -24,6 +24,8 @@
 
 namespace ferry::ps {
 
+struct CoordinatorState;
+
 class Coordinator {
  public:
   // Binds `bind_address` ("host:port", port 0 picks one) and starts the coordinator thread.
@@ -38,7 +40,7 @@ class Coordinator {
   // Blocks until the job ended: Ok after a clean shutdown, the first failure otherwise.
   Status Join();
 
-  struct Impl;
+  using Impl = CoordinatorState;  // coordinator_state.h
 
  private:
   explicit Coordinator(std::unique_ptr<Impl> impl);

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <string>
 
+#include "ps/coordinator/coordinator.h"
 #include "ps/coordinator/coordinator_state.h"
 #include "ps/job/checkpoint.h"
 

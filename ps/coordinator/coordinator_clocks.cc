@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "ps/coordinator/coordinator.h"
 #include "ps/coordinator/coordinator_state.h"
 
 namespace ferry::ps {

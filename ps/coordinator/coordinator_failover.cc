@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <string>
 
+#include "ps/coordinator/coordinator.h"
 #include "ps/coordinator/coordinator_state.h"
 
 namespace ferry::ps {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "ps/coordinator/coordinator.h"
 #include "ps/coordinator/coordinator_state.h"
 
 namespace ferry::ps {

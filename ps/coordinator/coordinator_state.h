@@ -1,4 +1,5 @@
-// The coordinator's state (coordinator.h): private to coordinator*.cc. The state machine is
+// The coordinator's state (Coordinator::Impl in coordinator.h): private to coordinator*.cc; it
+// includes nothing of coordinator.h. The state machine is
 // split by concern: coordinator.cc (the run loop, dispatching each control kind to its handler),
 // coordinator_membership.cc (registration, the start barrier, finishing, the startup timeout),
 // coordinator_clocks.cc (barriers, clocks, gathers), coordinator_failover.cc (failure notices,
@@ -21,7 +22,6 @@
 #include <utility>
 #include <vector>
 
-#include "ps/coordinator/coordinator.h"
 #include "ps/job/chain.h"
 #include "ps/job/job.h"
 #include "ps/wire/control.h"
@@ -29,7 +29,7 @@
 
 namespace ferry::ps {
 
-struct Coordinator::Impl {
+struct CoordinatorState {
   using Clock = std::chrono::steady_clock;
 
   struct Member {

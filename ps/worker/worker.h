@@ -65,12 +65,13 @@
 #include "ps/job/partition.h"
 #include "ps/wire/control.h"
 #include "ps/wire/protocol.h"
+#include "ps/worker/ticket.h"
 #include "transport/transport.h"
 
 namespace ferry::ps {
 
-using Ticket = uint64_t;
 struct TicketState;
+struct WorkerState;
 struct ServerLink;
 struct SendData;
 struct RangePlan;
@@ -244,7 +245,7 @@ class Worker {
 
   const WorkerStats& stats() const { return stats_; }
 
-  struct State;  // worker_state.h
+  using State = WorkerState;  // worker_state.h
 
  private:
   Worker(const JobSpec& job, uint32_t index, std::unique_ptr<Transport> data);

@@ -1,4 +1,5 @@
-// The worker's private state (worker.cc, worker_requests.cc). Not part of the public API.
+// The worker's private state (worker*.cc; Worker::State in worker.h). Not part of the public API;
+// it includes nothing of worker.h.
 //
 // Per ticket: the unique keys grouped by server in the send buffer (SendData), the pulled rows
 // in the arena, and one Request per (server, chunk) with the segments its sparse write reads.
@@ -16,10 +17,13 @@
 #include <unordered_map>
 #include <vector>
 
+#include "ps/job/partition.h"
 #include "ps/store/range_allocator.h"
+#include "ps/wire/protocol.h"
 #include "ps/worker/pull_plan.h"
-#include "ps/worker/worker.h"
+#include "ps/worker/ticket.h"
 #include "transport/pool.h"
+#include "transport/transport.h"
 
 namespace ferry::ps {
 
@@ -215,7 +219,7 @@ class DedupeMap {
   uint32_t gen_ = 0;
 };
 
-struct Worker::State {
+struct WorkerState {
   // Members in construction order: registrations die before the memory they cover.
   ShareableMemory arena_memory;
   ShareableMemory send_memory;
