@@ -7,33 +7,14 @@
 namespace ferry::models {
 
 void UniqueIds::Build(const Batch& batch, bool add_bias) {
-  const size_t n = batch.ids.size() + 1;
-  size_t cap = 16;
-  while (cap < 2 * n) cap <<= 1;
-  if (cap > table_.size()) {
-    table_.assign(cap, Entry{});
-    gen_ = 0;
-  }
-  if (++gen_ == 0) {
-    for (Entry& e : table_) e.gen = 0;
-    gen_ = 1;
-  }
-  const size_t mask = table_.size() - 1;
+  map_.Reset(batch.ids.size() + 1);
   uniq_.clear();
   uidx_.resize(batch.ids.size());
-  auto find = [&](uint64_t key) -> uint32_t {
-    // Fibonacci hashing: ids are already hashes, any odd multiplier spreads them.
-    size_t i = static_cast<size_t>((key * 0x9e3779b97f4a7c15ull) >> 20) & mask;
-    while (true) {
-      Entry& e = table_[i];
-      if (e.gen != gen_) {
-        e = Entry{key, static_cast<uint32_t>(uniq_.size()), gen_};
-        uniq_.push_back(key);
-        return e.value;
-      }
-      if (e.key == key) return e.value;
-      i = (i + 1) & mask;
-    }
+  auto find = [&](uint64_t id) -> uint32_t {
+    bool inserted = false;
+    const uint32_t u = map_.FindOrInsert(id, static_cast<uint32_t>(uniq_.size()), &inserted);
+    if (inserted) uniq_.push_back(id);
+    return u;
   };
   for (size_t j = 0; j < batch.ids.size(); ++j) uidx_[j] = find(batch.ids[j]);
   bias_ = add_bias ? find(kBiasId) : 0xffffffffu;

@@ -19,6 +19,7 @@
 #include "models/data/batch.h"
 #include "models/kernels/mlp_dense.h"
 #include "models/train/model_def.h"
+#include "ps/worker/dedupe_map.h"
 #include "ps/worker/worker.h"
 
 namespace ferry::models {
@@ -32,13 +33,13 @@ class UniqueIds {
   uint32_t bias() const { return bias_; }
 
  private:
-  struct Entry {
-    uint64_t key = 0;
-    uint32_t value = 0;
-    uint32_t gen = 0;
+  // Fibonacci hashing: ids are already hashes, any odd multiplier spreads them.
+  struct IdHash {
+    size_t operator()(uint64_t id) const {
+      return static_cast<size_t>((id * 0x9e3779b97f4a7c15ull) >> 20);
+    }
   };
-  std::vector<Entry> table_;
-  uint32_t gen_ = 0;
+  ps::DedupeMap<IdHash> map_;
   std::vector<uint64_t> uniq_;
   std::vector<uint32_t> uidx_;
   uint32_t bias_ = 0xffffffffu;

@@ -36,11 +36,15 @@
 #include "ps/store/array_hash_map.h"
 #include "ps/store/optimizer.h"
 #include "tools/bench/stats.h"
+#include "tools/common/output.h"
 #include "tools/ps/pipeline.h"
 #include "tools/ps/ps_bench.h"
 
 namespace ferry::psbench {
 namespace {
+
+using tools::Finite;
+using tools::WriteOutput;
 
 struct RefResult {
   std::string op;  // gather, memcpy, adagrad (the optimizer's name)
@@ -50,10 +54,6 @@ struct RefResult {
   uint64_t payload_bytes = 0;
   std::vector<double> usec;
 };
-
-double Finite(double v) {
-  return std::isfinite(v) ? v : 0.0;
-}
 
 struct Table {
   std::unique_ptr<ps::ArrayHashMap> map;
@@ -268,20 +268,6 @@ nlohmann::json ResultJson(const RefResult& r, const Figures& f, uint32_t keys) {
             {"p50", Finite(f.p50)},
             {"p99", Finite(s.p99)},
             {"p99_9", Finite(s.p999)}}}};
-}
-
-Status WriteOutput(const std::string& path, const std::string& text) {
-  if (path == "-") {
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    std::fflush(stdout);
-    return Status::Ok();
-  }
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return IoError("open " + path, errno);
-  out << text;
-  out.close();
-  if (!out) return IoError("write " + path, errno);
-  return Status::Ok();
 }
 
 struct RefFlags {

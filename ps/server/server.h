@@ -199,6 +199,19 @@ class Server {
     bool written = false;    // the write completed here
     bool acked = false;      // the successor acknowledged it
     bool abandoned = false;  // re-sent under another id after its successor died
+
+    // The push's fields as a worker's request or a predecessor's forward carries them (the
+    // two headers name them alike).
+    template <typename Header>
+    void TakePushFields(const Header& h) {
+      clock = h.clock;
+      push_id = h.push_id;
+      table = h.table;
+      flags = h.flags;
+      num_keys = h.num_keys;
+      dim = h.dim;
+      payload_bytes = h.payload_bytes;
+    }
   };
   struct Downstream {  // a successor: this server forwards to it
     std::shared_ptr<Endpoint> ep;

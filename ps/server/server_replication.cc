@@ -347,16 +347,10 @@ void Server::HandleForward(uint32_t pred, uint32_t imm) {
   Forward f;
   f.shard = fv.header.shard;
   f.worker = fv.header.worker;
-  f.clock = fv.header.clock;
-  f.push_id = fv.header.push_id;
-  f.table = fv.header.table;
-  f.flags = fv.header.flags;
-  f.num_keys = fv.header.num_keys;
-  f.dim = fv.header.dim;
+  f.TakePushFields(fv.header);
   f.payload_at = static_cast<uint64_t>(pred_rings_ - rings_) +
                  size_t{u.distance - 1} * forward_ring_bytes_ + fv.push.offset +
                  sizeof(ForwardHeader);
-  f.payload_bytes = fv.header.payload_bytes;
   f.from_worker = false;
   f.from = pred;
   f.from_seq = fv.header.seq;

@@ -71,14 +71,8 @@ Status Server::HandleRequest(uint32_t w, const RequestView& req) {
       Forward f;
       f.shard = t->shard;
       f.worker = w;
-      f.clock = req.header.clock;
-      f.push_id = req.header.push_id;
-      f.table = req.header.table;
-      f.flags = req.header.flags;
-      f.num_keys = req.header.num_keys;
-      f.dim = req.header.dim;
+      f.TakePushFields(req.header);
       f.payload_at = w * job_.staging_bytes + req.offset + sizeof(RequestHeader);
-      f.payload_bytes = req.header.payload_bytes;
       f.from_worker = true;
       f.type = req.type();
       f.from = w;

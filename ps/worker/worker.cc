@@ -342,12 +342,15 @@ Status Worker::WaitFor(const std::function<bool()>& pred, Millis timeout, std::s
         SuspectServer(s);
         if (Clock::now() - l.failed_at < 2 * job_.peer_timeout) continue;
       }
-      if (!l.failed.ok() && l.unreplied == 0 && !st_->shutdown) {
-        // Nothing of ours is lost on an idle link. Servers close their connections when the job
-        // shuts down, which can reach us before the coordinator's kShutdown does: wait for the
-        // coordinator's word (shutdown or failure) a little before calling it a failure.
+      if (!l.failed.ok() && !st_->shutdown) {
+        // Servers close their connections when the job shuts down or fails, which can reach us
+        // before the coordinator's word does (kShutdown, or kFailure naming the member that
+        // failed first): wait for that word a little before calling it this server's failure.
+        // An idle link loses nothing of ours and waits longer.
         if (l.failed_at == Clock::time_point()) l.failed_at = Clock::now();
-        if (Clock::now() - l.failed_at < std::min(job_.peer_timeout, Millis(3000))) continue;
+        const Millis grace = l.unreplied == 0 ? std::min(job_.peer_timeout, Millis(3000))
+                                              : std::min(job_.peer_timeout / 4, Millis(250));
+        if (Clock::now() - l.failed_at < grace) continue;
       }
       if (!l.failed.ok()) {
         // The worker is unusable from here on (the link failed for good): later calls return

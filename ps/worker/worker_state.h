@@ -20,6 +20,7 @@
 #include "ps/job/partition.h"
 #include "ps/store/range_allocator.h"
 #include "ps/wire/protocol.h"
+#include "ps/worker/dedupe_map.h"
 #include "ps/worker/pull_plan.h"
 #include "ps/worker/ticket.h"
 #include "transport/pool.h"
@@ -165,7 +166,7 @@ struct ServerLink {
   uint32_t unreplied = 0;
   std::deque<RingSlot> slots;
   Status failed;
-  std::chrono::steady_clock::time_point failed_at;  // when `failed` was first seen while idle
+  std::chrono::steady_clock::time_point failed_at;  // when `failed` was first seen waiting
   bool dead = false;       // removed from the job (replicas): its shards moved on
   bool suspected = false;  // its failure was reported to the coordinator (kSuspect)
 };
@@ -173,51 +174,6 @@ struct ServerLink {
 // Where a request of `bytes` fits in the staging ring `l` (FIFO of slots), or nullopt while it
 // does not (or max_outstanding requests await replies).
 std::optional<uint64_t> RingSpace(const ServerLink& l, uint64_t bytes, uint32_t max_outstanding);
-
-// Generation-stamped open-addressing map from key to unique index (no clearing between uses).
-class DedupeMap {
- public:
-  void Reset(size_t n) {
-    size_t cap = 16;
-    while (cap < 2 * n) cap <<= 1;
-    if (cap > entries_.size()) {
-      entries_.assign(cap, Entry{});
-      gen_ = 0;
-    }
-    mask_ = entries_.size() - 1;
-    if (++gen_ == 0) {  // wrapped: clear stamps
-      for (Entry& e : entries_) e.gen = 0;
-      gen_ = 1;
-    }
-  }
-  // The unique index of `key`, inserting `next` if absent (then *inserted = true).
-  uint32_t FindOrInsert(uint64_t key, uint32_t next, bool* inserted) {
-    size_t i = Partition::KeyHash(key) & mask_;
-    while (true) {
-      Entry& e = entries_[i];
-      if (e.gen != gen_) {
-        e = Entry{key, next, gen_};
-        *inserted = true;
-        return next;
-      }
-      if (e.key == key) {
-        *inserted = false;
-        return e.value;
-      }
-      i = (i + 1) & mask_;
-    }
-  }
-
- private:
-  struct Entry {
-    uint64_t key = 0;
-    uint32_t value = 0;
-    uint32_t gen = 0;
-  };
-  std::vector<Entry> entries_;
-  size_t mask_ = 0;
-  uint32_t gen_ = 0;
-};
 
 struct WorkerState {
   // Members in construction order: registrations die before the memory they cover.
@@ -231,7 +187,7 @@ struct WorkerState {
   std::unordered_map<uint64_t, uint32_t> server_of_ep;
   std::unordered_map<Ticket, std::unique_ptr<TicketState>> tickets;
   Ticket next_ticket = 1;
-  DedupeMap dedupe;
+  DedupeMap<> dedupe;
   std::vector<uint64_t> unique_keys;  // scratch
   std::vector<uint32_t> unique_of;    // scratch: input -> unique
   std::vector<uint32_t> server_of;    // scratch: unique -> server
