@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "ps/server/reply_plan.h"
 #include "ps/server/server.h"
 #include "ps/store/optimizer.h"
 
@@ -196,21 +197,15 @@ Status Server::ReplyRows(uint32_t w, const RequestView& req, Table& t) {
   const uint32_t n = req.header.num_keys;
   FERRY_RETURN_IF_ERROR(ResolveSlots(t, req.keys, n, &slots_));
   const bool fp16 = (req.header.flags & kFlagFp16Rows) != 0;
-  const uint64_t field = fp16 ? t.mirror_offset : m.layout().embedding_offset;
-  const uint64_t len = RowWireBytes(t.spec.dim, fp16);
-  const uint64_t stride = m.layout().stride;
+  const ReplyRowShape shape{m.layout().stride, fp16 ? t.mirror_offset : m.layout().embedding_offset,
+                            RowWireBytes(t.spec.dim, fp16)};
   const uint32_t r = AllocReply();
   Reply& reply = replies_[r];
   reply.worker = w;
   std::vector<Segment>& segs = reply.segments;
-  segs.clear();
-  segs.reserve(n);
-  uint64_t remote = req.header.dest_offset;
-  for (uint32_t i = 0; i < n; ++i, remote += req.header.dest_stride) {
-    const uint32_t slot = slots_[i];
-    if (slot == ArrayHashMap::kNoSlot) continue;  // refused by admission: stays zero
-    AppendMergedSegment(segs, Segment{slot * stride + field, remote, len});
-  }
+  // Keys refused by admission have no slot: their rows stay zero.
+  PlanReplySegments(std::span<const uint32_t>(slots_.data(), n), ArrayHashMap::kNoSlot, shape,
+                    req.header.dest_offset, req.header.dest_stride, &segs);
   if (segs.empty()) {  // every key refused: acknowledge without data
     reply.busy = false;
     free_replies_.push_back(r);

@@ -105,8 +105,8 @@ Result<Ticket> Worker::PullOneSided(uint32_t table, std::span<const uint64_t> ke
   // any read can complete (a completion handler posts fallbacks and cannot wait for space).
   const uint32_t cap = KeysPerRequest(*tk, false);
   uint64_t headers = 0;
-  for (const RangePlan& r : plan.requests) headers += (r.end - r.begin + cap - 1) / cap;
-  for (const OneSidedRead& rd : tk->reads) headers += (rd.end - rd.begin + cap - 1) / cap;
+  for (const RangePlan& r : plan.requests) headers += RequestsFor(r.end - r.begin, cap);
+  for (const OneSidedRead& rd : tk->reads) headers += RequestsFor(rd.end - rd.begin, cap);
   s = AllocHeaders(*tk, headers);
   if (!s.ok()) return Issued(*tk, s);
   // Reads first: a request of this very pull may grow the table, and the reads (served in

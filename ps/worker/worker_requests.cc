@@ -460,10 +460,8 @@ Status Worker::PostRequests(TicketState& tk, const std::vector<RangePlan>* range
     }
     ranges = &all;
   }
-  // Per range, chunks of at most `cap` keys.
-  const uint32_t cap = KeysPerRequest(tk, pushes);
-  uint64_t nreq = 0;
-  for (const RangePlan& r : *ranges) nreq += (r.end - r.begin + cap - 1) / cap;
+  const std::vector<RequestChunk> plan = PlanRequests(*ranges, KeysPerRequest(tk, pushes));
+  const uint64_t nreq = plan.size();
   if (nreq + spare_headers > kMaxRequestsPerTicket) {
     return InvalidArgument("too many requests in one call");
   }
@@ -475,23 +473,20 @@ Status Worker::PostRequests(TicketState& tk, const std::vector<RangePlan>* range
   if (nreq == 0) return Status::Ok();  // every gradient filtered out: nothing to send
   std::vector<Op> ops;
   ops.reserve(std::min<uint64_t>(nreq, 16));
-  for (const RangePlan& range : *ranges) {
-    const uint8_t f = flags | (range.want_slots ? kFlagWantSlots : 0);
-    for (uint32_t b = range.begin; b < range.end; b += cap) {
-      const uint32_t n = std::min(cap, range.end - b);
-      uint32_t seq = 0, server = 0;
-      auto at = ReserveRing(range.shard, RequestRingBytes(tk.type, f, n, dim), tk.id, &server, &seq,
-                            &ops);
-      if (!at.ok()) {
-        if (!ops.empty()) FERRY_RETURN_IF_ERROR(data_->Post(ops));
-        return at.status();
-      }
-      ops.push_back(BuildRequest(tk, *data, range.shard, server, b, n, *at, seq, f));
-      // Post in batches so that a long request list starts moving before it is complete.
-      if (ops.size() == 16) {
-        FERRY_RETURN_IF_ERROR(data_->Post(ops));
-        ops.clear();
-      }
+  for (const RequestChunk& c : plan) {
+    const uint8_t f = flags | (c.want_slots ? kFlagWantSlots : 0);
+    uint32_t seq = 0, server = 0;
+    auto at =
+        ReserveRing(c.shard, RequestRingBytes(tk.type, f, c.n, dim), tk.id, &server, &seq, &ops);
+    if (!at.ok()) {
+      if (!ops.empty()) FERRY_RETURN_IF_ERROR(data_->Post(ops));
+      return at.status();
+    }
+    ops.push_back(BuildRequest(tk, *data, c.shard, server, c.begin, c.n, *at, seq, f));
+    // Post in batches so that a long request list starts moving before it is complete.
+    if (ops.size() == 16) {
+      FERRY_RETURN_IF_ERROR(data_->Post(ops));
+      ops.clear();
     }
   }
   if (!ops.empty()) FERRY_RETURN_IF_ERROR(data_->Post(ops));

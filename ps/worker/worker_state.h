@@ -21,7 +21,7 @@
 #include "ps/store/range_allocator.h"
 #include "ps/wire/protocol.h"
 #include "ps/worker/dedupe_map.h"
-#include "ps/worker/pull_plan.h"
+#include "ps/worker/request_plan.h"
 #include "ps/worker/ticket.h"
 #include "transport/pool.h"
 #include "transport/transport.h"

@@ -1,5 +1,7 @@
-// Pure planning for a worker's pulls: functions from inputs to a plan, no transport, no state.
-// The code that posts (worker_requests.cc, worker_onesided.cc) acts on what these return.
+// Pure planning for a worker's requests: functions from inputs to a plan, no transport, no
+// state. The code that posts (worker_requests.cc, worker_onesided.cc) acts on what these return.
+//
+//   a ticket's keys, by server range, cut into requests of at most `cap` keys    PlanRequests
 //
 //   a pull's keys, grouped by server         [ s0 keys | s1 keys | ... )   (group_begin)
 //   one-sided: each group split by the slot cache into uncached (requests) and cached (reads),
@@ -25,6 +27,21 @@ struct RangePlan {
   uint32_t shard = 0, begin = 0, end = 0;
   bool want_slots = false;
 };
+
+// One request: `n` keys from ticket position `begin`, of `shard`.
+struct RequestChunk {
+  uint32_t shard = 0, begin = 0, n = 0;
+  bool want_slots = false;
+  bool operator==(const RequestChunk&) const = default;
+};
+
+// How many requests `keys` keys make at `cap` keys per request.
+inline uint64_t RequestsFor(uint64_t keys, uint32_t cap) {
+  return (keys + cap - 1) / cap;
+}
+
+// The requests of `ranges`, in order: each range cut into chunks of at most `cap` (> 0) keys.
+std::vector<RequestChunk> PlanRequests(std::span<const RangePlan> ranges, uint32_t cap);
 
 // How a one-sided pull splits its keys between the request path and sparse reads.
 struct CacheSplit {

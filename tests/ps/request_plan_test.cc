@@ -1,5 +1,5 @@
-// The pure planning steps of a pull (ps/worker/pull_plan.h), without a transport.
-#include "ps/worker/pull_plan.h"
+// The pure planning steps of a worker's requests (ps/worker/request_plan.h), without a transport.
+#include "ps/worker/request_plan.h"
 
 #include <gtest/gtest.h>
 
@@ -16,7 +16,19 @@ bool SameRange(const RangePlan& r, uint32_t shard, uint32_t begin, uint32_t end,
   return r.shard == shard && r.begin == begin && r.end == end && r.want_slots == want;
 }
 
-TEST(PullPlan, SplitPutsEachServersUncachedKeysFirstAndKeepsOrder) {
+TEST(RequestPlan, RangesAreCutIntoRequestsOfAtMostCapKeys) {
+  const std::vector<RangePlan> ranges = {{0, 0, 5, false}, {1, 5, 5, false}, {2, 5, 11, true}};
+  const std::vector<RequestChunk> plan = PlanRequests(ranges, 3);
+  const std::vector<RequestChunk> want = {
+      {0, 0, 3, false}, {0, 3, 2, false}, {2, 5, 3, true}, {2, 8, 3, true}};
+  EXPECT_EQ(plan, want);
+  EXPECT_EQ(RequestsFor(5, 3), 2u);
+  EXPECT_EQ(RequestsFor(0, 3), 0u);
+  EXPECT_EQ(RequestsFor(6, 3), 2u);
+  EXPECT_EQ(PlanRequests(ranges, 100).size(), 2u);
+}
+
+TEST(RequestPlan, SplitPutsEachServersUncachedKeysFirstAndKeepsOrder) {
   // Server 0: positions 0..4 (mixed), server 1: 5..6 (all cached), server 2: none,
   // server 3: 7..8 (none cached).
   std::vector<uint32_t> begin = {0, 5, 7, 7, 9};
@@ -34,7 +46,7 @@ TEST(PullPlan, SplitPutsEachServersUncachedKeysFirstAndKeepsOrder) {
   EXPECT_TRUE(SameRange(plan.cached[1], 1, 5, 7, false));
 }
 
-TEST(PullPlan, SplitMovesNothingWhenNoGroupIsMixed) {
+TEST(RequestPlan, SplitMovesNothingWhenNoGroupIsMixed) {
   std::vector<uint32_t> begin = {0, 2, 4};
   std::vector<uint64_t> keys = {1, 2, 3, 4};
   std::vector<uint32_t> slots = {kNo, kNo, 7, 8};
@@ -47,7 +59,7 @@ TEST(PullPlan, SplitMovesNothingWhenNoGroupIsMixed) {
   EXPECT_TRUE(SameRange(plan.cached[0], 1, 2, 4, false));
 }
 
-TEST(PullPlan, ReadSegmentsMergeRowsNeighbouringOnBothSides) {
+TEST(RequestPlan, ReadSegmentsMergeRowsNeighbouringOnBothSides) {
   // Positions 1..4 land at 1000 + p * 32; slots 4, 5 (neighbours), 9, 10 (neighbours but the
   // local rows of 9 and 10 are too: merged), each row 24 bytes of a 32-byte stride.
   const std::vector<uint32_t> slots = {kNo, 4, 5, 9, 10};
@@ -63,7 +75,7 @@ TEST(PullPlan, ReadSegmentsMergeRowsNeighbouringOnBothSides) {
   EXPECT_EQ(ReadSegments(slots, 1, 5, 1000, 32, 32, 24).size(), 4u);
 }
 
-TEST(PullPlan, ChunksRespectSegmentAndByteLimits) {
+TEST(RequestPlan, ChunksRespectSegmentAndByteLimits) {
   std::vector<Segment> segs(7, Segment{0, 0, 10});
   using Chunks = std::vector<std::pair<size_t, size_t>>;
   EXPECT_EQ(ChunkSegments(segs, 3, 1000), (Chunks{{0, 3}, {3, 6}, {6, 7}}));

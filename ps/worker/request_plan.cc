@@ -1,10 +1,25 @@
-// Pure planning for pulls (pull_plan.h). Nothing here touches a transport or a ticket, so each
-// step is tested alone (tests/ps/pull_plan_test.cc).
-#include "ps/worker/pull_plan.h"
+// Pure planning for requests (request_plan.h). Nothing here touches a transport or a ticket, so
+// each step is tested alone (tests/ps/request_plan_test.cc).
+#include "ps/worker/request_plan.h"
+
+#include <algorithm>
 
 #include "ps/wire/protocol.h"
 
 namespace ferry::ps {
+
+std::vector<RequestChunk> PlanRequests(std::span<const RangePlan> ranges, uint32_t cap) {
+  std::vector<RequestChunk> plan;
+  uint64_t total = 0;
+  for (const RangePlan& r : ranges) total += RequestsFor(r.end - r.begin, cap);
+  plan.reserve(total);
+  for (const RangePlan& r : ranges) {
+    for (uint32_t b = r.begin; b < r.end; b += cap) {
+      plan.push_back(RequestChunk{r.shard, b, std::min(cap, r.end - b), r.want_slots});
+    }
+  }
+  return plan;
+}
 
 CacheSplit SplitByCache(std::span<const uint32_t> group_begin, std::span<uint64_t> keys,
                         std::span<uint32_t> slots) {
