@@ -239,7 +239,8 @@ TEST(ArrayHashMap, GatherProducesSegmentsAndMissing) {
   // Whole rows of consecutive slots to consecutive destinations merge into one segment.
   segs.clear();
   ASSERT_TRUE(
-      m->RowSegments(std::vector<uint64_t>{3, 4, 5}, RowField::kRow, 0, l.stride, &segs, nullptr).ok());
+      m->RowSegments(std::vector<uint64_t>{3, 4, 5}, RowField::kRow, 0, l.stride, &segs, nullptr)
+          .ok());
   ASSERT_EQ(segs.size(), 1u);
   EXPECT_EQ(segs[0].length, 3u * l.stride);
   EXPECT_EQ(m->RowSegments(keys, RowField::kEmbedding, 0, 8, &segs, nullptr).code(),

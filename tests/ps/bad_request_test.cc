@@ -346,8 +346,8 @@ class HandJob {
                                coord, job, [server_t] { server_t->Wake(); }, Millis(20000)));
     FERRY_RETURN_IF_ERROR(
         Register(*server_control, job, 0, Role::kServer, 0, server->data_address()));
-    FERRY_ASSIGN_OR_RETURN(auto wt,
-                           CreateTransport(job.transport, DataTransportOptions(job, EncodeWorkerHello(0))));
+    FERRY_ASSIGN_OR_RETURN(
+        auto wt, CreateTransport(job.transport, DataTransportOptions(job, EncodeWorkerHello(0))));
     FERRY_ASSIGN_OR_RETURN(worker, Worker::Create(job, 0, std::move(wt)));
     Transport* worker_t = worker->transport();
     FERRY_ASSIGN_OR_RETURN(worker_control,

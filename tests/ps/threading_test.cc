@@ -74,7 +74,8 @@ TEST(Threading, ConcurrentReadersOfAQuiescentTable) {
       }
       std::vector<Segment> segs;
       std::vector<uint64_t> keys = {13, 26, 39};
-      if (!view.RowSegments(keys, RowField::kEmbedding, 0, 16, &segs, nullptr).ok() || segs.size() != 3)
+      if (!view.RowSegments(keys, RowField::kEmbedding, 0, 16, &segs, nullptr).ok() ||
+          segs.size() != 3)
         bad++;
     });
   }
