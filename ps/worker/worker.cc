@@ -254,11 +254,7 @@ void Worker::OnNotify(uint32_t s, uint32_t imm) {
   if (!st.fallbacks.empty()) PostFallbacks();  // ring space came back (worker_onesided.cc)
 }
 
-void Worker::OnSendDone(const Completion& c) {
-  if (c.context & kReadContextBit) {  // a one-sided pull's read (worker_onesided.cc)
-    OnReadDone(c);
-    return;
-  }
+void Worker::OnRequestWritten(const Completion& c) {
   const Ticket t = c.context >> kContextShift;
   auto it = st_->tickets.find(t);
   if (it == st_->tickets.end()) return;
@@ -310,8 +306,10 @@ size_t Worker::Progress() {
       }
       stats_.bytes_received += c.bytes;
       OnNotify(it->second, c.imm);
+    } else if (c.context & kReadContextBit) {  // a one-sided pull's read (worker_onesided.cc)
+      OnReadDone(c);
     } else {
-      OnSendDone(c);
+      OnRequestWritten(c);
     }
   }
   DrainControl();

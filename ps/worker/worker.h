@@ -76,6 +76,8 @@ struct ServerLink;
 struct SendData;
 struct RangePlan;
 struct SlotCache;
+struct RemoteRows;
+struct SlotLearning;
 struct OneSidedRead;
 
 struct PullOptions {
@@ -258,7 +260,8 @@ class Worker {
   Status WaitFor(const std::function<bool()>& pred, Millis timeout, std::string_view what);
   void DrainControl();
   void OnNotify(uint32_t server, uint32_t imm);
-  void OnSendDone(const Completion& c);
+  // A request's write completed (or failed); one-sided reads go to OnReadDone.
+  void OnRequestWritten(const Completion& c);
   void Retire(Ticket t);
   void FreeRingSlots(ServerLink& link);
   Status WaitAllReplies(std::string_view what);
@@ -317,17 +320,20 @@ class Worker {
   // st.slot_of[p]: the cached slot of pulled[p] where that server may be read, else kNoSlotValue.
   void LookUpSlots(uint32_t table, const SendData& send, std::span<const uint64_t> pulled,
                    uint64_t read_len);
-  // A copy of a slot cache's descriptor part (everything but the slots).
-  SlotCache CacheDescriptor(uint32_t table, uint32_t server) const;
+  // A copy of how the slot cache of (table, server) reads the rows.
+  RemoteRows RemoteRowsOf(uint32_t table, uint32_t server) const;
   // tk.reads for the `cached` ranges (their descriptors in `taken`); a range without arena room
   // for its generation word goes to *requests instead.
   void PlanReads(TicketState& tk, const std::vector<RangePlan>& cached,
-                 const std::vector<SlotCache>& taken, uint64_t read_len,
+                 const std::vector<RemoteRows>& taken, uint64_t read_len,
                  std::vector<RangePlan>* requests);
   // Posts tk.reads; a read the transport refuses goes to *requests instead.
   void PostReads(TicketState& tk, std::vector<RangePlan>* requests);
   // Reads the SlotReplies of finished want-slots requests into the slot caches.
   void LearnSlots();
+  // What one SlotReply teaches the slot cache `c`: the rows' descriptor, layout, generation
+  // and the slots of the request's keys.
+  void Learn(const SlotLearning& e, const SlotReplyView& v, SlotCache& c);
   // Sets aside a SlotReply area for a request of n keys and records what to learn from it;
   // false (the request goes without slots) when the arena has no room now.
   bool PlanSlotReply(TicketState& tk, uint32_t server, uint32_t begin, uint32_t n, uint32_t seq,

@@ -96,8 +96,8 @@ Result<Ticket> Worker::PullOneSided(uint32_t table, std::span<const uint64_t> ke
   }
   // What the slots were taken with: waiting for arena space below runs completion handlers,
   // which may change the caches (a failed check starts a cache over).
-  std::vector<SlotCache> taken;
-  for (const RangePlan& r : plan.cached) taken.push_back(CacheDescriptor(table, r.shard));
+  std::vector<RemoteRows> taken;
+  for (const RangePlan& r : plan.cached) taken.push_back(RemoteRowsOf(table, r.shard));
   s = AllocRows(*tk);
   if (!s.ok()) return Issued(*tk, s);
   PlanReads(*tk, plan.cached, taken, read_len, &plan.requests);
@@ -142,33 +142,26 @@ void Worker::LookUpSlots(uint32_t table, const SendData& send, std::span<const u
   st.slot_of.assign(send.n, kNoSlotValue);
   for (uint32_t srv = 0; srv < job_.servers; ++srv) {
     const SlotCache& c = st.slot_caches[table][srv];
-    if (c.rows == nullptr || c.disabled || (c.may_reuse && !c.status) || push_in_flight[srv]) {
+    const RemoteRows& r = c.remote;
+    if (r.rows == nullptr || c.disabled || (r.may_reuse && !r.status) || push_in_flight[srv]) {
       continue;
     }
-    const uint64_t length = c.rows->region().length;
+    const uint64_t length = r.rows->region().length;
     for (uint32_t p = send.begin[srv]; p < send.begin[srv + 1]; ++p) {
       auto it = c.slots.find(pulled[p]);
       if (it == c.slots.end()) continue;
-      if (uint64_t{it->second} * c.row_stride + read_len > length) continue;  // grew since
+      if (uint64_t{it->second} * r.row_stride + read_len > length) continue;  // grew since
       st.slot_of[p] = it->second;
     }
   }
 }
 
-SlotCache Worker::CacheDescriptor(uint32_t table, uint32_t server) const {
-  const SlotCache& c = st_->slot_caches[table][server];
-  SlotCache d;  // everything but the slots themselves
-  d.rows = c.rows;
-  d.status = c.status;
-  d.generation = c.generation;
-  d.row_stride = c.row_stride;
-  d.status_offset = c.status_offset;
-  d.may_reuse = c.may_reuse;
-  return d;
+RemoteRows Worker::RemoteRowsOf(uint32_t table, uint32_t server) const {
+  return st_->slot_caches[table][server].remote;
 }
 
 void Worker::PlanReads(TicketState& tk, const std::vector<RangePlan>& cached,
-                       const std::vector<SlotCache>& taken, uint64_t read_len,
+                       const std::vector<RemoteRows>& taken, uint64_t read_len,
                        std::vector<RangePlan>* requests) {
   State& st = *st_;
   // One read per server group (generation word first: without arena room for it, the group
@@ -176,17 +169,13 @@ void Worker::PlanReads(TicketState& tk, const std::vector<RangePlan>& cached,
   tk.reads.reserve(cached.size());
   for (size_t k = 0; k < cached.size(); ++k) {
     const RangePlan& r = cached[k];
-    const SlotCache& c = taken[k];
+    const RemoteRows& c = taken[k];
     OneSidedRead rd;
     rd.server = r.shard;
     rd.begin = r.begin;
     rd.end = r.end;
-    rd.rows = c.rows;
-    rd.status = c.status;
-    rd.generation = c.generation;
-    rd.status_offset = c.status_offset;
-    rd.check_generation = c.may_reuse;
-    if (rd.check_generation) {
+    rd.remote = c;
+    if (c.may_reuse) {
       auto at = st.rows_alloc.Allocate(8);
       if (!at) {
         requests->push_back(RangePlan{r.shard, r.begin, r.end, true});
@@ -214,7 +203,7 @@ void Worker::PostReads(TicketState& tk, std::vector<RangePlan>* requests) {
       op.ep = st.servers[rd.server].ep.get();
       op.context = kReadContextBit | (tk.id << kContextShift) | i;
       op.local = st.arena.get();
-      op.remote = rd.rows.get();
+      op.remote = rd.remote.rows.get();
       op.segments = rd.segments.data() + first;
       op.num_segments = last - first;
       ops.push_back(op);
@@ -242,7 +231,7 @@ bool Worker::PlanSlotReply(TicketState& tk, uint32_t server, uint32_t begin, uin
   const SlotCache& c = st.slot_caches[tk.table][server];
   hdr->slots_offset = *at;
   hdr->slots_bytes = static_cast<uint32_t>(bytes);
-  hdr->known_epoch = c.rows != nullptr ? c.epoch : 0;
+  hdr->known_epoch = c.remote.rows != nullptr ? c.epoch : 0;
   st.learning.push_back(SlotLearning{tk.id, tk.table, server, seq, begin, n, tk.send, area});
   return true;
 }
@@ -272,49 +261,53 @@ void Worker::LearnSlots() {
     if (s.ok() && (h.flags & kSlotsStableRegion) == 0 && !RefusalsAreHarmless(*data_)) {
       s = Unsupported("rows registration may change");
     }
-    if (s.ok()) {
-      ServerLink& l = st.servers[e->server];
-      if (!v.rows_descriptor.empty() && h.epoch >= c.epoch) {
-        auto region = DecodeRemoteRegion(v.rows_descriptor);
-        auto key = region.ok() ? l.ep->Import(*region)
-                               : Result<std::unique_ptr<RemoteKey>>(region.status());
-        if (key.ok()) {
-          c.rows = std::shared_ptr<RemoteKey>(std::move(key).value());
-          c.epoch = h.epoch;
-        }
-      } else if (h.epoch > c.epoch) {
-        c.rows.reset();  // newer than ours and no descriptor came with it: ours is stale
-        c.epoch = 0;
-      }
-      if (!v.status_descriptor.empty() && c.status == nullptr) {
-        auto region = DecodeRemoteRegion(v.status_descriptor);
-        auto key = region.ok() ? l.ep->Import(*region)
-                               : Result<std::unique_ptr<RemoteKey>>(region.status());
-        if (key.ok()) c.status = std::shared_ptr<RemoteKey>(std::move(key).value());
-      }
-      c.row_stride = h.row_stride;
-      c.status_offset = h.status_offset;
-      c.may_reuse = (h.flags & kSlotsMayReuse) != 0;
-      if (h.generation > c.generation) {  // rows were erased since the cached slots were learned
-        c.slots.clear();
-        c.generation = h.generation;
-      }
-      if (h.generation == c.generation) {
-        if (c.slots.size() + e->n > kMaxCachedSlots) c.slots.clear();
-        const uint64_t* keys =
-            reinterpret_cast<const uint64_t*>(st.send->data() + e->send->keys->offset) + e->begin;
-        for (uint32_t i = 0; i < e->n; ++i) {
-          const uint32_t slot = v.slot(i);
-          if (slot == kNoSlotValue) {
-            c.slots.erase(keys[i]);  // refused by admission: stays on the request path
-          } else {
-            c.slots[keys[i]] = slot;
-            ++stats_.slots_learned;
-          }
-        }
-      }
-    }
+    if (s.ok()) Learn(*e, v, c);
     e = st.learning.erase(e);
+  }
+}
+
+void Worker::Learn(const SlotLearning& e, const SlotReplyView& v, SlotCache& c) {
+  State& st = *st_;
+  const SlotReplyHeader& h = v.header;
+  ServerLink& l = st.servers[e.server];
+  RemoteRows& r = c.remote;
+  if (!v.rows_descriptor.empty() && h.epoch >= c.epoch) {
+    auto region = DecodeRemoteRegion(v.rows_descriptor);
+    auto key =
+        region.ok() ? l.ep->Import(*region) : Result<std::unique_ptr<RemoteKey>>(region.status());
+    if (key.ok()) {
+      r.rows = std::shared_ptr<RemoteKey>(std::move(key).value());
+      c.epoch = h.epoch;
+    }
+  } else if (h.epoch > c.epoch) {
+    r.rows.reset();  // newer than ours and no descriptor came with it: ours is stale
+    c.epoch = 0;
+  }
+  if (!v.status_descriptor.empty() && r.status == nullptr) {
+    auto region = DecodeRemoteRegion(v.status_descriptor);
+    auto key =
+        region.ok() ? l.ep->Import(*region) : Result<std::unique_ptr<RemoteKey>>(region.status());
+    if (key.ok()) r.status = std::shared_ptr<RemoteKey>(std::move(key).value());
+  }
+  r.row_stride = h.row_stride;
+  r.status_offset = h.status_offset;
+  r.may_reuse = (h.flags & kSlotsMayReuse) != 0;
+  if (h.generation > r.generation) {  // rows were erased since the cached slots were learned
+    c.slots.clear();
+    r.generation = h.generation;
+  }
+  if (h.generation != r.generation) return;
+  if (c.slots.size() + e.n > kMaxCachedSlots) c.slots.clear();
+  const uint64_t* keys =
+      reinterpret_cast<const uint64_t*>(st.send->data() + e.send->keys->offset) + e.begin;
+  for (uint32_t i = 0; i < e.n; ++i) {
+    const uint32_t slot = v.slot(i);
+    if (slot == kNoSlotValue) {
+      c.slots.erase(keys[i]);  // refused by admission: stays on the request path
+    } else {
+      c.slots[keys[i]] = slot;
+      ++stats_.slots_learned;
+    }
   }
 }
 
@@ -338,7 +331,7 @@ void Worker::FinishRead(TicketState& tk, size_t i) {
     Retire(tk.id);
     return;
   }
-  if (rd.error.ok() && rd.check_generation && !rd.generation_phase && PostGenerationRead(tk, i)) {
+  if (rd.error.ok() && rd.remote.may_reuse && !rd.generation_phase && PostGenerationRead(tk, i)) {
     return;  // this read finishes again when the generation word is here
   }
   if (!rd.error.ok() && !DescriptorGone(rd.error.code())) {  // the server or the connection failed
@@ -371,8 +364,8 @@ bool Worker::PostGenerationRead(TicketState& tk, size_t i) {
   op.local = st.arena.get();
   op.local_offset = rd.generation_word->offset;
   op.length = 8;
-  op.remote = rd.status.get();
-  op.remote_offset = rd.status_offset;
+  op.remote = rd.remote.status.get();
+  op.remote_offset = rd.remote.status_offset;
   rd.ops_left = 1;
   Status s = data_->Post(std::span<const Op>(&op, 1));
   if (s.ok()) return true;
@@ -387,20 +380,20 @@ bool Worker::ReadRowsValid(TicketState& tk, const OneSidedRead& rd) {
   if (!rd.error.ok()) {
     // The registration went away (the table grew): forget it; the fallback brings the new one.
     // Slots stay: growth moves no row.
-    if (cache.rows == rd.rows) {
-      cache.rows.reset();
+    if (cache.remote.rows == rd.remote.rows) {
+      cache.remote.rows.reset();
       cache.epoch = 0;
     }
     return false;
   }
-  if (rd.check_generation) {
+  if (rd.remote.may_reuse) {
     uint64_t now;
     std::memcpy(&now, st.arena->data() + rd.generation_word->offset, 8);
-    if (now != rd.generation) {
+    if (now != rd.remote.generation) {
       // Rows were erased since the slots were learned: any of them may have changed hands.
-      if (cache.generation == rd.generation) {
+      if (cache.remote.generation == rd.remote.generation) {
         cache.slots.clear();
-        cache.generation = now;
+        cache.remote.generation = now;
       }
       return false;
     }

@@ -77,18 +77,25 @@ struct Reroute {
 inline constexpr int kContextShift = 20;
 inline constexpr uint64_t kReadContextBit = uint64_t{1} << 63;
 
-// What this worker knows of one table's rows on one server: the slots of the keys it learned
-// (SlotReplies) and the rows' registration imported on that server's endpoint.
-struct SlotCache {
-  std::unordered_map<uint64_t, uint32_t> slots;  // key -> slot
+// How to read one table's rows on one server one-sided: the rows' registration imported on that
+// server's endpoint, and what a read's rows are checked against. A slot cache holds one; a read
+// takes a copy (the cache may change while the read is in flight).
+struct RemoteRows {
   std::shared_ptr<RemoteKey> rows;    // null: no usable descriptor (none yet, or it went stale)
   std::shared_ptr<RemoteKey> status;  // the server's reuse generations
-  uint64_t epoch = 0;                 // of `rows`; requests send it as known_epoch
   uint64_t generation = 0;            // reuse generation the cached slots were resolved under
   uint32_t row_stride = 0;            // of the server's table
-  uint32_t status_offset = 0;
+  uint32_t status_offset = 0;         // this table's generation word in `status`
   bool may_reuse = false;  // slots can change hands: check the generation after every read
-  bool disabled = false;   // never read one-sided (see worker_onesided.cc)
+};
+
+// What this worker knows of one table's rows on one server: the slots of the keys it learned
+// (SlotReplies) and how to read the rows.
+struct SlotCache {
+  std::unordered_map<uint64_t, uint32_t> slots;  // key -> slot
+  RemoteRows remote;
+  uint64_t epoch = 0;     // of `remote.rows`; requests send it as known_epoch
+  bool disabled = false;  // never read one-sided (see worker_onesided.cc)
 };
 
 // The cached keys of one server in a one-sided pull: ticket positions [begin, end), read with
@@ -96,13 +103,10 @@ struct SlotCache {
 struct OneSidedRead {
   uint32_t server = 0;
   uint32_t begin = 0, end = 0;
-  std::vector<Segment> segments;            // borrowed by the posted reads
-  std::shared_ptr<RemoteKey> rows, status;  // alive until the reads complete
-  uint64_t generation = 0;                  // what the generation read must find
-  std::unique_ptr<Block> generation_word;   // arena bytes the generation read lands on
-  uint32_t status_offset = 0;
-  bool check_generation = false;
-  bool generation_phase = false;  // the generation read is the one in flight
+  std::vector<Segment> segments;           // borrowed by the posted reads
+  RemoteRows remote;                       // as the slots were taken; alive until reads complete
+  std::unique_ptr<Block> generation_word;  // arena bytes the generation read lands on
+  bool generation_phase = false;           // the generation read is the one in flight
   uint32_t ops_left = 0;
   Status error;
 };

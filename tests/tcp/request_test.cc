@@ -8,7 +8,7 @@
 namespace ferry::tcp {
 namespace {
 
-const WireLimits kLimits{1u << 20, 1000};
+const WireLimits kRequestLimits{1u << 20, 1000};
 
 TEST(TcpRequest, KindLengthAndArgFollowTheOp) {
   Segment segs[3] = {{0, 0, 8}, {8, 64, 8}, {16, 128, 8}};
@@ -35,7 +35,7 @@ TEST(TcpRequest, KindLengthAndArgFollowTheOp) {
     EXPECT_EQ(h.arg, sparse ? 3u : 40u);
     EXPECT_EQ(h.flags, 0u);
     EXPECT_EQ(h.imm, 0u);
-    EXPECT_TRUE(ValidateHeader(h, kLimits).ok()) << FrameKindName(h.kind);
+    EXPECT_TRUE(ValidateHeader(h, kRequestLimits).ok()) << FrameKindName(h.kind);
   }
 }
 
