@@ -5,16 +5,43 @@
 
 #include <set>
 #include <string>
+#include <string_view>
 
 namespace ferry::models {
 namespace {
 
+// Pinned values: ids must never change between versions (saved models refer to them).
+constexpr uint64_t kIndex010 = 0xa6cd8fc32994760full;   // HashIndex(0, 1, 0)
+constexpr uint64_t kIndex7x9 = 0xcd609e051a40ff84ull;   // HashIndex(7, 123456, 9)
+constexpr uint64_t kIndex7x9Bits20 = 0xff84ull;         // HashIndex(7, 123456, 9, 20)
+constexpr uint64_t kTokenA = 0x7b013ec73230c3a1ull;     // HashToken(0, "a", 0)
+constexpr uint64_t kToken68fd = 0xd0cb9e5fbad278baull;  // HashToken(3, "68fd1e64", 42)
+
 TEST(Hashing, StableAcrossRuns) {
-  // Pinned values: ids must never change between versions (saved models refer to them).
-  EXPECT_EQ(HashIndex(0, 1, 0), HashIndex(0, 1, 0));
-  EXPECT_EQ(HashToken(3, "68fd1e64", 42), HashToken(3, "68fd1e64", 42));
-  EXPECT_EQ(HashIndex(0, 1, 0), 0xa6cd8fc32994760full);
-  EXPECT_EQ(HashToken(0, "a", 0), 0x7b013ec73230c3a1ull);
+  EXPECT_EQ(HashIndex(0, 1, 0), kIndex010);
+  EXPECT_EQ(HashIndex(7, 123456, 9), kIndex7x9);
+  EXPECT_EQ(HashIndex(7, 123456, 9, 20), kIndex7x9Bits20);
+  EXPECT_EQ(HashToken(0, "a", 0), kTokenA);
+  EXPECT_EQ(HashToken(3, "68fd1e64", 42), kToken68fd);
+}
+
+// No hidden state: the same inputs give the pinned ids again after many other calls, in the
+// opposite order, and from a token that is a view into a longer buffer (its bytes, not its
+// address or a terminator, are hashed).
+TEST(Hashing, SameInputsGiveThePinnedIdsInAnyCallOrder) {
+  uint64_t sink = 0;
+  for (uint64_t i = 0; i < 1000; ++i) {
+    sink ^= HashIndex(static_cast<uint32_t>(i % 13), i, i * 7, 20);
+    sink ^= HashToken(static_cast<uint32_t>(i % 5), std::to_string(i), i);
+  }
+  EXPECT_NE(sink, 0u);  // uses the results
+  EXPECT_EQ(HashToken(3, "68fd1e64", 42), kToken68fd);
+  EXPECT_EQ(HashToken(0, "a", 0), kTokenA);
+  EXPECT_EQ(HashIndex(7, 123456, 9, 20), kIndex7x9Bits20);
+  EXPECT_EQ(HashIndex(7, 123456, 9), kIndex7x9);
+  EXPECT_EQ(HashIndex(0, 1, 0), kIndex010);
+  const std::string longer = "x68fd1e64y";
+  EXPECT_EQ(HashToken(3, std::string_view(longer).substr(1, 8), 42), kToken68fd);
 }
 
 TEST(Hashing, FieldAndSeedChangeTheId) {
