@@ -1,5 +1,6 @@
 #include "models/train/flags.h"
 
+#include <CLI/CLI.hpp>
 #include <charconv>
 
 namespace ferry::models {

@@ -4,10 +4,13 @@
 // parse. Threading: command-line setup, one thread. FinalizeTrainFlags is pure.
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <string>
 
 #include "models/train/train_options.h"
+
+namespace CLI {
+class App;  // <CLI/CLI.hpp>: only the .cc files that build the flags include it
+}  // namespace CLI
 
 namespace ferry::models {
 

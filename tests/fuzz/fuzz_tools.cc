@@ -5,6 +5,7 @@
 //   2: ferry-lat's flags       3: ferry-bw's flags   (rest split at '\n' into argv)
 // Every path must return a clear error or a value that passes its own validation; a decoded or
 // resolved config must survive EncodeConfig -> DecodeConfig unchanged. Nothing is executed.
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdint>
 #include <span>

@@ -1,5 +1,6 @@
 #include "tools/bench/cli.h"
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -317,6 +318,55 @@ int ParseAndExecute(CLI::App& app, ToolOptions& o, int argc, char** argv) {
   Status s = Resolve(o);
   if (!s.ok()) return tools::ReportError(ToolName(o), s.message(), 2);
   return Execute(o);
+}
+
+int LatMain(int argc, char** argv) {
+  CLI::App app;
+  ToolOptions options;
+  AddFlags(app, options, Mode::kLatency);
+  tools::SetUpCommand(
+      app,
+      {.name = "ferry-lat",
+       .summary = "latency of Ferry transport operations (ping-pong; columns as perftest)",
+       .description = "Without an address it is the server; with one, the client; --local runs "
+                      "both.\nsend/write/write_imm/sparse_write report half the round trip; "
+                      "read/sparse_read the full\nround trip (as ib_read_lat). Per size: a checked "
+                      "pass (every transfer verified),\nthen the timed pass, checked as perftest "
+                      "checks (--check full|ref for one of them).",
+       .examples = {"ferry-lat --transport tcp --local",
+                    "ferry-lat --transport tcp --local -a --op write --json -",
+                    "ferry-lat --transport tcp --local -a --plot lat.svg",
+                    "ferry-lat --transport ucx --param UCX_TLS=shm,self --local --op "
+                    "sparse_read --rows 32",
+                    "ferry-lat --transport verbs -d rxe0 -x 1        (server)",
+                    "ferry-lat --transport verbs -d rxe0 -x 1 HOST   (client)"},
+       .see_also = {"ferry-bw", "ferry-plot", "ferry-info", "ib_write_lat(1)", "docs/tools.md"}});
+  return ParseAndExecute(app, options, argc, argv);
+}
+
+int BwMain(int argc, char** argv) {
+  CLI::App app;
+  ToolOptions options;
+  AddFlags(app, options, Mode::kBandwidth);
+  tools::SetUpCommand(
+      app,
+      {.name = "ferry-bw",
+       .summary = "bandwidth of Ferry transport operations (columns as perftest)",
+       .description =
+           "Without an address it is the server; with one, the client; --local runs "
+           "both.\nEach endpoint keeps --depth operations outstanding; --bidir makes "
+           "both sides send.\nPer size: a checked pass (every transfer verified), then the timed "
+           "pass, checked as perftest\nchecks (--check full|ref for one of them).",
+       .examples = {"ferry-bw --transport tcp --local -a",
+                    "ferry-bw --transport tcp --local -a --plot bw.svg",
+                    "ferry-bw --transport tcp --local --op write -s 64K,1M --csv results.csv",
+                    "ferry-bw --transport ucx --param UCX_TLS=shm,self --local --op read -b",
+                    "ferry-bw --transport tcp --local --op sparse_read --rows 128 --row-size "
+                    "1K",
+                    "ferry-bw --transport tcp --local --op pack_write --rows 10000 --row-size 64 "
+                    "--check ref"},
+       .see_also = {"ferry-lat", "ferry-plot", "ferry-info", "ib_write_bw(1)", "docs/tools.md"}});
+  return ParseAndExecute(app, options, argc, argv);
 }
 
 }  // namespace ferry::bench

@@ -1,17 +1,21 @@
 // The command line shared by ferry-lat and ferry-bw (perftest / ucx_perftest habits) and the
 // run logic behind it: server mode (no peer address), client mode (an address), and --local (a
-// client that starts its own server process on 127.0.0.1).
+// client that starts its own server process on 127.0.0.1). Each tool's main calls LatMain or
+// BwMain (its man page, AddFlags, ParseAndExecute); only cli.cc compiles CLI11.
 //
 // Exit codes of Execute(): 0 success, 1 runtime failure (including a verification failure),
 // 2 bad usage. It never throws.
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <string>
 #include <vector>
 
 #include "tools/bench/config.h"
 #include "tools/bench/runner.h"
+
+namespace CLI {
+class App;  // <CLI/CLI.hpp>: only the .cc files that build the flags include it
+}  // namespace CLI
 
 namespace ferry::bench {
 
@@ -58,5 +62,11 @@ int Execute(const ToolOptions& o);
 
 // Parses argv into `o` and runs it: the whole of a tool's main after its flags are declared.
 int ParseAndExecute(CLI::App& app, ToolOptions& o, int argc, char** argv);
+
+// ferry-lat's main (its man page; the flags and the run are shared with ferry-bw).
+int LatMain(int argc, char** argv);
+
+// ferry-bw's main (its man page; the flags and the run are shared with ferry-lat).
+int BwMain(int argc, char** argv);
 
 }  // namespace ferry::bench

@@ -1,5 +1,6 @@
 #include "tools/common/command.h"
 
+#include <CLI/CLI.hpp>
 #include <cctype>
 #include <cstdio>
 #include <memory>

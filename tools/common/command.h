@@ -15,7 +15,6 @@
 // Exit codes every command shares: 0 success (and --help, --version), 2 bad command line.
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -23,6 +22,10 @@
 #include <vector>
 
 #include "transport/status.h"
+
+namespace CLI {
+class App;  // <CLI/CLI.hpp>: only the .cc files that build the flags include it
+}  // namespace CLI
 
 namespace ferry::tools {
 

@@ -1,6 +1,7 @@
 // ferry-gen's flags, their resolution into GenOptions, and the run (see cli.h).
 #include "tools/gen/cli.h"
 
+#include <CLI/CLI.hpp>
 #include <charconv>
 #include <cstdio>
 #include <optional>
@@ -150,6 +151,34 @@ int ParseAndExecute(CLI::App& app, GenFlags& f, int argc, char** argv) {
   }
   if (!f.quiet) std::fputs(FormatSummary(*o, *summary).c_str(), stdout);
   return 0;
+}
+
+int Main(int argc, char** argv) {
+  CLI::App app;
+  tools::SetUpCommand(
+      app,
+      {.name = "ferry-gen",
+       .summary = "synthetic CTR data or text documents for ferry-train",
+       .description =
+           "--layout ctr: Zipf-distributed categorical fields and optional numeric "
+           "features, labelled by a\nhidden lr / fm / ffm / mlp truth model, written as "
+           "LIBSVM, libffm or Criteo TSV.\n--layout text: bag-of-words documents (Zipf "
+           "word frequencies, log-normal lengths, tf-idf\nvalues of unit L2 norm), labelled by "
+           "a hidden lr over words, written as LIBSVM or libffm.\nPlain or gzip. "
+           "--logit-sd and --positive-rate set how separable the classes are and how\n"
+           "many are positive; the summary gives the truth model's own logloss and AUC.",
+       .examples = {"ferry-gen --samples 1M --out train.svm",
+                    "ferry-gen --samples 10M --test-samples 1M --test-out test.svm --out "
+                    "train.svm --features 16777216 --truth fm --truth-out truth.txt --gzip",
+                    "ferry-gen --format criteo --samples 100K --out day_0.tsv",
+                    "ferry-gen --truth ffm --fields 10 --samples 1M --out train.ffm "
+                    "--format libffm",
+                    "ferry-gen --layout text --vocab 20000 --words 100 --logit-sd 4 "
+                    "--samples 20K --test-samples 5K --test-out test.svm --out train.svm"},
+       .see_also = {"ferry-train", "docs/data-formats.md"}});
+  GenFlags flags;
+  AddFlags(app, flags);
+  return ParseAndExecute(app, flags, argc, argv);
 }
 
 }  // namespace ferry::gen

@@ -1,5 +1,6 @@
-// ferry-gen's command line and run (the tool's main is SetUpCommand + AddFlags +
-// ParseAndExecute; the generator itself is models/data/gen.h).
+// ferry-gen's command line and run: the tool's main calls Main (the man page, AddFlags,
+// ParseAndExecute); the generator itself is models/data/gen.h. Only cli.cc compiles CLI11 (its
+// header alone costs 7-10 s per file).
 //
 // Flags in, GenOptions out: the counts accept "1000000", "1e6" or "1M"; --fields and --words
 // belong to one layout each; --format criteo without --fields / --numeric takes Criteo's column
@@ -9,12 +10,15 @@
 // FormatSummary are pure.
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <string>
 
 #include "models/data/gen.h"
 #include "transport/status.h"
+
+namespace CLI {
+class App;  // <CLI/CLI.hpp>: only the .cc files that build the flags include it
+}  // namespace CLI
 
 namespace ferry::gen {
 
@@ -44,5 +48,8 @@ std::string FormatSummary(const models::GenOptions& o, const models::GenSummary&
 
 // Parses argv into `f`, generates, prints the summary (unless --quiet); returns the exit code.
 int ParseAndExecute(CLI::App& app, GenFlags& f, int argc, char** argv);
+
+// ferry-gen's main (the man page, the flags and the run); returns the exit code.
+int Main(int argc, char** argv);
 
 }  // namespace ferry::gen

@@ -13,35 +13,8 @@
 // models/data/gen.h, the flags and the run tools/gen/cli.h; this file is the man page.
 //
 // Exit codes: 0 success (and --help), 2 bad command line, 1 I/O failure.
-#include <CLI/CLI.hpp>
-
-#include "tools/common/command.h"
 #include "tools/gen/cli.h"
 
 int main(int argc, char** argv) {
-  CLI::App app;
-  ferry::tools::SetUpCommand(
-      app,
-      {.name = "ferry-gen",
-       .summary = "synthetic CTR data or text documents for ferry-train",
-       .description =
-           "--layout ctr: Zipf-distributed categorical fields and optional numeric "
-           "features, labelled by a\nhidden lr / fm / ffm / mlp truth model, written as "
-           "LIBSVM, libffm or Criteo TSV.\n--layout text: bag-of-words documents (Zipf "
-           "word frequencies, log-normal lengths, tf-idf\nvalues of unit L2 norm), labelled by "
-           "a hidden lr over words, written as LIBSVM or libffm.\nPlain or gzip. "
-           "--logit-sd and --positive-rate set how separable the classes are and how\n"
-           "many are positive; the summary gives the truth model's own logloss and AUC.",
-       .examples = {"ferry-gen --samples 1M --out train.svm",
-                    "ferry-gen --samples 10M --test-samples 1M --test-out test.svm --out "
-                    "train.svm --features 16777216 --truth fm --truth-out truth.txt --gzip",
-                    "ferry-gen --format criteo --samples 100K --out day_0.tsv",
-                    "ferry-gen --truth ffm --fields 10 --samples 1M --out train.ffm "
-                    "--format libffm",
-                    "ferry-gen --layout text --vocab 20000 --words 100 --logit-sd 4 "
-                    "--samples 20K --test-samples 5K --test-out test.svm --out train.svm"},
-       .see_also = {"ferry-train", "docs/data-formats.md"}});
-  ferry::gen::GenFlags flags;
-  ferry::gen::AddFlags(app, flags);
-  return ferry::gen::ParseAndExecute(app, flags, argc, argv);
+  return ferry::gen::Main(argc, argv);
 }

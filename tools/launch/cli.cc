@@ -1,6 +1,7 @@
 // ferry-launch's flags, their resolution into LocalClusterOptions, and the run (see cli.h).
 #include "tools/launch/cli.h"
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -113,6 +114,34 @@ int ParseAndExecute(CLI::App& app, LaunchFlags& f, int argc, char** argv) {
   const int exit_code = ExitCodeFor(code.status());
   const Status& s = code.status();
   return tools::ReportError("ferry-launch", exit_code == 1 ? s.ToString() : s.message(), exit_code);
+}
+
+int Main(int argc, char** argv) {
+  CLI::App app;
+  tools::SetUpCommand(
+      app,
+      {.name = "ferry-launch",
+       .summary = "run a parameter-server job on this host, one process per rank",
+       .description =
+           "Rank 0 starts first and publishes the coordinator's address; then the other ranks "
+           "start.\nThe first rank to fail stops the job; signals to ferry-launch are forwarded "
+           "to every rank.\nEvery rank gets FERRY_RANK, FERRY_SIZE, FERRY_LOCAL_RANK, "
+           "FERRY_LOCAL_SIZE, FERRY_SERVERS,\nFERRY_WORKERS, FERRY_TRANSPORT, FERRY_ROLE_RULE and "
+           "the --env variables; rank 0\nFERRY_COORDINATOR_FILE, the others FERRY_COORDINATOR "
+           "(docs/launchers.md).",
+       .synopsis = kUsage,
+       .examples = {"ferry-launch --servers 2 --workers 2 -- ferry-train --data train.svm",
+                    "ferry-launch -s 4 -w 4 --rule colocated --tag-output -- ./my_job --steps 100",
+                    "ferry-launch -s 1 -w 3 --transport tcp --timeout 600 --env "
+                    "UCX_TLS=shm,self -- ./my_job"},
+       .exit_status = "The job's: 0 if every rank exited 0, else the first failing rank's status "
+                      "or 128+signal;\n128+signal if ferry-launch was signalled; 124 after "
+                      "--timeout; 2 bad command line;\n126 PROGRAM not executable; 127 PROGRAM not "
+                      "found; 1 other launcher failures.",
+       .see_also = {"mpirun(1)", "srun(1)", "ferry-train", "docs/launchers.md"}});
+  LaunchFlags flags;
+  AddFlags(app, flags);
+  return ParseAndExecute(app, flags, argc, argv);
 }
 
 }  // namespace ferry::launch

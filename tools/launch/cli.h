@@ -1,5 +1,5 @@
-// ferry-launch's command line and run (the tool's main is SetUpCommand + AddFlags +
-// ParseAndExecute; the launch engine is ps/launch/local_cluster.h).
+// ferry-launch's command line and run: the tool's main calls Main (the man page, AddFlags,
+// ParseAndExecute); the launch engine is ps/launch/local_cluster.h. Only cli.cc compiles CLI11.
 //
 // The command line is `ferry-launch [flags] [--] PROGRAM ARGS...`: ferry-launch's flags end at the
 // first "--" or at PROGRAM; everything after belongs to PROGRAM (a "--" after PROGRAM is kept).
@@ -10,12 +10,15 @@
 // ExitCodeFor are pure; ParseAndExecute blocks until the job ends.
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <string>
 #include <vector>
 
 #include "ps/launch/local_cluster.h"
 #include "transport/status.h"
+
+namespace CLI {
+class App;  // <CLI/CLI.hpp>: only the .cc files that build the flags include it
+}  // namespace CLI
 
 namespace ferry::launch {
 
@@ -50,5 +53,8 @@ int ExitCodeFor(const Status& s);
 
 // Parses argv, runs the job on this host; returns the job's exit code or the launcher's.
 int ParseAndExecute(CLI::App& app, LaunchFlags& f, int argc, char** argv);
+
+// ferry-launch's main (the man page, the flags and the run); returns the exit code.
+int Main(int argc, char** argv);
 
 }  // namespace ferry::launch

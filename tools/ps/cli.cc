@@ -1,6 +1,7 @@
 // ferry-ps-bench's flags, their resolution into BenchOptions, and the run (see cli.h).
 #include "tools/ps/cli.h"
 
+#include <CLI/CLI.hpp>
 #include <cerrno>
 #include <cstdio>
 #include <optional>
@@ -228,6 +229,27 @@ int ParseAndExecute(CLI::App& app, CliOptions& c, int argc, char** argv) {
   auto o = Resolve(c, *env, *shape);
   if (!o.ok()) return Error(o.status().message(), 2);
   return Execute(*o, c.json_path, c.csv_path);
+}
+
+int Main(int argc, char** argv) {
+  CLI::App app;
+  CliOptions options;
+  AddFlags(app, options);
+  tools::SetUpCommand(
+      app,
+      {.name = "ferry-ps-bench",
+       .summary = "parameter-server pull / push / push-pull throughput and latency",
+       .description = "Run one process per rank under a launcher (ferry-launch, mpirun, srun); "
+                      "worker 0 prints\nthe report. Without a launcher: one rank, a colocated "
+                      "server and worker.",
+       .examples = {"ferry-launch --servers 2 --workers 2 -- ferry-ps-bench --json",
+                    "ferry-launch --servers 1 --workers 1 -- ferry-ps-bench --op pull --transport "
+                    "ucx --param UCX_TLS=shm,self",
+                    "ferry-launch --servers 1 --workers 1 -- ferry-ps-bench --latency --op pull",
+                    "ferry-launch --servers 2 --workers 2 -- ferry-ps-bench --zipf 0.99 "
+                    "--key-space 10000000"},
+       .see_also = {"ferry-launch", "ferry-train", "docs/ps-bench.md"}});
+  return ParseAndExecute(app, options, argc, argv);
 }
 
 }  // namespace ferry::psbench

@@ -1,4 +1,5 @@
-// ferry-ps-bench's command line and run logic (the tool's main is AddFlags + ParseAndExecute).
+// ferry-ps-bench's command line and run logic: the tool's main calls Main (the man page,
+// AddFlags, ParseAndExecute). Only cli.cc compiles CLI11.
 //
 // The job shape comes, field by field, from the flags (--servers, --workers, --role-rule,
 // --transport), else from the launcher's variables (FERRY_SERVERS, FERRY_WORKERS,
@@ -16,12 +17,15 @@
 // Exit codes: 0 success, 1 runtime failure (including a failed check), 2 bad usage. Never throws.
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <string>
 #include <vector>
 
 #include "ps/launch/launch_env.h"
 #include "tools/ps/ps_bench.h"
+
+namespace CLI {
+class App;  // <CLI/CLI.hpp>: only the .cc files that build the flags include it
+}  // namespace CLI
 
 namespace ferry::psbench {
 
@@ -57,5 +61,8 @@ Result<BenchOptions> Resolve(const CliOptions& c, const ps::LaunchEnv& env,
 int Execute(const BenchOptions& o, const std::string& json_path, const std::string& csv_path);
 
 int ParseAndExecute(CLI::App& app, CliOptions& c, int argc, char** argv);
+
+// ferry-ps-bench's main (the man page, the flags and the run); returns the exit code.
+int Main(int argc, char** argv);
 
 }  // namespace ferry::psbench

@@ -9,28 +9,8 @@
 //   ferry-ps-bench --keys 10000           # no launcher: one rank, colocated server + worker
 //
 // The kernels are tools/ps/ps_bench.h; usage and method in docs/ps-bench.md.
-#include <CLI/CLI.hpp>
-
-#include "tools/common/command.h"
 #include "tools/ps/cli.h"
 
 int main(int argc, char** argv) {
-  CLI::App app;
-  ferry::psbench::CliOptions options;
-  ferry::psbench::AddFlags(app, options);
-  ferry::tools::SetUpCommand(
-      app,
-      {.name = "ferry-ps-bench",
-       .summary = "parameter-server pull / push / push-pull throughput and latency",
-       .description = "Run one process per rank under a launcher (ferry-launch, mpirun, srun); "
-                      "worker 0 prints\nthe report. Without a launcher: one rank, a colocated "
-                      "server and worker.",
-       .examples = {"ferry-launch --servers 2 --workers 2 -- ferry-ps-bench --json",
-                    "ferry-launch --servers 1 --workers 1 -- ferry-ps-bench --op pull --transport "
-                    "ucx --param UCX_TLS=shm,self",
-                    "ferry-launch --servers 1 --workers 1 -- ferry-ps-bench --latency --op pull",
-                    "ferry-launch --servers 2 --workers 2 -- ferry-ps-bench --zipf 0.99 "
-                    "--key-space 10000000"},
-       .see_also = {"ferry-launch", "ferry-train", "docs/ps-bench.md"}});
-  return ferry::psbench::ParseAndExecute(app, options, argc, argv);
+  return ferry::psbench::Main(argc, argv);
 }

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -12,7 +13,9 @@
 
 #include "models/io/model_reader.h"
 #include "models/train/auto_settings.h"
+#include "models/train/flags.h"
 #include "models/train/model_def.h"
+#include "models/train/predict.h"
 #include "ps/launch/launch_env.h"
 #include "ps/launch/local_cluster.h"
 #include "ps/node.h"
@@ -125,6 +128,9 @@ std::string FormatTrainSummary(std::string_view model, uint32_t servers, uint32_
   return out + "\n";
 }
 
+namespace {
+
+// Parses argv into `o` / `text` and runs this process's part of the job; the exit code.
 int TrainParseAndExecute(CLI::App& app, models::TrainOptions& o, models::TrainFlagText& text,
                          int argc, char** argv) {
   if (std::optional<int> code = tools::ParseCommandLine(app, argc, argv)) return *code;
@@ -137,6 +143,12 @@ int TrainParseAndExecute(CLI::App& app, models::TrainOptions& o, models::TrainFl
   if (env->launcher == ps::Launcher::kNone) return RunAsLocalCluster(o, argc, argv);
   return RunJobRank(app, o, *env);
 }
+
+struct PredictFlags {
+  models::PredictOptions options;
+  std::string model_path, out_path = "-";
+  bool summary = false;
+};
 
 void AddPredictFlags(CLI::App& app, PredictFlags& f) {
   models::PredictOptions& o = f.options;
@@ -184,6 +196,51 @@ int PredictParseAndExecute(CLI::App& app, PredictFlags& f, int argc, char** argv
                  static_cast<unsigned long long>(report.samples), report.logloss, report.auc);
   }
   return 0;
+}
+
+}  // namespace
+
+int TrainMain(int argc, char** argv) {
+  CLI::App app;
+  tools::SetUpCommand(
+      app, {.name = "ferry-train",
+            .summary = "train LR, FTRL, FM, FFM, an embedding MLP or DeepFM on Ferry's parameter "
+                       "server",
+            .description = "Without a launcher it runs a local cluster (--servers, --workers); "
+                           "under mpirun or srun\nit joins that job. By default passes go on "
+                           "while the logloss on held-out data\nimproves (--epochs auto), and "
+                           "the batch size follows the data size.",
+            .examples = {"ferry-gen --samples 200000 --test-samples 20000 --out tr.txt --test-out "
+                         "te.txt",
+                         "ferry-train --model ftrl --train tr.txt --test te.txt",
+                         "ferry-train --model fm --train tr.txt --test te.txt --metrics-json "
+                         "m.jsonl --model-out fm.model",
+                         "ferry-train --model ffm --format libffm --train tr.ffm --validation "
+                         "va.ffm --test te.ffm",
+                         "mpirun -np 4 ferry-train --servers 2 --model lr --train tr.txt --test "
+                         "te.txt"},
+            .exit_status = "0 success; 2 bad command line; 1 the job failed (the reason is on "
+                           "stderr).",
+            .see_also = {"ferry-gen", "ferry-predict", "ferry-launch", "docs/training.md"}});
+  models::TrainOptions o;
+  models::TrainFlagText text;
+  models::AddTrainFlags(app, &o, &text);
+  return TrainParseAndExecute(app, o, text, argc, argv);
+}
+
+int PredictMain(int argc, char** argv) {
+  CLI::App app;
+  tools::SetUpCommand(
+      app, {.name = "ferry-predict",
+            .summary = "score samples with a model exported by ferry-train --model-out",
+            .description = "Writes one probability per line, in input order. Runs in one process; "
+                           "no parameter server.",
+            .examples = {"ferry-train --model fm --train tr.txt --model-out fm.model",
+                         "ferry-predict fm.model te.txt > p.txt"},
+            .see_also = {"ferry-train", "docs/model-format.md"}});
+  PredictFlags flags;
+  AddPredictFlags(app, flags);
+  return PredictParseAndExecute(app, flags, argc, argv);
 }
 
 }  // namespace ferry::train
