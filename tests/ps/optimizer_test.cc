@@ -3,7 +3,8 @@
 // (a) Unit: ApplyUpdate / InitState against a plain reference written here from the formulas in
 //     the header (FTRL's l1 driving weights to exactly 0, Adam's bias correction with the row's
 //     update count, Adagrad's initial accumulator, l2), initializer determinism and distribution,
-//     and the parse / validate errors.
+//     and the parse / validate errors. This reference retypes the header's formulas; the
+//     independent check, written in double from the papers, is optimizer_paper_test.cc.
 // (b) Job: a deterministic gradient stream (keys repeating within and across pushes) pushed
 //     through a real job, 1 worker under ASP and 2 workers under BSP, then pulled and compared
 //     with the reference replaying the same stream: worker-side aggregation sums the rows of a
