@@ -93,6 +93,47 @@ Status Reader::Rewind() {
   return Start();
 }
 
+Status NoSampleError(std::string_view what, const std::vector<std::string>& files,
+                     const ReaderStats& stats, const std::string& first_malformed) {
+  std::string msg = "no " + std::string(what) + " in ";
+  for (size_t i = 0; i < files.size() && i < 3; ++i) msg += (i > 0 ? ", " : "") + files[i];
+  if (files.size() > 3) msg += ", ... (" + std::to_string(files.size()) + " files)";
+  msg += ": ";
+  const uint64_t lines = stats.lines - stats.skipped_other_side;
+  if (stats.lines == 0) {
+    msg += files.size() == 1 ? "the file is empty" : "the files are empty";
+  } else if (lines == 0) {
+    msg += std::to_string(stats.lines) + " lines, all on the other side of the held-out split";
+  } else {
+    msg += std::to_string(lines) + (lines == 1 ? " line, " : " lines, ");
+    if (stats.malformed == lines) {
+      msg += lines == 1 ? "malformed" : "all malformed";
+    } else if (stats.malformed > 0) {
+      msg += std::to_string(stats.malformed) + " malformed, the others blank or comments";
+    } else {
+      msg += lines == 1 ? "blank or a comment" : "all blank or comments";
+    }
+    if (stats.malformed > 0 && !first_malformed.empty()) {
+      msg += " (the first: " + first_malformed + ")";
+    }
+  }
+  return InvalidArgument(msg);
+}
+
+Result<std::vector<uint32_t>> ShardsWithoutInput(const std::vector<std::string>& files,
+                                                 uint32_t num_shards) {
+  std::vector<InputFile> inputs;
+  for (const std::string& path : files) {
+    FERRY_ASSIGN_OR_RETURN(InputFile in, ProbeInput(path));
+    inputs.push_back(std::move(in));
+  }
+  std::vector<uint32_t> idle;
+  for (uint32_t s = 0; s < num_shards; ++s) {
+    if (PlanShard(inputs, s, num_shards).empty()) idle.push_back(s);
+  }
+  return idle;
+}
+
 std::string Reader::DescribeShard() const {
   std::string out;
   for (const Piece& p : source_->pieces()) {

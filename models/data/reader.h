@@ -55,6 +55,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "models/data/batch.h"
@@ -152,5 +153,18 @@ class Reader {
   size_t chunk_bad_ = 0;                          // bad lines of chunk_ handled
   uint64_t chunk_first_line_ = 0;                 // line_in_piece of chunk_'s first line
 };
+
+// The error for files that gave no sample in a whole pass, from the reader's stats of that pass
+// and the first malformed line it reported ("" if none): InvalidArgument
+//   "no training sample in a.svm: 200 lines, all malformed (the first: a.svm:1: label 'x')"
+// or "...: the file is empty", "...: 3 lines, all blank or comments". `what` names the samples.
+Status NoSampleError(std::string_view what, const std::vector<std::string>& files,
+                     const ReaderStats& stats, const std::string& first_malformed);
+
+// The shards of num_shards that a Reader of `files` gives no piece of input to (probes the files;
+// reads no data). Only gzip files leave a shard without a piece: each is read whole by one shard,
+// while plain bytes are cut into every shard.
+Result<std::vector<uint32_t>> ShardsWithoutInput(const std::vector<std::string>& files,
+                                                 uint32_t num_shards);
 
 }  // namespace ferry::models

@@ -47,7 +47,11 @@ Result<SampleEstimate> EstimateTrainingSamples(const TrainOptions& o) {
   ro.files = o.train_files;
   ro.hash_seed = o.hash_seed;
   ro.hash_bits = o.hash_bits;
-  ro.on_malformed = [](const std::string&) {};  // the workers report them
+  // The workers report malformed lines; the probe keeps the first for a "no sample" error.
+  std::string first_malformed;
+  ro.on_malformed = [&first_malformed](const std::string& m) {
+    if (first_malformed.empty()) first_malformed = m;
+  };
   FERRY_ASSIGN_OR_RETURN(auto reader, Reader::Open(ro));
   Batch b;
   uint64_t probed = 0;
@@ -77,8 +81,7 @@ Result<SampleEstimate> EstimateTrainingSamples(const TrainOptions& o) {
   if (values > 0 && squares > 0) e.value_rms = std::sqrt(squares / static_cast<double>(values));
   if (exact) {
     if (probed == 0) {
-      return InvalidArgument("the training files hold no sample (" + o.train_files.front() +
-                             (o.train_files.size() > 1 ? ", ..." : "") + ")");
+      return NoSampleError("training sample", o.train_files, reader->stats(), first_malformed);
     }
     e.samples = probed;
     return e;

@@ -55,7 +55,8 @@ struct SampleEstimate {
 };
 
 // Reads at most kProbeSamples samples from the start of `files` (as one shard) and scales by
-// their bytes. kInvalidArgument when the files hold no sample; file errors name the file.
+// their bytes. kInvalidArgument when the files hold no sample
+// (NoSampleError, reader.h: what they hold instead); file errors name the file.
 Result<SampleEstimate> EstimateTrainingSamples(const TrainOptions& o);
 
 struct AutoRule {

@@ -183,7 +183,14 @@ Result<ReaderOptions> ReaderOptionsFor(const Model& model, const PredictOptions&
 }  // namespace
 
 Status Predict(const Model& model, const PredictOptions& o, std::FILE* out, PredictReport* report) {
-  FERRY_ASSIGN_OR_RETURN(const ReaderOptions ro, ReaderOptionsFor(model, o));
+  FERRY_ASSIGN_OR_RETURN(ReaderOptions ro, ReaderOptionsFor(model, o));
+  // Malformed lines go to stderr as they come; the first also names what a file of no sample
+  // held instead.
+  std::string first_malformed;
+  ro.on_malformed = [&first_malformed](const std::string& m) {
+    if (first_malformed.empty()) first_malformed = m;
+    std::fprintf(stderr, "%s\n", m.c_str());
+  };
   FERRY_ASSIGN_OR_RETURN(ModelTables m, TablesOf(model));
   FERRY_ASSIGN_OR_RETURN(const double offset, OffsetOf(model));
   FERRY_ASSIGN_OR_RETURN(auto reader, Reader::Open(ro));
@@ -222,6 +229,8 @@ Status Predict(const Model& model, const PredictOptions& o, std::FILE* out, Pred
       }
     }
   }
+  // Nothing to score is a mistake (the wrong file or --format), not an empty result.
+  if (loss.count() == 0) return NoSampleError("sample", o.files, reader->stats(), first_malformed);
   if (report != nullptr) {
     report->samples = loss.count();
     report->logloss = loss.Mean();

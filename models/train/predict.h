@@ -35,7 +35,9 @@ struct PredictReport {
   uint64_t malformed = 0;
 };
 
-// Writes one probability per line to `out` ("%.6g"), in input order.
+// Writes one probability per line to `out` ("%.6g"), in input order. Files that hold no sample
+// (empty, or every line malformed, blank or a comment) are InvalidArgument (NoSampleError,
+// models/data/reader.h), with nothing written.
 Status Predict(const Model& model, const PredictOptions& o, std::FILE* out, PredictReport* report);
 
 }  // namespace ferry::models

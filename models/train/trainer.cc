@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "models/data/input.h"
 #include "models/eval/calibration.h"
 #include "models/train/export.h"
 #include "models/train/gather_sums.h"
@@ -102,6 +103,7 @@ Status WorkerLoop::Setup() {
       ReaderOptions train,
       ReaderFor(o_.train_files, split ? Side::kTraining : Side::kAll, /*sharded=*/true));
   FERRY_ASSIGN_OR_RETURN(reader_, Reader::Open(train));
+  if (lead_ && w_.num_workers() > 1) FERRY_RETURN_IF_ERROR(WarnIdleWorkers());
   if (split || !o_.validation_files.empty()) {
     FERRY_ASSIGN_OR_RETURN(ReaderOptions held,
                            split ? ReaderFor(o_.train_files, Side::kHeldOut, true)
@@ -151,6 +153,34 @@ Status WorkerLoop::Setup() {
     Log(line);
   }
   return LoadEvalSet();
+}
+
+Status WorkerLoop::WarnIdleWorkers() {
+  FERRY_ASSIGN_OR_RETURN(std::vector<uint32_t> idle,
+                         ShardsWithoutInput(o_.train_files, w_.num_workers()));
+  if (idle.empty()) return Status::Ok();
+  // Only gzip files leave a shard without input (reader.h): name them.
+  std::string gz;
+  size_t gz_files = 0;
+  for (const std::string& path : o_.train_files) {
+    FERRY_ASSIGN_OR_RETURN(InputFile in, ProbeInput(path));
+    if (!in.gzip) continue;
+    gz += (gz_files++ > 0 ? ", " : "") + path;
+  }
+  std::string who;
+  for (uint32_t s : idle) who += (who.empty() ? "" : ", ") + std::to_string(s);
+  const std::string it = gz_files == 1 ? "it" : "them";
+  const std::string workers = std::to_string(w_.num_workers());
+  const std::string msg =
+      "ferry-train: warning: --train " + gz +
+      ": a gzip stream cannot be split (each gzip file is read whole by one worker); worker" +
+      (idle.size() == 1 ? " " + who + " of " + workers + " gets"
+                        : "s " + who + " of " + workers + " get") +
+      " no training data: decompress " + it + " or split " + it + " into " + workers +
+      " files or more (docs/training.md)";
+  // On stderr even with --quiet: idle workers are a mistake in the job's setup, not progress.
+  std::fprintf(stderr, "%s\n", msg.c_str());
+  return Status::Ok();
 }
 
 // The job, step by step: readers, metrics and the counting pass (Setup), resuming, the epochs,

@@ -59,6 +59,8 @@ class WorkerLoop {
   // --- trainer.cc: the job, one step each: readers, metrics and the counting pass (Setup),
   // resuming, the epochs, then the end: evaluation, reduction, the final record, the export.
   Status Setup();
+  // Worker 0 of several: a warning when gzip training files leave workers without data.
+  Status WarnIdleWorkers();
   Result<ResumePoint> Resume();
   // The passes until the job decides to stop; returns the last pass's number.
   Result<uint32_t> RunEpochs(const ResumePoint& at);

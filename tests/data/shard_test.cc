@@ -276,5 +276,50 @@ TEST(Reader, DescribeShardSaysGzipIsWhole) {
   EXPECT_NE(d.find("a.svm bytes [0, "), std::string::npos) << d;
 }
 
+// Only gzip files leave a shard without input: one per shard at most, each read whole.
+TEST(ShardsWithoutInput, AreTheShardsBeyondTheGzipFilesWhenThereIsNoPlainByte) {
+  TempDir dir;
+  WriteGzip(dir.File("x.gz"), "1 1:1\n0 2:1\n");
+  WriteGzip(dir.File("y.gz"), "1 1:1\n");
+  WriteFile(dir.File("p.svm"), "1 1:1\n");
+  auto idle = ShardsWithoutInput({dir.File("x.gz")}, 4);
+  ASSERT_TRUE(idle.ok()) << idle.status().ToString();
+  EXPECT_EQ(*idle, (std::vector<uint32_t>{1, 2, 3}));
+  idle = ShardsWithoutInput({dir.File("x.gz"), dir.File("y.gz")}, 3);
+  ASSERT_TRUE(idle.ok());
+  EXPECT_EQ(*idle, (std::vector<uint32_t>{2}));
+  idle = ShardsWithoutInput({dir.File("x.gz"), dir.File("y.gz")}, 2);
+  ASSERT_TRUE(idle.ok());
+  EXPECT_TRUE(idle->empty());
+  // Plain bytes reach every shard.
+  idle = ShardsWithoutInput({dir.File("x.gz"), dir.File("p.svm")}, 4);
+  ASSERT_TRUE(idle.ok());
+  EXPECT_TRUE(idle->empty());
+  EXPECT_FALSE(ShardsWithoutInput({dir.File("missing.gz")}, 2).ok());
+}
+
+// What a pass of no sample read, said in the error.
+TEST(NoSampleError, SaysWhatTheFilesHeld) {
+  ReaderStats s;
+  EXPECT_EQ(NoSampleError("sample", {"a"}, s, "").message(), "no sample in a: the file is empty");
+  s.lines = 2;
+  s.skipped_other_side = 2;
+  EXPECT_EQ(NoSampleError("sample", {"a"}, s, "").message(),
+            "no sample in a: 2 lines, all on the other side of the held-out split");
+  s.skipped_other_side = 0;
+  s.lines = 3;
+  s.malformed = 3;
+  EXPECT_EQ(NoSampleError("training sample", {"a", "b"}, s, "a:1: label 'x'").message(),
+            "no training sample in a, b: 3 lines, all malformed (the first: a:1: label 'x')");
+  s.malformed = 1;
+  EXPECT_EQ(NoSampleError("sample", {"a"}, s, "a:2: bad").message(),
+            "no sample in a: 3 lines, 1 malformed, the others blank or comments (the first: a:2: "
+            "bad)");
+  s.malformed = 0;
+  EXPECT_EQ(NoSampleError("sample", {"a", "b", "c", "d"}, s, "").code(), Code::kInvalidArgument);
+  EXPECT_EQ(NoSampleError("sample", {"a", "b", "c", "d"}, s, "").message(),
+            "no sample in a, b, c, ... (4 files): 3 lines, all blank or comments");
+}
+
 }  // namespace
 }  // namespace ferry::models

@@ -1,10 +1,12 @@
 // ferry-train's failure modes: a bad flag is exit code 2 with a message naming it; a missing or
 // unreadable file is a non-zero exit naming the file, well before the deadline (no hang); a
-// malformed line is reported with file:line, skipped and counted, and fatal under --strict; the
-// --metrics-json file is JSON lines ending in the "final" record.
+// malformed line is reported with file:line, skipped and counted, and fatal under --strict;
+// training files of no sample fail the job (exit 1) saying what they held; one gzip file on two
+// workers is warned about; the --metrics-json file is JSON lines ending in the "final" record.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 
 #include "tests/train/train_test_util.h"
@@ -13,6 +15,7 @@ namespace ferry::train_test {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class Errors : public ::testing::Test {
  protected:
@@ -146,6 +149,64 @@ TEST_F(Errors, MalformedLinesAreReportedCountedAndFatalWhenStrict) {
   EXPECT_NE(strict.exit_code, 0) << strict.Describe();
   EXPECT_THAT(strict.err, HasSubstr(bad + ":15"));  // 151 or 152: whichever worker reads it
   EXPECT_THAT(strict.err, HasSubstr("InvalidArgument"));
+}
+
+// Training files without a single sample fail the job before it starts, exit 1, saying what the
+// files held instead; the check is on all the files together, so a worker whose shard is empty
+// (more workers than lines) does not fail a job the others train.
+TEST_F(Errors, NoTrainingSampleFailsTheJobSayingWhatTheFilesHeld) {
+  const std::string bad = *dir_ / "all-bad.svm";
+  const std::string empty = *dir_ / "empty.svm";
+  const std::string one = *dir_ / "one.svm";
+  std::string all_bad;
+  for (int i = 0; i < 50; ++i) all_bad += "1 3:x 5:1\n";
+  WriteText(bad, all_bad);
+  WriteText(empty, "");
+  WriteText(one, Lines(Slurp(train_)).front() + "\n");
+  struct Case {
+    std::string file, says;
+  };
+  const std::vector<Case> cases = {
+      {bad, "no training sample in " + bad + ": 50 lines, all malformed (the first: " + bad +
+                ":1: feature 1 '3:x'"},
+      {empty, "no training sample in " + empty + ": the file is empty"},
+  };
+  for (const Case& c : cases) {
+    Proc p = TrainProc({"--train", c.file, "--test", test_}, 30);
+    EXPECT_FALSE(p.timed_out) << p.Describe();
+    EXPECT_EQ(p.exit_code, 1) << p.Describe();
+    EXPECT_THAT(p.err, HasSubstr(c.says)) << p.Describe();
+  }
+  for (const char* consistency : {"asp", "bsp"}) {
+    TrainRun r = Train(
+        *dir_, std::string("one-") + consistency,
+        {"--train", one, "--workers", "2", "--epochs", "1", "--consistency", consistency}, 60);
+    ASSERT_TRUE(r.ok()) << r.proc.Describe();
+    EXPECT_EQ(r.final_line["samples"], 1) << consistency;
+  }
+}
+
+// One gzip file is read whole by one worker: with two workers, worker 0 says at the start
+// (also under -q) that worker 1 gets no data, and the job trains on worker 0 alone.
+TEST_F(Errors, OneGzipFileOnTwoWorkersWarnsOfTheIdleWorker) {
+  const std::string gz = *dir_ / "train.svm.gz";
+  Generate(gz, *dir_ / "unused-test.svm",
+           {"--fields", "6", "--vocab", "50", "--samples", "1000", "--test-samples", "10", "--seed",
+            "3", "--gzip"});
+  TrainRun r = Train(*dir_, "gz", {"--train", gz, "--workers", "2", "--epochs", "1"}, 60);
+  ASSERT_TRUE(r.ok()) << r.proc.Describe();
+  EXPECT_THAT(r.proc.err,
+              HasSubstr("ferry-train: warning: --train " + gz + ": a gzip stream cannot be split"))
+      << r.proc.Describe();
+  EXPECT_THAT(r.proc.err, HasSubstr("worker 1 of 2 gets no training data: decompress it or "
+                                    "split it into 2 files or more"));
+  EXPECT_EQ(r.final_line["samples"], 1000);
+  // Two gzip files for two workers: nobody idles, nothing to say.
+  const std::string gz2 = *dir_ / "train2.svm.gz";
+  std::filesystem::copy_file(gz, gz2, std::filesystem::copy_options::overwrite_existing);
+  TrainRun two = Train(*dir_, "gz2", {"--train", gz, gz2, "--workers", "2", "--epochs", "1"}, 60);
+  ASSERT_TRUE(two.ok()) << two.proc.Describe();
+  EXPECT_THAT(two.proc.err, Not(HasSubstr("warning"))) << two.proc.Describe();
 }
 
 TEST_F(Errors, MetricsJsonEndsWithFinalRecord) {

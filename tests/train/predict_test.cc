@@ -92,7 +92,9 @@ INSTANTIATE_TEST_SUITE_P(
 // Scoring the training file's format from the model's parameters: a libffm model reads libffm
 // without --format, and the probabilities follow the input order (the first file's samples,
 // then the second's).
-TEST(PredictFiles, SeveralFilesInOrderAndFormatFromModel) {
+// Several files are scored in order, in the model's format; files that hold no sample are an
+// error (exit 1, saying what they held), not an empty output.
+TEST(PredictFiles, SeveralFilesInOrderAndFormatFromModelAndNoSampleIsAnError) {
   TempDir dir;
   const std::string tr = dir / "tr.ffm", te = dir / "te.ffm";
   Generate(tr, te,
@@ -109,6 +111,23 @@ TEST(PredictFiles, SeveralFilesInOrderAndFormatFromModel) {
   const std::string a = Slurp(dir / "one.txt");
   EXPECT_EQ(Lines(a).size(), 700u);
   EXPECT_EQ(two.out, a + a);
+
+  const std::string bad = dir / "bad.ffm", empty = dir / "empty.ffm";
+  std::string bad_lines;
+  for (int i = 0; i < 20; ++i) bad_lines += "1 0:5\n";
+  WriteText(bad, bad_lines);
+  WriteText(empty, "");
+  Proc all_bad = Exec({PredictBin(), dir / "m.bin", bad}, 60);
+  EXPECT_EQ(all_bad.exit_code, 1) << all_bad.Describe();
+  EXPECT_EQ(all_bad.out, "");
+  EXPECT_NE(all_bad.err.find("no sample in " + bad +
+                             ": 20 lines, all malformed (the first: " + bad + ":1: "),
+            std::string::npos)
+      << all_bad.Describe();
+  Proc none = Exec({PredictBin(), dir / "m.bin", empty}, 60);
+  EXPECT_EQ(none.exit_code, 1) << none.Describe();
+  EXPECT_NE(none.err.find("no sample in " + empty + ": the file is empty"), std::string::npos)
+      << none.Describe();
 }
 
 // A libsvm file with a field map (--field-map): the fields reach the field-aware models, and the

@@ -54,6 +54,12 @@ std::string Slurp(const std::string& path) {
   return ss.str();
 }
 
+void WriteText(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  ASSERT_TRUE(out.good()) << "write " << path;
+}
+
 Proc Exec(const std::vector<std::string>& argv, double timeout_s,
           const std::function<void(pid_t)>& while_running) {
   Proc r;

@@ -86,6 +86,8 @@ TrainRun Train(const TempDir& dir, const std::string& tag, const std::vector<std
                double timeout_s = 120, const std::function<void(pid_t)>& while_running = nullptr);
 
 std::string Slurp(const std::string& path);
+// Writes `text` to `path` (created or truncated); a failure fails the calling test.
+void WriteText(const std::string& path, const std::string& text);
 std::vector<std::string> Lines(const std::string& text);
 std::vector<nlohmann::json> JsonLines(const std::string& path);  // throws on a non-JSON line
 std::vector<std::string> Cat(std::vector<std::string> a, const std::vector<std::string>& b);
