@@ -137,6 +137,21 @@ TEST(TcpSparsePath, BounceThresholdBoundaries) {
   EXPECT_TRUE(ShouldBounce(1ull << 40, 2, ~0ull));
 }
 
+// The defaults docs/architecture.md ("Copies, per backend") states, decided by the same function:
+// the target of a sparse write receives through the scratch buffer when its rows average at most
+// 16 KiB, the target of a sparse read gathers its reply when they average at most 512 B. The
+// average decides, not the largest row. Change both together.
+TEST(TcpSparsePath, DefaultThresholdsAsDocumented) {
+  EXPECT_EQ(kDefaultBounceMaxRow, 16384u);
+  EXPECT_EQ(kDefaultGatherMaxRow, 512u);
+  EXPECT_TRUE(ShouldBounce(16384 * 4, 4, kDefaultBounceMaxRow));
+  EXPECT_FALSE(ShouldBounce(16385 * 4, 4, kDefaultBounceMaxRow));
+  EXPECT_FALSE(ShouldBounce(64, 1, kDefaultBounceMaxRow));  // one row: straight in
+  EXPECT_TRUE(ShouldBounce(512 * 4, 4, kDefaultGatherMaxRow));
+  EXPECT_FALSE(ShouldBounce(513 * 4, 4, kDefaultGatherMaxRow));
+  EXPECT_TRUE(ShouldBounce(100 + 900, 2, kDefaultGatherMaxRow));  // a 900 B row, average 500
+}
+
 // Sparse writes of `rows` rows of `row` bytes into a permutation of slots (with every 7th row
 // adjacent to the previous one), then a sparse read of the same rows back, through a transport
 // pair configured with bounce_max_row = gather_max_row = max.
