@@ -58,7 +58,7 @@ Status ScoreShard(Stepper& step, Reader& reader, uint32_t batch_size, bool keep_
     b.Clear();
     FERRY_ASSIGN_OR_RETURN(size_t n, reader.Next(batch_size, &b));
     if (n == 0) break;
-    FERRY_RETURN_IF_ERROR(step.Begin(b, &slot));
+    FERRY_RETURN_IF_ERROR(step.Begin(b, &slot, Stepper::Use::kScore));
     FERRY_ASSIGN_OR_RETURN(double loss, step.Finish(&slot, /*train=*/false, &probs));
     part->count += n;
     part->loss_sum += loss;

@@ -27,18 +27,22 @@ Stepper::Stepper(ps::Worker& worker, const ModelDef& def) : w_(worker), def_(def
   }
 }
 
-Status Stepper::Begin(const Batch& batch, Slot* slot) {
+Status Stepper::Begin(const Batch& batch, Slot* slot, Use use) {
   slot->batch = &batch;
   slot->ids.Build(batch, def_.linear >= 0);
   slot->pulls.assign(def_.tables.size(), 0);
   slot->active = true;
   ps::PullOptions unique;
   unique.keys_unique = true;
+  // Scoring reads the sparse tables only; a dense table's one row is the model's whatever the
+  // batch holds (created by the first pull that needs it).
+  ps::PullOptions sparse = unique;
+  sparse.read_only = use == Use::kScore;
   for (size_t t = 0; t < def_.tables.size(); ++t) {
     const bool dense =
         std::find(def_.dense.begin(), def_.dense.end(), static_cast<int>(t)) != def_.dense.end();
     auto p = dense ? w_.Pull(table_ids_[t], zero_key_, unique)
-                   : w_.Pull(table_ids_[t], slot->ids.ids(), unique);
+                   : w_.Pull(table_ids_[t], slot->ids.ids(), sparse);
     if (!p.ok()) {
       Abandon(slot);
       return p.status();

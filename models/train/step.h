@@ -66,7 +66,11 @@ class Stepper {
 
   Stepper(ps::Worker& worker, const ModelDef& def);
 
-  Status Begin(const Batch& batch, Slot* slot);
+  // What a batch's pulls are for: training pulls create the rows of new ids (the push that
+  // follows updates them); scoring pulls (evaluation) read only, an id the model lacks counting
+  // as zeros, as in ferry-predict, so a test set's features never enter the model.
+  enum class Use { kTrain, kScore };
+  Status Begin(const Batch& batch, Slot* slot, Use use);
   // Returns the batch's summed logloss; fills `probs` (one per sample) when not null. Without
   // training, the logit offset (SetLogitOffset) is applied to the probabilities and the loss.
   Result<double> Finish(Slot* slot, bool train, std::vector<float>* probs);

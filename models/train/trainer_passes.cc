@@ -105,7 +105,7 @@ Status WorkerLoop::TrainSequential(uint32_t epoch, uint64_t first_step) {
     FERRY_ASSIGN_OR_RETURN(size_t n, reader_->Next(o_.batch_size, &batch));
     position_ += n;
     if (n > 0) {
-      FERRY_RETURN_IF_ERROR(step_.Begin(batch, &slot));
+      FERRY_RETURN_IF_ERROR(step_.Begin(batch, &slot, Stepper::Use::kTrain));
       FERRY_ASSIGN_OR_RETURN(double loss, step_.Finish(&slot, true, nullptr));
       Account(loss, n);
     }
@@ -123,7 +123,7 @@ Status WorkerLoop::TrainPipelined(uint32_t epoch) {
   int cur = 0;
   FERRY_ASSIGN_OR_RETURN(size_t n, reader_->Next(o_.batch_size, &batches[cur]));
   if (n == 0) return Status::Ok();
-  FERRY_RETURN_IF_ERROR(step_.Begin(batches[cur], &slots[cur]));
+  FERRY_RETURN_IF_ERROR(step_.Begin(batches[cur], &slots[cur], Stepper::Use::kTrain));
   while (true) {
     // Post the next batch's pulls before this one computes: their transfer overlaps the kernel.
     const int nxt = 1 - cur;
@@ -134,7 +134,7 @@ Status WorkerLoop::TrainPipelined(uint32_t epoch) {
       return next_n.status();
     }
     if (*next_n > 0) {
-      Status s = step_.Begin(batches[nxt], &slots[nxt]);
+      Status s = step_.Begin(batches[nxt], &slots[nxt], Stepper::Use::kTrain);
       if (!s.ok()) {
         step_.Abandon(&slots[cur]);
         return s;
@@ -179,7 +179,7 @@ Status WorkerLoop::EvaluateStream(uint32_t epoch) {
   std::vector<float> probs;
   Stepper::Slot slot;
   for (const Batch& b : eval_set_) {
-    FERRY_RETURN_IF_ERROR(step_.Begin(b, &slot));
+    FERRY_RETURN_IF_ERROR(step_.Begin(b, &slot, Stepper::Use::kScore));
     FERRY_ASSIGN_OR_RETURN(double l, step_.Finish(&slot, false, &probs));
     loss.AddSum(l, b.size());
     FERRY_RETURN_IF_ERROR(auc.Add(probs, b.labels));

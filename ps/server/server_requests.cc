@@ -195,7 +195,14 @@ Status Server::ReplyRows(uint32_t w, const RequestView& req, Table& t) {
   Link& l = links_[w];
   ArrayHashMap& m = *t.map;
   const uint32_t n = req.header.num_keys;
-  FERRY_RETURN_IF_ERROR(ResolveSlots(t, req.keys, n, &slots_));
+  if ((req.header.flags & kFlagReadOnly) != 0) {
+    // Scoring reads (evaluation, prediction): absent keys stay kNoSlot and read as zeros; the
+    // table neither grows nor counts them (a test set's features must not enter the model).
+    slots_.resize(n);
+    FERRY_RETURN_IF_ERROR(m.FindBatch(std::span<const uint64_t>(req.keys, n), slots_));
+  } else {
+    FERRY_RETURN_IF_ERROR(ResolveSlots(t, req.keys, n, &slots_));
+  }
   const bool fp16 = (req.header.flags & kFlagFp16Rows) != 0;
   const ReplyRowShape shape{m.layout().stride, fp16 ? t.mirror_offset : m.layout().embedding_offset,
                             RowWireBytes(t.spec.dim, fp16)};

@@ -112,7 +112,7 @@ Status CheckContent(const RequestHeader& h, std::span<const TableShape> tables,
     return InvalidArgument("table " + std::to_string(h.table) + " has width " +
                            std::to_string(t.dim) + ", the request says " + std::to_string(h.dim));
   }
-  if ((h.flags & ~(kFlagFp16Grads | kFlagFp16Rows | kFlagWantSlots)) != 0) {
+  if ((h.flags & ~(kFlagFp16Grads | kFlagFp16Rows | kFlagWantSlots | kFlagReadOnly)) != 0) {
     return InvalidArgument("request flags 0x" + std::to_string(h.flags) + " are unknown");
   }
   if (h.num_keys == 0) return InvalidArgument("request carries no key");
@@ -129,6 +129,9 @@ Status CheckContent(const RequestHeader& h, std::span<const TableShape> tables,
   if ((h.flags & kFlagWantSlots) != 0) {
     if (type != RequestType::kPull) return InvalidArgument("slots requested on a push");
     FERRY_RETURN_IF_ERROR(CheckSlotReplyArea(h, limits));
+  }
+  if ((h.flags & kFlagReadOnly) != 0 && type != RequestType::kPull) {
+    return InvalidArgument("read-only requested on a push");
   }
   return Status::Ok();
 }

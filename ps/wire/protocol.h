@@ -71,6 +71,9 @@ enum RequestFlags : uint8_t {
   kFlagFp16Grads = 1u << 0,  // gradients are IEEE half floats
   kFlagFp16Rows = 1u << 1,   // ship the table's fp16 weight mirror (dest_stride >= 2 * dim)
   kFlagWantSlots = 1u << 2,  // pull only: also answer each key's slot (SlotReply, below)
+  // Pull only: read, never create. A key the table does not hold is not inserted and not counted
+  // as a sighting (admission, eviction scores); it reads as zeros, as a refused key does.
+  kFlagReadOnly = 1u << 3,
 };
 
 struct RequestHeader {

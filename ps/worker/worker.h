@@ -93,6 +93,11 @@ struct PullOptions {
   // worker's pushes of the table still unacknowledged is read through the request path (read-your-
   // writes stays); one-sided reads do not count as sightings for admission or eviction scores.
   bool one_sided = false;
+  // Read, never create: keys the servers do not hold are not inserted (nor counted as sightings
+  // for admission or eviction) and read as zeros, which is how ferry-predict scores a feature the
+  // model lacks. For scoring (evaluation, prediction); training pulls create rows (the push that
+  // follows updates them).
+  bool read_only = false;
 };
 
 struct PushOptions {

@@ -81,6 +81,7 @@ Result<Ticket> Worker::PullOneSided(uint32_t table, std::span<const uint64_t> ke
   }
   LearnSlots();
   FERRY_ASSIGN_OR_RETURN(TicketState * tk, NewTicket(table, RequestType::kPull, false));
+  tk->read_only = options.read_only;
   const uint64_t read_len = RemoteRowFormat::ReadBytes(job_.tables[table].dim);
   tk->row_prefix = RemoteRowFormat::kEmbeddingOffset;
   tk->row_bytes = static_cast<uint32_t>((read_len + 7) / 8 * 8);
@@ -457,8 +458,8 @@ void Worker::PostFallbacks() {
         }
         break;
       }
-      const Op op =
-          BuildRequest(tk, *tk.send, f->server, f->server, f->next, n, *at, seq, kFlagWantSlots);
+      const Op op = BuildRequest(tk, *tk.send, f->server, f->server, f->next, n, *at, seq,
+                                 kFlagWantSlots | (tk.read_only ? kFlagReadOnly : 0));
       Status s = data_->Post(std::span<const Op>(&op, 1));
       if (!s.ok()) {  // malformed, so never posted: no reply will come
         --tk.unreplied;

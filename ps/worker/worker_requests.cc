@@ -140,8 +140,9 @@ Status Worker::AllocRows(TicketState& tk) {
                                       " bytes of rows (release tickets, or raise arena_bytes)"));
   }
   tk.rows = std::make_unique<Block>(&st.rows_alloc, *at, bytes);
-  // Keys a table may refuse (admission, a row bound) read as zeros: the server skips them.
-  if (t.admission.kind != AdmissionOptions::Kind::kAlways || t.max_rows != 0) {
+  // Keys a table may refuse (admission, a row bound) or not hold (a read-only pull) read as
+  // zeros: the server skips them.
+  if (t.admission.kind != AdmissionOptions::Kind::kAlways || t.max_rows != 0 || tk.read_only) {
     std::memset(st.arena->data() + *at, 0, bytes);
   }
   return Status::Ok();
@@ -453,6 +454,7 @@ Status Worker::PostRequests(TicketState& tk, const std::vector<RangePlan>* range
   uint8_t flags = 0;
   if (pushes && data->fp16) flags |= kFlagFp16Grads;
   if (tk.fp16_rows) flags |= kFlagFp16Rows;
+  if (tk.read_only) flags |= kFlagReadOnly;
   std::vector<RangePlan> all;
   if (ranges == nullptr) {
     for (uint32_t s = 0; s < job_.servers; ++s) {
@@ -517,6 +519,7 @@ Result<Ticket> Worker::Pull(uint32_t table, std::span<const uint64_t> keys,
                             const PullOptions& options) {
   if (options.one_sided && !options.fp16) return PullOneSided(table, keys, options);
   FERRY_ASSIGN_OR_RETURN(TicketState * tk, NewTicket(table, RequestType::kPull, options.fp16));
+  tk->read_only = options.read_only;
   Status s = PrepareKeys(*tk, keys, options.keys_unique);
   if (s.ok()) s = AllocRows(*tk);
   if (s.ok()) s = PostRequests(*tk);
@@ -534,6 +537,9 @@ Result<Ticket> Worker::Push(uint32_t table, std::span<const uint64_t> keys,
 
 Result<Ticket> Worker::PushPull(uint32_t table, std::span<const uint64_t> keys,
                                 std::span<const float> grads, const PullOptions& options) {
+  if (options.read_only) {
+    return InvalidArgument("a push-pull creates the rows it pushes to: read_only is for pulls");
+  }
   FERRY_ASSIGN_OR_RETURN(TicketState * tk, NewTicket(table, RequestType::kPushPull, options.fp16));
   Status s = PrepareKeys(*tk, keys, options.keys_unique);
   if (s.ok()) s = AggregateGrads(*tk, grads);

@@ -132,6 +132,7 @@ struct TicketState {
   uint32_t table = 0;
   RequestType type = RequestType::kPull;
   bool fp16_rows = false;
+  bool read_only = false;     // PullOptions::read_only: kFlagReadOnly, absent keys read as zeros
   uint64_t clock = 0;         // worker clock when posted (BSP pushes are held until applied)
   std::vector<uint32_t> pos;  // input key i -> position among the unique keys
   std::shared_ptr<SendData> send;

@@ -1,7 +1,8 @@
 // Data-path features through real jobs: pulls chunked over several servers, tickets released out
 // of order (and before their replies), a pull behind pushes still in flight, admission refusing
-// every key, fp16 pull mirrors, fp16 pushes and the significance filter, Gather across the
-// control chunk size, and a staging ring that wraps many times with few requests in flight.
+// every key, read-only (scoring) pulls, fp16 pull mirrors, fp16 pushes and the significance filter,
+// Gather across the control chunk size, and a staging ring that wraps many times with few requests
+// in flight.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -161,6 +162,59 @@ TEST_P(PsFeatures, AdmissionRefusingEveryKeyReadsZeros) {
   ASSERT_OK(AllOk(outcomes));
   EXPECT_EQ(closed_rows.load(), 0u);
   EXPECT_EQ(open_rows.load(), 300u);
+}
+
+// A read-only pull (scoring: evaluation, prediction) reads the rows the servers hold and zeros
+// for keys they do not, over the request path and one-sided, and creates no row: after it the
+// tables hold only the pushed keys. A push-pull cannot be read-only.
+TEST_P(PsFeatures, ReadOnlyPullCreatesNoRow) {
+  JobSpec job = SgdJob(GetParam(), 2, 1, 4);
+  job.tables[0].init = UniformInit(7);
+  std::atomic<size_t> rows{0};
+  auto outcomes = RunJob(job, [&](Node& node) -> Status {
+    if (Worker* w = node.worker()) {
+      std::vector<uint64_t> trained, scored;
+      for (uint64_t i = 0; i < 100; ++i) trained.push_back(i * 7 + 3);
+      for (uint64_t i = 0; i < 300; ++i) scored.push_back(i * 5 + 1);  // 20 of them trained
+      const std::vector<float> g(trained.size() * 4, 0.25f);
+      FERRY_RETURN_IF_ERROR(PushAndWait(*w, 0, trained, g));
+      FERRY_ASSIGN_OR_RETURN(std::vector<float> held, PullRows(*w, trained, false, 4));
+      std::map<uint64_t, const float*> row_of;
+      for (size_t i = 0; i < trained.size(); ++i) row_of[trained[i]] = held.data() + 4 * i;
+      for (const bool one_sided : {false, true, true}) {  // the second one-sided pass reads
+        PullOptions o;
+        o.read_only = true;
+        o.one_sided = one_sided;
+        FERRY_ASSIGN_OR_RETURN(Ticket t, w->Pull(0, scored, o));
+        Status s = w->Wait(t);
+        auto got = w->Rows(t);
+        if (s.ok()) s = got.status();
+        for (size_t i = 0; s.ok() && i < scored.size(); ++i) {
+          auto it = row_of.find(scored[i]);
+          for (uint32_t d = 0; s.ok() && d < 4; ++d) {
+            const float want = it == row_of.end() ? 0.0f : it->second[d];
+            s = Expect(FloatBits((*got)[i][d]) == FloatBits(want),
+                       "key " + std::to_string(scored[i]) + " dim " + std::to_string(d) + ": " +
+                           std::to_string((*got)[i][d]) + ", want " + std::to_string(want) +
+                           (one_sided ? " (one-sided)" : ""));
+          }
+        }
+        w->Release(t);
+        FERRY_RETURN_IF_ERROR(s);
+      }
+      PullOptions o;
+      o.read_only = true;
+      auto pp = w->PushPull(0, trained, g, o);
+      FERRY_RETURN_IF_ERROR(Expect(pp.status().code() == Code::kInvalidArgument,
+                                   "a read-only push-pull: " + pp.status().ToString()));
+      return w->Finish();
+    }
+    FERRY_RETURN_IF_ERROR(node.Join());
+    if (Server* s = node.server()) rows += s->table(0).size();
+    return Status::Ok();
+  });
+  ASSERT_OK(AllOk(outcomes));
+  EXPECT_EQ(rows.load(), 100u);
 }
 
 // A table bounded by max_rows evicts while it admits: a request with more new keys than the

@@ -269,6 +269,8 @@ TEST_F(Parse, ContentErrorsNameTheProblemAndKeepTheSeq) {
        Code::kInvalidArgument, "no fp16 mirror"},
       {"fp16 rows on a push", RequestType::kPush, 1, kFlagFp16Rows, nullptr, Code::kInvalidArgument,
        "fp16 rows requested on a push"},
+      {"read-only on a push-pull", RequestType::kPushPull, 0, kFlagReadOnly, nullptr,
+       Code::kInvalidArgument, "read-only requested on a push"},
       {"stride shorter than a row", RequestType::kPull, 0, 0,
        [](RequestHeader& h) { h.dest_stride = 15; }, Code::kInvalidArgument, "stride"},
       {"fp16 stride shorter than a half row", RequestType::kPull, 1, kFlagFp16Rows,

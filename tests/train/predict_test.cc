@@ -7,7 +7,9 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <vector>
 
+#include "models/io/model_reader.h"
 #include "tests/train/train_test_util.h"
 
 namespace ferry::train_test {
@@ -128,6 +130,38 @@ TEST(PredictFiles, SeveralFilesInOrderAndFormatFromModelAndNoSampleIsAnError) {
   EXPECT_EQ(none.exit_code, 1) << none.Describe();
   EXPECT_NE(none.err.find("no sample in " + empty + ": the file is empty"), std::string::npos)
       << none.Describe();
+}
+
+// Scoring reads, never creates: a test set whose features are mostly unseen in training (10x the
+// vocabulary) leaves the exported model the rows of the training features only, the same rows as
+// a run without --test; ferry-predict then scores the unseen features as ferry-train's final
+// evaluation did (as zeros).
+TEST(PredictFiles, EvaluationAddsNoRowToTheModel) {
+  TempDir dir;
+  const std::string tr = dir / "tr.svm", unused = dir / "unused.svm";
+  const std::string wide_tr = dir / "wide_tr.svm", te = dir / "te.svm";
+  const std::vector<std::string> common = {"--fields", "4", "--samples", "3000", "--seed", "8"};
+  Generate(tr, unused, Cat(common, {"--vocab", "20", "--test-samples", "10"}));
+  Generate(wide_tr, te, Cat(common, {"--vocab", "200", "--test-samples", "2000"}));
+  const std::vector<std::string> args = {"--model", "fm", "--train", tr, "--epochs", "1"};
+  TrainRun alone = Train(dir, "alone", Cat(args, {"--model-out", dir / "alone.bin"}));
+  TrainRun scored =
+      Train(dir, "scored", Cat(args, {"--test", te, "--model-out", dir / "scored.bin"}));
+  ASSERT_TRUE(alone.ok()) << alone.proc.Describe();
+  ASSERT_TRUE(scored.ok()) << scored.proc.Describe();
+  auto a = models::ReadModelFile(dir / "alone.bin");
+  auto b = models::ReadModelFile(dir / "scored.bin");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  ASSERT_EQ(a->tables.size(), b->tables.size());
+  for (size_t t = 0; t < a->tables.size(); ++t) {
+    EXPECT_EQ(b->tables[t].size(), a->tables[t].size()) << "table " << a->tables[t].name();
+  }
+  Proc p = Exec({PredictBin(), dir / "scored.bin", te, "--summary", "-o", dir / "p.txt"}, 60);
+  ASSERT_EQ(p.exit_code, 0) << p.Describe();
+  char want[96];
+  std::snprintf(want, sizeof want, "logloss %.5f, AUC %.5f", scored.logloss(), scored.auc());
+  EXPECT_NE(p.err.find(want), std::string::npos) << p.err << " want " << want;
 }
 
 // A libsvm file with a field map (--field-map): the fields reach the field-aware models, and the
