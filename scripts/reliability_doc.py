@@ -11,14 +11,20 @@ recorded in its results folder (FERRY_RESULTS_DIR, scripts/test-stages.sh):
   fuzz.txt                 tests/fuzz/run.sh's result lines
   stages.txt               "name status seconds" per stage that ran
 
+Skips are counted apart from passes: a meson SKIP (exit 77: tests/common/skips.h makes a gtest
+binary whose every case skipped exit 77) and the gtest cases skipped inside a test meson counts
+as OK (gtest's "[  SKIPPED ]" lists, scripts/gtest_skips.py).
+
 A missing file leaves its section saying it did not run: the page reports what happened in that
 run, never older results. Usage: reliability_doc.py RESULTS_DIR OUT.md
 """
-import json
 import os
 import platform
 import re
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gtest_skips  # noqa: E402
 
 results, out_path = sys.argv[1], sys.argv[2]
 
@@ -29,18 +35,7 @@ def read(name):
 
 
 def testlog(name):
-    text = read(name)
-    if text is None:
-        return None
-    tests = []
-    for line in text.splitlines():
-        line = line.strip()
-        if line:
-            try:
-                tests.append(json.loads(line))
-            except ValueError:
-                pass
-    return tests
+    return gtest_skips.load(os.path.join(results, name))
 
 
 meta = {}
@@ -115,10 +110,7 @@ main = testlog("main-testlog.json")
 asan = testlog("asan-testlog.json")
 
 
-def suites_of(t):
-    # meson names a test "project:suite+suite / name".
-    head = t["name"].split(" / ")[0]
-    return set(head.split(":", 1)[-1].split("+"))
+suites_of = gtest_skips.suites
 
 
 def result_rows(tests, want):
@@ -126,7 +118,33 @@ def result_rows(tests, want):
     for t in tests or []:
         name = t["name"].split(" / ")[-1]
         if want(t, name):
-            out.append(f"| {name} | {t['result']} | {t['duration']:.1f} |")
+            skipped = len(gtest_skips.skipped_cases(t))
+            out.append(f"| {name} | {t['result']} | {t['duration']:.1f} | {skipped or '-'} |")
+    return out
+
+
+def skip_summary(tests):
+    """'N tests: a OK, b SKIP, c failed; k gtest cases skipped inside m tests'."""
+    counts = {}
+    for t in tests:
+        counts[t["result"]] = counts.get(t["result"], 0) + 1
+    inside = [len(gtest_skips.skipped_cases(t)) for t in tests if t["result"] != "SKIP"]
+    failed = sum(n for r, n in counts.items() if r not in ("OK", "SKIP"))
+    return (f"{len(tests)} tests: {counts.get('OK', 0)} OK, {counts.get('SKIP', 0)} SKIP, "
+            f"{failed} failed; {sum(inside)} gtest cases skipped inside "
+            f"{sum(1 for n in inside if n)} of the others")
+
+
+def skip_rows(stage, tests):
+    out = []
+    for t in tests or []:
+        cases = gtest_skips.skipped_cases(t)
+        if t["result"] == "SKIP" or cases:
+            what = ", ".join(cases)
+            if t["result"] == "SKIP":
+                what = "the whole test (exit 77)" + (": " + what if what else "")
+            out.append(f"| {stage} | {t['name'].split(' / ')[-1]} | {t['result']} | "
+                       f"{len(cases) or '-'} | {what.replace('|', '/')} |")
     return out
 
 
@@ -157,7 +175,10 @@ if main is not None:
     rel = [t for t in main if suites_of(t) & {"reliability", "netns", "fuzz"}]
     failed = [t for t in rel if t["result"] not in ("OK", "SKIP")]
     w(f"| reliability, netns and fuzz-replay tests (main stage) | {len(rel)} run, "
-      f"{len(failed)} failed |")
+      f"{len(failed)} failed, {sum(1 for t in rel if t['result'] == 'SKIP')} skipped |")
+    w(f"| meson tests of the main stage | {skip_summary(main)} |")
+if asan is not None:
+    w(f"| meson tests of the asan stage | {skip_summary(asan)} |")
 asan_summary = read("asan-summary.txt")
 if asan_summary:
     w(f"| ASan+UBSan | {asan_summary.strip()} |")
@@ -208,11 +229,25 @@ w("meson suites `reliability` (fault injection on every backend, replicas, PS fa
   "replayed by the normal build), the training kill/resume/replica tests, and `ps_vm` (the PS, "
   "its failure detection, fault injection, replicas and ferry-train over verbs in the "
   "soft-RoCE VM).\n")
-w("| Test | Result | Seconds |")
-w("|---|---|---|")
+w("| Test | Result | Seconds | Skipped gtest cases |")
+w("|---|---|---|---|")
 rr = result_rows(main, lambda t, n: bool(suites_of(t) & {"reliability", "netns", "fuzz"}) or
                  n.startswith("train_re") or n == "ps_vm")
-w("\n".join(rr) if rr else "| (the main stage did not run) | | |")
+w("\n".join(rr) if rr else "| (the main stage did not run) | | | |")
+w("")
+
+w("## Skips\n")
+w("Every test meson reported as SKIP (its binary or script exited 77: nothing ran) and every "
+  "test with gtest cases skipped inside it (GTEST_SKIP: a missing launcher, device or "
+  "capability; meson counts such a test as OK). A plain `./test.sh` fails its main stage when a "
+  "test CI must run skips (scripts/check-must-run.py).\n")
+w("| Stage | Test | Result | Skipped gtest cases | Skipped |")
+w("|---|---|---|---|---|")
+sk = skip_rows("main", main) + skip_rows("asan", asan)
+if main is None and asan is None:
+    w("| (neither the main nor the asan stage ran) | | | | |")
+else:
+    w("\n".join(sk) if sk else "| (nothing skipped) | | | | |")
 w("")
 
 w("## Fuzz targets (tests/fuzz/run.sh)\n")
@@ -229,10 +264,10 @@ w("")
 
 w("## Sanitizers\n")
 w("ASan+UBSan build, every suite but `rdma` and `install` (any report aborts its test):\n")
-w("| Test | Result | Seconds |")
-w("|---|---|---|")
+w("| Test | Result | Seconds | Skipped gtest cases |")
+w("|---|---|---|---|")
 ar = result_rows(asan, lambda t, n: True)
-w("\n".join(ar) if ar else "| (the asan stage did not run) | | |")
+w("\n".join(ar) if ar else "| (the asan stage did not run) | | | |")
 w("")
 w("TSan build, the multi-threaded tests (gtest filters in scripts/test-stages.sh):\n")
 w("| Binary | Outcome |")
