@@ -5,12 +5,17 @@
 // protocol's slot-reply framing on its own.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <numeric>
 #include <vector>
 
+#include "ferry_config.h"
 #include "ps/store/optimizer.h"
 #include "ps/wire/protocol.h"
 #include "tests/ps/job_util.h"
+#if FERRY_HAVE_VERBS
+#include "transport/verbs/verbs_transport.h"
+#endif
 
 namespace ferry::ps::testing {
 namespace {
@@ -178,6 +183,85 @@ TEST_P(PsOneSided, StaleDescriptorAfterGrowthFallsBack) {
     return Status::Ok();
   });
   EXPECT_OK(AllOk(outcomes));
+}
+
+// RDMA READ work requests this worker's transport has posted (verbs only; 0 elsewhere).
+uint64_t RdmaReads(Worker& w) {
+#if FERRY_HAVE_VERBS
+  if (auto s = verbs::VerbsStats(*w.transport())) return s->rdma_reads;
+#endif
+  (void)w;
+  return 0;
+}
+
+// The case that makes verbs post real RDMA READs (tests/ps/vm-ps.sh runs it in the soft-RoCE VM):
+// a bounded table whose rows buffer already holds max_rows, so its registration is stable, read
+// one-sided whole and then every other key (scattered slots); rows equal the request path's.
+// Adagrad rows keep their state after the embedding, so no two rows' reads are contiguous; SGD
+// rows are exactly [key word .. embedding end), so adjacent slots make one run.
+TEST_P(PsOneSided, StableBoundedTableIsReadOneSided) {
+  for (const Optimizer kind : {Optimizer::kAdagrad, Optimizer::kSgd}) {
+    SCOPED_TRACE(kind == Optimizer::kSgd ? "sgd" : "adagrad");
+    JobSpec job = SmallJob(GetParam(), 1, 1, 4);
+    TableSpec& t = job.tables[0];
+    t.initial_rows = 256;
+    t.max_rows = 256;  // capacity >= max_rows from the start: kSlotsStableRegion
+    t.init = UniformInit(8);
+    t.optimizer.kind = kind;
+    const InitializerSpec init = t.init;
+    auto outcomes = RunJob(job, [&](Node& node) -> Status {
+      Worker* w = node.worker();
+      if (w == nullptr) return Status::Ok();
+      // 96 keys: a request whose keys plus the table's rows exceed max_rows bumps the reuse
+      // generation (server_requests.cc ResolveSlots), which would send the next reads back.
+      std::vector<uint64_t> all(96), every_other;
+      std::iota(all.begin(), all.end(), 4000);
+      for (size_t i = 0; i < all.size(); i += 2) every_other.push_back(all[i]);
+      FERRY_ASSIGN_OR_RETURN(auto r0, PullRows(*w, all, true, 4));  // requests; slots learned
+      FERRY_RETURN_IF_ERROR(CheckInit(r0, all, init, 4, false, "first pull"));
+      if (!w->transport()->capabilities().sparse_read) return Status::Ok();
+      for (const auto* keys : {&all, &every_other}) {
+        const WorkerStats before = w->stats();
+        const uint64_t reads_before = RdmaReads(*w);
+        FERRY_ASSIGN_OR_RETURN(auto one, PullRows(*w, *keys, true, 4));
+        const WorkerStats after = w->stats();
+        const uint64_t rdma_reads = RdmaReads(*w) - reads_before;
+        FERRY_ASSIGN_OR_RETURN(auto req, PullRows(*w, *keys, false, 4));
+        FERRY_RETURN_IF_ERROR(SameBits(one, req, "one-sided against requests"));
+        FERRY_RETURN_IF_ERROR(CheckInit(one, *keys, init, 4, false, "one-sided pull"));
+        const uint64_t n = keys->size();
+        std::printf(
+            "%s, %s rows: %llu keys one-sided: %llu sparse read op(s), %llu keys read, %llu "
+            "fallbacks, %llu RDMA READ WRs (verbs: one per run of slots + the generation word)\n",
+            std::string(w->transport()->name()).c_str(),
+            kind == Optimizer::kSgd ? "sgd" : "adagrad", static_cast<unsigned long long>(n),
+            static_cast<unsigned long long>(after.one_sided_reads - before.one_sided_reads),
+            static_cast<unsigned long long>(after.keys_one_sided - before.keys_one_sided),
+            static_cast<unsigned long long>(after.one_sided_fallbacks - before.one_sided_fallbacks),
+            static_cast<unsigned long long>(rdma_reads));
+        FERRY_RETURN_IF_ERROR(
+            Expect(after.one_sided_reads > before.one_sided_reads, "a sparse read was posted"));
+        FERRY_RETURN_IF_ERROR(
+            Expect(after.keys_one_sided - before.keys_one_sided == n,
+                   "every key read one-sided: " +
+                       std::to_string(after.keys_one_sided - before.keys_one_sided)));
+        FERRY_RETURN_IF_ERROR(
+            Expect(after.one_sided_fallbacks == before.one_sided_fallbacks, "no fallback"));
+        FERRY_RETURN_IF_ERROR(Expect(after.requests == before.requests, "no request posted"));
+        if (w->transport()->name() == "verbs") {
+          // The rows' READs (one per remote-contiguous run of slots) and the generation word's.
+          FERRY_RETURN_IF_ERROR(Expect(rdma_reads >= 2 && rdma_reads <= n + 1,
+                                       "RDMA READs posted: " + std::to_string(rdma_reads)));
+          if (kind == Optimizer::kAdagrad) {
+            FERRY_RETURN_IF_ERROR(
+                Expect(rdma_reads == n + 1, "one READ per row: " + std::to_string(rdma_reads)));
+          }
+        }
+      }
+      return Status::Ok();
+    });
+    EXPECT_OK(AllOk(outcomes));
+  }
 }
 
 TEST_P(PsOneSided, EvictedSlotsAreNeverReadAsTheirOldKeys) {

@@ -269,6 +269,7 @@ size_t VerbsTransport::BuildPostListLocked(VerbsEndpoint* ep, std::span<const Ba
       wr = MakeSendWr(pw, rec.plan.sges.data(), max_inline_);
       wr.wr_id = rec.id << 16;
       if (wr.send_flags & IBV_SEND_INLINE) stats_.inline_wrs++;
+      if (pw.opcode == IBV_WR_RDMA_READ) stats_.rdma_reads++;
       if (j + 1 == p.count) {
         wr.send_flags |= IBV_SEND_SIGNALED;
         wr.wr_id |= p.count;

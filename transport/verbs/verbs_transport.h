@@ -106,6 +106,7 @@ struct Stats {
   // RoCE (rxe) runs its protocol inside the call and can stay there long (datapath.cc).
   uint64_t longest_post_ms = 0;
   uint64_t wrs_posted = 0;
+  uint64_t rdma_reads = 0;  // of them RDMA READs (one per remote-contiguous run of a sparse read)
   uint64_t inline_wrs = 0;
   uint64_t signaled_wrs = 0;
   uint64_t max_sges_in_wr = 0;
