@@ -5,7 +5,7 @@
 #
 # Stages (scripts/test-stages.sh says what each builds and runs):
 #   main  the gcc build (-Dwerror=true) and every meson suite;
-#   asan  ASan+UBSan build, every suite but 'rdma' and 'install' (train_formats: 6 of 18 pairs);
+#   asan  ASan+UBSan build, every suite but 'rdma' and 'install' (train_formats: 6 of 18 pairs; train_liblinear in main only);
 #   tsan  TSan build, the multi-threaded tests;
 #   fuzz  each libFuzzer target for FERRY_FUZZ_SECONDS (default 10) seconds.
 # A failing stage does not stop the later ones; the script exits non-zero if any failed and ends

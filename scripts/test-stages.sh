@@ -9,7 +9,8 @@
 #   asan  gcc, ASan+UBSan, no jemalloc, no benchmarks, no verbs backend: every suite but 'rdma' and 'install'
 #         (the VM's time budget: verbs in the VM run without sanitizers, and the host has no
 #         RDMA device for verbs code to run on). Any report aborts the test: fail. train_formats
-#         runs 6 of its 18 model x format pairs here (tests/train/meson.build says which, and why).
+#         runs 6 of its 18 model x format pairs here and train_liblinear does not run here
+#         (tests/train/meson.build says which, and why).
 #   tsan  gcc, TSan: only the multi-threaded tests (progress threads, two threads posting on one
 #         transport, concurrent table readers, the pool), via gtest filters. Any report: fail.
 #   fuzz  clang, libFuzzer + ASan + UBSan: tests/fuzz/run.sh, FERRY_FUZZ_SECONDS (default 10)
