@@ -102,13 +102,19 @@ Status Server::ResolveSlots(Table& t, const uint64_t* keys, uint32_t n,
   // Growth moves the rows buffer (mremap) and re-registers it: never with a reply in flight.
   const size_t room = (m.capacity() - m.high_water()) + m.free_slots();
   const bool bounded = t.spec.max_rows != 0;
-  if (room < n || (bounded && m.size() + n > t.spec.max_rows)) {
+  // At the bound Access() may erase rows and hand their slots to other keys, but only to make
+  // room for keys the table lacks: a request whose keys are all present (a push after a pull)
+  // evicts nothing, and bumping for it would send every one-sided reader back to requests.
+  bool may_evict = false;
+  if (bounded && m.size() + n > t.spec.max_rows) {
+    size_t absent = 0;  // a repeated absent key counts twice: an over-estimate, never under
+    for (uint32_t i = 0; i < n; ++i) absent += m.FindSlot(keys[i]) == ArrayHashMap::kNoSlot;
+    may_evict = m.size() + absent > t.spec.max_rows;
+  }
+  if (room < n || may_evict) {
     FERRY_RETURN_IF_ERROR(DrainTable(t));
-    // At the bound Access() may erase rows and hand their slots to other keys: one-sided
-    // readers must see that before any slot changes hands (server_onesided.cc).
-    if (bounded && m.size() + n > t.spec.max_rows) {
-      BumpReuseGeneration(static_cast<size_t>(&t - tables_.data()));
-    }
+    // One-sided readers must see the bump before any slot changes hands (server_onesided.cc).
+    if (may_evict) BumpReuseGeneration(static_cast<size_t>(&t - tables_.data()));
     if (room < n && !bounded) {
       FERRY_RETURN_IF_ERROR(m.Reserve(std::max(2 * m.capacity(), m.size() + n)));
     }

@@ -194,6 +194,17 @@ uint64_t RdmaReads(Worker& w) {
   return 0;
 }
 
+// One server, one worker, a dim-4 table bounded at 256 rows whose rows buffer holds max_rows from
+// the start (capacity >= max_rows): a stable registration, read one-sided on verbs too.
+JobSpec StableBoundedJob(const BackendConfig& config, uint64_t init_seed) {
+  JobSpec job = SmallJob(config, 1, 1, 4);
+  TableSpec& t = job.tables[0];
+  t.initial_rows = 256;
+  t.max_rows = 256;
+  t.init = UniformInit(init_seed);
+  return job;
+}
+
 // The case that makes verbs post real RDMA READs (tests/ps/vm-ps.sh runs it in the soft-RoCE VM):
 // a bounded table whose rows buffer already holds max_rows, so its registration is stable, read
 // one-sided whole and then every other key (scattered slots); rows equal the request path's.
@@ -202,18 +213,14 @@ uint64_t RdmaReads(Worker& w) {
 TEST_P(PsOneSided, StableBoundedTableIsReadOneSided) {
   for (const Optimizer kind : {Optimizer::kAdagrad, Optimizer::kSgd}) {
     SCOPED_TRACE(kind == Optimizer::kSgd ? "sgd" : "adagrad");
-    JobSpec job = SmallJob(GetParam(), 1, 1, 4);
-    TableSpec& t = job.tables[0];
-    t.initial_rows = 256;
-    t.max_rows = 256;  // capacity >= max_rows from the start: kSlotsStableRegion
-    t.init = UniformInit(8);
-    t.optimizer.kind = kind;
-    const InitializerSpec init = t.init;
+    JobSpec job = StableBoundedJob(GetParam(), 8);  // kSlotsStableRegion
+    job.tables[0].optimizer.kind = kind;
+    const InitializerSpec init = job.tables[0].init;
     auto outcomes = RunJob(job, [&](Node& node) -> Status {
       Worker* w = node.worker();
       if (w == nullptr) return Status::Ok();
-      // 96 keys: a request whose keys plus the table's rows exceed max_rows bumps the reuse
-      // generation (server_requests.cc ResolveSlots), which would send the next reads back.
+      // 96 keys, all created by the first pull: nothing is evicted, the reuse generation stays
+      // (server_requests.cc ResolveSlots bumps it only when absent keys may evict rows).
       std::vector<uint64_t> all(96), every_other;
       std::iota(all.begin(), all.end(), 4000);
       for (size_t i = 0; i < all.size(); i += 2) every_other.push_back(all[i]);
@@ -264,13 +271,42 @@ TEST_P(PsOneSided, StableBoundedTableIsReadOneSided) {
   }
 }
 
+// A bounded table near its bound: a request whose keys are all in the table (a push after the
+// pull that created them) evicts nothing, so it must not bump the reuse generation; before that
+// was checked, a push of 200 present keys to a 256-row table (200 + 200 > 256) sent every
+// following one-sided read back to the request path (server_requests.cc ResolveSlots).
+TEST_P(PsOneSided, PushOfPresentKeysAtTheBoundKeepsReadsOneSided) {
+  const JobSpec job = StableBoundedJob(GetParam(), 9);
+  const InitializerSpec init = job.tables[0].init;
+  auto outcomes = RunJob(job, [&](Node& node) -> Status {
+    Worker* w = node.worker();
+    if (w == nullptr) return Status::Ok();
+    std::vector<uint64_t> keys(200);
+    std::iota(keys.begin(), keys.end(), 7000);
+    FERRY_ASSIGN_OR_RETURN(auto first, PullRows(*w, keys, true, 4));  // creates them; slots learned
+    FERRY_RETURN_IF_ERROR(CheckInit(first, keys, init, 4, false, "first pull"));
+    std::vector<float> g(keys.size() * 4);
+    for (size_t i = 0; i < g.size(); ++i) g[i] = 0.02f * static_cast<float>(i % 7) - 0.06f;
+    FERRY_RETURN_IF_ERROR(PushAndWait(*w, 0, keys, g));  // 200 present + 200 rows > 256
+    if (!w->transport()->capabilities().sparse_read) return Status::Ok();
+    const WorkerStats before = w->stats();
+    FERRY_ASSIGN_OR_RETURN(auto one, PullRows(*w, keys, true, 4));
+    const WorkerStats after = w->stats();
+    FERRY_ASSIGN_OR_RETURN(auto req, PullRows(*w, keys, false, 4));
+    FERRY_RETURN_IF_ERROR(SameBits(one, req, "one-sided after the push"));
+    FERRY_RETURN_IF_ERROR(Expect(
+        after.one_sided_fallbacks == before.one_sided_fallbacks,
+        "no fallback: " + std::to_string(after.one_sided_fallbacks - before.one_sided_fallbacks)));
+    return Expect(after.keys_one_sided - before.keys_one_sided == keys.size(),
+                  "every key read one-sided: " +
+                      std::to_string(after.keys_one_sided - before.keys_one_sided));
+  });
+  EXPECT_OK(AllOk(outcomes));
+}
+
 TEST_P(PsOneSided, EvictedSlotsAreNeverReadAsTheirOldKeys) {
-  JobSpec job = SmallJob(GetParam(), 1, 1, 4);
-  TableSpec& t = job.tables[0];
-  t.initial_rows = 256;
-  t.max_rows = 256;  // capacity >= max_rows: a stable registration, readable on verbs too
-  t.init = UniformInit(6);
-  const InitializerSpec init = t.init;
+  const JobSpec job = StableBoundedJob(GetParam(), 6);
+  const InitializerSpec init = job.tables[0].init;
   auto outcomes = RunJob(job, [&](Node& node) -> Status {
     Worker* w = node.worker();
     if (w == nullptr) return Status::Ok();
