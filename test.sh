@@ -4,7 +4,8 @@
 # may lack rdma_rxe; its packages and Debian's kernel are fetched here.
 #
 # Stages (scripts/test-stages.sh says what each builds and runs):
-#   main  the gcc build (-Dwerror=true) and every meson suite;
+#   main  the Debian packages (dpkg-buildpackage -b, -Dwerror=true), then every meson suite in
+#         their build tree (obj-x86_64-linux-gnu), 'install' checking the packages and lintian;
 #   asan  ASan+UBSan build, every suite but 'rdma' and 'install' (train_formats: 6 of 18 pairs; train_liblinear in main only);
 #   tsan  TSan build, the multi-threaded tests;
 #   fuzz  each libFuzzer target for FERRY_FUZZ_SECONDS (default 10) seconds.
@@ -16,8 +17,9 @@
 # Extra arguments go to the main stage's `meson test` (e.g. ./test.sh --suite conformance) and
 # then only the main stage runs unless FERRY_TEST_STAGES says otherwise.
 # Without arguments (CI's run) FERRY_REQUIRE_ALL defaults to 1: the main stage fails when a test
-# that must run here skipped (launchers, LIBLINEAR, netns, the VM: scripts/check-must-run.py), as
-# this machine has just installed all they need. FERRY_REQUIRE_ALL=0 turns that off.
+# that must run here skipped (launchers, LIBLINEAR, netns, the VM, the packages' checks:
+# scripts/check-must-run.py), as this machine has just installed all they need.
+# FERRY_REQUIRE_ALL=0 turns that off.
 set -euo pipefail
 cd "$(dirname "$0")"
 source scripts/deps.sh

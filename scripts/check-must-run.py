@@ -30,6 +30,8 @@ RULES = [
     ("train_liblinear", True),    # LIBLINEAR is a dependency (liblinear-tools)
     ("suite:netns", True),        # network namespaces: root, ip, nft
     ("suite:rdma", False),        # the soft-RoCE VM (tools/softroce/ferry-vm)
+    ("install_deb", False),       # the packages the main stage built (dpkg-buildpackage)
+    ("install_lintian", False),   # lintian over them
 ]
 
 

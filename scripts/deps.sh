@@ -8,8 +8,9 @@ FERRY_PACKAGES=(
   g++ meson ninja-build pkg-config
   # scripts (the reliability page, plots in the tests)
   python3
-  # packaging (scripts/make-deb.sh: dpkg-shlibdeps; tests/install builds examples/ with make)
-  dpkg-dev make
+  # packaging (debian/: dpkg-buildpackage, the main stage's build; tests/install runs lintian
+  # and builds examples/ with make)
+  dpkg-dev debhelper lintian make
   # transports and services
   libibverbs-dev librdmacm-dev rdma-core libucx-dev ucx-utils libhwloc-dev libjemalloc-dev
   libflatbuffers-dev flatbuffers-compiler libssl-dev

@@ -2,7 +2,9 @@
 # records pass/fail and wall time; a failing stage never stops the next one. test.sh prints
 # ferry_stage_summary at the end and exits non-zero if any stage failed.
 #
-#   main  gcc, -Dwerror=true: every suite (with 'rdma' in the soft-RoCE VM and 'netns' as root).
+#   main  the Debian packages (dpkg-buildpackage -b: gcc, Debian's flags, -Dwerror=true), then
+#         every suite in their build tree (with 'rdma' in the soft-RoCE VM and 'netns' as root;
+#         'install' checks the packages and runs lintian).
 #         With FERRY_REQUIRE_ALL=1 (a plain ./test.sh, CI's run, sets it) it also fails when a
 #         test CI must run skipped: the launchers (mpirun, srun), LIBLINEAR, netns, the VM
 #         (scripts/check-must-run.py has the list).
@@ -16,7 +18,7 @@
 #   fuzz  clang, libFuzzer + ASan + UBSan: tests/fuzz/run.sh, FERRY_FUZZ_SECONDS (default 10)
 #         per target over its seed corpus. A crash: fail (inputs kept in build-fuzz/crash-*).
 #
-# Build directories: FERRY_TEST_BUILD_DIR (build-test), FERRY_ASAN_BUILD_DIR (build-asan),
+# Build directories: obj-<triplet> (obj-x86_64-linux-gnu: debhelper's), FERRY_ASAN_BUILD_DIR (build-asan),
 # FERRY_TSAN_BUILD_DIR (build-tsan), FERRY_FUZZ_BUILD_DIR (build-fuzz). FERRY_TEST_JOBS caps
 # ninja's parallelism (default: ninja's own). Sanitizer logs: <build>/meson-logs/ and
 # <build>/tsan-*.log.
@@ -105,15 +107,57 @@ ferry_tsan_ucx_env() {
   export UCX_MEM_EVENTS=no UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none
 }
 
-ferry_main_stage() {
-  local build=${FERRY_TEST_BUILD_DIR:-build-test}
-  # --prefix=/usr: Debian's layout, so suite 'install' can also build the .deb from this tree.
-  if [ ! -f "$build/build.ninja" ]; then
-    meson setup "$build" -Dwerror=true --prefix=/usr >/dev/null || return 1
+# The main stage's build is Debian's: dpkg-buildpackage builds the packages (ferry, libferry0,
+# libferry-dev: debian/) in obj-<triplet>/ with Debian's flags (-O2 -g, hardening) and -Werror,
+# and every suite then runs in that same tree, so the tests run the binaries that were packaged.
+# DEB_BUILD_OPTIONS: nocheck (the suites run next, all of them), noautodbgsym (the -dbgsym
+# packages' 150 MB of debug info cost a minute of compression for nothing CI uses).
+# The packages and their .changes land in FERRY_DEB_DIR (default build-deb/), not in '..'.
+FERRY_DEB_DIR=${FERRY_DEB_DIR:-build-deb}
+
+ferry_main_build_dir() { echo "obj-$(dpkg-architecture -qDEB_HOST_GNU_TYPE)"; }
+
+ferry_package_build() {
+  local build
+  build=$(ferry_main_build_dir)
+  # A configured tree is reused (no clean: an incremental build). dh's stamp must go, or dh
+  # would skip the build steps and package stale binaries, and so must debian/files, or the
+  # packages an earlier build made (its -dbgsym ones) are looked for again.
+  local keep=()
+  if [ -f "$build/build.ninja" ]; then
+    keep=(-nc)
+    rm -f debian/debhelper-build-stamp debian/files
   fi
-  ferry_ninja "$build" || return 1
+  FERRY_MESON_OPTIONS=-Dwerror=true DEB_BUILD_OPTIONS="nocheck noautodbgsym ${DEB_BUILD_OPTIONS:-}" \
+    dpkg-buildpackage -us -uc -b "${keep[@]}" -J"${FERRY_TEST_JOBS:-$(nproc)}" || return 1
+  # dpkg-buildpackage writes next to the source tree; gather what this build made (.changes
+  # lists it) into FERRY_DEB_DIR.
+  local changes version
+  version=$(dpkg-parsechangelog -S Version)
+  changes=../ferry_${version}_$(dpkg-architecture -qDEB_HOST_ARCH).changes
+  [ -f "$changes" ] || { echo "test.sh: dpkg-buildpackage left no $changes" >&2; return 1; }
+  rm -rf "$FERRY_DEB_DIR"
+  mkdir -p "$FERRY_DEB_DIR"
+  local f
+  for f in $(awk '/^Files:/ {on = 1; next} /^[^ ]/ {on = 0} on {print $NF}' "$changes"); do
+    mv "../$f" "$FERRY_DEB_DIR/" || return 1
+  done
+  mv "$changes" "$FERRY_DEB_DIR/"
+  echo "==== packages: $(cd "$FERRY_DEB_DIR" && ls | paste -sd ' ')"
+}
+
+ferry_main_stage() {
+  local build
+  build=$(ferry_main_build_dir)
+  # A partial run (./test.sh --suite X) over an existing tree only rebuilds what changed.
+  if [ $# -gt 0 ] && [ -f "$build/build.ninja" ]; then
+    ferry_ninja "$build" || return 1
+  else
+    ferry_package_build || return 1
+  fi
   local rc=0
-  FERRY_RELIABILITY_RESULTS="$FERRY_RESULTS_DIR/reliability-lines.txt" \
+  FERRY_DEB_DIR=$(cd "$FERRY_DEB_DIR" 2>/dev/null && pwd -P) \
+    FERRY_RELIABILITY_RESULTS="$FERRY_RESULTS_DIR/reliability-lines.txt" \
     meson test -C "$build" --print-errorlogs "$@" || rc=$?
   cp "$build/meson-logs/testlog.json" "$FERRY_RESULTS_DIR/main-testlog.json" 2>/dev/null
   # meson counts a skip as no failure: here a skip of a test CI must run is one. With a suite

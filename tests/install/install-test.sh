@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What a user gets from `meson install` and from the .deb (meson suite 'install'):
+# What a user gets from `meson install` and from the Debian packages (meson suite 'install'):
 #   install-test.sh CASE BUILD_DIR SOURCE_DIR VERSION
 #
 #   prefix    meson install into a temporary root: only public headers (each compiles on its own
@@ -7,9 +7,11 @@
 #             command; examples/ built with `pkg-config --cflags --libs ferry` against it and run
 #             over tcp (and ucx when available).
 #   commands  every installed command answers --version with "<name> (Ferry) VERSION" and --help
-#             with the shared man-style sections.
-#   deb       scripts/make-deb.sh builds the package; dpkg installs it into an empty root; its
-#             ferry-info runs, the example builds against the package's ferry.pc and runs.
+#             with the shared man-style sections, and has a man page with its whatis line.
+#   deb       the packages test.sh's main stage built with dpkg-buildpackage (FERRY_DEB_DIR):
+#             versions, the files each holds, Depends; dpkg installs all three into an empty
+#             root; its ferry-info runs, the example builds against libferry-dev's ferry.pc and runs.
+#   lintian   lintian over the same packages: no error, no warning.
 # Exit 0 pass, 1 fail (every problem printed), 77 skip with the reason.
 set -uo pipefail
 readonly case_name=$1 build=$2 src=$3 version=$4
@@ -124,6 +126,16 @@ case $case_name in
       ((${#missing[@]} == 0)) && ok "$c --help: man-style sections" ||
         fail "$c --help lacks: ${missing[*]}"
     done
+    # A man page per command (tools/man: from its --help), with the whatis line man-db indexes.
+    mandir=$root/usr/share/man/man1
+    for c in "${expected[@]}"; do
+      if [ ! -f "$mandir/$c.1" ]; then
+        fail "no man page $c.1 installed"
+      elif ! grep -q "^${c//-/\\\\-} \\\\- ." "$mandir/$c.1"; then
+        fail "$c.1 has no '$c \\- summary' NAME line: $(sed -n '3p' "$mandir/$c.1")"
+      fi
+    done
+    [ -d "$mandir" ] && ok "man pages: $(ls "$mandir" | wc -l) in man1"
     # Nothing else (test or benchmark binaries) lands in bin/.
     for f in $installed; do
       printf '%s\n' "${expected[@]}" | grep -qx "$f" || fail "unexpected file installed in bin/: $f"
@@ -131,41 +143,95 @@ case $case_name in
     ;;
 
   deb)
-    command -v dpkg-shlibdeps >/dev/null || { echo "dpkg-dev not installed"; exit 77; }
-    prefix=$(meson introspect --buildoptions "$build" |
-             python3 -c 'import json,sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"]=="prefix"))')
-    [ "$prefix" = /usr ] || { echo "build configured with prefix $prefix, packages need /usr"; exit 77; }
-    if ! deb=$("$src/scripts/make-deb.sh" "$build" "$work/out" 2>"$work/deb.err"); then
-      fail "make-deb.sh:"; sed 's/^/    /' "$work/deb.err"; exit 1
-    fi
-    ok "built $(basename "$deb") ($(du -k "$deb" | cut -f1) KiB)"
-    dpkg-deb -I "$deb" >"$work/info" || fail "dpkg-deb -I"
-    for dep in libucx0 libibverbs1 librdmacm1 libstdc++6; do
-      grep -q "^ Depends:.*\b$dep\b" "$work/info" || fail "Depends lacks $dep: $(grep Depends "$work/info")"
+    # The packages the main stage built (dpkg-buildpackage -b: scripts/test-stages.sh), from this
+    # very build tree; FERRY_DEB_DIR holds them and their .changes.
+    changes=$(ls "${FERRY_DEB_DIR:-/nonexistent}"/ferry_*.changes 2>/dev/null | head -1)
+    [ -n "$changes" ] || { echo "no packages built (FERRY_DEB_DIR='${FERRY_DEB_DIR:-}'): ./test.sh's main stage builds them"; exit 77; }
+    dir=$(dirname "$changes")
+    debver=$(sed -n 's/^Version: //p' "$changes")
+    # The changelog's version and meson's are the same release (native package: no revision).
+    [ "$debver" = "$version" ] && ok "package version $debver = meson project version" ||
+      fail "debian/changelog says $debver, meson.build says $version"
+    declare -A deb
+    for p in ferry libferry0 libferry-dev; do
+      deb[$p]=$(ls "$dir/${p}_${debver}_"*.deb 2>/dev/null | head -1)
+      [ -n "${deb[$p]}" ] || { fail "no $p .deb in $dir"; exit 1; }
+      dpkg-deb -c "${deb[$p]}" | awk '{print $6}' | sed 's|^\./|/|' >"$work/$p.files"
+      dpkg-deb -I "${deb[$p]}" >"$work/$p.info"
     done
+    ok "built: $(cd "$dir" && ls ./*.deb | sed 's|^\./||' | paste -sd ' ')"
+    # What goes where (Debian's library policy): commands / the shared library / development files.
+    expected=(ferry-info ferry-lat ferry-bw ferry-plot ferry-ps-bench ferry-launch ferry-gen
+              ferry-train ferry-predict ferry-vm ferry-rxe)
+    for c in "${expected[@]}"; do
+      grep -qx "/usr/bin/$c" "$work/ferry.files" || fail "ferry lacks /usr/bin/$c"
+      grep -qx "/usr/share/man/man1/$c.1.gz" "$work/ferry.files" || fail "ferry lacks the man page $c.1.gz"
+    done
+    grep -q "libferry\|/usr/include" "$work/ferry.files" && fail "ferry holds library or header files"
+    grep -qx "/usr/lib/$multiarch/libferry.so.0" "$work/libferry0.files" &&
+      grep -qx "/usr/lib/$multiarch/libferry.so.$version" "$work/libferry0.files" ||
+      fail "libferry0 lacks libferry.so.0 -> libferry.so.$version"
+    grep -q "/usr/include\|\.pc$\|libferry\.so$\|/usr/bin/" "$work/libferry0.files" &&
+      fail "libferry0 holds development files or commands"
+    grep -qx "/usr/lib/$multiarch/libferry.so" "$work/libferry-dev.files" &&
+      grep -qx "/usr/lib/$multiarch/pkgconfig/ferry.pc" "$work/libferry-dev.files" &&
+      grep -qx "/usr/include/ferry/transport/transport.h" "$work/libferry-dev.files" ||
+      fail "libferry-dev lacks the .so link, ferry.pc or the headers"
+    grep -q "libferry\.so\.0" "$work/libferry-dev.files" && fail "libferry-dev holds the shared library"
+    ok "files split: $(grep -c . "$work/ferry.files") / $(grep -c . "$work/libferry0.files") / $(grep -c . "$work/libferry-dev.files") paths"
+    # Depends: computed from what the ELF files link (dpkg-shlibdeps), the -dev pinned to its library.
+    for dep in libucx0 libibverbs1 librdmacm1 libstdc++6; do
+      grep -q "^ Depends:.*\b$dep\b" "$work/libferry0.info" || fail "libferry0 Depends lacks $dep: $(grep Depends "$work/libferry0.info")"
+    done
+    grep -q "^ Depends:.*libferry0 (= $debver)" "$work/libferry-dev.info" ||
+      fail "libferry-dev does not depend on libferry0 (= $debver): $(grep Depends "$work/libferry-dev.info")"
+    grep -q "^ Multi-Arch: same" "$work/libferry0.info" || fail "libferry0 is not Multi-Arch: same"
     # Every dependency is satisfied here (the tools are about to run on this machine).
-    for p in $(sed -n 's/^ Depends: //p' "$work/info" | tr ',' '\n' | sed 's/(.*//; s/ //g'); do
+    for p in $(sed -n 's/^ Depends: //p' "$work"/*.info | tr ',|' '\n\n' | sed 's/(.*//; s/ //g' |
+               grep -v '^libferry' | sort -u); do
       dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
         fail "dependency $p is not installed on this machine"
     done
-    # A clean root: an empty dpkg database, nothing else. The package's own files only.
+    # A clean root: an empty dpkg database, nothing else. The packages' own files only.
     root=$work/clean
     mkdir -p "$root/var/lib/dpkg/info" "$root/var/lib/dpkg/updates" "$root/var/lib/dpkg/triggers"
     : >"$root/var/lib/dpkg/status"
     : >"$root/var/lib/dpkg/available"
-    if ! dpkg --root="$root" --force-depends --force-not-root --log=/dev/null -i "$deb" \
+    if ! dpkg --root="$root" --force-depends --force-not-root --force-script-chrootless \
+         --log=/dev/null -i "${deb[libferry0]}" "${deb[libferry-dev]}" "${deb[ferry]}" \
          >"$work/dpkg.log" 2>&1; then
       fail "dpkg -i into a clean root:"; sed 's/^/    /' "$work/dpkg.log"; exit 1
     fi
-    dpkg --root="$root" -s ferry 2>/dev/null | grep -q "^Status: install ok installed" &&
-      ok "dpkg --root: ferry installed" || fail "dpkg does not record ferry as installed"
+    for p in ferry libferry0 libferry-dev; do
+      dpkg --root="$root" -s "$p" 2>/dev/null | grep -q "^Status: install ok installed" ||
+        fail "dpkg does not record $p as installed"
+    done
+    ok "dpkg --root: ferry, libferry0, libferry-dev installed"
     if out=$("$root/usr/bin/ferry-info" 2>&1) && grep -q "tcp" <<<"$out"; then
       ok "ferry-info from the package runs ($(wc -l <<<"$out") lines)"
     else
       fail "ferry-info from the package: $out"
     fi
-    [ -f "$root/usr/lib/$multiarch/pkgconfig/ferry.pc" ] || fail "ferry.pc not in the package"
     build_and_run_example "$root" "$root/usr/lib/$multiarch/pkgconfig"
+    ;;
+
+  lintian)
+    # Debian's package checker over what dpkg-buildpackage built: no error and no warning
+    # (Debian 12's lintian; info-level tags are listed, they do not fail).
+    changes=$(ls "${FERRY_DEB_DIR:-/nonexistent}"/ferry_*.changes 2>/dev/null | head -1)
+    [ -n "$changes" ] || { echo "no packages built (FERRY_DEB_DIR='${FERRY_DEB_DIR:-}'): ./test.sh's main stage builds them"; exit 77; }
+    command -v lintian >/dev/null || { fail "lintian not installed (scripts/deps.sh installs it)"; exit 1; }
+    lintian --fail-on error,warning --display-level '>=info' "$changes" >"$work/lintian.txt" 2>&1
+    rc=$?
+    sed 's/^/    /' "$work/lintian.txt"
+    errors=$(grep -c '^E: ' "$work/lintian.txt")
+    warnings=$(grep -c '^W: ' "$work/lintian.txt")
+    infos=$(grep -c '^I: ' "$work/lintian.txt")
+    if [ "$rc" = 0 ] && [ "$errors" = 0 ] && [ "$warnings" = 0 ]; then
+      ok "lintian $(basename "$changes"): 0 errors, 0 warnings ($infos info tags)"
+    else
+      fail "lintian $(basename "$changes"): exit $rc, $errors errors, $warnings warnings"
+    fi
     ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac

@@ -1,7 +1,7 @@
 // A small, self-contained SVG line-plot writer for Ferry's measurement sweeps: the one plot
 // writer behind `ferry-lat/ferry-bw --plot`, `ferry-plot` and perf/compare/report.py (which
 // hands it a PlotSpec as JSON, see tools/plot/json.h). No runtime dependency (the tools ship in
-// a .deb without gnuplot).
+// the ferry package without gnuplot).
 //
 // What it draws: a white 900x540 canvas with a title, axis labels, grid and ticks (log axes:
 // powers of two for byte sizes, decades otherwise; linear axes: 1-2-5 steps), one polyline per
