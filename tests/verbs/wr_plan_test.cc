@@ -196,8 +196,3 @@ TEST(PostBatch, LongListDrainsThroughSmallQueue) {
 
 }  // namespace
 }  // namespace ferry::verbs
-
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}
