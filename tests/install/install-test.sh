@@ -26,6 +26,16 @@ multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x86_64-li
 # prefix_of ROOT: where ferry.pc was installed under ROOT (its libdir), or nothing.
 pc_dir_of() { dirname "$(find "$1" -name ferry.pc -path '*/pkgconfig/*' | head -1)"; }
 
+# built_changes: the .changes of the packages test.sh's main stage built (FERRY_DEB_DIR); without
+# them it says why on stdout and fails (the caller skips: exit 77).
+built_changes() {
+  local c
+  c=$(ls "${FERRY_DEB_DIR:-/nonexistent}"/ferry_*.changes 2>/dev/null | head -1)
+  [ -n "$c" ] && echo "$c" && return 0
+  echo "no packages built (FERRY_DEB_DIR='${FERRY_DEB_DIR:-}'): ./test.sh's main stage builds them" >&2
+  return 1
+}
+
 # build_and_run_example ROOT LIBDIR: builds examples/ with pkg-config pointed at ROOT only, runs it.
 build_and_run_example() {
   local root=$1 pcdir=$2 libdir ex=$work/example-$RANDOM
@@ -145,8 +155,7 @@ case $case_name in
   deb)
     # The packages the main stage built (dpkg-buildpackage -b: scripts/test-stages.sh), from this
     # very build tree; FERRY_DEB_DIR holds them and their .changes.
-    changes=$(ls "${FERRY_DEB_DIR:-/nonexistent}"/ferry_*.changes 2>/dev/null | head -1)
-    [ -n "$changes" ] || { echo "no packages built (FERRY_DEB_DIR='${FERRY_DEB_DIR:-}'): ./test.sh's main stage builds them"; exit 77; }
+    changes=$(built_changes) || exit 77
     dir=$(dirname "$changes")
     debver=$(sed -n 's/^Version: //p' "$changes")
     # The changelog's version and meson's are the same release (native package: no revision).
@@ -218,8 +227,7 @@ case $case_name in
   lintian)
     # Debian's package checker over what dpkg-buildpackage built: no error and no warning
     # (Debian 12's lintian; info-level tags are listed, they do not fail).
-    changes=$(ls "${FERRY_DEB_DIR:-/nonexistent}"/ferry_*.changes 2>/dev/null | head -1)
-    [ -n "$changes" ] || { echo "no packages built (FERRY_DEB_DIR='${FERRY_DEB_DIR:-}'): ./test.sh's main stage builds them"; exit 77; }
+    changes=$(built_changes) || exit 77
     command -v lintian >/dev/null || { fail "lintian not installed (scripts/deps.sh installs it)"; exit 1; }
     lintian --fail-on error,warning --display-level '>=info' "$changes" >"$work/lintian.txt" 2>&1
     rc=$?
