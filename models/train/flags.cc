@@ -3,6 +3,8 @@
 #include <CLI/CLI.hpp>
 #include <charconv>
 
+#include "models/train/feature_flags.h"
+
 namespace ferry::models {
 
 void AddTrainFlags(CLI::App& app, TrainOptions* o, TrainFlagText* t) {
@@ -163,6 +165,8 @@ void AddTrainFlags(CLI::App& app, TrainOptions* o, TrainFlagText* t) {
                  "restore from this checkpoint (or the newest in a --checkpoint-dir) and go on "
                  "where it was taken")
       ->group(ckpt);
+  AddStreamFlags(app, &o->stream);
+  AddFeatureFlags(app, &o->features);
   app.add_option("--secret", o->secret, "shared secret every connection of the job proves")
       ->group("");
 }

@@ -12,6 +12,7 @@
 #include "models/data/parse.h"
 #include "models/io/model.h"
 #include "models/io/model_writer.h"
+#include "models/train/feature_options.h"
 #include "ps/job/job.h"
 
 namespace ferry::models {
@@ -99,6 +100,12 @@ struct TrainOptions {
   uint64_t checkpoint_every = 0;
   std::string resume;
   static constexpr uint64_t kDefaultCheckpointEvery = 1000;
+
+  // Continuous training (stream_loop.h): the training input is a stream (--train - / a FIFO);
+  // one pass, scored before it is trained on (progressive evaluation), reported per window.
+  StreamOptions stream;
+  // Feature admission and eviction (feature_flags.h): which keys get a row, which rows go.
+  FeatureOptions features;
 
   // Output.
   std::string model_out;

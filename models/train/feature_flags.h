@@ -1,0 +1,19 @@
+// ferry-train's flags for continuous jobs (StreamOptions) and for feature admission and eviction
+// (FeatureOptions), in their own help groups. Called by AddTrainFlags (flags.h).
+//
+// Ownership: the app keeps pointers to the options; they must outlive the parse.
+// Threading: command-line setup, one thread.
+#pragma once
+
+#include "models/train/feature_options.h"
+
+namespace CLI {
+class App;  // <CLI/CLI.hpp>
+}  // namespace CLI
+
+namespace ferry::models {
+
+void AddStreamFlags(CLI::App& app, StreamOptions* o);
+void AddFeatureFlags(CLI::App& app, FeatureOptions* o);
+
+}  // namespace ferry::models
