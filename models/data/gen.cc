@@ -130,8 +130,33 @@ Status CheckTextOptions(const GenOptions& o) {
   return Status::Ok();
 }
 
+// The id space of a field in a drifting stream (gen.h): 2^24, or the largest power of two S
+// with fields S + numeric < 2^32 when there are more than 255 fields.
+uint64_t DriftIdSpace(uint32_t fields, uint32_t numeric) {
+  uint64_t space = uint64_t{1} << 24;
+  while (space > 1 && fields * space + numeric >= (uint64_t{1} << 32)) space /= 2;
+  return space;
+}
+
+Status CheckDriftOptions(const GenOptions& o, const std::vector<uint64_t>& vocab) {
+  if (!(o.drift >= 0 && o.drift <= 1)) {
+    return InvalidArgument("--drift must be in [0, 1] (the fraction of values replaced per epoch)");
+  }
+  if (o.drift_every == 0) return InvalidArgument("--drift-every must be at least 1");
+  if (o.drift == 0) return Status::Ok();
+  if (o.layout != Layout::kCtr) return InvalidArgument("--drift applies to --layout ctr only");
+  const uint64_t space = DriftIdSpace(o.fields, o.numeric);
+  for (uint64_t v : vocab) {
+    if (v > space / 2) {
+      return InvalidArgument("--drift needs at most " + std::to_string(space / 2) +
+                             " values per field (--vocab / --features): a field's ids live in " +
+                             std::to_string(space) + " indices");
+    }
+  }
+  return Status::Ok();
+}
+
 Status CheckOptions(const GenOptions& o) {
-  if (o.samples == 0) return InvalidArgument("--samples must be at least 1");
   if (o.layout != Layout::kCtr && o.layout != Layout::kText) {
     return InvalidArgument("--layout must be ctr or text");
   }
@@ -158,10 +183,6 @@ Status CheckOptions(const GenOptions& o) {
     return InvalidArgument(
         "criteo output has 26 categorical and 13 numeric fields: use "
         "--fields 26 --numeric 13 (the defaults with --format criteo)");
-  }
-  if (o.out.empty()) return InvalidArgument("--out is required");
-  if ((o.test_samples > 0) != !o.test_out.empty()) {
-    return InvalidArgument("--test-samples and --test-out go together");
   }
   return Status::Ok();
 }
@@ -203,6 +224,16 @@ Result<std::unique_ptr<Generator>> Generator::Create(const GenOptions& given) {
                            : options.features / fields + (f < options.features % fields ? 1 : 0);
     g->vocab_.push_back(v);
     g->offsets_.push_back(g->offsets_.back() + v);
+    g->id_space_ = std::max(g->id_space_, v);
+  }
+  FERRY_RETURN_IF_ERROR(CheckDriftOptions(options, g->vocab_));
+  if (options.drift > 0) {
+    g->id_space_ = DriftIdSpace(fields, options.numeric);
+    for (uint32_t f = 0; f <= fields; ++f) g->offsets_[f] = f * g->id_space_;
+    for (uint64_t v : g->vocab_) {
+      const auto r = static_cast<uint64_t>(std::llround(options.drift * static_cast<double>(v)));
+      g->retire_.push_back(std::clamp<uint64_t>(r, 1, v));
+    }
   }
   g->model_ = std::make_unique<Model>(options);
   const auto make_stream = [&](uint64_t salt) {
@@ -276,6 +307,7 @@ void Generator::Draw(Stream* stream, GenSample* s, bool label) const {
     }
     s->counts.resize(options_.numeric);
     for (uint32_t k = 0; k < options_.numeric; ++k) s->counts[k] = DrawCount(&stream->rng);
+    if (!retire_.empty()) DriftIds(s);
   }
   if (!label) return;
   s->logit = model_->Logit(*s);
@@ -283,11 +315,29 @@ void Generator::Draw(Stream* stream, GenSample* s, bool label) const {
   s->label = stream->rng.Uniform() < p ? 1.0f : 0.0f;
 }
 
+void Generator::DriftIds(GenSample* s) const {
+  // id = (base + vocab - 1 - rank) mod S with base = epoch R mod S; S is a power of two, so the
+  // products below are taken mod S first and stay far from overflow (S, R <= 2^24).
+  const uint64_t mask = id_space_ - 1;
+  for (uint32_t f = 0; f < options_.fields; ++f) {
+    const uint64_t base = ((s->epoch & mask) * retire_[f]) & mask;
+    s->values[f] = static_cast<uint32_t>((base + vocab_[f] - 1 - s->values[f]) & mask);
+  }
+}
+
 void Generator::NextTrain(GenSample* s) {
+  s->epoch = retire_.empty() ? 0 : train_drawn_ / options_.drift_every;
+  ++train_drawn_;
   Draw(train_.get(), s, true);
 }
 void Generator::NextTest(GenSample* s) {
+  s->epoch = 0;
   Draw(test_.get(), s, true);
+}
+uint64_t Generator::total_vocab() const {
+  uint64_t total = 0;
+  for (uint64_t v : vocab_) total += v;
+  return total;
 }
 double Generator::Logit(const GenSample& s) const {
   return model_->Logit(s);

@@ -45,6 +45,32 @@
 //           needs fields = 26 and numeric = 13; ctr layout only.
 // Determinism: the same options (apart from file names) give the same bytes. Train and test
 // samples come from separate streams, so --samples does not change the test set.
+//
+// Streams (GenerateStream, ferry-gen --stream): the training stream written to a file
+// descriptor, endless or bounded, optionally paced to a rate. With drift = 0 it is the training
+// file's bytes. With drift D > 0 (ctr only) the data change over time, so that memory, eviction
+// and adaptation can be tested: the stream is cut into epochs of drift_every samples, and at each
+// epoch boundary
+//   - vocabulary: R_f = max(1, round(D vocab_f)) values of each field retire and as many fresh,
+//     never-seen ones start. The active ids of field f in epoch e are base .. base + vocab_f - 1,
+//     base = e R_f (mod the field's id space), and Zipf rank r (0 = most frequent) is id
+//     base + vocab_f - 1 - r: a fresh id enters as the most frequent value, each epoch it ages
+//     R_f ranks down, and it retires from the tail as the least frequent, so old ids fade out
+//     rather than vanish from the top. Active ids per field: always exactly vocab_f; ids seen
+//     so far: vocab_f + e R_f, without bound.
+//   - truth: every id's parameters (w, the fm/ffm vectors, the mlp embedding) are redrawn once
+//     every P = round(1 / D) epochs, at an epoch offset hashed from (seed, field, id): at each
+//     boundary about 1/P ~ D of the ids get new parameters (a fresh id's are drawn from the seed
+//     like any other's). A model trained before a boundary scores worse after it (new ids it
+//     has not seen, changed weights) and recovers with training. Bias, scale, the mlp's hidden
+//     layer and the numeric weights stay put (calibration is done once, on epoch 0).
+// Index layout with drift: field f's ids 0 .. S - 1 are the indices f S + 1 .. f S + S, S = 2^24
+// (smaller powers of two when fields > 255: the largest with fields S + numeric < 2^32), so
+// libsvm index = f S + id + 1, libffm field:index the same, numeric k at index fields S + k + 1
+// (every index fits in 32 bits, no two fields share one); an id wraps
+// within its field after S / R_f epochs (168 000 epochs with vocab 1000, D 0.1).
+// Criteo tokens are CriteoToken(f, id). vocab_f must be at most S / 2. Memory does not grow
+// with the stream: a drifted id is a pure function of (rank, epoch), its truth of (id, epoch).
 // Thread-safety: a Generator is used by one thread at a time.
 #pragma once
 
@@ -90,6 +116,11 @@ struct GenOptions {
   std::string truth_out;  // optional: the truth model, text (format in docs/data-formats.md)
   bool gzip = false;
   uint64_t seed = 1;
+  // Drift of the training stream (above): the fraction D of each field's values, and about D of
+  // the ids' truth parameters, replaced every drift_every samples. 0 (no drift) or (0, 1]; ctr
+  // only; no test set and no truth file with drift (the truth has no fixed value to hold out).
+  double drift = 0;
+  uint64_t drift_every = 100000;  // samples per drift epoch, >= 1
 };
 
 // One generated sample. ctr fills values and counts, text the three word vectors.
@@ -101,6 +132,7 @@ struct GenSample {
   std::vector<uint32_t> words;        // text: the distinct words, ascending (0 = most frequent)
   std::vector<uint32_t> word_counts;  // text: term count of words[i] (sum = document length)
   std::vector<float> word_values;     // text: the value written, tf-idf of unit L2 norm
+  uint64_t epoch = 0;                 // drift epoch whose truth scored it (0 without drift)
 };
 
 struct GenSummary {
@@ -136,13 +168,19 @@ class Generator {
   void AppendLine(Format format, const GenSample& s, std::string* out) const;
 
   uint64_t vocab(uint32_t field) const { return vocab_[field]; }
-  uint64_t total_vocab() const { return offsets_.back(); }
-  // 1-based LIBSVM index of value v of field f (text: of word v, with f = 0), and of numeric
-  // feature k.
+  // Active values over all fields (text: words); with drift, at any one time.
+  uint64_t total_vocab() const;
+  // 1-based LIBSVM index of value (id) v of field f (text: of word v, with f = 0), and of
+  // numeric feature k. Without drift offsets_ are the prefix sums of the vocabularies; with
+  // drift f * IdSpace() (the layout above).
   uint64_t FeatureIndex(uint32_t field, uint32_t value) const {
     return offsets_[field] + value + 1;
   }
-  uint64_t NumericIndex(uint32_t k) const { return total_vocab() + k + 1; }
+  uint64_t NumericIndex(uint32_t k) const { return offsets_.back() + k + 1; }
+  // Ids per field: with drift S (above), without it the largest vocabulary.
+  uint64_t IdSpace() const { return id_space_; }
+  // Drift: values retired (and started) per field and epoch; 0 without drift.
+  uint64_t retired_per_epoch(uint32_t field) const { return retire_.empty() ? 0 : retire_[field]; }
 
   double Logit(const GenSample& s) const;  // the truth model
   // Writes the truth model as text (never gzip; docs/data-formats.md has the format).
@@ -157,12 +195,17 @@ class Generator {
   explicit Generator(const GenOptions& options);
   struct Stream;
   // Draws values and counts (ctr) or a document (text); with label also the logit and label.
+  // Drift: ranks (0-based) become the ids active in s->epoch, in place.
   void Draw(Stream* stream, GenSample* s, bool label) const;
   void DrawDocument(Stream* stream, GenSample* s) const;
+  void DriftIds(GenSample* s) const;
 
   GenOptions options_;
   std::vector<uint64_t> vocab_;
-  std::vector<uint64_t> offsets_;  // fields + 1 prefix sums of vocab_
+  std::vector<uint64_t> offsets_;  // fields + 1 index offsets (FeatureIndex)
+  std::vector<uint64_t> retire_;   // drift: R_f per field; empty without drift
+  uint64_t id_space_ = 0;
+  uint64_t train_drawn_ = 0;  // training samples drawn: the drift epoch's clock
   std::unique_ptr<Model> model_;
   std::unique_ptr<Stream> train_, test_;
 };
@@ -173,6 +216,27 @@ std::string CriteoToken(uint32_t field, uint32_t value);
 
 // Generates the files and returns the summary. Errors name the file or the option.
 Result<GenSummary> Generate(const GenOptions& options);
+
+// A stream of training samples (GenOptions' samples, out and test_* do not apply, gzip is
+// refused; truth_out, without drift, is written before the stream starts).
+struct GenStreamOptions {
+  uint64_t samples = 0;  // samples to write; 0: endless
+  double rate = 0;       // samples per second; 0: as fast as the reader takes them
+  int fd = 1;            // where the lines go (not closed)
+};
+struct GenStreamSummary {
+  uint64_t samples = 0;        // lines written in full
+  bool reader_closed = false;  // ended because the reader went away (EPIPE)
+};
+// Writes options' training stream (AppendLine lines in options.format) to stream.fd through a
+// 1 MiB buffer, flushed when full, at the end and before every pacing sleep (so a slow stream
+// is not held back). Pacing: sample i is due at start + i / rate; the writer sleeps (no busy
+// wait) when more than 1 ms ahead, and catches up at most 1 s of lag after a stall (a token
+// bucket one second deep). Blocks until done; an endless stream returns only when the reader
+// goes away. EPIPE is the normal end of a stream read by e.g. `head`: Ok with reader_closed
+// (the caller ignores SIGPIPE, or the signal ends the process first). Memory stays constant.
+// Errors: InvalidArgument naming the option, IoError for other write failures.
+Result<GenStreamSummary> GenerateStream(const GenOptions& options, const GenStreamOptions& stream);
 
 // A truth file read back (docs/data-formats.md). Scores GenSamples like Generator::Logit, so a
 // test can check the file, and a trainer can compare its learned weights with the truth.

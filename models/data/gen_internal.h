@@ -117,17 +117,21 @@ class Generator::Model {
   void FfmVector(uint64_t fv, uint32_t g, double* out) const;
   int64_t FfmPairs(const uint64_t* keys) const;
   double NumericWeight(uint32_t k) const;
+  // The id the parameters of value v of field f are drawn for in drift epoch `epoch`: v itself
+  // without drift; with it v + 2^32 g, g the number of times v's truth was redrawn so far.
+  uint64_t TruthKey(uint32_t f, uint64_t v, uint64_t epoch) const;
 
   Truth kind_;
   Layout layout_;
   uint32_t fields_, numeric_, factors_, hidden_;
   double logit_sd_, positive_rate_;
   uint64_t topic_ranks_ = 0;  // text: topic words are among the words of rank below this
-  uint64_t seed_w_, seed_u_, seed_a_;
+  uint64_t seed_w_, seed_u_, seed_a_, seed_d_;
+  uint64_t drift_period_ = 0;  // P = round(1 / drift) epochs between redraws; 0: no drift
   double factor_sd_;
   std::vector<double> in_weight_, hidden_bias_, out_weight_;  // mlp
   mutable std::vector<double> scratch_;                       // mlp input / fm sums
-  mutable std::vector<uint64_t> keys_;                        // ffm: FfmKey per field
+  mutable std::vector<uint64_t> keys_;                        // per field: TruthKey (ffm: FfmKey)
   double bias_ = 0, scale_ = 1;
 };
 

@@ -75,9 +75,28 @@ Status WriteSamples(const Generator& gen, const std::string& path, uint64_t coun
   return file->Close();
 }
 
+// What files need on top of Generator::Create's checks (a stream has none of these).
+Status CheckFileOptions(const GenOptions& o) {
+  if (o.samples == 0) return InvalidArgument("--samples must be at least 1");
+  if (o.out.empty()) return InvalidArgument("--out is required");
+  if ((o.test_samples > 0) != !o.test_out.empty()) {
+    return InvalidArgument("--test-samples and --test-out go together");
+  }
+  if (o.drift > 0 && o.test_samples > 0) {
+    return InvalidArgument(
+        "--drift has no --test-samples: the distribution moves, so there is no fixed one to hold "
+        "out (hold out the stream's own recent samples instead)");
+  }
+  if (o.drift > 0 && !o.truth_out.empty()) {
+    return InvalidArgument("--drift has no --truth-out: the truth changes every epoch");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<GenSummary> Generate(const GenOptions& options) {
+  FERRY_RETURN_IF_ERROR(CheckFileOptions(options));
   FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Generator> gen, Generator::Create(options));
   Scorer train, test;
   Sizes train_sizes, test_sizes;

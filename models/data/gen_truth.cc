@@ -28,6 +28,10 @@
 //                                                           the 10 most frequent (stop words)
 //                                                           never are
 // N(0, 1) is BitsGauss (Irwin-Hall of four 16-bit lanes) of a hash.
+//
+// Drift (gen.h): the parameters of value v are those of the key v + 2^32 g, g = (epoch +
+// phase(f, v)) / P with phase uniform in 0..P-1 by a hash: each id is redrawn every P epochs,
+// its redraws spread evenly over the epochs, and nothing is stored per id.
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
@@ -75,7 +79,9 @@ Generator::Model::Model(const GenOptions& o)
       topic_ranks_(std::max<uint64_t>(kStopWords + 1, o.vocab / 50)),
       seed_w_(Mix64(o.seed ^ 0x7777)),
       seed_u_(Mix64(o.seed ^ 0x7575)),
-      seed_a_(Mix64(o.seed ^ 0x6161)) {
+      seed_a_(Mix64(o.seed ^ 0x6161)),
+      seed_d_(Mix64(o.seed ^ 0x6464)) {
+  if (o.drift > 0) drift_period_ = std::max<uint64_t>(1, std::llround(1.0 / o.drift));
   factor_sd_ = 1.0;
   if (kind_ == Truth::kFm || kind_ == Truth::kFfm) {
     factor_sd_ = fields_ > 1 ? std::pow(2.0 / ((fields_ - 1.0) * factors_), 0.25) : 0.0;
@@ -92,7 +98,7 @@ Generator::Model::Model(const GenOptions& o)
     for (double& c : out_weight_) c = rng.Normal();
   }
   scratch_.resize(size_t{fields_} * factors_ + 1);
-  if (kind_ == Truth::kFfm) keys_.resize(fields_);
+  keys_.resize(fields_);
 }
 
 double Generator::Model::Weight(uint32_t f, uint64_t v) const {
@@ -140,15 +146,24 @@ double Generator::Model::NumericWeight(uint32_t k) const {
   return 0.5 * HashGauss(seed_a_, k, 0);
 }
 
+uint64_t Generator::Model::TruthKey(uint32_t f, uint64_t v, uint64_t epoch) const {
+  if (drift_period_ == 0) return v;
+  const uint64_t phase = Mix64(Mix64(seed_d_ ^ Mix64(f)) + v) % drift_period_;
+  return v + ((epoch + phase) / drift_period_ << 32);
+}
+
 double Generator::Model::Raw(const GenSample& s) const {
   double r = 0;
   if (layout_ == Layout::kText) {
     for (size_t i = 0; i < s.words.size(); ++i) r += WordWeight(s.words[i]) * s.word_values[i];
     return r;
   }
+  // The key of each field's value: its id, or with drift the id in its current truth epoch.
+  uint64_t* keys = keys_.data();
+  for (uint32_t f = 0; f < fields_; ++f) keys[f] = TruthKey(f, s.values[f], s.epoch);
   for (uint32_t k = 0; k < numeric_; ++k) r += NumericWeight(k) * std::log1p(s.counts[k]);
   if (kind_ != Truth::kMlp) {
-    for (uint32_t f = 0; f < fields_; ++f) r += Weight(f, s.values[f]);
+    for (uint32_t f = 0; f < fields_; ++f) r += Weight(f, keys[f]);
   }
   if (kind_ == Truth::kFm) {
     // sum_{f<g} <u_f, u_g> = 1/2 sum_j ((sum_f u_fj)^2 - sum_f u_fj^2): O(F k), not O(F^2 k).
@@ -157,7 +172,7 @@ double Generator::Model::Raw(const GenSample& s) const {
     double squares = 0;
     for (uint32_t f = 0; f < fields_; ++f) {
       for (uint32_t j = 0; j < factors_; ++j) {
-        const double u = Vector(f, s.values[f], j);
+        const double u = Vector(f, keys[f], j);
         sums[j] += u;
         squares += u * u;
       }
@@ -168,15 +183,14 @@ double Generator::Model::Raw(const GenSample& s) const {
   }
   if (kind_ == Truth::kFfm) {
     // No FM-style identity here: every pair has its own two vectors, O(F^2 k).
-    uint64_t* keys = keys_.data();
-    for (uint32_t f = 0; f < fields_; ++f) keys[f] = FfmKey(f, s.values[f]);
+    for (uint32_t f = 0; f < fields_; ++f) keys[f] = FfmKey(f, keys[f]);
     const double unit = factor_sd_ * factor_sd_ * 3.0 / 4294967296.0;  // (s sqrt(3) / 2^16)^2
     r += unit * static_cast<double>(FfmPairs(keys));
   }
   if (kind_ == Truth::kMlp) {
     double* x = scratch_.data();
     for (uint32_t f = 0; f < fields_; ++f) {
-      for (uint32_t j = 0; j < factors_; ++j) x[f * factors_ + j] = Vector(f, s.values[f], j);
+      for (uint32_t j = 0; j < factors_; ++j) x[f * factors_ + j] = Vector(f, keys[f], j);
     }
     const size_t inputs = size_t{fields_} * factors_;
     for (uint32_t h = 0; h < hidden_; ++h) {

@@ -1,8 +1,11 @@
 // ferry-gen's flags, their resolution into GenOptions, and the run (see cli.h).
 #include "tools/gen/cli.h"
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <charconv>
+#include <csignal>
 #include <cstdio>
 #include <optional>
 
@@ -15,8 +18,10 @@ using tools::Printf;
 
 void AddFlags(CLI::App& app, GenFlags& f) {
   models::GenOptions& o = f.direct;
-  app.add_option("--samples", f.samples, "training samples (e.g. 1000000, 1e6, 1M)")->required();
-  app.add_option("--out", o.out, "training file to write")->required();
+  app.add_option("--samples", f.samples,
+                 "training samples (e.g. 1000000, 1e6, 1M); required without --stream, with it "
+                 "the stream's length (endless without)");
+  app.add_option("--out", o.out, "training file to write (required without --stream)");
   app.add_option("--test-samples", f.test_samples, "held-out samples, written to --test-out")
       ->capture_default_str();
   app.add_option("--test-out", o.test_out, "held-out file to write");
@@ -54,6 +59,19 @@ void AddFlags(CLI::App& app, GenFlags& f) {
   app.add_option("--seed", o.seed, "random seed: same flags and seed, same bytes")
       ->capture_default_str();
   app.add_flag("-q,--quiet", f.quiet, "do not print the summary");
+  app.add_flag("--stream", f.stream,
+               "write the training samples to stdout, endless unless --samples; no summary, no "
+               "--out, --test-samples, --test-out or --gzip; a closed pipe ends it with status 0");
+  app.add_option("--rate", f.rate,
+                 "--stream: at most this many samples per second (paced by sleeping, output "
+                 "flushed before each pause); default: as fast as the reader takes them");
+  app.add_option("--drift", o.drift,
+                 "in [0, 1]: every --drift-every samples this fraction of each field's values "
+                 "retires (as many fresh ids start) and about this fraction of the ids' truth is "
+                 "redrawn; ctr only, no --test-samples or --truth-out; field f's indices start "
+                 "at f * 2^24 + 1 below 256 fields (docs/data-formats.md, Streams)")
+      ->capture_default_str();
+  app.add_option("--drift-every", f.drift_every, "samples per drift epoch")->capture_default_str();
 }
 
 Result<uint64_t> ParseCount(const std::string& flag, const std::string& text) {
@@ -88,9 +106,38 @@ Result<uint64_t> ParseCount(const std::string& flag, const std::string& text) {
   return static_cast<uint64_t>(v);
 }
 
+// The flags that depend on --stream: --samples (optional with it), --rate (only with it), and
+// the file flags a stream has no use for.
+Status ResolveStream(const GenFlags& f, models::GenOptions* o) {
+  if (!f.stream) {
+    if (f.samples.empty()) {
+      return InvalidArgument("--samples is required (or --stream for an endless stream)");
+    }
+    if (f.rate_given) return InvalidArgument("--rate applies to --stream only");
+    return Status::Ok();
+  }
+  if (!o->out.empty()) return InvalidArgument("--stream writes to stdout: drop --out");
+  if (o->test_samples > 0 || !o->test_out.empty()) {
+    return InvalidArgument(
+        "--stream has no --test-samples / --test-out: write a test file with a run without "
+        "--stream and the same flags");
+  }
+  if (o->gzip) return InvalidArgument("--stream writes plain text: pipe it through gzip");
+  if (f.rate_given && !(f.rate > 0 && f.rate <= 1e9)) {
+    return InvalidArgument("--rate must be a positive number of samples per second (at most 1e9)");
+  }
+  if (!f.samples.empty() && o->samples == 0) {
+    return InvalidArgument("--samples must be at least 1 (leave it out for an endless stream)");
+  }
+  return Status::Ok();
+}
+
 Result<models::GenOptions> Resolve(const GenFlags& f) {
   models::GenOptions o = f.direct;
-  FERRY_ASSIGN_OR_RETURN(o.samples, ParseCount("--samples", f.samples));
+  if (!f.samples.empty()) {
+    FERRY_ASSIGN_OR_RETURN(o.samples, ParseCount("--samples", f.samples));
+  }
+  FERRY_ASSIGN_OR_RETURN(o.drift_every, ParseCount("--drift-every", f.drift_every));
   FERRY_ASSIGN_OR_RETURN(o.test_samples, ParseCount("--test-samples", f.test_samples));
   FERRY_ASSIGN_OR_RETURN(o.features, ParseCount("--features", f.features));
   FERRY_ASSIGN_OR_RETURN(o.format, models::ParseFormat(f.format));
@@ -106,6 +153,7 @@ Result<models::GenOptions> Resolve(const GenFlags& f) {
     if (!f.fields_given) o.fields = models::kCriteoCatColumns;
     if (!f.numeric_given) o.numeric = models::kCriteoIntColumns;
   }
+  FERRY_RETURN_IF_ERROR(ResolveStream(f, &o));
   return o;
 }
 
@@ -142,8 +190,21 @@ int ParseAndExecute(CLI::App& app, GenFlags& f, int argc, char** argv) {
   f.fields_given = app.count("--fields") > 0;
   f.words_given = app.count("--words") > 0;
   f.numeric_given = app.count("--numeric") > 0;
+  f.rate_given = app.count("--rate") > 0;
   auto o = Resolve(f);
   if (!o.ok()) return tools::ReportError("ferry-gen", o.status().message(), 2);
+  if (f.stream) {
+    // A reader that goes away (`ferry-gen --stream | head`) is the normal end of an endless
+    // stream: write() then fails with EPIPE, which GenerateStream takes as the end.
+    std::signal(SIGPIPE, SIG_IGN);
+    auto streamed =
+        models::GenerateStream(*o, {.samples = o->samples, .rate = f.rate, .fd = STDOUT_FILENO});
+    if (!streamed.ok()) {
+      const bool usage = streamed.status().code() == Code::kInvalidArgument;
+      return tools::ReportError("ferry-gen", streamed.status().message(), usage ? 2 : 1);
+    }
+    return 0;
+  }
   auto summary = models::Generate(*o);
   if (!summary.ok()) {
     const bool usage = summary.status().code() == Code::kInvalidArgument;
@@ -166,7 +227,13 @@ int Main(int argc, char** argv) {
            "word frequencies, log-normal lengths, tf-idf\nvalues of unit L2 norm), labelled by "
            "a hidden lr over words, written as LIBSVM or libffm.\nPlain or gzip. "
            "--logit-sd and --positive-rate set how separable the classes are and how\n"
-           "many are positive; the summary gives the truth model's own logloss and AUC.",
+           "many are positive; the summary gives the truth model's own logloss and AUC.\n"
+           "--stream writes the training samples to stdout instead, endless unless --samples,\n"
+           "paced with --rate; without --drift they are the training file's bytes. --drift D\n"
+           "makes an input that does not stand still: every --drift-every samples a fraction D\n"
+           "of each field's values retires (fresh ids start as the most frequent, old ones fade\n"
+           "down the ranks and drop off the tail) and about D of the ids' truth is redrawn, so\n"
+           "a trained model gets worse at each boundary until it learns again.",
        .examples = {"ferry-gen --samples 1M --out train.svm",
                     "ferry-gen --samples 10M --test-samples 1M --test-out test.svm --out "
                     "train.svm --features 16777216 --truth fm --truth-out truth.txt --gzip",
@@ -174,7 +241,9 @@ int Main(int argc, char** argv) {
                     "ferry-gen --truth ffm --fields 10 --samples 1M --out train.ffm "
                     "--format libffm",
                     "ferry-gen --layout text --vocab 20000 --words 100 --logit-sd 4 "
-                    "--samples 20K --test-samples 5K --test-out test.svm --out train.svm"},
+                    "--samples 20K --test-samples 5K --test-out test.svm --out train.svm",
+                    "ferry-gen --stream --drift 0.1 --drift-every 1M --rate 50000 > /tmp/ctr.fifo",
+                    "ferry-gen --stream --samples 1M --format libffm | gzip > train.ffm.gz"},
        .see_also = {"ferry-train", "docs/data-formats.md"}});
   GenFlags flags;
   AddFlags(app, flags);

@@ -4,7 +4,9 @@
 //
 // Flags in, GenOptions out: the counts accept "1000000", "1e6" or "1M"; --fields and --words
 // belong to one layout each; --format criteo without --fields / --numeric takes Criteo's column
-// counts. Exit codes: 0 success (and --help), 2 bad command line, 1 I/O failure.
+// counts. --stream writes the training samples to stdout (no summary) and ends with 0 when the
+// reader closes the pipe (SIGPIPE is ignored, EPIPE ends the stream). Exit codes: 0 success
+// (and --help), 2 bad command line, 1 I/O failure.
 //
 // Thread-safety: command-line setup and the main thread only. Resolve, ParseCount and
 // FormatSummary are pure.
@@ -27,10 +29,12 @@ struct GenFlags {
   models::GenOptions direct;
   // Raw flag values; Resolve turns them into the other GenOptions fields.
   std::string samples, test_samples = "0", features = "0";
-  std::string format = "libsvm", truth = "lr", layout = "ctr";
+  std::string format = "libsvm", truth = "lr", layout = "ctr", drift_every = "100K";
   bool quiet = false;
-  // Whether --fields, --words, --numeric were given (set after parsing).
-  bool fields_given = false, words_given = false, numeric_given = false;
+  bool stream = false;  // --stream: the training samples to stdout (GenerateStream)
+  double rate = 0;      // --stream --rate: samples per second, 0 unlimited
+  // Whether --fields, --words, --numeric, --rate were given (set after parsing).
+  bool fields_given = false, words_given = false, numeric_given = false, rate_given = false;
 };
 
 // The flag table.
@@ -40,7 +44,10 @@ void AddFlags(CLI::App& app, GenFlags& f);
 // "<flag> '<text>' is not a count (e.g. 1000000, 1e6 or 1M)" otherwise.
 Result<uint64_t> ParseCount(const std::string& flag, const std::string& text);
 
-// The options Generate() runs with; kInvalidArgument (naming the flag) on bad usage.
+// The options Generate() runs with; kInvalidArgument (naming the flag) on bad usage. With
+// --stream: samples is the stream's length (0: endless), and --out, --test-samples, --test-out
+// and --gzip are refused (the stream goes to stdout; with --drift --truth-out too); without it,
+// --rate is refused and --samples is required.
 Result<models::GenOptions> Resolve(const GenFlags& f);
 
 // What ferry-gen prints after a run: the files written, the truth model, the Bayes figures.
