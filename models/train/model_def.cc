@@ -91,6 +91,68 @@ Result<uint32_t> CountFields(const TrainOptions& o) {
   return std::max(fields, 1u);
 }
 
+// The feature flags (feature_flags.cc) make sense together only in some combinations.
+Status ValidateFeatureOptions(const FeatureOptions& f, uint32_t replicas) {
+  if (f.admit_min_count == 1) {
+    return InvalidArgument(
+        "--admit-min-count 1 admits every feature at its first sighting, as without the flag: "
+        "give 2 or more (or leave it out)");
+  }
+  if (f.admit_min_count > 255) {
+    return InvalidArgument("--admit-min-count must be at most 255 (the sketch's counters)");
+  }
+  if (f.admit_min_count >= 2 && f.admit_prob < 1.0) {
+    return InvalidArgument("--admit-min-count and --admit-prob are two admission rules: give one");
+  }
+  if (!(f.admit_prob > 0.0 && f.admit_prob <= 1.0)) {
+    return InvalidArgument("--admit-prob must be in (0, 1]: 0 would admit no feature");
+  }
+  if (!(f.tick_seconds >= 0.001)) return InvalidArgument("--evict-tick must be >= 0.001 seconds");
+  if (f.evict_unseen_seconds > 0 && f.evict_unseen_seconds < f.tick_seconds) {
+    return InvalidArgument("--evict-unseen must be at least one --evict-tick");
+  }
+  if (!(f.score_decay > 0.0 && f.score_decay <= 1.0)) {
+    return InvalidArgument("--score-decay must be in (0, 1]");
+  }
+  if (replicas > 1 && f.any()) {
+    return InvalidArgument(
+        "--replicas above 1 cannot be combined with --admit-min-count, --admit-prob, "
+        "--evict-unseen, --evict-score or --max-rows-per-server: each replica would admit and "
+        "evict from what it alone saw (docs/ps.md, \"Replicas\")");
+  }
+  return Status::Ok();
+}
+
+// The feature options on every sparse table (not the MLP's dense.<l> layers, whose rows are
+// all needed): admission, the row bound, and tick eviction in ticks of --evict-tick.
+void ApplyFeatureOptions(const FeatureOptions& f, ModelDef* d) {
+  if (!f.any()) return;
+  for (ps::TableSpec& t : d->tables) {
+    if (t.name.starts_with("dense.")) continue;
+    if (f.admit_min_count >= 2) {
+      t.admission.kind = ps::AdmissionOptions::Kind::kFrequency;
+      t.admission.min_count = f.admit_min_count;
+    } else if (f.admit_prob < 1.0) {
+      t.admission.kind = ps::AdmissionOptions::Kind::kProbability;
+      t.admission.probability = f.admit_prob;
+    }
+    if (f.max_rows_per_server > 0) {
+      t.max_rows = f.max_rows_per_server;
+      t.initial_rows = std::min<size_t>(t.initial_rows, f.max_rows_per_server);
+    }
+    if (f.evict_unseen_seconds > 0) {
+      t.evict_unseen_ticks =
+          static_cast<uint32_t>(std::lround(f.evict_unseen_seconds / f.tick_seconds));
+    }
+    t.evict_score = f.evict_score;
+    // score * decay^seconds: halved after ln(1/2) / ln(decay) seconds, in ticks. Scores matter
+    // to --evict-score and to the bound's choice of victims only.
+    if ((f.evict_score > 0 || f.max_rows_per_server > 0) && f.score_decay < 1.0) {
+      t.score_half_life = std::log(0.5) / std::log(f.score_decay) / f.tick_seconds;
+    }
+  }
+}
+
 }  // namespace
 
 Status ValidateTrainOptions(const TrainOptions& o) {
@@ -129,7 +191,7 @@ Status ValidateTrainOptions(const TrainOptions& o) {
         "--checkpoint-dir needs --consistency bsp (only a bsp clock boundary "
         "is the same point on every server)");
   }
-  return Status::Ok();
+  return ValidateFeatureOptions(o.features, o.replicas);
 }
 
 namespace {
@@ -255,6 +317,7 @@ Result<ModelDef> DefineModel(const TrainOptions& o) {
       break;
     }
   }
+  ApplyFeatureOptions(o.features, &d);
   return d;
 }
 
@@ -310,6 +373,7 @@ Result<ps::JobSpec> MakeJob(const TrainOptions& o, const ModelDef& def) {
   job.fp16_push = o.fp16_push;
   job.push_filter = o.push_filter;
   job.restore_dir = o.resume;
+  job.evict_tick = ps::Millis(std::max<int64_t>(1, std::llround(o.features.tick_seconds * 1000)));
   job.checkpoint_dir = o.checkpoint_dir;
   if (!o.checkpoint_dir.empty()) {
     job.checkpoint_every =

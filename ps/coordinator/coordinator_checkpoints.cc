@@ -22,6 +22,7 @@ void Coordinator::Impl::OnCheckpointRequest(size_t ci, const ControlMessage& msg
   p.requester = ci;
   p.dir = msg.text;
   p.clear = msg.value2 == kCheckpointClear;
+  p.stats = msg.value2 == kCheckpointStats;
   checkpoints[key] = std::move(p);
   ControlMessage c;
   c.kind = ControlKind::kCheckpoint;
@@ -39,6 +40,11 @@ void Coordinator::Impl::OnCheckpointDone(const Member& m, const ControlMessage& 
   PendingCheckpoint& p = it->second;
   if (!msg.text.empty() && p.error.empty()) {
     p.error = "server " + std::to_string(m.info.index) + ": " + msg.text;
+  }
+  if (p.stats && p.answered.insert(m.info.index).second) {
+    // Each server counted the shards it heads: the sums count every shard once.
+    p.table_stats.resize(std::max(p.table_stats.size(), msg.table_stats.size()));
+    for (size_t t = 0; t < msg.table_stats.size(); ++t) p.table_stats[t] += msg.table_stats[t];
   }
   p.answered.insert(m.info.index);
   CheckCheckpoints();
@@ -89,6 +95,16 @@ void Coordinator::Impl::MaybeStartPeriodicCheckpoint() {
 
 void Coordinator::Impl::FinishCheckpoint(std::map<uint64_t, PendingCheckpoint>::iterator it) {
   PendingCheckpoint& p = it->second;
+  if (p.stats) {  // counters: nothing to write; a removed server's shards are counted by no one
+    ControlMessage r;
+    r.kind = ControlKind::kCheckpointDone;
+    r.value = it->first & ((uint64_t{1} << 40) - 1);
+    r.text = p.error;
+    r.table_stats = std::move(p.table_stats);
+    if (!conns[p.requester].gone) Send(conns[p.requester].ep, r);
+    checkpoints.erase(it);
+    return;
+  }
   if (p.lost_server && p.error.empty()) {
     // The servers that took over a removed server's shards copied their tables before they
     // knew: its shards may be missing. The checkpoint is not written (no manifest).

@@ -76,10 +76,12 @@ struct CoordinatorState {
     std::string dir;
     std::set<uint32_t> answered;  // servers that wrote their shards (or failed to)
     std::string error;
-    bool lost_server = false;         // a server was removed meanwhile: its shards may be missing
-    bool clear = false;               // kCheckpointClear: tables emptied, nothing written
-    uint64_t clock = 0;               // periodic: the clock boundary it was taken at
-    std::vector<uint64_t> positions;  // periodic: each worker's data position there
+    bool lost_server = false;  // a server was removed meanwhile: its shards may be missing
+    bool clear = false;        // kCheckpointClear: tables emptied, nothing written
+    bool stats = false;        // kCheckpointStats: counters summed, nothing written
+    std::vector<TableStats> table_stats;  // kCheckpointStats: the sums so far
+    uint64_t clock = 0;                   // periodic: the clock boundary it was taken at
+    std::vector<uint64_t> positions;      // periodic: each worker's data position there
     Clock::time_point started;
   };
   static constexpr size_t kPeriodic = SIZE_MAX;

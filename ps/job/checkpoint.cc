@@ -24,6 +24,7 @@ TableOptions ServerTableOptions(const TableSpec& spec) {
   o.initial_rows = std::max<size_t>(spec.initial_rows, 64);
   o.max_rows = spec.max_rows;
   o.admission = spec.admission;
+  o.score_half_life = spec.score_half_life;
   return o;
 }
 

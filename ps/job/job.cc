@@ -91,6 +91,9 @@ uint64_t JobSpec::Fingerprint() const {
     h.Add(t.admission.probability);
     h.Add(t.fp16_pull);
     h.Add(uint64_t{t.max_rows});
+    h.Add(t.evict_unseen_ticks);
+    h.Add(t.evict_score);
+    h.Add(t.score_half_life);
   }
   h.Add(consistency.kind);
   h.Add(consistency.staleness);
@@ -113,10 +116,19 @@ uint64_t JobSpec::Fingerprint() const {
   h.Add(push_filter);
   h.Add(fp16_push);
   h.Add(replicas);
+  h.Add(static_cast<uint64_t>(evict_tick.count()));
   h.Add(checkpoint_dir);
   h.Add(checkpoint_every);
   h.Add(restore_dir);
   return h.Digest();
+}
+
+bool TableEvicts(const TableSpec& t) {
+  return t.max_rows != 0 || t.evict_unseen_ticks != 0 || t.evict_score > 0.0f;
+}
+
+bool TableTracksSightings(const TableSpec& t) {
+  return t.admission.kind != AdmissionOptions::Kind::kAlways || TableEvicts(t);
 }
 
 Status ValidateJob(const JobSpec& job) {
@@ -139,6 +151,10 @@ Status ValidateJob(const JobSpec& job) {
     }
     if (t.init.kind == InitializerSpec::Kind::kNormal && !(t.init.b >= 0.0f)) {
       return InvalidArgument("table '" + t.name + "': normal initializer needs stddev >= 0");
+    }
+    if (!(t.evict_score >= 0.0f) || !(t.score_half_life >= 0.0)) {
+      return InvalidArgument("table '" + t.name +
+                             "': evict_score and score_half_life must be >= 0");
     }
   }
   if (job.servers == 0) return InvalidArgument("a job needs at least one server");
@@ -164,15 +180,19 @@ Status ValidateJob(const JobSpec& job) {
   }
   if (job.replicas > 1) {
     for (const TableSpec& t : job.tables) {
-      if (t.admission.kind != AdmissionOptions::Kind::kAlways || t.max_rows != 0) {
+      if (TableTracksSightings(t)) {
         // Admission and eviction decide per server from what it has seen (pulls reach the head
-        // only): replicas would keep different rows.
-        return InvalidArgument("table '" + t.name +
-                               "': replicas > 1 cannot be combined with admission or max_rows");
+        // only) and when its timer fired: replicas would keep different rows (docs/ps.md).
+        return InvalidArgument(
+            "table '" + t.name +
+            "': replicas > 1 cannot be combined with admission or eviction (ferry-train "
+            "--admit-min-count, --admit-prob, --evict-unseen, --evict-score, "
+            "--max-rows-per-server); drop --replicas or those flags");
       }
     }
   }
   if (job.peer_timeout.count() <= 0) return InvalidArgument("peer_timeout must be > 0");
+  if (job.evict_tick.count() <= 0) return InvalidArgument("evict_tick must be > 0");
   if (job.checkpoint_every > 0) {
     if (job.checkpoint_dir.empty()) {
       return InvalidArgument("checkpoint_every is set but checkpoint_dir is empty");

@@ -47,7 +47,21 @@ struct TableSpec {
   bool fp16_pull = false;
   size_t initial_rows = 1u << 16;  // per server
   size_t max_rows = 0;             // per server; 0 = unbounded
+  // Eviction on the servers' tick (JobSpec::evict_tick; docs/ps.md "Admission and eviction"):
+  // every tick each server erases the rows of this table not seen (pulled or pushed) for more
+  // than `evict_unseen_ticks` ticks (0: never), and those whose decayed score (sightings,
+  // halved every `score_half_life` ticks; 0: no decay) is below `evict_score` (0: never).
+  uint32_t evict_unseen_ticks = 0;
+  float evict_score = 0.0f;
+  double score_half_life = 0.0;
 };
+
+// Whether the servers may erase rows of `t` while serving (a max_rows bound or tick eviction):
+// one-sided readers must then check the reuse generation (docs/ps.md "One-sided pulls").
+bool TableEvicts(const TableSpec& t);
+// Whether a table records sightings (admission, a bound or eviction): its requests take the
+// per-key Access() path on the servers.
+bool TableTracksSightings(const TableSpec& t);
 
 enum class RoleRule : uint8_t { kServersFirst, kColocated };
 Result<RoleRule> ParseRoleRule(std::string_view text);  // "servers-first" | "colocated"
@@ -100,10 +114,16 @@ struct JobSpec {
   // the next replicas-1 servers. A push is acknowledged once the chain's tail applied (BSP:
   // staged) it; pulls are served by the head. A dead server's shards fail over to their next
   // live member while the job runs: no restart, no acknowledged update lost, none applied twice.
-  // 1 = off. At most `servers`; tables with admission or a max_rows bound are refused (their
-  // replicas would evict differently). The coordinator (rank 0) is not replicated: losing rank 0
-  // ends the job (resume it from a checkpoint).
+  // 1 = off. At most `servers`; tables with admission, a max_rows bound or tick eviction are
+  // refused (each replica would admit and evict from what it alone saw: docs/ps.md "Replicas").
+  // The coordinator (rank 0) is not replicated: losing rank 0 ends the job (resume it from a
+  // checkpoint).
   uint32_t replicas = 1;
+
+  // The servers' eviction tick: every `evict_tick` each server advances the tick of every table
+  // that evicts or decays scores (TableSpec::evict_unseen_ticks, evict_score, score_half_life)
+  // and erases the rows those ask it to, between requests. Must be > 0.
+  Millis evict_tick{1000};
 
   // Pushes: drop gradient rows whose largest |g| is below this (0: off; OSDI'14's significance
   // filter), and ship gradients as fp16.

@@ -213,6 +213,7 @@ void Server::ClearTables(const ControlMessage& command, ControlClient* control) 
 
 void Server::StartCheckpoint(const ControlMessage& command, ControlClient* control) {
   if (command.value2 == kCheckpointClear) return ClearTables(command, control);
+  if (command.value2 == kCheckpointStats) return SendTableStats(command, control);
   JoinCheckpointWriter();  // one write at a time: memory for two copies at most
   ControlMessage done;
   done.kind = ControlKind::kCheckpointDone;
@@ -277,6 +278,10 @@ Status Server::RestoreShard(size_t t, uint32_t shard, const TableOptions& option
         FERRY_ASSIGN_OR_RETURN(ArrayHashMap::Insertion ins, map->Insert(key));
         std::memcpy(ins.row + 8, row + 8, row_bytes - 8);
         ++stats_.rows_restored;
+        // Ages count from the restored rows' newest sighting, not from tick 0 (last_seen past
+        // the table's tick would wrap around and read as ancient): docs/ps.md "Checkpoints".
+        const uint32_t seen = ArrayHashMap::Meta(ins.row)->last_seen;
+        if (seen > map->tick()) map->AdvanceTick(seen - map->tick());
         return Status::Ok();
       });
 }
@@ -578,9 +583,10 @@ Status Server::ServeLoop(ControlClient* control) {
       }
     }
     CheckPeers();
+    FERRY_ASSIGN_OR_RETURN(const Millis to_tick, RunEvictionTick());
     // Calls control->TryReceive() at least every peer_timeout / 8 (half its idle hook's
     // threshold, Node): while this loop runs, it alone drives the data transport.
-    Millis idle = std::clamp(job_.peer_timeout / 8, Millis(1), Millis(1000));
+    Millis idle = std::min(std::clamp(job_.peer_timeout / 8, Millis(1), Millis(1000)), to_tick);
     if (!worker_failure_.ok()) {
       if (Clock::now() > worker_failure_deadline_) {
         // Ours to report (the coordinator said nothing within the grace): tell it, so the job's

@@ -28,9 +28,14 @@
 // One-sided pulls (server_onesided.cc, docs/ps.md): a pull with kFlagWantSlots is answered with
 // the rows AND each key's slot, the table's epoch and, when the worker's are old, the rows and
 // status descriptors, so that the worker can read those rows itself later. Contract for anything
-// that erases rows of a table while serving (today only ResolveSlots at a max_rows bound): call
-// BumpReuseGeneration(t) BEFORE the first erase, or a one-sided reader may take another key's
-// row for its own.
+// that erases rows of a table while serving (ResolveSlots at a max_rows bound, and the eviction
+// tick, server_eviction.cc): DrainTable(t), then BumpReuseGeneration(t) BEFORE the first erase,
+// or a one-sided reader may take another key's row for its own.
+//
+// Eviction tick and counters (server_eviction.cc): every JobSpec::evict_tick, between requests
+// on the serving thread, tables that evict or decay advance their tick and erase what their
+// TableSpec asks for; each table counts rows admitted, evicted and refused since the start, and
+// a kCheckpoint command with value2 = kCheckpointStats answers them (TableCounters) at once.
 
 //
 // Threading: Serve() runs on one thread (the tables have a single writer); Wake-ups come from
@@ -121,6 +126,7 @@ class Server {
   struct Table {
     TableSpec spec;
     std::unique_ptr<ArrayHashMap> map;
+    TableStats counters;         // admitted, evicted, refused; live_rows and bytes when asked
     uint32_t mirror_offset = 0;  // fp16 mirror inside the row (fp16_pull), else 0
     uint32_t inflight = 0;       // reply writes out of this table's rows not yet completed
     uint32_t shard = 0;
@@ -305,6 +311,12 @@ class Server {
   static SlotsFollowUp TakeSlotsFollowUp(Reply& r);
   void FinishSlotsFollowUp(const SlotsFollowUp& f, bool ok);
   void BumpReuseGeneration(size_t t);
+  // Eviction tick and counters (server_eviction.cc). RunEvictionTick runs the ticks that are due
+  // (at most one catch-up per call) and returns how long the loop may sleep until the next one.
+  Result<Millis> RunEvictionTick();
+  Status EvictTable(Table& t);
+  // kCheckpointStats: answers the coordinator with the counters of the shards this server heads.
+  void SendTableStats(const ControlMessage& command, ControlClient* control);
   OneSided& one_sided();
   // Registers the SlotReply scratch and the reuse generations on first use; false when that
   // failed (once: one-sided pulls are then off on this server).
@@ -360,6 +372,8 @@ class Server {
   std::vector<uint8_t> absent_created_;
   std::vector<float> grad_scratch_;                       // fp16 gradients converted for one row
   std::unique_ptr<OneSided, OneSidedDeleter> one_sided_;  // on first use; dies before data_
+  std::chrono::steady_clock::time_point next_tick_;       // the eviction tick's next deadline
+  bool ticking_ = false;                                  // some table evicts or decays
   std::thread checkpoint_writer_;
   std::vector<SnapshotImage> checkpoint_images_;  // one per table, reused by every checkpoint
   std::atomic<bool> stop_{false};

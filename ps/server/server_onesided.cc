@@ -128,9 +128,10 @@ int64_t Server::StageSlotReply(const RequestView& req, const Table& t,
   h.generation = std::atomic_ref<uint64_t>(os.generations[ti]).load(std::memory_order_relaxed);
   h.num_keys = n;
   const bool bounded = t.spec.max_rows != 0;
-  // Only a max_rows bound erases rows while serving (ResolveSlots). A bounded table whose rows
-  // buffer already holds max_rows never grows, so its registration never changes.
-  h.flags = (bounded ? kSlotsMayReuse : 0u) |
+  // A max_rows bound (ResolveSlots) and tick eviction (server_eviction.cc) erase rows while
+  // serving. A bounded table whose rows buffer already holds max_rows never grows, so its
+  // registration never changes.
+  h.flags = (TableEvicts(t.spec) ? kSlotsMayReuse : 0u) |
             (bounded && m.capacity() >= t.spec.max_rows ? kSlotsStableRegion : 0u);
   h.row_stride = m.layout().stride;
   h.embedding_offset = m.layout().embedding_offset;

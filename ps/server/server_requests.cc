@@ -124,8 +124,9 @@ Status Server::ResolveSlots(Table& t, const uint64_t* keys, uint32_t n,
     InitState(t.spec.optimizer, t.spec.dim, m.State(row));
     if (t.mirror_offset != 0) WriteMirror(m, t.mirror_offset, row);
     ++stats_.rows_created;
+    ++t.counters.admitted;
   };
-  const bool plain = t.spec.admission.kind == AdmissionOptions::Kind::kAlways && !bounded;
+  const bool plain = !TableTracksSightings(t.spec);
   if (plain) {
     FERRY_RETURN_IF_ERROR(m.FindBatch(std::span<const uint64_t>(keys, n), *slots));
     // The absent keys (a push of new features) go in as one InsertBatch, whose prefetching
@@ -148,11 +149,16 @@ Status Server::ResolveSlots(Table& t, const uint64_t* keys, uint32_t n,
     }
     return inserted;
   }
-  // Admission or a row bound: every sighting is recorded (scores, count-min filter) and the
-  // table may evict; keys it refuses read as zeros (the worker pre-zeroes their rows).
+  // Admission, a row bound or eviction: every sighting is recorded (last seen, scores,
+  // count-min filter) and at the bound the table may evict; keys it refuses read as zeros (the
+  // worker pre-zeroes their rows).
   for (uint32_t i = 0; i < n; ++i) {
+    const size_t before = m.size();
     FERRY_ASSIGN_OR_RETURN(ArrayHashMap::Insertion ins, m.Access(keys[i]));
     if (ins.row != nullptr && ins.inserted) init(keys[i], ins.row);
+    if (ins.row == nullptr) ++t.counters.refused;
+    // Rows the bound evicted to make room for this one.
+    t.counters.evicted += before + (ins.inserted ? 1 : 0) - m.size();
     (*slots)[i] = ins.row != nullptr ? ins.slot : ArrayHashMap::kNoSlot;
   }
   if (bounded) {

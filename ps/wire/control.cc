@@ -71,6 +71,15 @@ std::string_view ControlKindName(ControlKind kind) {
   return "?";
 }
 
+TableStats& TableStats::operator+=(const TableStats& o) {
+  live_rows += o.live_rows;
+  admitted += o.admitted;
+  evicted += o.evicted;
+  refused += o.refused;
+  bytes_resident += o.bytes_resident;
+  return *this;
+}
+
 std::vector<uint8_t> EncodeControl(const ControlMessage& m) {
   flatbuffers::FlatBufferBuilder b(256 + m.data.size() + m.text.size());
   std::vector<flatbuffers::Offset<wire::Member>> members;
@@ -83,9 +92,15 @@ std::vector<uint8_t> EncodeControl(const ControlMessage& m) {
   auto text = b.CreateString(m.text);
   auto mv = b.CreateVector(members);
   auto data = b.CreateVector(m.data);
+  std::vector<wire::TableStats> stats;
+  stats.reserve(m.table_stats.size());
+  for (const TableStats& t : m.table_stats) {
+    stats.emplace_back(t.live_rows, t.admitted, t.evicted, t.refused, t.bytes_resident);
+  }
+  auto sv = b.CreateVectorOfStructs(stats);
   b.Finish(wire::CreateMessage(b, static_cast<uint8_t>(m.kind), m.rank,
                                static_cast<uint8_t>(m.role), m.index, m.value, m.value2, text, mv,
-                               data));
+                               data, sv));
   return std::vector<uint8_t>(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
 }
 
@@ -117,6 +132,12 @@ Result<ControlMessage> DecodeControl(std::span<const uint8_t> bytes) {
   m.value2 = msg->value2();
   if (msg->text() != nullptr) m.text = msg->text()->str();
   if (msg->data() != nullptr) m.data.assign(msg->data()->begin(), msg->data()->end());
+  if (msg->table_stats() != nullptr) {
+    for (const wire::TableStats* t : *msg->table_stats()) {
+      m.table_stats.push_back(
+          {t->live_rows(), t->admitted(), t->evicted(), t->refused(), t->bytes_resident()});
+    }
+  }
   if (msg->members() != nullptr) {
     for (const wire::Member* w : *msg->members()) {
       if (w->role() > 1) return ProtocolError("membership names an unknown role");

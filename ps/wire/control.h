@@ -28,7 +28,10 @@
 //                           error or ""}; then the coordinator writes the manifest and answers
 //                           the worker kCheckpointDone. With value2 = kCheckpointClear (text
 //                           empty) every server empties every table it hosts instead, and the
-//                           coordinator answers once all did (no manifest)
+//                           coordinator answers once all did (no manifest). With value2 =
+//                           kCheckpointStats (text empty) every server answers at once with
+//                           table_stats (its counters, one per table, the shards it heads) and
+//                           the coordinator answers the sums (Worker::TableStats)
 //   coordinator -> servers  kClockUpdate {value}   with replicas > 1 too (forward rings hold BSP
 //                           pushes until every server applied their clock)
 //   member -> coordinator   kSuspect {index = server, text}: with replicas > 1, a member that
@@ -90,9 +93,10 @@ enum class ControlKind : uint8_t {
   kFailure,         // coord -> all {rank, role, index = who failed, text = why, value = ms since
                     //   start}; member -> coord {text, value = kFailureWhileRunning}: it lost a
                     //   peer; {rank, text, value = 0}: this rank could not start
-  kCheckpoint,      // worker -> coord -> servers {text = dir, value = id, value2 = 0 or
-                    //   kCheckpointClear}
-  kCheckpointDone,  // server -> coord -> worker {value = id, text = error or ""}
+  kCheckpoint,      // worker -> coord -> servers {text = dir, value = id, value2 = 0,
+                    //   kCheckpointClear or kCheckpointStats}
+  kCheckpointDone,  // server -> coord -> worker {value = id, text = error or "", table_stats
+                    //   for kCheckpointStats}
   kServerDown,      // coord -> all {index = server, text = why, value = ms since start}
   kSuspect,         // member -> coord {index = server, text = what the member saw}
 };
@@ -100,6 +104,8 @@ std::string_view ControlKindName(ControlKind kind);
 
 // kCheckpoint's value2: empty the tables instead of saving them (Worker::ClearTables).
 inline constexpr uint64_t kCheckpointClear = 1;
+// kCheckpoint's value2: report every table's counters instead (Worker::TableStats).
+inline constexpr uint64_t kCheckpointStats = 2;
 // kGather's rank: relay the part to every worker (else to worker 0 only).
 inline constexpr uint32_t kGatherToAll = 1;
 
@@ -113,6 +119,19 @@ struct MemberInfo {
   bool operator==(const MemberInfo&) const = default;
 };
 
+// One table's counters (Worker::TableStats): on one server, or summed over the servers. Rows
+// and bytes are as of the answer; the others count since the job started (a restored job
+// starts them at zero; rows a checkpoint brought back are live but not admitted).
+struct TableStats {
+  uint64_t live_rows = 0;       // rows in the table
+  uint64_t admitted = 0;        // rows created (admission let the key in)
+  uint64_t evicted = 0;         // rows erased: tick eviction and the max_rows bound
+  uint64_t refused = 0;         // sightings of absent keys that admission turned away
+  uint64_t bytes_resident = 0;  // rows buffer + index mapped for the table
+  TableStats& operator+=(const TableStats& o);
+  bool operator==(const TableStats&) const = default;
+};
+
 // One control message. Which fields a kind uses, and what they mean, is said at ControlKind.
 struct ControlMessage {
   ControlKind kind = ControlKind::kReady;
@@ -124,6 +143,7 @@ struct ControlMessage {
   std::string text;
   std::vector<MemberInfo> members;
   std::vector<uint8_t> data;
+  std::vector<TableStats> table_stats;
 };
 
 // Largest encoded control message; gathers are chunked below it.

@@ -173,6 +173,7 @@ void Worker::DrainControl() {
       }
       case ControlKind::kCheckpointDone:
         st.checkpoints_done[m->value] = m->text;
+        if (!m->table_stats.empty()) st.table_stats_done[m->value] = std::move(m->table_stats);
         break;
       case ControlKind::kShutdown:
         st.shutdown = true;
@@ -499,33 +500,6 @@ Result<std::vector<std::vector<uint8_t>>> Worker::GatherFromWorkers(std::span<co
   auto parts = std::move(st.gathers[id].data);
   st.gathers.erase(id);
   return parts;
-}
-
-Status Worker::Checkpoint(const std::string& dir) {
-  if (dir.empty()) return InvalidArgument("checkpoint directory is empty");
-  return ServerCommand(dir, 0, "checkpoint into " + dir);
-}
-
-Status Worker::ClearTables() {
-  return ServerCommand("", kCheckpointClear, "emptying the tables");
-}
-
-Status Worker::ServerCommand(const std::string& dir, uint64_t mode, const std::string& what) {
-  FERRY_RETURN_IF_ERROR(Usable());
-  FERRY_RETURN_IF_ERROR(WaitAllReplies("the requests before " + what));
-  const uint64_t id = ++st_->checkpoint_id;
-  ControlMessage m;
-  m.kind = ControlKind::kCheckpoint;
-  m.value = id;
-  m.value2 = mode;
-  m.text = dir;
-  FERRY_RETURN_IF_ERROR(control_->Send(m));
-  FERRY_RETURN_IF_ERROR(
-      WaitFor([this, id] { return st_->checkpoints_done.count(id) != 0; }, Millis(3600000), what));
-  const std::string error = std::move(st_->checkpoints_done[id]);
-  st_->checkpoints_done.erase(id);
-  if (!error.empty()) return Status(Code::kIoError, what + ": " + error);
-  return Status::Ok();
 }
 
 Status Worker::Finish() {

@@ -245,6 +245,14 @@ class Worker {
   // workers must not pull or push until it returned (a Barrier() after it). One-sided readers see
   // a new registration epoch and fall back as after a table grew. Blocks.
   Status ClearTables();
+  // Every table's counters (ps/wire/control.h TableStats), in table order, summed over the
+  // servers, each shard counted once (its head's copy with replicas): live rows and resident
+  // bytes now, rows admitted and evicted and sightings refused since the job started. Costs each
+  // server a few microseconds (it reads counters it keeps; no scan, no drain) and one control
+  // round trip through the coordinator; safe to call with this worker's pulls and pushes in
+  // flight (it does not wait for them, so their effects may or may not be counted) and from any
+  // worker at any time. Blocks for the round trip.
+  Result<std::vector<ps::TableStats>> TableStats();
   // Waits for this worker's requests (under BSP, clocks once more if pushes were made since the
   // last Clock(), or they would never be applied), tells the coordinator it is done, and waits
   // for the job's shutdown (or failure).
@@ -273,6 +281,8 @@ class Worker {
   // kCheckpoint relayed to every server (`mode`: 0 save into `dir`, kCheckpointClear); waits for
   // the coordinator's answer.
   Status ServerCommand(const std::string& dir, uint64_t mode, const std::string& what);
+  // Sends a kCheckpoint command with `mode` and waits for its answer; its error text, or ok.
+  Status AskServers(const std::string& dir, uint64_t mode, const std::string& what, uint64_t* id);
 
   // Requests (worker_requests.cc).
   Result<TicketState*> NewTicket(uint32_t table, RequestType type, bool fp16_rows);

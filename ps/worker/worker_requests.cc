@@ -142,7 +142,7 @@ Status Worker::AllocRows(TicketState& tk) {
   tk.rows = std::make_unique<Block>(&st.rows_alloc, *at, bytes);
   // Keys a table may refuse (admission, a row bound) or not hold (a read-only pull) read as
   // zeros: the server skips them.
-  if (t.admission.kind != AdmissionOptions::Kind::kAlways || t.max_rows != 0 || tk.read_only) {
+  if (TableTracksSightings(t) || tk.read_only) {
     std::memset(st.arena->data() + *at, 0, bytes);
   }
   return Status::Ok();

@@ -219,6 +219,7 @@ struct WorkerState {
   std::unordered_map<uint64_t, GatherParts> gathers;
   uint64_t checkpoint_id = 0;
   std::unordered_map<uint64_t, std::string> checkpoints_done;  // id -> error text ("" = ok)
+  std::unordered_map<uint64_t, std::vector<TableStats>> table_stats_done;  // kCheckpointStats
 };
 
 }  // namespace ferry::ps
