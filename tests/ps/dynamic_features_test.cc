@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
 #include <numeric>
 #include <thread>
 #include <vector>
@@ -216,6 +217,43 @@ TEST_P(PsDynamicFeatures, OneSidedReadsNeverSeeAnEvictedRow) {
                   "the bumped generation sent the cached keys back to requests");
   });
   EXPECT_OK(AllOk(outcomes));
+}
+
+// A checkpoint keeps each row's last sighting and score (row metadata) and the table's tick; a
+// restored table ages its rows from there. Were its tick to restart at 0, every restored row
+// would look last seen in the future, its age wrapping around to ~2^32 ticks: evicted at once.
+TEST_P(PsDynamicFeatures, RestoredRowsAgeFromTheirLastSighting) {
+  const std::string dir = ::testing::TempDir() + "dynamic_features_ckpt_" + GetParam().TestName();
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  JobSpec job = SgdJob(GetParam(), 1, 1, 4);
+  job.tables[0].evict_unseen_ticks = 40;
+  job.evict_tick = Millis(10);
+  const std::vector<uint64_t> keys = Keys(300, 50);
+  EXPECT_OK(AllOk(RunJob(job, [&](Node& node) -> Status {
+    Worker* w = node.worker();
+    if (w == nullptr) return Status::Ok();
+    FERRY_RETURN_IF_ERROR(PushAndWait(*w, 0, keys, std::vector<float>(keys.size() * 4, 1.0f)));
+    std::this_thread::sleep_for(Millis(200));  // ~20 ticks: rows last seen at tick ~0, tick ~20
+    FERRY_RETURN_IF_ERROR(PushAndWait(*w, 0, keys, std::vector<float>(keys.size() * 4, 1.0f)));
+    return w->Checkpoint(dir);  // last_seen ~20
+  })));
+  job.restore_dir = dir;
+  EXPECT_OK(AllOk(RunJob(job, [&](Node& node) -> Status {
+    Worker* w = node.worker();
+    if (w == nullptr) return Status::Ok();
+    std::this_thread::sleep_for(Millis(100));  // 10 ticks of the 40 the rows may stay unseen
+    FERRY_ASSIGN_OR_RETURN(std::vector<TableStats> s, w->TableStats());
+    FERRY_RETURN_IF_ERROR(Expect(s[0].live_rows == keys.size() && s[0].evicted == 0,
+                                 "restored rows kept: live " + std::to_string(s[0].live_rows)));
+    FERRY_RETURN_IF_ERROR(PullCheck(*w, 0, keys, 4, Constant(-2.0f), "restored rows"));
+    // Pulled: seen now. Left alone, they go after 40 ticks.
+    return WaitForStats(
+               *w, [&](const TableStats& t) { return t.evicted == keys.size(); },
+               "restored rows evicted")
+        .status();
+  })));
+  std::filesystem::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, PsDynamicFeatures, ::testing::ValuesIn(JobConfigs()),
