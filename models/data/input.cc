@@ -49,6 +49,37 @@ class PlainStream final : public ByteStream {
   uint64_t offset_;
 };
 
+// A pipe, FIFO or terminal: read(2), no offsets. The first bytes are checked for the gzip magic,
+// which the reader would otherwise parse as garbage lines.
+class PipeStream final : public ByteStream {
+ public:
+  PipeStream(Fd fd, std::string path) : fd_(std::move(fd)), path_(std::move(path)) {}
+
+  Result<size_t> Read(char* dst, size_t cap) override {
+    while (true) {
+      const ssize_t n = ::read(fd_.get(), dst, cap);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return IoError("read " + InputName(path_), errno);
+      const size_t got = static_cast<size_t>(n);
+      for (size_t i = 0; i < got && seen_ < 2; ++i) magic_[seen_++] = static_cast<uint8_t>(dst[i]);
+      if (seen_ == 2 && magic_[0] == 0x1f && magic_[1] == 0x8b && !checked_) {
+        return InvalidArgument(InputName(path_) +
+                               " holds gzip data: a stream is read as plain text (decompress "
+                               "it on the way in: zcat FILE.gz | ferry-train --train - ...)");
+      }
+      if (seen_ == 2) checked_ = true;
+      return got;
+    }
+  }
+
+ private:
+  Fd fd_;
+  std::string path_;
+  uint8_t magic_[2] = {0, 0};
+  size_t seen_ = 0;
+  bool checked_ = false;
+};
+
 // zlib inflate over a file. z_stream points into in_, so the object is never moved once
 // initialised (it lives behind a unique_ptr).
 class GzipStream final : public ByteStream {
@@ -138,14 +169,31 @@ Fd::~Fd() {
   if (fd_ >= 0) ::close(fd_);
 }
 
+bool IsStreamInput(const std::string& path) {
+  if (path == "-") return true;
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return false;
+  return S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode) || S_ISCHR(st.st_mode);
+}
+
+std::string InputName(const std::string& path) {
+  return path == "-" ? "stdin" : path;
+}
+
 Result<InputFile> ProbeInput(const std::string& path) {
+  if (IsStreamInput(path)) {
+    InputFile input;
+    input.path = path;
+    input.stream = true;
+    return input;
+  }
   FERRY_ASSIGN_OR_RETURN(Fd fd, OpenFile(path));
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return IoError("stat " + path, errno);
   if (!S_ISREG(st.st_mode)) {
     return InvalidArgument(path +
-                           " is not a regular file (inputs must be files: sharding needs "
-                           "their size)");
+                           " is not a regular file, nor a stream (a pipe, a FIFO, or '-' for "
+                           "stdin)");
   }
   InputFile input;
   input.path = path;
@@ -158,6 +206,17 @@ Result<InputFile> ProbeInput(const std::string& path) {
 }
 
 Result<std::unique_ptr<ByteStream>> OpenStream(const InputFile& input, uint64_t offset) {
+  if (input.stream) {
+    if (offset != 0) return Internal("a stream cannot start at an offset: " + input.path);
+    Fd fd;
+    if (input.path == "-") {
+      fd = Fd(::fcntl(0, F_DUPFD_CLOEXEC, 3));
+      if (fd.get() < 0) return IoError("duplicate stdin", errno);
+    } else {
+      FERRY_ASSIGN_OR_RETURN(fd, OpenFile(input.path));
+    }
+    return std::unique_ptr<ByteStream>(new PipeStream(std::move(fd), input.path));
+  }
   FERRY_ASSIGN_OR_RETURN(Fd fd, OpenFile(input.path));
   if (!input.gzip) {
     return std::unique_ptr<ByteStream>(new PlainStream(std::move(fd), input.path, offset));

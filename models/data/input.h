@@ -1,5 +1,6 @@
 // Input files as byte streams: plain files read with pread from an offset, gzip files inflated
-// with zlib (several concatenated gzip members are one stream, as gzip -d sees them).
+// with zlib (several concatenated gzip members are one stream, as gzip -d sees them), and
+// streams: standard input ("-") or a named pipe, read front to back once, plain text only.
 //
 // Internal to models/data (the Reader and its tests). Errors name the file.
 // Thread-safety: a stream is used by one thread at a time; distinct streams are independent.
@@ -18,10 +19,21 @@ struct InputFile {
   std::string path;
   uint64_t size = 0;  // bytes on disk (compressed size for gzip)
   bool gzip = false;  // starts with the gzip magic 1f 8b; never decided by the file name
+  // "-" (standard input) or a FIFO, socket or character device: no size (0), read once, front
+  // to back, by one shard; gzip is not sniffed (a stream's first bytes cannot be put back) but
+  // refused when its first bytes are the magic.
+  bool stream = false;
 };
 
+// Whether `path` names a stream: "-", or a FIFO, socket or character device (stat, which does
+// not open it: opening a FIFO blocks until a writer comes). False for anything stat fails on.
+bool IsStreamInput(const std::string& path);
+// How messages name an input: "stdin" for "-", else the path.
+std::string InputName(const std::string& path);
+
 // Opens `path`, checks that it is a regular file (sharding needs its size) and sniffs the gzip
-// magic. Errors: IoError "open PATH: ...", InvalidArgument "PATH is not a regular file".
+// magic; a stream (IsStreamInput) is described without being opened. Errors: IoError
+// "open PATH: ...", InvalidArgument "PATH is not a regular file" (a directory, say).
 Result<InputFile> ProbeInput(const std::string& path);
 
 // Owns a file descriptor (closed on destruction). Move-only.
@@ -53,7 +65,9 @@ class ByteStream {
   virtual Result<size_t> Read(char* dst, size_t cap) = 0;
 };
 
-// A plain file from byte `offset` on, or a whole gzip file (offset must then be 0).
+// A plain file from byte `offset` on, or a whole gzip file or stream (offset must then be 0).
+// A stream's Read blocks until bytes come or every writer has closed it; "-" reads a duplicate
+// of descriptor 0, so standard input stays open for whoever reads it next.
 Result<std::unique_ptr<ByteStream>> OpenStream(const InputFile& input, uint64_t offset);
 
 // 1-based number of the first line that starts at or after byte `begin` of a plain file (the

@@ -22,7 +22,7 @@ std::vector<Piece> PlanShard(const std::vector<InputFile>& inputs, uint32_t shar
                              uint32_t num_shards) {
   uint64_t total = 0;
   for (const InputFile& in : inputs) {
-    if (!in.gzip) total += in.size;
+    if (!in.gzip && !in.stream) total += in.size;
   }
   // floor(total * s / n) without overflowing 64 bits: total = q n + r gives q s + floor(r s / n),
   // and r s < n^2 <= 2^64.
@@ -33,11 +33,11 @@ std::vector<Piece> PlanShard(const std::vector<InputFile>& inputs, uint32_t shar
   const uint64_t hi = cut(uint64_t{shard} + 1);
   std::vector<Piece> pieces;
   uint64_t offset = 0;  // of the current plain file in the concatenation
-  uint64_t gzip_index = 0;
+  uint64_t whole_index = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const InputFile& in = inputs[i];
-    if (in.gzip) {
-      if (gzip_index++ % num_shards == shard) pieces.push_back({i, 0, kWholeFile});
+    if (in.gzip || in.stream) {
+      if (whole_index++ % num_shards == shard) pieces.push_back({i, 0, kWholeFile});
       continue;
     }
     const uint64_t b = std::max(lo, offset);

@@ -5,8 +5,8 @@
 // belongs to the shard whose range holds its first byte; a shard reads on past its range end to
 // finish its last line, and a shard whose range starts inside a line skips that line (its owner
 // reads it). So every line is read by exactly one shard, and no shard reads anything twice.
-// Gzip inputs cannot be entered in the middle: each is read whole, by shard (g mod n) for the
-// g-th gzip input of the list.
+// Gzip inputs and streams (input.h) cannot be entered in the middle: each is read whole, by
+// shard (g mod n) for the g-th gzip or stream input of the list.
 //
 // Memory: one buffer of buffer_bytes (plus 64 KiB of compressed input when reading gzip). A line
 // longer than the buffer is skipped and reported as an kOverlong block.

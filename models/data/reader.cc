@@ -80,6 +80,12 @@ Status Reader::Start() {
 }
 
 Status Reader::Rewind() {
+  for (const Piece& p : source_->pieces()) {
+    if (source_->inputs()[p.file].stream) {
+      return InvalidArgument(InputName(source_->inputs()[p.file].path) +
+                             " is a stream: it is read once, and cannot be read again");
+    }
+  }
   pipeline_.reset();  // joins the threads before the source is touched
   chunk_.reset();
   source_->Rewind();
@@ -156,7 +162,7 @@ void Reader::EnterPiece(size_t piece) {
 
 std::string Reader::Where(uint64_t line_in_piece) {
   const Piece& p = source_->pieces()[piece_];
-  const std::string& path = source_->inputs()[p.file].path;
+  const std::string path = InputName(source_->inputs()[p.file].path);
   if (first_line_[piece_] < 0) {
     // Only now, for a report: a shard starting mid-file must count the lines before it.
     Result<uint64_t> first = FirstLineNumber(path, p.begin);

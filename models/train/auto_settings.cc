@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string_view>
 
 #include "models/data/input.h"
 #include "models/data/reader.h"
@@ -119,7 +121,61 @@ bool CanRefit(const TrainOptions& o) {
          o.checkpoint_dir.empty() && o.resume.empty();
 }
 
+bool StreamTraining(const TrainOptions& o) {
+  return o.train_files.size() == 1 && IsStreamInput(o.train_files.front());
+}
+
+bool StreamDealtHere() {
+  const char* v = std::getenv(kStreamDealtEnv);
+  return v != nullptr && std::string_view(v) == "dealt";
+}
+
+namespace {
+
+Result<TrainOptions> ResolveStreamSettings(const TrainOptions& o) {
+  TrainOptions r = o;
+  const std::string in = "--train " + InputName(o.train_files.front()) + " is a stream";
+  if (r.epochs > 1) return InvalidArgument(in + ": it is read once (--epochs 1 or auto)");
+  if (!r.validation_files.empty() || r.validation_fraction > 0) {
+    return InvalidArgument(in + ": it has no held-out data (--validation, --validation-fraction);" +
+                           " each sample is scored before it is trained on instead (--window)");
+  }
+  if (r.refit == TrainOptions::Refit::kOn) return InvalidArgument(in + ": --refit needs files");
+  if (r.consistency.kind != ps::Consistency::kAsp) {
+    return InvalidArgument(in + ": it trains asp (--consistency " +
+                           ps::ConsistencyName(r.consistency) +
+                           " needs every worker's step count, which a stream does not have)");
+  }
+  if (!r.checkpoint_dir.empty() || !r.resume.empty()) {
+    return InvalidArgument(in + ": --checkpoint-dir and --resume are not supported for streams " +
+                           "yet (a stream cannot be re-read from a recorded position)");
+  }
+  const bool needs_fields =
+      r.model == ModelKind::kFfm || r.model == ModelKind::kMlp || r.model == ModelKind::kDeepFm;
+  if (r.format == Format::kLibffm && needs_fields && r.fields == 0 && r.field_map.empty()) {
+    return InvalidArgument(in + ": give --fields (counting them would read the stream)");
+  }
+  r.epochs = r.max_epochs = 1;
+  r.validation_fraction = 0;
+  r.refit = TrainOptions::Refit::kOff;
+  r.calibrate = false;
+  r.data_samples = 0;
+  r.step_scale = 1.0;
+  if (r.batch_size == 0) r.batch_size = kMaxBatch;
+  if (r.patience == 0) r.patience = kMinPatience;
+  return r;
+}
+
+}  // namespace
+
 Result<TrainOptions> ResolveAutoSettings(const TrainOptions& o) {
+  for (const std::string& f : o.train_files) {
+    if (o.train_files.size() > 1 && IsStreamInput(f)) {
+      return InvalidArgument("--train " + InputName(f) +
+                             " is a stream: it must be the only training input");
+    }
+  }
+  if (StreamTraining(o)) return ResolveStreamSettings(o);
   TrainOptions r = o;
   if (r.epochs != 0) r.max_epochs = r.epochs;
   FERRY_ASSIGN_OR_RETURN(SampleEstimate e, EstimateTrainingSamples(r));

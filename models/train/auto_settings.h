@@ -36,6 +36,13 @@
 //               is worth 0.5-3% of logloss below 10^5 samples, less above, at twice the time)
 // N is the number of training samples left after the held-out fraction.
 //
+// A stream (StreamTraining) has no size and is read once, so nothing is probed: one pass, the
+// batch size of large data (kMaxBatch), step scale 1, no held-out split and no refit (each sample
+// is scored before it is trained on instead). What a stream cannot do is refused here, naming
+// the flag: --epochs other than 1, held-out data, a refit, bsp/ssp (their clocks need every
+// worker's step count), checkpoints, another input next to the stream, and libffm models with
+// fields but no --fields (counting them would read the stream).
+//
 // Thread-safety: pure functions (EstimateTrainingSamples reads files).
 #pragma once
 
@@ -47,6 +54,14 @@
 #include "transport/status.h"
 
 namespace ferry::models {
+
+// Whether the job trains from a stream: one training input, and it is "-" or a FIFO, socket or
+// character device (models/data/input.h IsStreamInput).
+bool StreamTraining(const TrainOptions& o);
+// Set to "dealt" by ferry-train's local launcher (tools/train/stream_launch.h) for ranks whose
+// standard input is their share of the stream; StreamDealtHere reads it.
+inline constexpr char kStreamDealtEnv[] = "FERRY_TRAIN_STREAM";
+bool StreamDealtHere();
 
 struct SampleEstimate {
   uint64_t samples = 0;  // estimated samples in all the files together

@@ -89,20 +89,39 @@ EvalMetrics MetricsOf(const EvalPart& m, bool with_auc) {
   return out;
 }
 
+void EvalPart::Merge(const EvalPart& p) {
+  count += p.count;
+  loss_sum += p.loss_sum;
+  prob_sum += p.prob_sum;
+  label_sum += p.label_sum;
+  scores.insert(scores.end(), p.scores.begin(), p.scores.end());
+  labels.insert(labels.end(), p.labels.begin(), p.labels.end());
+}
+
 Result<EvalMetrics> MergeParts(const std::vector<std::vector<uint8_t>>& parts) {
   EvalPart all;
   bool scored = true;
   for (const auto& bytes : parts) {
     FERRY_ASSIGN_OR_RETURN(EvalPart p, EvalPart::Decode(bytes));
-    all.count += p.count;
-    all.loss_sum += p.loss_sum;
-    all.prob_sum += p.prob_sum;
-    all.label_sum += p.label_sum;
     if (p.count > 0 && p.scores.empty()) scored = false;
-    all.scores.insert(all.scores.end(), p.scores.begin(), p.scores.end());
-    all.labels.insert(all.labels.end(), p.labels.begin(), p.labels.end());
+    all.Merge(p);
   }
   return MetricsOf(all, scored);
+}
+
+ProbabilityErrors ProbabilityErrorsOf(const EvalPart& part) {
+  ProbabilityErrors e;
+  if (part.scores.empty() || part.scores.size() != part.labels.size()) return e;
+  double squares = 0, absolute = 0;
+  for (size_t i = 0; i < part.scores.size(); ++i) {
+    const double d = static_cast<double>(part.scores[i]) - part.labels[i];
+    squares += d * d;
+    absolute += std::fabs(d);
+  }
+  const double n = static_cast<double>(part.scores.size());
+  e.rmse = std::sqrt(squares / n);
+  e.mae = absolute / n;
+  return e;
 }
 
 }  // namespace ferry::models

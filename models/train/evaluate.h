@@ -35,6 +35,7 @@ struct EvalPart {
   double label_sum = 0;  // positives
   std::vector<float> scores, labels;  // with keep_scores, for the exact AUC
 
+  void Merge(const EvalPart& other);  // appends other's sums and scores
   std::vector<uint8_t> Encode() const;
   // kProtocol for a truncated or inconsistent encoding.
   static Result<EvalPart> Decode(std::span<const uint8_t> bytes);
@@ -58,5 +59,13 @@ Status ScoreShard(Stepper& step, Reader& reader, uint32_t batch_size, bool keep_
 // scores. kProtocol when a part does not decode.
 Result<EvalMetrics> MergeParts(const std::vector<std::vector<uint8_t>>& parts);
 EvalMetrics MetricsOf(const EvalPart& merged, bool with_auc);
+
+// Errors of the probabilities against the 0/1 labels, over a part's kept scores: root mean
+// square (the Brier score's root) and mean absolute. NaN without scores.
+struct ProbabilityErrors {
+  double rmse = EvalMetrics::kNaN;
+  double mae = EvalMetrics::kNaN;
+};
+ProbabilityErrors ProbabilityErrorsOf(const EvalPart& part);
 
 }  // namespace ferry::models

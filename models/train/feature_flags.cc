@@ -8,7 +8,8 @@ void AddStreamFlags(CLI::App& app, StreamOptions* o) {
   auto* group = "Continuous training (--train - or a FIFO: one pass over an unbounded stream)";
   app.add_option("--window", o->window_samples,
                  "samples per progressive-evaluation window: each sample is scored before it is\n"
-                 "trained on, and every window prints one line of metrics (default 100000)")
+                 "trained on, and every window prints one line of metrics (default 100000, or\n"
+                 "none with --window-seconds alone)")
       ->group(group);
   app.add_option("--window-seconds", o->window_seconds,
                  "seconds per window (a window ends at --window samples or at this, the first)")

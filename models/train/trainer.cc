@@ -14,6 +14,7 @@
 
 #include "models/data/input.h"
 #include "models/eval/calibration.h"
+#include "models/train/auto_settings.h"
 #include "models/train/export.h"
 #include "models/train/gather_sums.h"
 #include "models/train/worker_loop.h"
@@ -110,15 +111,7 @@ Status WorkerLoop::Setup() {
                                  : ReaderFor(o_.validation_files, Side::kAll, true));
     FERRY_ASSIGN_OR_RETURN(held_out_, Reader::Open(held));
   }
-  if (lead_ && !o_.metrics_json.empty()) {
-    FERRY_ASSIGN_OR_RETURN(MetricsJsonWriter m, MetricsJsonWriter::Open(o_.metrics_json));
-    metrics_.emplace(std::move(m));
-  }
-  if (!o_.test_files.empty()) {
-    // A missing or unreadable test file is an error now, not after the training.
-    FERRY_ASSIGN_OR_RETURN(ReaderOptions t, ReaderFor(o_.test_files, Side::kAll, true));
-    FERRY_RETURN_IF_ERROR(Reader::Open(t).status());
-  }
+  FERRY_RETURN_IF_ERROR(OpenOutputs());
   // bsp/ssp need the steps per epoch; a progress bar on a terminal wants the total. Otherwise
   // (asp, no bar) the counting pass over the data is skipped.
   const bool bar = lead_ && !o_.quiet &&
@@ -155,6 +148,19 @@ Status WorkerLoop::Setup() {
   return LoadEvalSet();
 }
 
+Status WorkerLoop::OpenOutputs() {
+  if (lead_ && !o_.metrics_json.empty()) {
+    FERRY_ASSIGN_OR_RETURN(MetricsJsonWriter m, MetricsJsonWriter::Open(o_.metrics_json));
+    metrics_.emplace(std::move(m));
+  }
+  if (!o_.test_files.empty()) {
+    // A missing or unreadable test file is an error now, not after the training.
+    FERRY_ASSIGN_OR_RETURN(ReaderOptions t, ReaderFor(o_.test_files, Side::kAll, true));
+    FERRY_RETURN_IF_ERROR(Reader::Open(t).status());
+  }
+  return Status::Ok();
+}
+
 Status WorkerLoop::WarnIdleWorkers() {
   FERRY_ASSIGN_OR_RETURN(std::vector<uint32_t> idle,
                          ShardsWithoutInput(o_.train_files, w_.num_workers()));
@@ -186,6 +192,7 @@ Status WorkerLoop::WarnIdleWorkers() {
 // The job, step by step: readers, metrics and the counting pass (Setup), resuming, the epochs,
 // the refit, then the end (Finish: evaluation, reduction, export).
 Status WorkerLoop::Run(TrainReport* report) {
+  if (StreamTraining(o_)) return RunStream(report);
   FERRY_RETURN_IF_ERROR(Setup());
   FERRY_ASSIGN_OR_RETURN(const ResumePoint at, Resume());
   start_ = TrainClock::now();

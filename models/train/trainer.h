@@ -27,6 +27,13 @@
 // "epoch" after each pass, the last one "final" with the kept model's test logloss, AUC and
 // calibration), a progress display, one log line per pass and why training stopped, the summary.
 //
+// Continuous training (auto_settings.h StreamTraining: the training input is standard input or a
+// FIFO): one asp pass over the stream, each batch scored by the model before its push, and a
+// "window" line of metrics per TrainOptions::stream window (logloss, exact AUC, calibration, RMSE
+// and MAE of the probability, samples/s) on worker 0; the end as above (test figures, export) when
+// the stream ends. On a local cluster the launcher deals the stream to the workers
+// (models/data/stream_dealer.h).
+//
 // Blocking: RunTraining returns when this rank's part is done and the rank has left the job
 // (Node::Join). Threading: the thread that owns `node`. Ownership: `node`, `o` and `def` are
 // borrowed for the call; `report` is written on worker 0 only.

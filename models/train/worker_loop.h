@@ -37,6 +37,8 @@ class WorkerLoop {
   WorkerLoop(ps::Worker& w, const TrainOptions& o, const ModelDef& def);
 
   Status Run(TrainReport* report);
+  // A stream (StreamTraining): one pass, progressive evaluation per window (trainer_stream.cc).
+  Status RunStream(TrainReport* report);
 
  private:
   enum class Side { kAll, kTraining, kHeldOut };
@@ -59,6 +61,8 @@ class WorkerLoop {
   // --- trainer.cc: the job, one step each: readers, metrics and the counting pass (Setup),
   // resuming, the epochs, then the end: evaluation, reduction, the final record, the export.
   Status Setup();
+  // Worker 0's metrics file; the test files are opened once to fail now, not after training.
+  Status OpenOutputs();
   // Worker 0 of several: a warning when gzip training files leave workers without data.
   Status WarnIdleWorkers();
   Result<ResumePoint> Resume();
@@ -114,6 +118,16 @@ class WorkerLoop {
   Status EvaluateStream(uint32_t epoch);
   void ShowProgress();
 
+  // --- trainer_stream.cc: continuous training.
+  Status SetupStream();
+  uint64_t WindowSamples() const;
+  Status TrainStream();
+  // One round of the window collectives (every worker calls it alike); true once every worker
+  // has reached the end of its input.
+  Result<bool> CloseWindow(bool at_end);
+  // Worker 0: the merged window of `seconds`, printed and written to the metrics file.
+  Status ReportWindow(const std::vector<std::vector<uint8_t>>& parts, double seconds);
+
   ps::Worker& w_;
   const TrainOptions& o_;
   const ModelDef& def_;
@@ -149,6 +163,13 @@ class WorkerLoop {
   std::unique_ptr<ProgressDisplay> progress_;
   std::optional<MetricsJsonWriter> metrics_;
   std::vector<Batch> eval_set_;
+  // Continuous training: this window's scores (each sample before its push), its start, and
+  // worker 0's count of windows and of their samples; samples this worker read.
+  EvalPart window_;
+  TrainClock::time_point window_start_ = TrainClock::now();
+  uint64_t windows_ = 0;
+  uint64_t window_total_ = 0;
+  uint64_t read_ = 0;
 };
 
 double SecondsSince(TrainClock::time_point since);

@@ -127,6 +127,10 @@ constexpr const char* kCoordinatorVar = "FERRY_COORDINATOR";
 
 Status CheckOptions(const LocalClusterOptions& o) {
   if (o.argv.empty()) return InvalidArgument("no program to run");
+  if (!o.worker_stdin.empty() && o.worker_stdin.size() != o.workers) {
+    return InvalidArgument("worker_stdin has " + std::to_string(o.worker_stdin.size()) +
+                           " descriptors for " + std::to_string(o.workers) + " workers");
+  }
   if (o.servers < 1 || o.servers > 4096) {
     return InvalidArgument("servers " + std::to_string(o.servers) + " must be 1..4096");
   }
@@ -245,7 +249,8 @@ class Launch {
 
   Clock::time_point start_;
   bool cause_set_ = false;
-  std::string consequence_;  // "rank 3 failed", for "stopped after ..."
+  bool intercepted_ = false;  // intercept_signal had its one call
+  std::string consequence_;   // "rank 3 failed", for "stopped after ..."
   int exit_code_ = 0;
   Status launch_error_;  // a spawn that failed mid-run
   std::optional<Clock::time_point> kill_at_, give_up_at_, drain_until_;
@@ -319,7 +324,9 @@ Status Launch::StartRank(Rank& r) {
   req.argv = cargv.data();
   req.envp = cenv.data();
   req.signals = &signals_.child();
-  req.stdio[0] = dev_null_.get();
+  req.stdio[0] = r.roles.worker >= 0 && !o_.worker_stdin.empty()
+                     ? o_.worker_stdin[static_cast<size_t>(r.roles.worker)]
+                     : dev_null_.get();
   Fd out_w, err_w;
   if (o_.tag_output) {
     FERRY_RETURN_IF_ERROR(MakePipe(&r.out.fd, &out_w, /*nonblocking_read=*/true));
@@ -351,6 +358,13 @@ void Launch::Fail(const std::string& report, const std::string& consequence, int
 }
 
 void Launch::OnSignal(int sig) {
+  if (!intercepted_ && !cause_set_ && o_.intercept_signal) {
+    intercepted_ = true;
+    if (o_.intercept_signal(sig)) {
+      Report("received " + SignalName(sig) + "; ending the job (a second one stops the ranks)");
+      return;
+    }
+  }
   const int running = RunningCount();
   if (!cause_set_) {
     Fail("received " + SignalName(sig) + "; forwarding it to " + std::to_string(running) + " rank" +

@@ -37,8 +37,9 @@
 //      and the job's result is the other ranks' (the job itself fails, and they exit non-zero,
 //      when a shard has no replica left).
 //   5. SIGINT, SIGTERM and SIGHUP sent to the launcher are forwarded to every running rank (each
-//      time they arrive); SIGKILL follows kill_grace after the first. A signal ignored when
-//      RunLocalCluster starts (nohup, a background job of a script) stays ignored, in the
+//      time they arrive); SIGKILL follows kill_grace after the first. With intercept_signal, the
+//      first one goes to it instead (and is forwarded only if it returns false). A signal ignored
+//      when RunLocalCluster starts (nohup, a background job of a script) stays ignored, in the
 //      launcher and in the ranks.
 //   6. options.timeout > 0: once it has passed since the start, every rank is stopped as in 4.
 //
@@ -84,6 +85,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -107,6 +109,14 @@ struct LocalClusterOptions {
   uint32_t replicas = 1;              // the job's JobSpec::replicas (see 4)
   bool tag_output = false;            // prefix each line of a rank's stdout/stderr with "[rank R] "
   std::string name = "ferry-launch";  // how the launcher's own messages start
+  // Empty, or one descriptor per worker: the standard input of the rank that holds worker w is
+  // worker_stdin[w] instead of /dev/null (a program feeding its workers, e.g. ferry-train's
+  // stream dealer). The caller keeps ownership; the ranks get duplicates.
+  std::vector<int> worker_stdin;
+  // Called on the launcher's thread with SIGINT, SIGTERM or SIGHUP the first time one arrives:
+  // true means the program ends the job its own way (the ranks are then expected to finish by
+  // themselves), and the signal is not forwarded; a second signal is forwarded as in 5.
+  std::function<bool(int)> intercept_signal;
 };
 
 // Runs the job; see the top of this file. Never throws.

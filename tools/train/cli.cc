@@ -21,6 +21,7 @@
 #include "ps/node.h"
 #include "tools/common/command.h"
 #include "tools/common/output.h"
+#include "tools/train/stream_launch.h"
 
 namespace ferry::train {
 namespace {
@@ -55,7 +56,8 @@ int RunAsLocalCluster(const models::TrainOptions& o, int argc, char** argv) {
   lc.replicas = o.replicas;
   lc.transport = o.transport;
   lc.name = "ferry-train";
-  auto rc = ps::RunLocalCluster(lc);
+  auto rc = models::StreamTraining(*resolved) ? RunStreamingLocalCluster(*resolved, std::move(lc))
+                                              : ps::RunLocalCluster(lc);
   if (!rc.ok()) return TrainFailed("", rc.status());
   return *rc;
 }
@@ -82,6 +84,13 @@ int RunJobRank(const CLI::App& app, models::TrainOptions o, const ps::LaunchEnv&
   if (Status s = ps::ApplyLaunchShape(*shape, env, &*job); !s.ok()) return TrainFailed("", s);
   o.servers = job->servers;
   o.workers = job->workers;
+  if (models::StreamTraining(o) && o.workers > 1 && !models::StreamDealtHere()) {
+    return TrainFailed(
+        "", InvalidArgument("--train " + o.train_files.front() +
+                            " is a stream: only ferry-train's own local cluster deals a "
+                            "stream to several workers; under ferry-launch, mpirun or srun "
+                            "give --workers 1 (that worker reads it)"));
+  }
   const std::string who = "rank " + std::to_string(env.rank) + ": ";
   auto node = ps::Node::Start(*job, env);
   if (!node.ok()) return TrainFailed(who, node.status());
@@ -209,7 +218,10 @@ int TrainMain(int argc, char** argv) {
             .description = "Without a launcher it runs a local cluster (--servers, --workers); "
                            "under mpirun or srun\nit joins that job. By default passes go on "
                            "while the logloss on held-out data\nimproves (--epochs auto), and "
-                           "the batch size follows the data size.",
+                           "the batch size follows the data size.\n"
+                           "A stream (--train - or a FIFO) is trained in one pass, each sample "
+                           "scored before it\nis trained on; its end, --max-samples, --idle-exit "
+                           "or Ctrl-C end the job (resume: at most once).",
             .examples = {"ferry-gen --samples 200000 --test-samples 20000 --out tr.txt --test-out "
                          "te.txt",
                          "ferry-train --model ftrl --train tr.txt --test te.txt",
@@ -217,6 +229,8 @@ int TrainMain(int argc, char** argv) {
                          "m.jsonl --model-out fm.model",
                          "ferry-train --model ffm --format libffm --train tr.ffm --validation "
                          "va.ffm --test te.ffm",
+                         "ferry-gen --stream --drift 0.05 | ferry-train --train - --window 100000 "
+                         "--model-out m.bin",
                          "mpirun -np 4 ferry-train --servers 2 --model lr --train tr.txt --test "
                          "te.txt"},
             .exit_status = "0 success; 2 bad command line; 1 the job failed (the reason is on "

@@ -1,0 +1,279 @@
+// The dealing loop (stream_dealer.h): one poll over the input, the sinks with bytes waiting and
+// the stop event.
+#include "models/data/stream_dealer.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstring>
+
+namespace ferry::models {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Sink {
+  Fd fd;
+  std::string out;  // the block being written
+  size_t done = 0;  // bytes of it written
+  bool dead = false;
+  bool Free() const { return !dead && out.empty(); }
+};
+
+// Writes what the sink takes without blocking. EPIPE (its reader is gone): the sink is dead.
+void Flush(Sink& s, DealerStats* stats) {
+  while (!s.dead && s.done < s.out.size()) {
+    const ssize_t n = ::write(s.fd.get(), s.out.data() + s.done, s.out.size() - s.done);
+    if (n > 0) {
+      s.done += static_cast<size_t>(n);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      return;
+    } else {
+      s.dead = true;
+      stats->lost_bytes += s.out.size() - s.done;
+      s.fd = Fd();
+    }
+  }
+  s.out.clear();
+  s.done = 0;
+}
+
+Result<Fd> OpenInput(const std::string& input) {
+  if (input == "-") {
+    Fd fd(::fcntl(0, F_DUPFD_CLOEXEC, 3));
+    if (fd.get() < 0) return IoError("duplicate stdin", errno);
+    return fd;
+  }
+  // Non-blocking for the open only (a FIFO's open would wait for a writer, and Stop could not
+  // end that wait); reads happen after poll says there is something, so they never block.
+  Fd fd(::open(input.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  if (fd.get() < 0) return IoError("open " + input, errno);
+  const int flags = ::fcntl(fd.get(), F_GETFL);
+  if (flags < 0 || ::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK) < 0) {
+    return IoError("fcntl " + input, errno);
+  }
+  return fd;
+}
+
+}  // namespace
+
+size_t NextBlockEnd(std::string_view data, size_t max_bytes, uint64_t lines_left, uint64_t* lines) {
+  *lines = 0;
+  size_t end = 0;
+  const char* p = data.data();
+  while (*lines < lines_left) {
+    const void* nl = std::memchr(p + end, '\n', data.size() - end);
+    if (nl == nullptr) break;
+    const size_t line_end = static_cast<size_t>(static_cast<const char*>(nl) - p) + 1;
+    if (line_end > max_bytes && *lines > 0) break;
+    end = line_end;
+    ++*lines;
+    if (end >= max_bytes) break;
+  }
+  return end;
+}
+
+StreamDealer::StreamDealer(DealerOptions options) : o_(std::move(options)) {}
+
+Result<std::unique_ptr<StreamDealer>> StreamDealer::Start(DealerOptions options) {
+  if (options.sinks.empty()) return InvalidArgument("StreamDealer needs at least one sink");
+  if (options.block_bytes == 0 || options.read_bytes < options.block_bytes) {
+    return InvalidArgument("StreamDealer: block_bytes must be 1..read_bytes");
+  }
+  std::unique_ptr<StreamDealer> d(new StreamDealer(std::move(options)));
+  for (int fd : d->o_.sinks) {
+    const int flags = ::fcntl(fd, F_GETFL);
+    if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) {
+      return IoError("fcntl on a dealer sink", errno);
+    }
+  }
+  d->wake_ = Fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (d->wake_.get() < 0) return IoError("eventfd", errno);
+  d->stats_.lines_per_sink.assign(d->o_.sinks.size(), 0);
+  StreamDealer* self = d.get();
+  d->thread_ = std::thread([self] {
+    // A write to a pipe whose reader is gone must fail with EPIPE, not kill the process.
+    sigset_t pipe;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
+    self->result_ = self->Run();
+  });
+  return d;
+}
+
+StreamDealer::~StreamDealer() {
+  if (!joined_ && thread_.joinable()) {
+    Stop();
+    (void)Join();
+  }
+}
+
+void StreamDealer::Stop() {
+  stop_.store(true);
+  const uint64_t one = 1;
+  (void)!::write(wake_.get(), &one, sizeof one);
+}
+
+Status StreamDealer::Join() {
+  if (thread_.joinable()) thread_.join();
+  joined_ = true;
+  return result_;
+}
+
+Status StreamDealer::Run() {
+  std::vector<Sink> sinks(o_.sinks.size());
+  for (size_t i = 0; i < sinks.size(); ++i) sinks[i].fd = Fd(o_.sinks[i]);
+  Result<Fd> opened = OpenInput(o_.input);
+  if (!opened.ok()) return opened.status();
+  Fd in = std::move(*opened);
+  std::vector<char> buf(o_.read_bytes);
+  size_t head = 0, tail = 0;
+  bool reading = true;
+  uint64_t lines_left = o_.max_lines > 0 ? o_.max_lines : UINT64_MAX;
+  size_t next = 0;
+  int sticky = -1;  // the sink that gets the rest of a line longer than the buffer
+  Clock::time_point last_input = Clock::now();
+  const auto end_input = [&](const char* why) {
+    if (reading) stats_.end = why;
+    reading = false;
+  };
+  Status failed;
+  while (true) {
+    if (stop_.load()) end_input("stopped");
+    // Deal every block a free sink can take.
+    while (head < tail) {
+      size_t pick = sinks.size();
+      if (sticky >= 0) {
+        if (sinks[sticky].Free() || sinks[sticky].dead) pick = static_cast<size_t>(sticky);
+      } else {
+        for (size_t k = 0; k < sinks.size(); ++k) {
+          const size_t i = (next + k) % sinks.size();
+          if (sinks[i].Free()) {
+            pick = i;
+            break;
+          }
+        }
+      }
+      if (pick == sinks.size()) break;
+      const std::string_view data(buf.data() + head, tail - head);
+      uint64_t lines = 0;
+      size_t end = NextBlockEnd(data, o_.block_bytes, lines_left, &lines);
+      bool add_newline = false;
+      if (end == 0) {
+        if (!reading) {
+          end = data.size();  // the last line, without its '\n'
+          add_newline = true;
+          lines = 1;
+        } else if (head == 0 && tail == buf.size()) {
+          end = data.size();  // a line longer than the buffer: this part now, the rest after
+        } else {
+          break;
+        }
+      }
+      Sink& s = sinks[pick];
+      const bool line_open = !add_newline && data[end - 1] != '\n';
+      sticky = line_open ? static_cast<int>(pick) : -1;
+      if (!s.dead) {
+        s.out.assign(data.data(), end);
+        if (add_newline) s.out.push_back('\n');
+        stats_.lines_per_sink[pick] += lines;
+      } else {
+        stats_.lost_bytes += end;
+      }
+      stats_.bytes += end + (add_newline ? 1 : 0);
+      stats_.lines += lines;
+      head += end;
+      Flush(s, &stats_);
+      next = (pick + 1) % sinks.size();
+      if (lines_left != UINT64_MAX) {
+        lines_left -= lines;
+        if (lines_left == 0) {
+          end_input("--max-samples");
+          head = tail;  // what was read past the last line is not dealt
+        }
+      }
+    }
+    if (head == tail) head = tail = 0;
+    if (head > 0 && tail == buf.size()) {
+      std::memmove(buf.data(), buf.data() + head, tail - head);
+      tail -= head;
+      head = 0;
+    }
+    bool pending = false, alive = false;
+    for (const Sink& s : sinks) {
+      pending |= !s.dead && !s.out.empty();
+      alive |= !s.dead;
+    }
+    if (!alive) {
+      // Every worker is gone: nothing reads the stream any more (the launcher ends the job).
+      stats_.lost_bytes += tail - head;
+      end_input("every reader gone");
+      break;
+    }
+    if (!reading && head == tail && !pending) break;
+    if (!reading && head < tail && !pending && sticky < 0) continue;  // deal the rest
+
+    std::vector<pollfd> fds;
+    fds.push_back({wake_.get(), POLLIN, 0});
+    const bool want_input = reading && tail < buf.size();
+    if (want_input) fds.push_back({in.get(), POLLIN, 0});
+    std::vector<size_t> who;
+    for (size_t i = 0; i < sinks.size(); ++i) {
+      if (sinks[i].dead || sinks[i].out.empty()) continue;
+      fds.push_back({sinks[i].fd.get(), POLLOUT, 0});
+      who.push_back(i);
+    }
+    int timeout = -1;
+    if (reading && o_.idle_exit_seconds > 0) {
+      const double left =
+          o_.idle_exit_seconds - std::chrono::duration<double>(Clock::now() - last_input).count();
+      if (left <= 0) {
+        end_input("idle");
+        continue;
+      }
+      timeout = static_cast<int>(std::ceil(left * 1000));
+    }
+    const int rc = ::poll(fds.data(), fds.size(), timeout);
+    if (rc < 0 && errno != EINTR) {
+      failed = IoError("poll in the stream dealer", errno);
+      break;
+    }
+    if (rc <= 0) continue;
+    size_t k = 1;
+    if (want_input) {
+      if (fds[1].revents != 0) {
+        const ssize_t n = ::read(in.get(), buf.data() + tail, buf.size() - tail);
+        if (n > 0) {
+          tail += static_cast<size_t>(n);
+          last_input = Clock::now();
+        } else if (n == 0) {
+          end_input("end of input");
+        } else if (errno != EINTR && errno != EAGAIN) {
+          failed = IoError("read " + InputName(o_.input), errno);
+          end_input("input error");
+        }
+      }
+      k = 2;
+    }
+    for (size_t j = 0; j < who.size(); ++j, ++k) {
+      if (fds[k].revents != 0) Flush(sinks[who[j]], &stats_);
+    }
+  }
+  for (Sink& s : sinks) {
+    if (!s.dead && !s.out.empty()) stats_.lost_bytes += s.out.size() - s.done;
+  }
+  return failed;  // the sinks close with `sinks`
+}
+
+}  // namespace ferry::models

@@ -1,0 +1,87 @@
+// StreamDealer: reads one unbounded stream of lines (standard input or a named pipe) and deals it,
+// in blocks of whole lines, to several sinks: on a local cluster, the pipes that are the workers'
+// standard input (tools/train/cli.cc), so W workers train on one stream.
+//
+// Dealing. A block is at most block_bytes of whole lines (a longer line is one block of its
+// own). Each block goes whole to one sink, so every line reaches exactly one worker and the
+// lines a worker gets keep their order in the stream. A block goes to a sink with nothing
+// waiting, taken round-robin: a worker that reads slower keeps its pipe full and is skipped, so
+// blocks go where they are consumed and no worker waits while another holds a backlog.
+//
+// The end. The stream ends, for every sink, when the input ends (EOF: the last writer closed the
+// pipe), after max_lines lines (cut exactly there), after idle_exit_seconds without an input
+// byte, or at Stop() (the launcher's SIGINT/SIGTERM). What was read is dealt and flushed, then
+// every sink is closed: the workers see the end of their input and finish their job. A line the
+// input ends without '\n' is given one. A sink whose reader is gone (EPIPE) is dropped and its
+// unwritten bytes counted as lost (its worker died; the launcher stops the job).
+//
+// Threading: Start() runs the dealing on a thread of its own; Stop() may be called from any
+// thread, any number of times; Join() once, from the thread that called Start. Memory: the
+// read buffer (read_bytes) plus at most one block per sink.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "models/data/input.h"
+#include "transport/status.h"
+
+namespace ferry::models {
+
+struct DealerOptions {
+  std::string input = "-";  // "-" (stdin) or a path that IsStreamInput
+  std::vector<int> sinks;   // write ends, owned by the dealer from Start on (closed at the end)
+  size_t block_bytes = 256 << 10;
+  size_t read_bytes = 4 << 20;   // read buffer; lines longer than it go out in pieces, to one sink
+  uint64_t max_lines = 0;        // 0: no limit
+  double idle_exit_seconds = 0;  // 0: wait for input for ever
+};
+
+struct DealerStats {
+  uint64_t lines = 0;  // lines dealt ('\n' written, the one added at the end included)
+  uint64_t bytes = 0;  // bytes dealt
+  std::vector<uint64_t> lines_per_sink;
+  uint64_t lost_bytes = 0;  // dealt to a sink that closed before taking them
+  // Why the stream ended: "end of input", "--max-samples", "idle", "stopped".
+  std::string end;
+};
+
+// The end of the next block in data[0, n): the end of the last whole line within max_bytes, or
+// of the first line if it alone is longer; at most lines_left lines (> 0). *lines gets the
+// lines in it. 0 when data holds no '\n' (a line still coming). Pure.
+size_t NextBlockEnd(std::string_view data, size_t max_bytes, uint64_t lines_left, uint64_t* lines);
+
+class StreamDealer {
+ public:
+  // Opens nothing on the caller's thread (a FIFO's open waits for a writer): the dealing thread
+  // opens the input. Sinks are made non-blocking.
+  static Result<std::unique_ptr<StreamDealer>> Start(DealerOptions options);
+  ~StreamDealer();  // Stop() and Join() if the owner did not
+  StreamDealer(const StreamDealer&) = delete;
+  StreamDealer& operator=(const StreamDealer&) = delete;
+
+  void Stop();
+  // Waits for the end; the error if the input failed (the sinks are closed either way).
+  Status Join();
+  // After Join.
+  const DealerStats& stats() const { return stats_; }
+
+ private:
+  explicit StreamDealer(DealerOptions options);
+  Status Run();
+
+  DealerOptions o_;
+  DealerStats stats_;
+  Fd wake_;  // eventfd: Stop() wakes the poll
+  std::atomic<bool> stop_{false};
+  Status result_;
+  std::thread thread_;
+  bool joined_ = false;
+};
+
+}  // namespace ferry::models

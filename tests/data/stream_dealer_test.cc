@@ -1,0 +1,261 @@
+// Streams: the dealer (every line to exactly one sink, in order, no sink starved; the ends:
+// EOF, max lines, idle, Stop, a reader gone) and the Reader over a pipe.
+#include "models/data/stream_dealer.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <charconv>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "models/data/reader.h"
+
+namespace ferry::models {
+namespace {
+
+struct Pipe {
+  int r = -1, w = -1;
+  Pipe() {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) == 0) {
+      r = fds[0];
+      w = fds[1];
+    }
+  }
+  std::string ReadPath() const { return "/dev/fd/" + std::to_string(r); }
+};
+
+std::string Lines(int from, int to) {
+  std::string s;
+  for (int i = from; i < to; ++i) s += "1 " + std::to_string(i) + ":1\n";
+  return s;
+}
+
+void WriteAll(int fd, const std::string& s) {
+  size_t done = 0;
+  while (done < s.size()) {
+    const ssize_t n = ::write(fd, s.data() + done, s.size() - done);
+    if (n <= 0) return;
+    done += static_cast<size_t>(n);
+  }
+}
+
+// Reads a sink to its end, optionally slowly; the line numbers it got, in order.
+std::vector<int> Drain(int fd, int delay_us_per_read) {
+  std::string all;
+  char buf[4096];
+  while (true) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n <= 0) break;
+    all.append(buf, static_cast<size_t>(n));
+    if (delay_us_per_read > 0)
+      std::this_thread::sleep_for(std::chrono::microseconds(delay_us_per_read));
+  }
+  ::close(fd);
+  std::vector<int> ids;
+  size_t pos = 0;
+  while (pos < all.size()) {
+    const size_t nl = all.find('\n', pos);
+    EXPECT_NE(nl, std::string::npos) << "a sink got a line without its end";
+    if (nl == std::string::npos) break;
+    const std::string line = all.substr(pos, nl - pos);
+    // "1 ID:1"; -1 for a line that is not (the overlong one).
+    int id = -1;
+    const size_t sp = line.find(' '), colon = line.find(':');
+    if (sp != std::string::npos && colon != std::string::npos && colon - sp < 10) {
+      std::from_chars(line.data() + sp + 1, line.data() + colon, id);
+    }
+    ids.push_back(id);
+    pos = nl + 1;
+  }
+  return ids;
+}
+
+struct Dealt {
+  std::vector<std::vector<int>> per_sink;
+  DealerStats stats;
+  Status status;
+};
+
+// Deals `input` (written by a thread, then closed unless keep_open) to `sinks` sinks.
+Dealt Deal(const std::string& input, size_t sinks, DealerOptions o,
+           const std::vector<int>& delay_us = {}, bool keep_open = false,
+           std::function<void(StreamDealer&)> during = nullptr) {
+  Pipe in;
+  o.input = in.ReadPath();
+  std::vector<int> readers;
+  for (size_t i = 0; i < sinks; ++i) {
+    Pipe p;
+    o.sinks.push_back(p.w);
+    readers.push_back(p.r);
+  }
+  Dealt d;
+  d.per_sink.resize(sinks);
+  auto dealer = StreamDealer::Start(o);
+  EXPECT_TRUE(dealer.ok()) << dealer.status().ToString();
+  std::thread writer([&] {
+    WriteAll(in.w, input);
+    if (!keep_open) ::close(in.w);
+  });
+  std::vector<std::thread> drains;
+  for (size_t i = 0; i < sinks; ++i) {
+    const int delay = i < delay_us.size() ? delay_us[i] : 0;
+    drains.emplace_back([&, i, delay] { d.per_sink[i] = Drain(readers[i], delay); });
+  }
+  if (during) during(**dealer);
+  d.status = (*dealer)->Join();
+  d.stats = (*dealer)->stats();
+  writer.join();
+  if (keep_open) ::close(in.w);
+  ::close(in.r);  // only now: the dealer's thread opens its own through /dev/fd
+  for (auto& t : drains) t.join();
+  return d;
+}
+
+TEST(NextBlockEnd, WholeLinesWithinTheBoundAndALongLineAlone) {
+  uint64_t lines = 0;
+  EXPECT_EQ(NextBlockEnd("ab\ncd\nef", 100, UINT64_MAX, &lines), 6u);
+  EXPECT_EQ(lines, 2u);
+  EXPECT_EQ(NextBlockEnd("ab\ncd\nef\n", 7, UINT64_MAX, &lines), 6u);
+  EXPECT_EQ(lines, 2u);
+  EXPECT_EQ(NextBlockEnd("abcdefgh\nx\n", 4, UINT64_MAX, &lines), 9u);  // one long line
+  EXPECT_EQ(lines, 1u);
+  EXPECT_EQ(NextBlockEnd("ab\ncd\nef\n", 100, 2, &lines), 6u);  // at most lines_left
+  EXPECT_EQ(lines, 2u);
+  EXPECT_EQ(NextBlockEnd("no newline yet", 100, UINT64_MAX, &lines), 0u);
+  EXPECT_EQ(lines, 0u);
+}
+
+TEST(StreamDealer, EveryLineToExactlyOneSinkInOrderAndNoSinkStarves) {
+  DealerOptions o;
+  o.block_bytes = 512;
+  o.read_bytes = 4096;
+  const int n = 20000;
+  Dealt d = Deal(Lines(0, n), 3, o);
+  ASSERT_TRUE(d.status.ok()) << d.status.ToString();
+  EXPECT_EQ(d.stats.end, "end of input");
+  EXPECT_EQ(d.stats.lines, static_cast<uint64_t>(n));
+  std::vector<int> seen(n, 0);
+  for (size_t s = 0; s < d.per_sink.size(); ++s) {
+    const std::vector<int>& ids = d.per_sink[s];
+    EXPECT_GT(ids.size(), static_cast<size_t>(n) / 10) << "sink " << s << " starved";
+    EXPECT_EQ(ids.size(), d.stats.lines_per_sink[s]);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      ASSERT_GE(ids[i], 0);
+      ASSERT_LT(ids[i], n);
+      ++seen[ids[i]];
+      if (i > 0) {
+        EXPECT_LT(ids[i - 1], ids[i]) << "sink " << s << " out of order";
+      }
+    }
+  }
+  for (int i = 0; i < n; ++i) ASSERT_EQ(seen[i], 1) << "line " << i;
+}
+
+TEST(StreamDealer, ASlowReaderGetsLessAndTheOthersDoNotWaitForIt) {
+  DealerOptions o;
+  o.block_bytes = 1024;
+  o.read_bytes = 8192;
+  const int n = 60000;
+  Dealt d = Deal(Lines(0, n), 2, o, /*delay_us=*/{2000, 0});
+  ASSERT_TRUE(d.status.ok());
+  EXPECT_EQ(d.per_sink[0].size() + d.per_sink[1].size(), static_cast<size_t>(n));
+  EXPECT_LT(d.per_sink[0].size() * 2, d.per_sink[1].size());
+}
+
+TEST(StreamDealer, MaxLinesCutsExactlyAndTheLastLineGetsItsNewline) {
+  DealerOptions o;
+  o.max_lines = 777;
+  o.block_bytes = 100;
+  o.read_bytes = 1000;
+  Dealt d = Deal(Lines(0, 5000), 2, o);
+  EXPECT_EQ(d.stats.end, "--max-samples");
+  EXPECT_EQ(d.per_sink[0].size() + d.per_sink[1].size(), 777u);
+
+  DealerOptions plain;
+  Dealt e = Deal(Lines(0, 3) + "1 3:1", 1, plain);  // no '\n' at the end
+  ASSERT_EQ(e.per_sink[0].size(), 4u);
+  EXPECT_EQ(e.per_sink[0][3], 3);
+}
+
+TEST(StreamDealer, IdleInputEndsTheStreamAndStopEndsItAtOnce) {
+  DealerOptions o;
+  o.idle_exit_seconds = 0.3;
+  const auto t0 = std::chrono::steady_clock::now();
+  Dealt d = Deal(Lines(0, 10), 2, o, {}, /*keep_open=*/true);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(d.stats.end, "idle");
+  EXPECT_EQ(d.stats.lines, 10u);
+  EXPECT_GE(s, 0.25);
+
+  DealerOptions forever;
+  Dealt e = Deal(Lines(0, 10), 2, forever, {}, /*keep_open=*/true, [](StreamDealer& dealer) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    dealer.Stop();
+  });
+  EXPECT_EQ(e.stats.end, "stopped");
+  EXPECT_EQ(e.per_sink[0].size() + e.per_sink[1].size(), 10u);
+}
+
+TEST(StreamDealer, ALineLongerThanTheBufferGoesWholeToOneSink) {
+  DealerOptions o;
+  o.block_bytes = 64;
+  o.read_bytes = 256;
+  std::string long_line = "1 " + std::string(2000, '9') + ":1\n";
+  Dealt d = Deal(Lines(0, 50) + long_line + Lines(50, 100), 3, o);
+  ASSERT_TRUE(d.status.ok());
+  size_t total = 0;
+  for (const auto& ids : d.per_sink) total += ids.size();
+  EXPECT_EQ(total, 101u);  // every sink's bytes were whole lines (Drain checks the ends)
+  EXPECT_EQ(d.stats.lines, 101u);
+}
+
+TEST(StreamReader, ReadsAPipeOnceAndRefusesGzipAndRewind) {
+  Pipe p;
+  std::thread w([&] {
+    WriteAll(p.w, Lines(0, 1000) + "garbage\n");
+    ::close(p.w);
+  });
+  ReaderOptions ro;
+  ro.files = {p.ReadPath()};
+  std::vector<std::string> bad;
+  ro.on_malformed = [&](const std::string& m) { bad.push_back(m); };
+  auto r = Reader::Open(ro);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  Batch b;
+  size_t total = 0;
+  while (true) {
+    b.Clear();
+    auto n = (*r)->Next(100, &b);
+    ASSERT_TRUE(n.ok()) << n.status().ToString();
+    if (*n == 0) break;
+    total += *n;
+  }
+  w.join();
+  ::close(p.r);
+  EXPECT_EQ(total, 1000u);
+  ASSERT_EQ(bad.size(), 1u);
+  EXPECT_NE(bad[0].find(":1001:"), std::string::npos) << bad[0];
+  EXPECT_FALSE((*r)->Rewind().ok());
+
+  Pipe g;
+  const char gz[] = {'\x1f', '\x8b', '\x08', '\0', 'x', '\n'};
+  WriteAll(g.w, std::string(gz, sizeof gz));
+  ::close(g.w);
+  ro.files = {g.ReadPath()};
+  auto rg = Reader::Open(ro);
+  ASSERT_TRUE(rg.ok());
+  b.Clear();
+  auto n = (*rg)->Next(100, &b);
+  ASSERT_FALSE(n.ok());
+  EXPECT_NE(n.status().message().find("gzip"), std::string::npos) << n.status().ToString();
+  ::close(g.r);
+}
+
+}  // namespace
+}  // namespace ferry::models

@@ -1,0 +1,235 @@
+// Continuous training: ferry-train --train - (a pipe) or a FIFO, dealt to 2 workers by the
+// local launcher; progressive evaluation windows; the ends (stream end, --max-samples,
+// --idle-exit, SIGINT); malformed lines named with their source; what a stream refuses.
+#include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/train/train_test_util.h"
+
+namespace ferry::train_test {
+namespace {
+
+using ::testing::HasSubstr;
+
+// "A | B" through /bin/sh, each part's words single-quoted.
+std::string Quote(const std::vector<std::string>& words) {
+  std::string s;
+  for (const std::string& w : words) s += (s.empty() ? "'" : " '") + w + "'";
+  return s;
+}
+
+std::vector<std::string> Gen(uint64_t samples, const std::vector<std::string>& more = {}) {
+  return Cat({GenBin(), "--stream", "--samples", std::to_string(samples), "--fields", "8",
+              "--vocab", "200", "--seed", "11"},
+             more);
+}
+
+// The "window" lines of a metrics file and the "final" one.
+struct Windows {
+  std::vector<nlohmann::json> windows;
+  nlohmann::json final_line;
+  uint64_t samples = 0;  // summed over the windows
+};
+Windows ReadWindows(const std::string& path) {
+  Windows w;
+  for (const nlohmann::json& j : JsonLines(path)) {
+    if (j.value("event", "") == "window") {
+      w.windows.push_back(j);
+      w.samples += j.value("window_samples", uint64_t{0});
+    } else if (j.value("event", "") == "final") {
+      w.final_line = j;
+    }
+  }
+  return w;
+}
+
+// Writes `text` to a FIFO (again and again while *endless), then keeps it open while *keep_open.
+class FifoWriter {
+ public:
+  FifoWriter(std::string path, std::string text, std::atomic<bool>* keep_open,
+             std::atomic<bool>* endless = nullptr)
+      : ignore_(::signal(SIGPIPE, SIG_IGN)),  // the job closing its end is a write error here
+        thread_([=] {
+          const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+          if (fd < 0) return;
+          bool ok = Write(fd, text);
+          while (ok && endless != nullptr && endless->load()) ok = Write(fd, text);
+          while (ok && keep_open != nullptr && keep_open->load()) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          }
+          ::close(fd);
+        }) {}
+  ~FifoWriter() { thread_.join(); }
+
+ private:
+  static bool Write(int fd, const std::string& s) {
+    size_t done = 0;
+    while (done < s.size()) {
+      const ssize_t n = ::write(fd, s.data() + done, s.size() - done);
+      if (n <= 0) return false;
+      done += static_cast<size_t>(n);
+    }
+    return true;
+  }
+  sighandler_t ignore_;
+  std::thread thread_;
+};
+
+std::string SampleText(int lines) {
+  std::string s;
+  for (int i = 0; i < lines; ++i) {
+    s += (i % 4 == 0 ? "1" : "0") + std::string(" ") + std::to_string(1 + i % 50) + ":1 " +
+         std::to_string(100 + (i % 4 == 0 ? 1 : 2)) + ":1\n";
+  }
+  return s;
+}
+
+class Stream : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Stream, APipeDealtToTwoWorkersIsScoredPerWindowTrainedOnceAndExported) {
+  TempDir dir;
+  const std::string metrics = dir / "m.jsonl", model = dir / "m.bin", test = dir / "te.svm";
+  Generate(dir / "unused.svm", test,
+           {"--samples", "10", "--test-samples", "5000", "--fields", "8", "--vocab", "200",
+            "--seed", "11"});
+  const std::string cmd = Quote(Gen(120000)) + " | " +
+                          Quote({TrainBin(), "--train", "-", "--model", "ftrl", "--transport",
+                                 GetParam(), "--window", "20000", "--test", test, "--model-out",
+                                 model, "--metrics-json", metrics, "--progress", "never"});
+  Proc p = Exec({"/bin/sh", "-c", cmd}, 120);
+  ASSERT_EQ(p.exit_code, 0) << p.Describe();
+  EXPECT_THAT(p.err, HasSubstr("the stream gave 120000 lines (end of input)"));
+  Windows w = ReadWindows(metrics);
+  // Every sample scored once before its push, whichever worker it was dealt to.
+  EXPECT_EQ(w.samples, 120000u);
+  ASSERT_GE(w.windows.size(), 5u);
+  ASSERT_TRUE(w.final_line.is_object());
+  EXPECT_EQ(w.final_line.value("samples", uint64_t{0}), 120000u);
+  for (const nlohmann::json& j : w.windows) {
+    for (const char* key : {"logloss", "auc", "calibration", "rmse", "mae", "samples_per_sec"}) {
+      ASSERT_TRUE(j.contains(key) && j[key].is_number()) << key << " in " << j.dump();
+    }
+  }
+  // Progressive: the first window meets an empty model, the later ones a trained one.
+  const double first = w.windows.front()["auc"], later = w.windows[w.windows.size() - 2]["auc"];
+  EXPECT_GT(later, first + 0.03) << "first " << first << ", later " << later;
+  EXPECT_LT(w.windows[w.windows.size() - 2]["logloss"].get<double>(),
+            w.windows.front()["logloss"].get<double>());
+  // The export is the model the final evaluation scored.
+  Proc pr = Exec({PredictBin(), model, test, "--summary", "-o", dir / "p.txt"}, 60);
+  ASSERT_EQ(pr.exit_code, 0) << pr.Describe();
+  EXPECT_THAT(pr.err, HasSubstr("5000 samples"));
+  EXPECT_GT(w.final_line.value("auc", 0.0), 0.7);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, Stream, ::testing::Values("tcp", "ucx"));
+
+TEST(StreamEnds, MaxSamplesCutsExactlyAndIdleExitEndsASilentFifo) {
+  TempDir dir;
+  const std::string fifo = dir / "in.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::atomic<bool> keep_open{true};
+  {
+    // 30000 lines, then the writer stays silent with the FIFO open: only --idle-exit ends it.
+    FifoWriter writer(fifo, SampleText(30000), &keep_open);
+    TrainRun r = Train(dir, "idle",
+                       {"--train", fifo, "--model", "lr", "--transport", "tcp", "--idle-exit", "1",
+                        "--window", "10000"},
+                       90);
+    keep_open = false;
+    ASSERT_TRUE(r.ok()) << r.proc.Describe();
+    EXPECT_EQ(r.final_line.value("samples", uint64_t{0}), 30000u);
+    EXPECT_EQ(ReadWindows(dir / "idle.jsonl").samples, 30000u);
+  }
+  std::atomic<bool> endless{true};
+  {
+    FifoWriter writer(fifo, SampleText(5000), nullptr, &endless);
+    TrainRun r = Train(dir, "max",
+                       {"--train", fifo, "--model", "lr", "--transport", "tcp", "--max-samples",
+                        "12345", "--window", "5000"},
+                       90);
+    endless = false;
+    ASSERT_TRUE(r.ok()) << r.proc.Describe();
+    EXPECT_EQ(r.final_line.value("samples", uint64_t{0}), 12345u);
+    EXPECT_EQ(ReadWindows(dir / "max.jsonl").samples, 12345u);
+  }
+}
+
+TEST(StreamEnds, SigintEndsTheJobCleanlyWithItsModel) {
+  TempDir dir;
+  const std::string fifo = dir / "in.fifo", model = dir / "m.bin";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::atomic<bool> endless{true};
+  FifoWriter writer(fifo, SampleText(2000), nullptr, &endless);
+  bool sent = false;
+  TrainRun r = Train(dir, "int",
+                     {"--train", fifo, "--model", "ftrl", "--transport", "tcp", "--window-seconds",
+                      "0.2", "--model-out", model},
+                     90, [&](pid_t pid) {
+                       // Once two windows (of 0.2 s) were reported, as a user's Ctrl-C would (to
+                       // the launcher only).
+                       if (!sent && ReadWindows(dir / "int.jsonl").windows.size() >= 2) {
+                         ::kill(pid, SIGINT);
+                         sent = true;
+                       }
+                     });
+  endless = false;
+  ASSERT_TRUE(sent) << r.proc.Describe();
+  ASSERT_TRUE(r.ok()) << r.proc.Describe();
+  EXPECT_THAT(r.proc.err, HasSubstr("received SIGINT; ending the job"));
+  const Windows w = ReadWindows(dir / "int.jsonl");
+  EXPECT_EQ(w.samples, r.final_line.value("samples", uint64_t{0}));
+  EXPECT_GT(w.samples, 0u);
+  struct stat st;
+  ASSERT_EQ(::stat(model.c_str(), &st), 0) << "no model after SIGINT";
+  EXPECT_GT(st.st_size, 0);
+}
+
+TEST(StreamEnds, AMalformedLineIsNamedWithItsSourceAndSkipped) {
+  TempDir dir;
+  const std::string in = dir / "in.svm";
+  WriteText(in, SampleText(3000) + "this is not a sample\n" + SampleText(3000));
+  const std::string cmd =
+      "cat '" + in + "' | " +
+      Quote({TrainBin(), "--train", "-", "--model", "lr", "--transport", "tcp", "--window", "2000",
+             "--metrics-json", dir / "m.jsonl", "--progress", "never", "-q"});
+  Proc p = Exec({"/bin/sh", "-c", cmd}, 90);
+  ASSERT_EQ(p.exit_code, 0) << p.Describe();
+  EXPECT_THAT(p.err, HasSubstr("malformed line stdin:"));
+  EXPECT_THAT(p.err, HasSubstr("share of stdin"));
+  const Windows w = ReadWindows(dir / "m.jsonl");
+  EXPECT_EQ(w.samples, 6000u);
+  EXPECT_EQ(w.final_line.value("samples", uint64_t{0}), 6000u);
+}
+
+TEST(StreamEnds, WhatAStreamCannotDoIsRefusedNamingTheFlag) {
+  TempDir dir;
+  const std::string file = dir / "a.svm";
+  WriteText(file, SampleText(10));
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--epochs", "3"}, "--epochs 1"},
+      {{"--consistency", "bsp"}, "--consistency bsp"},
+      {{"--validation-fraction", "0.1"}, "held-out"},
+  };
+  for (const auto& [flags, message] : cases) {
+    Proc p = Exec(Cat({TrainBin(), "--train", "-", "--transport", "tcp"}, flags), 30);
+    EXPECT_EQ(p.exit_code, 1) << p.Describe();
+    EXPECT_THAT(p.err, HasSubstr(message)) << p.Describe();
+  }
+  Proc two = Exec({TrainBin(), "--train", file, "-", "--transport", "tcp"}, 30);
+  EXPECT_EQ(two.exit_code, 1) << two.Describe();
+  EXPECT_THAT(two.err, HasSubstr("must be the only training input"));
+}
+
+}  // namespace
+}  // namespace ferry::train_test

@@ -1,0 +1,68 @@
+#include "tools/train/stream_launch.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <vector>
+
+#include "models/data/stream_dealer.h"
+#include "models/train/auto_settings.h"
+
+namespace ferry::train {
+
+namespace {
+
+// Pipe capacity asked for each worker's share: a few blocks in flight keep a worker busy while
+// the dealer serves the others (the kernel may grant less; 64 KiB still works, only with more
+// wake-ups).
+constexpr int kPipeBytes = 1 << 20;
+
+}  // namespace
+
+Result<int> RunStreamingLocalCluster(const models::TrainOptions& o, ps::LocalClusterOptions lc) {
+  std::vector<models::Fd> read_ends;
+  models::DealerOptions d;
+  d.input = o.train_files.front();
+  d.max_lines = o.stream.max_samples;
+  d.idle_exit_seconds = o.stream.idle_exit_seconds;
+  for (uint32_t w = 0; w < lc.workers; ++w) {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) {
+      for (int fd : d.sinks) ::close(fd);
+      return IoError("pipe for worker " + std::to_string(w) + "'s share of the stream", errno);
+    }
+    (void)::fcntl(fds[1], F_SETPIPE_SZ, kPipeBytes);
+    read_ends.emplace_back(fds[0]);
+    d.sinks.push_back(fds[1]);
+    lc.worker_stdin.push_back(fds[0]);
+  }
+  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<models::StreamDealer> dealer,
+                         models::StreamDealer::Start(std::move(d)));
+  lc.env.emplace_back(models::kStreamDealtEnv, "dealt");
+  models::StreamDealer* raw = dealer.get();
+  lc.intercept_signal = [raw](int) {
+    raw->Stop();
+    return true;
+  };
+  Result<int> rc = ps::RunLocalCluster(lc);
+  // The job is over (or failed to start): nothing reads the shares any more.
+  read_ends.clear();
+  raw->Stop();
+  Status dealt = dealer->Join();
+  const models::DealerStats& st = dealer->stats();
+  if (!o.quiet) {
+    std::fprintf(stderr, "ferry-train: the stream gave %llu lines (%s)%s\n",
+                 static_cast<unsigned long long>(st.lines), st.end.c_str(),
+                 st.lost_bytes > 0 ? "; some were dealt to a worker that had stopped" : "");
+  }
+  if (!rc.ok()) return rc;
+  if (!dealt.ok()) {
+    std::fprintf(stderr, "ferry-train: %s\n", dealt.ToString().c_str());
+    return *rc == 0 ? 1 : *rc;
+  }
+  return rc;
+}
+
+}  // namespace ferry::train

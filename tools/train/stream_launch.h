@@ -1,0 +1,26 @@
+// ferry-train's local cluster over a stream (--train - or a FIFO): the launching process owns
+// the stream and deals it to the workers (models/data/stream_dealer.h), each worker reading its
+// share on its standard input (FERRY_TRAIN_STREAM=dealt tells it so).
+//
+// The end: the stream's end, --max-samples lines (cut by the dealer, so exact over all workers)
+// or --idle-exit seconds without input end the stream for every worker, which then finish as
+// usual (final evaluation, export). The first SIGINT, SIGTERM or SIGHUP does the same (the
+// ranks are not signalled: the job ends cleanly with the samples read so far); a second one
+// stops the ranks as ferry-launch does.
+//
+// Resuming: a stream is not re-read, so a job killed mid-stream that is started again goes on
+// with what the stream gives next (at most once for the samples in flight at the kill).
+//
+// Thread-safety: the main thread; blocks until the job is over.
+#pragma once
+
+#include "models/train/train_options.h"
+#include "ps/launch/local_cluster.h"
+
+namespace ferry::train {
+
+// Runs the job of `lc` (its argv, shape, transport) with the stream o.train_files[0] dealt to
+// its workers; the launcher's exit code, as RunLocalCluster's.
+Result<int> RunStreamingLocalCluster(const models::TrainOptions& o, ps::LocalClusterOptions lc);
+
+}  // namespace ferry::train
