@@ -227,7 +227,7 @@ TEST_P(PsDynamicFeatures, RestoredRowsAgeFromTheirLastSighting) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   JobSpec job = SgdJob(GetParam(), 1, 1, 4);
-  job.tables[0].evict_unseen_ticks = 40;
+  job.tables[0].evict_unseen_ticks = 60;
   job.evict_tick = Millis(10);
   const std::vector<uint64_t> keys = Keys(300, 50);
   EXPECT_OK(AllOk(RunJob(job, [&](Node& node) -> Status {
@@ -242,12 +242,12 @@ TEST_P(PsDynamicFeatures, RestoredRowsAgeFromTheirLastSighting) {
   EXPECT_OK(AllOk(RunJob(job, [&](Node& node) -> Status {
     Worker* w = node.worker();
     if (w == nullptr) return Status::Ok();
-    std::this_thread::sleep_for(Millis(100));  // 10 ticks of the 40 the rows may stay unseen
+    std::this_thread::sleep_for(Millis(100));  // 10 ticks of the 60 the rows may stay unseen
     FERRY_ASSIGN_OR_RETURN(std::vector<TableStats> s, w->TableStats());
     FERRY_RETURN_IF_ERROR(Expect(s[0].live_rows == keys.size() && s[0].evicted == 0,
                                  "restored rows kept: live " + std::to_string(s[0].live_rows)));
     FERRY_RETURN_IF_ERROR(PullCheck(*w, 0, keys, 4, Constant(-2.0f), "restored rows"));
-    // Pulled: seen now. Left alone, they go after 40 ticks.
+    // Pulled: seen now. Left alone, they go after 60 ticks.
     return WaitForStats(
                *w, [&](const TableStats& t) { return t.evicted == keys.size(); },
                "restored rows evicted")
