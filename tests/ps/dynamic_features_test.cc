@@ -4,6 +4,7 @@
 // cached slots the tick frees and hands out again, and the counters Worker::TableStats sums.
 // Ticks are 50-100 ms here so that each case runs in about a second.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -219,11 +220,42 @@ TEST_P(PsDynamicFeatures, OneSidedReadsNeverSeeAnEvictedRow) {
   EXPECT_OK(AllOk(outcomes));
 }
 
+// TableStats does not wait for requests: asked by two workers at once while one has pushes in
+// flight and the other pulls, it answers, and once everything completed the sums are exact.
+TEST_P(PsDynamicFeatures, TableStatsWithRequestsInFlight) {
+  JobSpec job = SgdJob(GetParam(), 2, 2, 4);
+  job.tables[0].evict_unseen_ticks = 1000;  // counted sightings, nothing evicted
+  auto outcomes = RunJob(job, [&](Node& node) -> Status {
+    Worker* w = node.worker();
+    if (w == nullptr) return Status::Ok();
+    const std::vector<uint64_t> keys = Keys(10000 + 1000 * w->index(), 200);
+    for (int round = 0; round < 20; ++round) {
+      std::vector<Ticket> pending;
+      if (w->index() == 0) {
+        const std::vector<float> g(keys.size() * 4, 1.0f);
+        FERRY_ASSIGN_OR_RETURN(pending, PushesInFlight(*w, 0, keys, g, 3));
+      } else {
+        FERRY_ASSIGN_OR_RETURN(Ticket t, w->Pull(0, keys));
+        pending.push_back(t);
+      }
+      FERRY_ASSIGN_OR_RETURN(std::vector<TableStats> s, w->TableStats());
+      FERRY_RETURN_IF_ERROR(Expect(s.size() == 1 && s[0].live_rows <= 400, "mid-flight stats"));
+      FERRY_RETURN_IF_ERROR(WaitAndRelease(*w, pending));
+    }
+    FERRY_RETURN_IF_ERROR(w->Barrier());
+    FERRY_ASSIGN_OR_RETURN(std::vector<TableStats> s, w->TableStats());
+    return Expect(s[0].live_rows == 400 && s[0].admitted == 400 && s[0].evicted == 0,
+                  "exact once quiet: live " + std::to_string(s[0].live_rows));
+  });
+  EXPECT_OK(AllOk(outcomes));
+}
+
 // A checkpoint keeps each row's last sighting and score (row metadata) and the table's tick; a
 // restored table ages its rows from there. Were its tick to restart at 0, every restored row
 // would look last seen in the future, its age wrapping around to ~2^32 ticks: evicted at once.
 TEST_P(PsDynamicFeatures, RestoredRowsAgeFromTheirLastSighting) {
-  const std::string dir = ::testing::TempDir() + "dynamic_features_ckpt_" + GetParam().TestName();
+  const std::string dir = ::testing::TempDir() + "dynamic_features_ckpt_" + GetParam().TestName() +
+                          "_" + std::to_string(getpid());
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   JobSpec job = SgdJob(GetParam(), 1, 1, 4);
