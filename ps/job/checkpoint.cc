@@ -305,7 +305,8 @@ Status CheckManifestMatches(const CheckpointManifest& m, const JobSpec& job) {
 
 Status ForEachCheckpointRow(const std::string& dir, const CheckpointManifest& m, size_t t,
                             const TableOptions& options,
-                            const std::function<Status(uint64_t key, const uint8_t* row)>& fn) {
+                            const std::function<Status(uint64_t key, const uint8_t* row)>& fn,
+                            uint32_t* tick) {
   if (t >= m.tables.size()) return InvalidArgument("no such table in the checkpoint");
   TableOptions o = options;
   o.dim = m.tables[t].dim;
@@ -316,6 +317,7 @@ Status ForEachCheckpointRow(const std::string& dir, const CheckpointManifest& m,
     const std::string path = ShardPath(dir, m.tables[t].name, s);
     auto shard = ArrayHashMap::LoadSnapshot(path, o);
     if (!shard.ok()) return shard.status().Annotate("checkpoint shard " + path);
+    if (tick != nullptr) *tick = std::max(*tick, (*shard)->tick());
     Status status;
     (*shard)->ForEach([&](uint32_t, const uint8_t* row) {
       if (status.ok()) status = fn(ArrayHashMap::RowKey(row), row);

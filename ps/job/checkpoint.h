@@ -86,9 +86,11 @@ std::string PeriodicCheckpointName(uint64_t clock);
 Status CommitLatest(const std::string& dir, const std::string& name, uint32_t keep);
 
 // Calls fn(key, row) for every live row of table `t` in every shard of the checkpoint.
-// `row` is the server row (ArrayHashMap layout `options`), valid during the call.
+// `row` is the server row (ArrayHashMap layout `options`), valid during the call. When `tick`
+// is given it receives the newest table tick of the shards (ArrayHashMap::tick at the save).
 Status ForEachCheckpointRow(const std::string& dir, const CheckpointManifest& m, size_t t,
                             const TableOptions& options,
-                            const std::function<Status(uint64_t key, const uint8_t* row)>& fn);
+                            const std::function<Status(uint64_t key, const uint8_t* row)>& fn,
+                            uint32_t* tick = nullptr);
 
 }  // namespace ferry::ps

@@ -272,18 +272,21 @@ Status Server::RestoreShard(size_t t, uint32_t shard, const TableOptions& option
   const size_t row_bytes = map->layout().stride;
   // Every old shard's rows that this server owns under the new partition move here, with their
   // optimizer state and metadata (same layout: CheckManifestMatches).
-  return ForEachCheckpointRow(
-      job_.restore_dir, m, index, options, [&](uint64_t key, const uint8_t* row) -> Status {
+  uint32_t tick = 0;
+  FERRY_RETURN_IF_ERROR(ForEachCheckpointRow(
+      job_.restore_dir, m, index, options,
+      [&](uint64_t key, const uint8_t* row) -> Status {
         if (mine.ServerOf(key) != shard) return Status::Ok();
         FERRY_ASSIGN_OR_RETURN(ArrayHashMap::Insertion ins, map->Insert(key));
         std::memcpy(ins.row + 8, row + 8, row_bytes - 8);
         ++stats_.rows_restored;
-        // Ages count from the restored rows' newest sighting, not from tick 0 (last_seen past
-        // the table's tick would wrap around and read as ancient): docs/ps.md "Checkpoints".
-        const uint32_t seen = ArrayHashMap::Meta(ins.row)->last_seen;
-        if (seen > map->tick()) map->AdvanceTick(seen - map->tick());
         return Status::Ok();
-      });
+      },
+      &tick));
+  // Ages count on from the saved tick, not from 0: a row's last_seen past the table's tick would
+  // wrap around and read as ancient (docs/ps.md "Admission and eviction", checkpoints).
+  if (tick > map->tick()) map->AdvanceTick(tick - map->tick());
+  return Status::Ok();
 }
 
 Status Server::AcceptWorkers(ControlClient* control, Millis timeout) {
