@@ -250,6 +250,11 @@ Status StreamDealer::Run() {
       break;
     }
     if (rc <= 0) continue;
+    if (fds[0].revents != 0) {
+      // Stop(): taken once (stop_ stays set); left unread, it would wake every later poll.
+      uint64_t count = 0;
+      (void)!::read(wake_.get(), &count, sizeof count);
+    }
     size_t k = 1;
     if (want_input) {
       if (fds[1].revents != 0) {

@@ -60,6 +60,12 @@ Status WorkerLoop::RunStream(TrainReport* report) {
   FERRY_RETURN_IF_ERROR(SetupStream());
   start_ = window_start_ = TrainClock::now();
   FERRY_RETURN_IF_ERROR(TrainStream());
+  if (lead_ && window_total_ == 0) {
+    return InvalidArgument("the stream " + InputName(o_.train_files.front()) +
+                           " gave no training sample (" + std::to_string(reader_->stats().lines) +
+                           " lines on worker 0, " + std::to_string(reader_->stats().malformed) +
+                           " malformed)");
+  }
   return Finish(/*last_epoch=*/1, report);
 }
 
@@ -165,26 +171,51 @@ Status WorkerLoop::ReportWindow(const std::vector<std::vector<uint8_t>>& parts, 
   ++windows_;
   last_auc_ = m.auc;
   const double rate = seconds > 0 ? static_cast<double>(all.count) / seconds : 0;
-  if (metrics_) {
-    MetricsLine line("window");
-    line.Set("window", windows_);
-    line.Set("samples", window_total_);
-    line.Set("window_samples", all.count);
-    line.Set("logloss", m.logloss);
-    line.Set("auc", m.auc);
-    line.Set("calibration", m.calibration);
-    line.Set("positive_rate", m.positive_rate);
-    line.Set("rmse", e.rmse);
-    line.Set("mae", e.mae);
-    line.Set("samples_per_sec", rate);
-    line.Set("elapsed_s", SecondsSince(start_));
-    FERRY_RETURN_IF_ERROR(metrics_->Write(line));
-  }
+  MetricsLine line("window");
+  line.Set("window", windows_);
+  line.Set("samples", window_total_);
+  line.Set("window_samples", all.count);
+  line.Set("logloss", m.logloss);
+  line.Set("auc", m.auc);
+  line.Set("calibration", m.calibration);
+  line.Set("positive_rate", m.positive_rate);
+  line.Set("rmse", e.rmse);
+  line.Set("mae", e.mae);
+  line.Set("samples_per_sec", rate);
+  line.Set("elapsed_s", SecondsSince(start_));
+  FERRY_ASSIGN_OR_RETURN(const uint64_t rows, AddTableStats(&line));
+  if (metrics_) FERRY_RETURN_IF_ERROR(metrics_->Write(line));
   Log("window " + std::to_string(windows_) + "  samples " + std::to_string(window_total_) +
       "  logloss " + Figure("%.5f", m.logloss) + "  auc " + Figure("%.5f", m.auc) +
       "  calibration " + Figure("%.3f", m.calibration) + "  rmse " + Figure("%.4f", e.rmse) +
-      "  mae " + Figure("%.4f", e.mae) + "  " + Figure("%.0f", rate) + " samples/s");
+      "  mae " + Figure("%.4f", e.mae) + "  " + Figure("%.0f", rate) + " samples/s  rows " +
+      std::to_string(rows));
   return Status::Ok();
+}
+
+Result<uint64_t> WorkerLoop::AddTableStats(MetricsLine* line) {
+  // Counters since the job started, from the servers; the window's are the differences.
+  FERRY_ASSIGN_OR_RETURN(std::vector<ps::TableStats> now, w_.TableStats());
+  const std::vector<ps::TableSpec>& tables = w_.job().tables;
+  if (now.size() != tables.size()) return ProtocolError("table statistics for another job");
+  last_table_stats_.resize(now.size());
+  uint64_t rows = 0, bytes = 0;
+  for (size_t t = 0; t < now.size(); ++t) {
+    const ps::TableStats& n = now[t];
+    const ps::TableStats& before = last_table_stats_[t];
+    const std::string key = "table." + tables[t].name + ".";
+    line->Set(key + "rows", n.live_rows);
+    line->Set(key + "admitted", n.admitted - std::min(n.admitted, before.admitted));
+    line->Set(key + "evicted", n.evicted - std::min(n.evicted, before.evicted));
+    line->Set(key + "refused", n.refused - std::min(n.refused, before.refused));
+    line->Set(key + "bytes", n.bytes_resident);
+    rows += n.live_rows;
+    bytes += n.bytes_resident;
+  }
+  line->Set("rows", rows);
+  line->Set("bytes_resident", bytes);
+  last_table_stats_ = std::move(now);
+  return rows;
 }
 
 }  // namespace ferry::models

@@ -127,6 +127,9 @@ class WorkerLoop {
   Result<bool> CloseWindow(bool at_end);
   // Worker 0: the merged window of `seconds`, printed and written to the metrics file.
   Status ReportWindow(const std::vector<std::vector<uint8_t>>& parts, double seconds);
+  // Worker 0: per table (table.NAME.rows, .admitted, .evicted, .refused since the last window,
+  // .bytes) and in all (rows, bytes_resident), from the servers' counters; returns the rows.
+  Result<uint64_t> AddTableStats(MetricsLine* line);
 
   ps::Worker& w_;
   const TrainOptions& o_;
@@ -170,6 +173,7 @@ class WorkerLoop {
   uint64_t windows_ = 0;
   uint64_t window_total_ = 0;
   uint64_t read_ = 0;
+  std::vector<ps::TableStats> last_table_stats_;  // worker 0: at the last window
 };
 
 double SecondsSince(TrainClock::time_point since);

@@ -29,9 +29,9 @@ std::string Quote(const std::vector<std::string>& words) {
 }
 
 std::vector<std::string> Gen(uint64_t samples, const std::vector<std::string>& more = {}) {
-  return Cat({GenBin(), "--stream", "--samples", std::to_string(samples), "--fields", "8",
-              "--vocab", "200", "--seed", "11"},
-             more);
+  return Cat(
+      {GenBin(), "--stream", "--samples", std::to_string(samples), "--fields", "8", "--seed", "11"},
+      more);
 }
 
 // The "window" lines of a metrics file and the "final" one.
@@ -102,7 +102,7 @@ TEST_P(Stream, APipeDealtToTwoWorkersIsScoredPerWindowTrainedOnceAndExported) {
   Generate(dir / "unused.svm", test,
            {"--samples", "10", "--test-samples", "5000", "--fields", "8", "--vocab", "200",
             "--seed", "11"});
-  const std::string cmd = Quote(Gen(120000)) + " | " +
+  const std::string cmd = Quote(Gen(120000, {"--vocab", "200"})) + " | " +
                           Quote({TrainBin(), "--train", "-", "--model", "ftrl", "--transport",
                                  GetParam(), "--window", "20000", "--test", test, "--model-out",
                                  model, "--metrics-json", metrics, "--progress", "never"});
@@ -212,6 +212,16 @@ TEST(StreamEnds, AMalformedLineIsNamedWithItsSourceAndSkipped) {
   EXPECT_EQ(w.final_line.value("samples", uint64_t{0}), 6000u);
 }
 
+TEST(StreamEnds, AnEmptyStreamFailsTheJob) {
+  TempDir dir;
+  Proc p = Exec({"/bin/sh", "-c",
+                 "printf 'not a sample\\n' | " + Quote({TrainBin(), "--train", "-", "--transport",
+                                                        "tcp", "--progress", "never"})},
+                60);
+  EXPECT_EQ(p.exit_code, 1) << p.Describe();
+  EXPECT_THAT(p.err, HasSubstr("gave no training sample")) << p.Describe();
+}
+
 TEST(StreamEnds, WhatAStreamCannotDoIsRefusedNamingTheFlag) {
   TempDir dir;
   const std::string file = dir / "a.svm";
@@ -229,6 +239,51 @@ TEST(StreamEnds, WhatAStreamCannotDoIsRefusedNamingTheFlag) {
   Proc two = Exec({TrainBin(), "--train", file, "-", "--transport", "tcp"}, 30);
   EXPECT_EQ(two.exit_code, 1) << two.Describe();
   EXPECT_THAT(two.err, HasSubstr("must be the only training input"));
+}
+
+// The picture of a week-long job in seconds: 2M samples of a stream whose vocabulary and
+// truth drift (half of each field's ids and of the truth replaced after 1M samples) through a
+// pipe into 2 servers + 2 workers, with eviction of rows unseen for 0.3 s and without. Without,
+// the rows only grow (old ids stay); with, they return to the live vocabulary once the old ids
+// go, while the ids admitted keep growing. The window after the drift scores worse (a model of
+// the old truth meets the new one) and later windows recover.
+TEST(StreamDrift, EvictionKeepsRowsBoundedWhileTheVocabularyGrowsAndAucRecovers) {
+  TempDir dir;
+  const auto run = [&](const std::string& tag, const std::vector<std::string>& eviction) {
+    const std::string metrics = dir / (tag + ".jsonl");
+    const std::string cmd =
+        Quote(Gen(2000000, {"--vocab", "2000", "--drift", "0.5", "--drift-every", "1000000"})) +
+        " | " +
+        Quote(Cat({TrainBin(), "--train", "-", "--model", "ftrl", "--transport", "tcp", "--window",
+                   "100000", "--metrics-json", metrics, "--progress", "never", "-q"},
+                  eviction));
+    Proc p = Exec({"/bin/sh", "-c", cmd}, 120);
+    EXPECT_EQ(p.exit_code, 0) << p.Describe();
+    return ReadWindows(metrics);
+  };
+  const Windows kept = run("kept", {});
+  const Windows evicted = run("evicted", {"--evict-unseen", "0.3", "--evict-tick", "0.1"});
+  ASSERT_GE(kept.windows.size(), 20u);
+  ASSERT_GE(evicted.windows.size(), 20u);
+  const auto rows = [](const Windows& w, size_t i) { return w.windows[i].value("rows", 0.0); };
+  const size_t before = 8, last = kept.windows.size() - 1;  // window 9 ends before the drift
+  // 8 fields x 2000 live ids (+ the bias); 1.5 times that once the drift brought half anew.
+  EXPECT_GT(rows(kept, last), 1.4 * rows(kept, before));
+  EXPECT_LT(rows(evicted, evicted.windows.size() - 1), 0.8 * rows(kept, last));
+  double admitted = 0, evicted_rows = 0;
+  for (const nlohmann::json& j : evicted.windows) {
+    admitted += j.value("table.weights.admitted", 0.0);
+    evicted_rows += j.value("table.weights.evicted", 0.0);
+  }
+  EXPECT_GE(admitted, 1.4 * rows(kept, before)) << "the vocabulary seen grows";
+  EXPECT_GT(evicted_rows, 0.3 * rows(kept, before));
+  // Progressive AUC: worse right after the drift, recovered by the end.
+  for (const Windows* w : {&kept, &evicted}) {
+    const double pre = w->windows[before]["auc"], post = w->windows[before + 2]["auc"];
+    const double end = w->windows[w->windows.size() - 2]["auc"];
+    EXPECT_LT(post, pre - 0.01) << "pre " << pre << " post " << post;
+    EXPECT_GT(end, post + 0.01) << "post " << post << " end " << end;
+  }
 }
 
 }  // namespace
