@@ -43,6 +43,27 @@ PY
 "$ferry_predict" "$work/fm.model" "$work/te.svm" -o "$work/p.txt" --summary
 test "$(wc -l <"$work/p.txt")" -eq 4000
 
+echo "== ferry-train over verbs from a stream: a pipe dealt to 2 workers, windows, a row bound"
+# 8 x 500 ids against a bound of 2 x 1800 rows: the rarest go at the bound (one-sided reads of
+# a table that evicts), the frequent ones stay and the progressive AUC rises.
+"$ferry_gen" --stream --samples 40000 --fields 8 --vocab 500 --seed 5 |
+  "$ferry_train" --transport verbs --model ftrl --train - --window 10000 \
+    --max-rows-per-server 1800 --metrics-json "$work/s.jsonl" --progress never -q
+python3 - "$work/s.jsonl" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+windows = [l for l in lines if l["event"] == "window"]
+final = lines[-1]
+assert final["event"] == "final" and final["samples"] == 40000, final
+assert sum(w["window_samples"] for w in windows) == 40000, windows
+assert windows[-2]["auc"] > windows[0]["auc"], windows
+assert all(w["rows"] <= 2 * 1800 for w in windows), windows
+assert sum(w["table.weights.evicted"] for w in windows) > 0, windows
+print(f"stream over verbs: {len(windows)} windows, AUC {windows[0]['auc']:.3f} -> "
+      f"{windows[-2]['auc']:.3f}, rows {windows[-1]['rows']}, "
+      f"evicted {sum(w['table.weights.evicted'] for w in windows)}")
+PY
+
 echo "== ferry-train over verbs: kill -9 of server 1 after a checkpoint, --resume, same model bytes"
 "$ferry_gen" --samples 8000 --test-samples 100 --features 5000 --out "$work/ck.svm" \
   --test-out "$work/ck-te.svm" --seed 9 -q
