@@ -18,6 +18,12 @@ void AddStreamFlags(CLI::App& app, StreamOptions* o) {
   app.add_option("--max-samples", o->max_samples,
                  "end the job after this many training samples (0: at the end of the stream)")
       ->group(group);
+  app.add_option("--follow", o->follow,
+                 "DIR: train on the files that appear in DIR, in name order, each once (a file\n"
+                 "counts once renamed into place; names starting with '.' are ignored); FILE:\n"
+                 "tail a growing file. Instead of --train; ends with --idle-exit, --max-samples\n"
+                 "or Ctrl-C")
+      ->group(group);
   app.add_option("--idle-exit", o->idle_exit_seconds,
                  "end the job after this many seconds without new input (0: never)")
       ->check(CLI::NonNegativeNumber)

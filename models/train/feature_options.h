@@ -20,6 +20,10 @@ struct StreamOptions {
   uint64_t max_samples = 0;
   // The job ends when no new input came for this many seconds (0: never, wait for the end).
   double idle_exit_seconds = 0;
+  // A directory whose files are trained on as they appear (in name order, each once; a file
+  // counts when it is renamed into place), or a file tailed as it grows: the training input
+  // instead of --train (models/data/follow_input.h).
+  std::string follow;
   static constexpr uint64_t kDefaultWindowSamples = 100000;
 };
 

@@ -11,7 +11,8 @@ void AddTrainFlags(CLI::App& app, TrainOptions* o, TrainFlagText* t) {
   app.add_option("--model", t->model, "lr, ftrl, fm, ffm, mlp or deepfm")
       ->check(CLI::IsMember({"lr", "ftrl", "fm", "ffm", "mlp", "deepfm"}))
       ->capture_default_str();
-  app.add_option("--train", o->train_files, "training files (plain or gzip)")->required();
+  app.add_option("--train", o->train_files,
+                 "training files (plain or gzip), or - (stdin) or a FIFO: a stream");
   app.add_option("--test", o->test_files, "held-out files: logloss and exact AUC at the end");
   app.add_option("--format", t->format, "libsvm, criteo or libffm")
       ->check(CLI::IsMember({"libsvm", "svmlight", "criteo", "libffm"}))
@@ -191,6 +192,14 @@ Status AutoOrCount(const std::string& text, const char* flag, uint32_t* out) {
 }  // namespace
 
 Status FinalizeTrainFlags(const TrainFlagText& t, TrainOptions* o) {
+  if (!o->stream.follow.empty()) {
+    // The followed directory or file stands where the training input goes (a stream: the
+    // launcher deals it; auto_settings.h StreamTraining).
+    if (!o->train_files.empty()) {
+      return InvalidArgument("--follow " + o->stream.follow + " replaces --train: give one");
+    }
+    o->train_files = {o->stream.follow};
+  }
   FERRY_RETURN_IF_ERROR(AutoOrCount(t.epochs, "--epochs", &o->epochs));
   o->refit = t.refit == "on"    ? TrainOptions::Refit::kOn
              : t.refit == "off" ? TrainOptions::Refit::kOff
