@@ -48,23 +48,6 @@ void Flush(Sink& s, DealerStats* stats) {
   s.done = 0;
 }
 
-Result<Fd> OpenInput(const std::string& input) {
-  if (input == "-") {
-    Fd fd(::fcntl(0, F_DUPFD_CLOEXEC, 3));
-    if (fd.get() < 0) return IoError("duplicate stdin", errno);
-    return fd;
-  }
-  // Non-blocking for the open only (a FIFO's open would wait for a writer, and Stop could not
-  // end that wait); reads happen after poll says there is something, so they never block.
-  Fd fd(::open(input.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
-  if (fd.get() < 0) return IoError("open " + input, errno);
-  const int flags = ::fcntl(fd.get(), F_GETFL);
-  if (flags < 0 || ::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK) < 0) {
-    return IoError("fcntl " + input, errno);
-  }
-  return fd;
-}
-
 }  // namespace
 
 size_t NextBlockEnd(std::string_view data, size_t max_bytes, uint64_t lines_left, uint64_t* lines) {
@@ -134,9 +117,9 @@ Status StreamDealer::Join() {
 Status StreamDealer::Run() {
   std::vector<Sink> sinks(o_.sinks.size());
   for (size_t i = 0; i < sinks.size(); ++i) sinks[i].fd = Fd(o_.sinks[i]);
-  Result<Fd> opened = OpenInput(o_.input);
+  Result<std::unique_ptr<StreamInput>> opened = OpenStreamInput(o_.input, o_.follow);
   if (!opened.ok()) return opened.status();
-  Fd in = std::move(*opened);
+  StreamInput& in = **opened;
   std::vector<char> buf(o_.read_bytes);
   size_t head = 0, tail = 0;
   bool reading = true;
@@ -227,15 +210,17 @@ Status StreamDealer::Run() {
     std::vector<pollfd> fds;
     fds.push_back({wake_.get(), POLLIN, 0});
     const bool want_input = reading && tail < buf.size();
-    if (want_input) fds.push_back({in.get(), POLLIN, 0});
+    const bool input_fd = want_input && in.poll_fd() >= 0;
+    if (input_fd) fds.push_back({in.poll_fd(), POLLIN, 0});
+    const bool ready = want_input && in.ready();
     std::vector<size_t> who;
     for (size_t i = 0; i < sinks.size(); ++i) {
       if (sinks[i].dead || sinks[i].out.empty()) continue;
       fds.push_back({sinks[i].fd.get(), POLLOUT, 0});
       who.push_back(i);
     }
-    int timeout = -1;
-    if (reading && o_.idle_exit_seconds > 0) {
+    int timeout = ready ? 0 : -1;
+    if (!ready && reading && o_.idle_exit_seconds > 0) {
       const double left =
           o_.idle_exit_seconds - std::chrono::duration<double>(Clock::now() - last_input).count();
       if (left <= 0) {
@@ -249,27 +234,36 @@ Status StreamDealer::Run() {
       failed = IoError("poll in the stream dealer", errno);
       break;
     }
-    if (rc <= 0) continue;
+    if (rc < 0) continue;
     if (fds[0].revents != 0) {
       // Stop(): taken once (stop_ stays set); left unread, it would wake every later poll.
       uint64_t count = 0;
       (void)!::read(wake_.get(), &count, sizeof count);
     }
     size_t k = 1;
-    if (want_input) {
+    bool readable = ready;
+    if (input_fd) {
       if (fds[1].revents != 0) {
-        const ssize_t n = ::read(in.get(), buf.data() + tail, buf.size() - tail);
-        if (n > 0) {
-          tail += static_cast<size_t>(n);
-          last_input = Clock::now();
-        } else if (n == 0) {
-          end_input("end of input");
-        } else if (errno != EINTR && errno != EAGAIN) {
-          failed = IoError("read " + InputName(o_.input), errno);
+        readable = true;
+        if (Status s = in.Woken(); !s.ok()) {
+          failed = s;
           end_input("input error");
         }
       }
       k = 2;
+    }
+    if (readable && reading) {
+      bool ended = false;
+      Result<size_t> n = in.Read(buf.data() + tail, buf.size() - tail, &ended);
+      if (!n.ok()) {
+        failed = n.status();
+        end_input("input error");
+      } else if (*n > 0) {
+        tail += *n;
+        last_input = Clock::now();
+      } else if (ended) {
+        end_input("end of input");
+      }
     }
     for (size_t j = 0; j < who.size(); ++j, ++k) {
       if (fds[k].revents != 0) Flush(sinks[who[j]], &stats_);
@@ -278,6 +272,7 @@ Status StreamDealer::Run() {
   for (Sink& s : sinks) {
     if (!s.dead && !s.out.empty()) stats_.lost_bytes += s.out.size() - s.done;
   }
+  stats_.where = in.Where();
   return failed;  // the sinks close with `sinks`
 }
 

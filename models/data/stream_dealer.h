@@ -2,6 +2,8 @@
 // in blocks of whole lines, to several sinks: on a local cluster, the pipes that are the workers'
 // standard input (tools/train/cli.cc), so W workers train on one stream.
 //
+// The input (stream_input.h): a pipe, a followed directory or a tailed file.
+//
 // Dealing. A block is at most block_bytes of whole lines (a longer line is one block of its
 // own). Each block goes whole to one sink, so every line reaches exactly one worker and the
 // lines a worker gets keep their order in the stream. A block goes to a sink with nothing
@@ -29,13 +31,15 @@
 #include <vector>
 
 #include "models/data/input.h"
+#include "models/data/stream_input.h"
 #include "transport/status.h"
 
 namespace ferry::models {
 
 struct DealerOptions {
-  std::string input = "-";  // "-" (stdin) or a path that IsStreamInput
-  std::vector<int> sinks;   // write ends, owned by the dealer from Start on (closed at the end)
+  std::string input = "-";  // "-" (stdin) or a path that IsStreamInput; with follow, DIR or FILE
+  FollowMode follow = FollowMode::kNone;  // stream_input.h
+  std::vector<int> sinks;  // write ends, owned by the dealer from Start on (closed at the end)
   size_t block_bytes = 256 << 10;
   size_t read_bytes = 4 << 20;   // read buffer; lines longer than it go out in pieces, to one sink
   uint64_t max_lines = 0;        // 0: no limit
@@ -49,6 +53,7 @@ struct DealerStats {
   uint64_t lost_bytes = 0;  // dealt to a sink that closed before taking them
   // Why the stream ended: "end of input", "--max-samples", "idle", "stopped".
   std::string end;
+  std::string where;  // where the input stood (StreamInput::Where)
 };
 
 // The end of the next block in data[0, n): the end of the last whole line within max_bytes, or

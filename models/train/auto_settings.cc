@@ -122,7 +122,8 @@ bool CanRefit(const TrainOptions& o) {
 }
 
 bool StreamTraining(const TrainOptions& o) {
-  return o.train_files.size() == 1 && IsStreamInput(o.train_files.front());
+  return !o.stream.follow.empty() ||
+         (o.train_files.size() == 1 && IsStreamInput(o.train_files.front()));
 }
 
 bool StreamDealtHere() {
@@ -134,7 +135,9 @@ namespace {
 
 Result<TrainOptions> ResolveStreamSettings(const TrainOptions& o) {
   TrainOptions r = o;
-  const std::string in = "--train " + InputName(o.train_files.front()) + " is a stream";
+  const std::string in = o.stream.follow.empty()
+                             ? "--train " + InputName(o.train_files.front()) + " is a stream"
+                             : "--follow " + o.stream.follow + " is followed as a stream";
   if (r.epochs > 1) return InvalidArgument(in + ": it is read once (--epochs 1 or auto)");
   if (!r.validation_files.empty() || r.validation_fraction > 0) {
     return InvalidArgument(in + ": it has no held-out data (--validation, --validation-fraction);" +

@@ -55,8 +55,8 @@
 
 namespace ferry::models {
 
-// Whether the job trains from a stream: one training input, and it is "-" or a FIFO, socket or
-// character device (models/data/input.h IsStreamInput).
+// Whether the job trains from a stream: --follow, or one training input that is "-" or a FIFO,
+// socket or character device (models/data/input.h IsStreamInput).
 bool StreamTraining(const TrainOptions& o);
 // Set to "dealt" by ferry-train's local launcher (tools/train/stream_launch.h) for ranks whose
 // standard input is their share of the stream; StreamDealtHere reads it.

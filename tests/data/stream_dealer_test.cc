@@ -9,6 +9,10 @@
 #include <atomic>
 #include <charconv>
 #include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -82,12 +86,10 @@ struct Dealt {
   Status status;
 };
 
-// Deals `input` (written by a thread, then closed unless keep_open) to `sinks` sinks.
-Dealt Deal(const std::string& input, size_t sinks, DealerOptions o,
-           const std::vector<int>& delay_us = {}, bool keep_open = false,
-           std::function<void(StreamDealer&)> during = nullptr) {
-  Pipe in;
-  o.input = in.ReadPath();
+// Runs a dealer of `o` (its input set) into `sinks` pipes, each drained by a thread (delay_us:
+// a pause after each read of sink i); `during` runs on the caller's thread meanwhile.
+Dealt RunDealer(DealerOptions o, size_t sinks, const std::vector<int>& delay_us,
+                const std::function<void(StreamDealer&)>& during) {
   std::vector<int> readers;
   for (size_t i = 0; i < sinks; ++i) {
     Pipe p;
@@ -98,10 +100,6 @@ Dealt Deal(const std::string& input, size_t sinks, DealerOptions o,
   d.per_sink.resize(sinks);
   auto dealer = StreamDealer::Start(o);
   EXPECT_TRUE(dealer.ok()) << dealer.status().ToString();
-  std::thread writer([&] {
-    WriteAll(in.w, input);
-    if (!keep_open) ::close(in.w);
-  });
   std::vector<std::thread> drains;
   for (size_t i = 0; i < sinks; ++i) {
     const int delay = i < delay_us.size() ? delay_us[i] : 0;
@@ -110,10 +108,24 @@ Dealt Deal(const std::string& input, size_t sinks, DealerOptions o,
   if (during) during(**dealer);
   d.status = (*dealer)->Join();
   d.stats = (*dealer)->stats();
+  for (auto& t : drains) t.join();
+  return d;
+}
+
+// Deals `input` (written by a thread, then closed unless keep_open) to `sinks` sinks.
+Dealt Deal(const std::string& input, size_t sinks, DealerOptions o,
+           const std::vector<int>& delay_us = {}, bool keep_open = false,
+           std::function<void(StreamDealer&)> during = nullptr) {
+  Pipe in;
+  o.input = in.ReadPath();
+  std::thread writer([&] {
+    WriteAll(in.w, input);
+    if (!keep_open) ::close(in.w);
+  });
+  Dealt d = RunDealer(o, sinks, delay_us, during);
   writer.join();
   if (keep_open) ::close(in.w);
   ::close(in.r);  // only now: the dealer's thread opens its own through /dev/fd
-  for (auto& t : drains) t.join();
   return d;
 }
 
@@ -213,6 +225,93 @@ TEST(StreamDealer, ALineLongerThanTheBufferGoesWholeToOneSink) {
   for (const auto& ids : d.per_sink) total += ids.size();
   EXPECT_EQ(total, 101u);  // every sink's bytes were whole lines (Drain checks the ends)
   EXPECT_EQ(d.stats.lines, 101u);
+}
+
+TEST(NewFollowedFiles, NameOrderOnceAndNoDotFiles) {
+  const std::set<std::string> seen = {"b"};
+  EXPECT_EQ(NewFollowedFiles({"c", ".c.tmp", "a", "b", "a"}, seen),
+            (std::vector<std::string>{"a", "c"}));
+  EXPECT_TRUE(NewFollowedFiles({".x", "b"}, seen).empty());
+}
+
+// Deals what a followed directory or a tailed file gives while `feed` adds to it, until the
+// input has been idle for 0.5 s.
+Dealt DealFollowed(const std::string& path, FollowMode mode, size_t sinks,
+                   const std::function<void()>& feed) {
+  DealerOptions o;
+  o.input = path;
+  o.follow = mode;
+  o.idle_exit_seconds = 0.5;
+  o.block_bytes = 256;
+  return RunDealer(o, sinks, {}, [&](StreamDealer&) { feed(); });
+}
+
+std::string TempDirPath() {
+  char tmpl[] = "/tmp/ferry-follow-XXXXXX";
+  return ::mkdtemp(tmpl) != nullptr ? tmpl : "";
+}
+
+void Put(const std::string& path, const std::string& text, bool append = false) {
+  std::FILE* f = std::fopen(path.c_str(), append ? "ab" : "wb");
+  ASSERT_NE(f, nullptr) << path;
+  std::fwrite(text.data(), 1, text.size(), f);
+  std::fclose(f);
+}
+
+TEST(StreamDealer, AFollowedDirectoryGivesEachRenamedFileOnceInNameOrder) {
+  const std::string dir = TempDirPath();
+  ASSERT_FALSE(dir.empty());
+  Put(dir + "/part-1", Lines(0, 1000));  // there before the start
+  Dealt d = DealFollowed(dir, FollowMode::kDir, 2, [&] {
+    // Written under a dot name, then renamed into place: read whole, once.
+    for (int part = 2; part <= 4; ++part) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      const std::string tmp = dir + "/.part-" + std::to_string(part);
+      Put(tmp, Lines(1000 * (part - 1), 1000 * part));
+      ASSERT_EQ(::rename(tmp.c_str(), (dir + "/part-" + std::to_string(part)).c_str()), 0);
+    }
+    Put(dir + "/.never", Lines(90000, 90010));  // a dot name is never read
+  });
+  ASSERT_TRUE(d.status.ok()) << d.status.ToString();
+  EXPECT_EQ(d.stats.end, "idle");
+  EXPECT_EQ(d.stats.lines, 4000u);
+  EXPECT_NE(d.stats.where.find("4 of 4 files read"), std::string::npos) << d.stats.where;
+  std::vector<int> seen(4000, 0);
+  for (const auto& ids : d.per_sink) {
+    for (size_t i = 0; i < ids.size(); ++i) {
+      ASSERT_GE(ids[i], 0);
+      ASSERT_LT(ids[i], 4000);
+      ++seen[ids[i]];
+      if (i > 0) {
+        EXPECT_LT(ids[i - 1], ids[i]) << "out of name order";
+      }
+    }
+  }
+  for (int i = 0; i < 4000; ++i) ASSERT_EQ(seen[i], 1) << "line " << i;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(StreamDealer, ATailedFileGivesWhatIsAppendedAndRefusesTruncation) {
+  const std::string dir = TempDirPath();
+  const std::string file = dir + "/log";
+  Put(file, Lines(0, 100));
+  Dealt d = DealFollowed(file, FollowMode::kTail, 1, [&] {
+    for (int k = 1; k < 5; ++k) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      Put(file, Lines(100 * k, 100 * (k + 1)), /*append=*/true);
+    }
+  });
+  ASSERT_TRUE(d.status.ok()) << d.status.ToString();
+  ASSERT_EQ(d.per_sink[0].size(), 500u);
+  for (int i = 0; i < 500; ++i) ASSERT_EQ(d.per_sink[0][i], i);
+
+  Dealt cut = DealFollowed(file, FollowMode::kTail, 1, [&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    Put(file, Lines(0, 3));  // truncated and rewritten
+  });
+  EXPECT_FALSE(cut.status.ok());
+  EXPECT_NE(cut.status.message().find("shrank"), std::string::npos) << cut.status.ToString();
+  std::filesystem::remove_all(dir);
 }
 
 TEST(StreamReader, ReadsAPipeOnceAndRefusesGzipAndRewind) {

@@ -108,7 +108,7 @@ TEST_P(Stream, APipeDealtToTwoWorkersIsScoredPerWindowTrainedOnceAndExported) {
                                  model, "--metrics-json", metrics, "--progress", "never"});
   Proc p = Exec({"/bin/sh", "-c", cmd}, 120);
   ASSERT_EQ(p.exit_code, 0) << p.Describe();
-  EXPECT_THAT(p.err, HasSubstr("the stream gave 120000 lines (end of input)"));
+  EXPECT_THAT(p.err, HasSubstr("the stream gave 120000 lines (end of input; stdin)"));
   Windows w = ReadWindows(metrics);
   // Every sample scored once before its push, whichever worker it was dealt to.
   EXPECT_EQ(w.samples, 120000u);
@@ -210,6 +210,33 @@ TEST(StreamEnds, AMalformedLineIsNamedWithItsSourceAndSkipped) {
   const Windows w = ReadWindows(dir / "m.jsonl");
   EXPECT_EQ(w.samples, 6000u);
   EXPECT_EQ(w.final_line.value("samples", uint64_t{0}), 6000u);
+}
+
+TEST(StreamEnds, AFollowedDirectoryTrainsTheFilesThatArriveWhileTheJobRuns) {
+  TempDir dir;
+  const std::string in = dir / "in";
+  ASSERT_EQ(::mkdir(in.c_str(), 0700), 0);
+  WriteText(in + "/hour-00", SampleText(4000));
+  std::thread producer([&] {
+    // Hourly partitions, each written aside and renamed into place.
+    for (int h = 1; h <= 2; ++h) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      const std::string tmp = in + "/.hour-0" + std::to_string(h);
+      WriteText(tmp, SampleText(3000));
+      ::rename(tmp.c_str(), (in + "/hour-0" + std::to_string(h)).c_str());
+    }
+  });
+  TrainRun r = Train(dir, "follow",
+                     {"--follow", in, "--model", "lr", "--transport", "tcp", "--idle-exit", "1",
+                      "--window", "2000"},
+                     90);
+  producer.join();
+  ASSERT_TRUE(r.ok()) << r.proc.Describe();
+  EXPECT_EQ(r.final_line.value("samples", uint64_t{0}), 10000u);
+  EXPECT_EQ(ReadWindows(dir / "follow.jsonl").samples, 10000u);
+  Proc both = Exec({TrainBin(), "--follow", in, "--train", dir / "x.svm"}, 30);
+  EXPECT_EQ(both.exit_code, 2) << both.Describe();
+  EXPECT_THAT(both.err, HasSubstr("replaces --train"));
 }
 
 TEST(StreamEnds, AnEmptyStreamFailsTheJob) {

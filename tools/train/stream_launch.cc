@@ -1,6 +1,7 @@
 #include "tools/train/stream_launch.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -25,6 +26,11 @@ Result<int> RunStreamingLocalCluster(const models::TrainOptions& o, ps::LocalClu
   std::vector<models::Fd> read_ends;
   models::DealerOptions d;
   d.input = o.train_files.front();
+  if (!o.stream.follow.empty()) {
+    struct stat st;
+    const bool dir = ::stat(o.stream.follow.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+    d.follow = dir ? models::FollowMode::kDir : models::FollowMode::kTail;
+  }
   d.max_lines = o.stream.max_samples;
   d.idle_exit_seconds = o.stream.idle_exit_seconds;
   for (uint32_t w = 0; w < lc.workers; ++w) {
@@ -53,8 +59,8 @@ Result<int> RunStreamingLocalCluster(const models::TrainOptions& o, ps::LocalClu
   Status dealt = dealer->Join();
   const models::DealerStats& st = dealer->stats();
   if (!o.quiet) {
-    std::fprintf(stderr, "ferry-train: the stream gave %llu lines (%s)%s\n",
-                 static_cast<unsigned long long>(st.lines), st.end.c_str(),
+    std::fprintf(stderr, "ferry-train: the stream gave %llu lines (%s; %s)%s\n",
+                 static_cast<unsigned long long>(st.lines), st.end.c_str(), st.where.c_str(),
                  st.lost_bytes > 0 ? "; some were dealt to a worker that had stopped" : "");
   }
   if (!rc.ok()) return rc;

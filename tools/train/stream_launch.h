@@ -1,4 +1,5 @@
-// ferry-train's local cluster over a stream (--train - or a FIFO): the launching process owns
+// ferry-train's local cluster over a stream (--train - or a FIFO, --follow DIR or FILE:
+// models/data/stream_input.h): the launching process owns
 // the stream and deals it to the workers (models/data/stream_dealer.h), each worker reading its
 // share on its standard input (FERRY_TRAIN_STREAM=dealt tells it so).
 //

@@ -1,0 +1,216 @@
+// The dealer's sources (stream_input.h): a pipe, a followed directory, a tailed file.
+#include "models/data/stream_input.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <deque>
+
+namespace ferry::models {
+namespace {
+
+Result<size_t> ReadSome(int fd, const std::string& what, char* dst, size_t cap) {
+  while (true) {
+    const ssize_t n = ::read(fd, dst, cap);
+    if (n >= 0) return static_cast<size_t>(n);
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return size_t{0};
+    if (errno != EINTR) return IoError("read " + what, errno);
+  }
+}
+
+// Takes every pending event of an inotify descriptor (non-blocking): only the wake-up matters.
+void DrainInotify(int fd) {
+  alignas(inotify_event) char buf[4096];
+  while (::read(fd, buf, sizeof buf) > 0) {
+  }
+}
+
+Result<Fd> WatchPath(const std::string& path, uint32_t events) {
+  Fd fd(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
+  if (fd.get() < 0) return IoError("inotify_init1 for " + path, errno);
+  if (::inotify_add_watch(fd.get(), path.c_str(), events) < 0) {
+    return IoError("watch " + path, errno);
+  }
+  return fd;
+}
+
+class PipeInput final : public StreamInput {
+ public:
+  PipeInput(Fd fd, std::string path) : fd_(std::move(fd)), path_(std::move(path)) {}
+  int poll_fd() const override { return fd_.get(); }
+  bool ready() override { return false; }
+  Status Woken() override { return Status::Ok(); }
+  Result<size_t> Read(char* dst, size_t cap, bool* ended) override {
+    // Only called once poll said readable: 0 is the end (every writer closed it).
+    FERRY_ASSIGN_OR_RETURN(const size_t n, ReadSome(fd_.get(), InputName(path_), dst, cap));
+    *ended = n == 0;
+    return n;
+  }
+  std::string Where() const override { return InputName(path_); }
+
+ private:
+  Fd fd_;
+  std::string path_;
+};
+
+class DirInput final : public StreamInput {
+ public:
+  DirInput(Fd watch, std::string dir) : watch_(std::move(watch)), dir_(std::move(dir)) {}
+  int poll_fd() const override { return watch_.get(); }
+  bool ready() override { return current_.get() >= 0 || !pending_.empty(); }
+  Status Woken() override {
+    DrainInotify(watch_.get());
+    return Scan();
+  }
+  Result<size_t> Read(char* dst, size_t cap, bool* ended) override {
+    *ended = false;
+    while (true) {
+      if (current_.get() < 0) {
+        if (pending_.empty()) return size_t{0};
+        name_ = pending_.front();
+        pending_.pop_front();
+        current_ = Fd(::open((dir_ + "/" + name_).c_str(), O_RDONLY | O_CLOEXEC));
+        // A file removed between the listing and the open was never complete here: skip it.
+        if (current_.get() < 0 && errno == ENOENT) continue;
+        if (current_.get() < 0) return IoError("open " + dir_ + "/" + name_, errno);
+      }
+      FERRY_ASSIGN_OR_RETURN(const size_t n,
+                             ReadSome(current_.get(), dir_ + "/" + name_, dst, cap));
+      if (n > 0) return n;
+      current_ = Fd();
+      ++files_read_;
+    }
+  }
+  std::string Where() const override {
+    return dir_ + (name_.empty() ? "" : "/" + name_) + " (" + std::to_string(files_read_) + " of " +
+           std::to_string(seen_.size()) + " files read)";
+  }
+
+  Status Scan() {
+    Fd d(::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (d.get() < 0) return IoError("open " + dir_, errno);
+    DIR* dp = ::fdopendir(d.release());
+    if (dp == nullptr) return IoError("fdopendir " + dir_, errno);
+    std::vector<std::string> names;
+    while (const dirent* e = ::readdir(dp)) {
+      const std::string name = e->d_name;
+      struct stat st;
+      if (name[0] == '.' || ::fstatat(::dirfd(dp), e->d_name, &st, 0) != 0) continue;
+      if (S_ISREG(st.st_mode)) names.push_back(name);
+    }
+    ::closedir(dp);
+    for (std::string& n : NewFollowedFiles(names, seen_)) {
+      seen_.insert(n);
+      pending_.push_back(std::move(n));
+    }
+    return Status::Ok();
+  }
+
+ private:
+  Fd watch_;
+  std::string dir_;
+  std::set<std::string> seen_;
+  std::deque<std::string> pending_;
+  Fd current_;
+  std::string name_;
+  uint64_t files_read_ = 0;
+};
+
+class TailInput final : public StreamInput {
+ public:
+  TailInput(Fd watch, Fd file, std::string path)
+      : watch_(std::move(watch)), file_(std::move(file)), path_(std::move(path)) {}
+  int poll_fd() const override { return watch_.get(); }
+  bool ready() override {
+    struct stat st;
+    return ::fstat(file_.get(), &st) == 0 && static_cast<uint64_t>(st.st_size) != offset_;
+  }
+  Status Woken() override {
+    DrainInotify(watch_.get());
+    return Status::Ok();
+  }
+  Result<size_t> Read(char* dst, size_t cap, bool* ended) override {
+    *ended = false;
+    struct stat st;
+    if (::fstat(file_.get(), &st) != 0) return IoError("stat " + path_, errno);
+    if (static_cast<uint64_t>(st.st_size) < offset_) {
+      return InvalidArgument(path_ + " shrank from " + std::to_string(offset_) + " to " +
+                             std::to_string(st.st_size) +
+                             " bytes (truncated or rotated): --follow FILE tails one growing file");
+    }
+    FERRY_ASSIGN_OR_RETURN(const size_t n, ReadSome(file_.get(), path_, dst, cap));
+    offset_ += n;
+    return n;
+  }
+  std::string Where() const override { return path_ + " at byte " + std::to_string(offset_); }
+
+ private:
+  Fd watch_;
+  Fd file_;
+  std::string path_;
+  uint64_t offset_ = 0;
+};
+
+Result<std::unique_ptr<StreamInput>> OpenPipe(const std::string& path) {
+  if (path == "-") {
+    Fd fd(::fcntl(0, F_DUPFD_CLOEXEC, 3));
+    if (fd.get() < 0) return IoError("duplicate stdin", errno);
+    return std::unique_ptr<StreamInput>(new PipeInput(std::move(fd), path));
+  }
+  // Non-blocking for the open only (a FIFO's open would wait for a writer, and the dealer
+  // could not stop meanwhile); reads happen after poll says there is something.
+  Fd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  if (fd.get() < 0) return IoError("open " + path, errno);
+  const int flags = ::fcntl(fd.get(), F_GETFL);
+  if (flags < 0 || ::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK) < 0) {
+    return IoError("fcntl " + path, errno);
+  }
+  return std::unique_ptr<StreamInput>(new PipeInput(std::move(fd), path));
+}
+
+}  // namespace
+
+std::vector<std::string> NewFollowedFiles(const std::vector<std::string>& listing,
+                                          const std::set<std::string>& seen) {
+  std::vector<std::string> out;
+  for (const std::string& n : listing) {
+    if (!n.empty() && n[0] != '.' && seen.count(n) == 0) out.push_back(n);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+Result<std::unique_ptr<StreamInput>> OpenStreamInput(const std::string& path, FollowMode mode) {
+  struct stat st;
+  switch (mode) {
+    case FollowMode::kNone:
+      return OpenPipe(path);
+    case FollowMode::kDir: {
+      if (::stat(path.c_str(), &st) != 0) return IoError("--follow " + path, errno);
+      if (!S_ISDIR(st.st_mode)) return InvalidArgument("--follow " + path + " is not a directory");
+      // Renames into the directory and files closed after writing in it wake the dealer.
+      FERRY_ASSIGN_OR_RETURN(Fd watch, WatchPath(path, IN_MOVED_TO | IN_CLOSE_WRITE | IN_CREATE));
+      auto in = std::make_unique<DirInput>(std::move(watch), path);
+      FERRY_RETURN_IF_ERROR(in->Scan());
+      return std::unique_ptr<StreamInput>(std::move(in));
+    }
+    case FollowMode::kTail: {
+      Fd file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+      if (file.get() < 0) return IoError("open " + path, errno);
+      if (::fstat(file.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+        return InvalidArgument("--follow " + path + " is neither a directory nor a regular file");
+      }
+      FERRY_ASSIGN_OR_RETURN(Fd watch, WatchPath(path, IN_MODIFY));
+      return std::unique_ptr<StreamInput>(new TailInput(std::move(watch), std::move(file), path));
+    }
+  }
+  return InvalidArgument("unknown follow mode");
+}
+
+}  // namespace ferry::models

@@ -1,0 +1,53 @@
+// Where a StreamDealer (stream_dealer.h) reads: one interface, three sources today, and the place
+// a queue (Kafka, say) would go as one more source without touching the dealer or the trainer.
+//
+//   pipe    "-" (stdin), a FIFO, a socket: bytes as they come; the end when every writer closed
+//   dir     --follow DIR: the regular files of DIR, in name order, each read once, front to back;
+//           files already there first, then each new one as it appears. A file counts once it is
+//           in DIR under its final name: write it elsewhere (or as a name starting with '.') and
+//           rename(2) it into place, which is atomic; a file still being written in place would
+//           be read half-written. Names starting with '.' are never read. Never ends by itself.
+//   tail    --follow FILE: the bytes of FILE from its start, then those appended (tail -f);
+//           a FILE that shrinks (truncated, rotated) is an error. Never ends by itself.
+//
+// Threading: one thread (the dealer's). Blocking: never: Read returns what there is.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "models/data/input.h"
+#include "transport/status.h"
+
+namespace ferry::models {
+
+class StreamInput {
+ public:
+  virtual ~StreamInput() = default;
+  // A descriptor that becomes readable (POLLIN) when there may be more to read; -1: none.
+  virtual int poll_fd() const = 0;
+  // Whether Read has bytes now without waiting for poll_fd (a file with unread bytes).
+  virtual bool ready() = 0;
+  // poll_fd was readable: take its notification (drain, rescan).
+  virtual Status Woken() = 0;
+  // Up to `cap` (> 0) bytes. 0 with *ended = true: the input is over; 0 otherwise: nothing now.
+  virtual Result<size_t> Read(char* dst, size_t cap, bool* ended) = 0;
+  // Where the input stands, for messages: "stdin", "DIR/part-0003 (2 of 5 files read)".
+  virtual std::string Where() const = 0;
+};
+
+enum class FollowMode { kNone, kDir, kTail };
+
+// kNone: `path` must be a stream (IsStreamInput); kDir: a directory; kTail: a regular file.
+// Errors name the path.
+Result<std::unique_ptr<StreamInput>> OpenStreamInput(const std::string& path, FollowMode mode);
+
+// The files of a followed directory to read next: the names in `listing` that are not in
+// `seen`, do not start with '.', in name order. Pure.
+std::vector<std::string> NewFollowedFiles(const std::vector<std::string>& listing,
+                                          const std::set<std::string>& seen);
+
+}  // namespace ferry::models
