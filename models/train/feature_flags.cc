@@ -1,8 +1,40 @@
 #include "models/train/feature_flags.h"
 
 #include <CLI/CLI.hpp>
+#include <charconv>
+#include <string>
 
 namespace ferry::models {
+
+namespace {
+
+// "30s", "5m", "2h" (seconds, minutes, hours; a decimal number) or "100000" (samples): sets one
+// of the two and clears the other.
+void ParseExportEvery(const std::string& text, ExportOptions* o) {
+  const std::string bad =
+      "--export-every '" + text + "': give seconds as 30s, 5m or 2h, or a sample count as 100000";
+  if (text.empty()) throw CLI::ValidationError(bad);
+  const char unit = text.back();
+  o->every_seconds = 0;
+  o->every_samples = 0;
+  if (unit == 's' || unit == 'm' || unit == 'h') {
+    double v = 0;
+    auto [p, ec] = std::from_chars(text.data(), text.data() + text.size() - 1, v);
+    if (ec != std::errc() || p != text.data() + text.size() - 1 || !(v > 0)) {
+      throw CLI::ValidationError(bad);
+    }
+    o->every_seconds = v * (unit == 's' ? 1 : unit == 'm' ? 60 : 3600);
+    return;
+  }
+  uint64_t n = 0;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  if (ec != std::errc() || p != text.data() + text.size() || n == 0) {
+    throw CLI::ValidationError(bad);
+  }
+  o->every_samples = n;
+}
+
+}  // namespace
 
 void AddStreamFlags(CLI::App& app, StreamOptions* o) {
   auto* group = "Continuous training (--train - or a FIFO: one pass over an unbounded stream)";
@@ -59,6 +91,34 @@ void AddFeatureFlags(CLI::App& app, FeatureOptions* o) {
       ->group(group);
   app.add_option("--evict-tick", o->tick_seconds, "seconds between the servers' eviction passes")
       ->check(CLI::Range(0.01, 3600.0))
+      ->capture_default_str()
+      ->group(group);
+}
+
+void AddExportFlags(CLI::App& app, ExportOptions* o) {
+  auto* group = "Incremental export for serving (docs/model-format.md, export directories)";
+  auto* dir = app.add_option("--export-dir", o->dir,
+                             "publish the model into DIR while training: versions, each a full\n"
+                             "base or a delta (changed rows, removed keys) on the one before,\n"
+                             "listed in DIR/MANIFEST; the last version is the final model.\n"
+                             "ferry-predict DIR scores with the newest")
+                  ->group(group);
+  app.add_option_function<std::string>(
+         "--export-every", [o](const std::string& v) { ParseExportEvery(v, o); },
+         "a version every 30s / 5m / 2h, or every N training samples (all workers; bsp/ssp at\n"
+         "a clock boundary, asp when worker 0 gets there, streams at a window's end);\n"
+         "without it, one version at the end")
+      ->needs(dir)
+      ->group(group);
+  app.add_option("--base-every", o->base_every,
+                 "a full base every K versions, deltas in between (1: only bases)")
+      ->check(CLI::Range(1u, 1000000u))
+      ->needs(dir)
+      ->capture_default_str()
+      ->group(group);
+  app.add_option("--export-keep-bases", o->keep_bases,
+                 "bases kept in the export directory, each with its deltas (0: keep everything)")
+      ->needs(dir)
       ->capture_default_str()
       ->group(group);
 }

@@ -1,5 +1,6 @@
-// ferry-train's flags for continuous jobs (StreamOptions) and for feature admission and eviction
-// (FeatureOptions), in their own help groups. Called by AddTrainFlags (flags.h).
+// ferry-train's flags for continuous jobs (StreamOptions), feature admission and eviction
+// (FeatureOptions) and incremental export (ExportOptions), in their own help groups. Called by
+// AddTrainFlags (flags.h).
 //
 // Ownership: the app keeps pointers to the options; they must outlive the parse.
 // Threading: command-line setup, one thread.
@@ -15,5 +16,6 @@ namespace ferry::models {
 
 void AddStreamFlags(CLI::App& app, StreamOptions* o);
 void AddFeatureFlags(CLI::App& app, FeatureOptions* o);
+void AddExportFlags(CLI::App& app, ExportOptions* o);
 
 }  // namespace ferry::models

@@ -1,5 +1,6 @@
-// What ferry-train is told about a continuous job and about the life of feature rows: value
-// types inside TrainOptions (train_options.h), filled by the flags of feature_flags.h.
+// What ferry-train is told about a continuous job, about the life of feature rows and about
+// publishing the model while it trains: value types inside TrainOptions (train_options.h),
+// filled by the flags of feature_flags.h.
 //
 // Thread-safety: value types; built on the main thread, then read only.
 #pragma once
@@ -41,6 +42,18 @@ struct FeatureOptions {
     return admit_min_count >= 2 || admit_prob < 1.0 || evict_unseen_seconds > 0 ||
            evict_score > 0 || max_rows_per_server > 0;
   }
+};
+
+// Incremental export for serving (feature_flags.h AddExportFlags; models/io/export_writer.h):
+// worker 0 publishes the model into `dir` as versions, each a full base or a delta on the one
+// before, every `every_seconds` seconds or `every_samples` training samples (all workers), and
+// once more at the end with the final model.
+struct ExportOptions {
+  std::string dir;             // "": no export directory
+  double every_seconds = 0;    // > 0: a version when this much time passed since the last one
+  uint64_t every_samples = 0;  // > 0: a version every this many samples (0 and 0: at the end)
+  uint32_t base_every = 10;    // a full base every this many versions, deltas in between
+  uint32_t keep_bases = 2;     // bases (with their deltas) kept in `dir`; 0: every version
 };
 
 }  // namespace ferry::models

@@ -168,6 +168,7 @@ void AddTrainFlags(CLI::App& app, TrainOptions* o, TrainFlagText* t) {
       ->group(ckpt);
   AddStreamFlags(app, &o->stream);
   AddFeatureFlags(app, &o->features);
+  AddExportFlags(app, &o->exports);
   app.add_option("--secret", o->secret, "shared secret every connection of the job proves")
       ->group("");
 }

@@ -106,6 +106,8 @@ struct TrainOptions {
   StreamOptions stream;
   // Feature admission and eviction (feature_flags.h): which keys get a row, which rows go.
   FeatureOptions features;
+  // Incremental export for serving (feature_options.h): versions in an export directory.
+  ExportOptions exports;
 
   // Output.
   std::string model_out;

@@ -2,11 +2,9 @@
 // pass are trainer_epochs.cc, one pass is trainer_passes.cc).
 #include "models/train/trainer.h"
 
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -15,7 +13,6 @@
 #include "models/data/input.h"
 #include "models/eval/calibration.h"
 #include "models/train/auto_settings.h"
-#include "models/train/export.h"
 #include "models/train/gather_sums.h"
 #include "models/train/worker_loop.h"
 #include "ps/job/checkpoint.h"
@@ -192,6 +189,7 @@ Status WorkerLoop::WarnIdleWorkers() {
 // The job, step by step: readers, metrics and the counting pass (Setup), resuming, the epochs,
 // the refit, then the end (Finish: evaluation, reduction, export).
 Status WorkerLoop::Run(TrainReport* report) {
+  FERRY_RETURN_IF_ERROR(OpenExportDir());
   if (StreamTraining(o_)) return RunStream(report);
   FERRY_RETURN_IF_ERROR(Setup());
   FERRY_ASSIGN_OR_RETURN(const ResumePoint at, Resume());
@@ -350,37 +348,6 @@ Status WorkerLoop::WriteFinalRecord(const TrainReport& rep, uint32_t last_epoch)
   line.Set("workers", static_cast<uint64_t>(w_.num_workers()));
   line.Set("servers", static_cast<uint64_t>(w_.num_servers()));
   return metrics_->Write(line);
-}
-
-Status WorkerLoop::ExportKept(bool current) {
-  if (!o_.model_out.empty()) FERRY_RETURN_IF_ERROR(Export(current ? "" : kept_.dir));
-  if (!current && o_.checkpoint_dir.empty() && !kept_.dir.empty() && kept_.ours) {
-    std::error_code ec;
-    std::filesystem::remove_all(kept_.dir, ec);
-  }
-  return Status::Ok();
-}
-
-Status WorkerLoop::Export(const std::string& from_dir) {
-  ModelParams params = DescribeModel(o_, def_);
-  if (offset_ != 0) params[std::string(kLogitOffsetParam)] = FormatOffset(offset_);
-  if (!from_dir.empty()) {
-    Status s = ExportCheckpoint(from_dir, w_.job(), def_, params, o_.model_out, o_.model_format);
-    return s.ok() ? s : s.Annotate("export the kept model to " + o_.model_out);
-  }
-  // The servers write their shards next to the model file (a file system they all reach), this
-  // worker turns them into the model, and the shards go.
-  const std::string dir = o_.model_out + ".shards." + std::to_string(getpid());
-  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    return IoError("create " + dir + " for the model export", errno);
-  }
-  Status s = w_.Checkpoint(dir);
-  if (s.ok()) {
-    s = ExportCheckpoint(dir, w_.job(), def_, params, o_.model_out, o_.model_format);
-  }
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
-  return s.ok() ? s : s.Annotate("export the model to " + o_.model_out);
 }
 
 Status RunTraining(ps::Node& node, const TrainOptions& o, const ModelDef& def,

@@ -112,6 +112,8 @@ Status WorkerLoop::TrainSequential(uint32_t epoch, uint64_t first_step) {
     // An empty step still counts: every worker makes steps_per_epoch clocks.
     FERRY_RETURN_IF_ERROR(w_.Clock(position_));
     FERRY_RETURN_IF_ERROR(MaybeEvaluate(epoch));
+    // At the clock boundary: under bsp the version is the model of these clocks exactly.
+    FERRY_RETURN_IF_ERROR(MaybeExport());
     ShowProgress();
   }
   return Status::Ok();
@@ -149,6 +151,7 @@ Status WorkerLoop::TrainPipelined(uint32_t epoch) {
     if (*next_n == 0) break;
     cur = nxt;
     Status s = MaybeEvaluate(epoch);
+    if (s.ok()) s = MaybeExport();
     if (!s.ok()) {
       step_.Abandon(&slots[cur]);
       return s;

@@ -128,6 +128,7 @@ Status WorkerLoop::TrainStream() {
     // worker's clock); one that is still waiting for input joins the round when a batch comes.
     if (window_.count >= share || (seconds > 0 && SecondsSince(window_start_) >= seconds)) {
       Status w = CloseWindow(/*at_end=*/false).status();
+      if (w.ok()) w = MaybeExport();
       if (!w.ok()) {
         if (n > 0) step_.Abandon(&slots[cur]);
         return w;

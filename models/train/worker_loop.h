@@ -22,6 +22,7 @@
 #include "models/data/reader.h"
 #include "models/eval/metrics_json.h"
 #include "models/eval/progress.h"
+#include "models/io/export_writer.h"
 #include "models/train/early_stop.h"
 #include "models/train/epoch_log.h"
 #include "models/train/evaluate.h"
@@ -107,6 +108,18 @@ class WorkerLoop {
   Status Export(const std::string& from_dir);
   void Log(const std::string& line);
 
+  // --- trainer_export.cc: the export directory (--export-dir), worker 0 only.
+  Status OpenExportDir();
+  // A version when one is due (--export-every); call where a checkpoint is allowed (after a bsp
+  // clock, between batches, after a window's round). Nothing on the other workers.
+  Status MaybeExport();
+  // The next version from the checkpoint `from_dir`, or ("") from a checkpoint taken now.
+  Status TakeVersion(const std::string& from_dir);
+  // The samples behind the model now (all workers): what --export-every counts.
+  uint64_t ExportSamples() const;
+  // The exported model's parameters (--model-out and the export directory's versions).
+  ModelParams ExportParams() const;
+
   // --- trainer_passes.cc: one pass.
   Status CountSteps(bool share);
   Result<uint64_t> SeekToCheckpoint();
@@ -174,6 +187,12 @@ class WorkerLoop {
   uint64_t window_total_ = 0;
   uint64_t read_ = 0;
   std::vector<ps::TableStats> last_table_stats_;  // worker 0: at the last window
+  // Worker 0 with --export-dir: the writer, the last version's time, the sample count that makes
+  // the next one due, and the time spent exporting.
+  std::optional<ExportDirWriter> exporter_;
+  TrainClock::time_point last_export_ = TrainClock::now();
+  uint64_t next_export_samples_ = 0;
+  double export_ms_ = 0;
 };
 
 double SecondsSince(TrainClock::time_point since);

@@ -8,9 +8,11 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <optional>
 #include <vector>
 
+#include "models/io/export_dir.h"
 #include "models/io/model_reader.h"
 #include "models/train/auto_settings.h"
 #include "models/train/flags.h"
@@ -161,7 +163,10 @@ struct PredictFlags {
 
 void AddPredictFlags(CLI::App& app, PredictFlags& f) {
   models::PredictOptions& o = f.options;
-  app.add_option("MODEL", f.model_path, "model file (binary or text)")->required();
+  app.add_option("MODEL", f.model_path,
+                 "model file (binary or text), or an export directory (ferry-train --export-dir):\n"
+                 "its newest version, the newest base with the deltas after it")
+      ->required();
   app.add_option("FILE", o.files, "samples to score (plain or gzip)")->required();
   app.add_option("--format", o.format, "libsvm, criteo or libffm (default: the model's)")
       ->check(CLI::IsMember({"libsvm", "svmlight", "criteo", "libffm"}));
@@ -176,7 +181,10 @@ void AddPredictFlags(CLI::App& app, PredictFlags& f) {
 
 int PredictParseAndExecute(CLI::App& app, PredictFlags& f, int argc, char** argv) {
   if (std::optional<int> code = tools::ParseCommandLine(app, argc, argv)) return *code;
-  auto model = models::ReadModelFile(f.model_path);
+  std::error_code ec;
+  auto model = std::filesystem::is_directory(f.model_path, ec)
+                   ? models::LoadExportDir(f.model_path)
+                   : models::ReadModelFile(f.model_path);
   if (!model.ok()) {
     std::fprintf(stderr, "ferry-predict: %s: %s\n", f.model_path.c_str(),
                  model.status().ToString().c_str());
