@@ -25,7 +25,7 @@ struct Sink {
   std::string out;  // the block being written
   size_t done = 0;  // bytes of it written
   bool dead = false;
-  bool Free() const { return !dead && out.empty(); }
+  bool Free() const { return !dead && out.empty() && fd.get() >= 0; }
 };
 
 // Writes what the sink takes without blocking. EPIPE (its reader is gone): the sink is dead.
@@ -204,7 +204,16 @@ Status StreamDealer::Run() {
       end_input("every reader gone");
       break;
     }
-    if (!reading && head == tail && !pending) break;
+    if (!reading && head == tail) {
+      // Nothing more to deal: a sink whose last block is written is closed now, not when every
+      // other one is. Its worker sees the end of its share and goes on to the collectives the
+      // others may already wait in; a worker that has not taken its last block yet may be one
+      // of them (waiting for this one), and would never take it.
+      for (Sink& s : sinks) {
+        if (!s.dead && s.out.empty()) s.fd = Fd();
+      }
+      if (!pending) break;
+    }
     if (!reading && head < tail && !pending && sticky < 0) continue;  // deal the rest
 
     std::vector<pollfd> fds;

@@ -227,6 +227,51 @@ TEST(StreamDealer, ALineLongerThanTheBufferGoesWholeToOneSink) {
   EXPECT_EQ(d.stats.lines, 101u);
 }
 
+TEST(StreamDealer, AtTheEndEachSinkClosesOnceItsOwnLastBlockIsWritten) {
+  // Worker 1 reads only after worker 0 has seen the end of its share, as a worker waiting in a
+  // collective for the other does. Its pipe is full, so its last block waits; worker 0's share
+  // must end anyway, or neither ever goes on.
+  DealerOptions o;
+  o.block_bytes = 512;
+  o.read_bytes = 4096;
+  Pipe in;
+  o.input = in.ReadPath();
+  Pipe p0, p1;
+  o.sinks = {p0.w, p1.w};
+  auto dealer = StreamDealer::Start(o);
+  ASSERT_TRUE(dealer.ok());
+  std::thread writer([&] {
+    WriteAll(in.w, Lines(0, 40000));
+    ::close(in.w);
+  });
+  std::vector<int> got0, got1;
+  std::atomic<bool> first_done{false};
+  std::thread r0([&] {
+    got0 = Drain(p0.r, 0);
+    first_done = true;
+  });
+  std::thread r1([&] {
+    while (!first_done) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    got1 = Drain(p1.r, 0);
+  });
+  // A watchdog: without the fix this would hang; Stop() then lets the test fail, not hang.
+  std::thread watchdog([&] {
+    for (int i = 0; i < 500 && !first_done; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (!first_done) (*dealer)->Stop();
+  });
+  watchdog.join();
+  ASSERT_TRUE(first_done) << "worker 0's share never ended";
+  ASSERT_TRUE((*dealer)->Join().ok());
+  writer.join();
+  r0.join();
+  r1.join();
+  ::close(in.r);
+  EXPECT_EQ(got0.size() + got1.size(), 40000u);
+  EXPECT_GT(got1.size(), 0u);
+}
+
 TEST(NewFollowedFiles, NameOrderOnceAndNoDotFiles) {
   const std::set<std::string> seen = {"b"};
   EXPECT_EQ(NewFollowedFiles({"c", ".c.tmp", "a", "b", "a"}, seen),
