@@ -3,24 +3,27 @@
 // (models/io/export_writer.h), and once more at the end, from the same checkpoint as the file.
 //
 // When a version is taken, and why it is safe there:
-//   bsp  after worker 0's Clock(c) returned: every server applied the clocks < c + 1 and no
-//        worker's push of clock c + 1 is applied before worker 0 clocks again, so the checkpoint
-//        is the model at the boundary exactly, with no collective (the others wait at their
-//        next boundary meanwhile);
-//   ssp  the same point: worker 0's pushes are applied, the others' may run up to S clocks ahead;
-//   asp  after a batch of worker 0 (TrainPipelined) or a window's round (the stream loop): the
-//        others keep pushing; the version is whatever the servers hold when they get the command.
-// Only worker 0 calls Worker::Checkpoint (it waits for worker 0's own requests first); the
-// decision is worker 0's alone, so by time or by samples nobody else needs to agree.
+//   bsp, ssp  a collective at a clock boundary (MaybeExportAtClock), decided alike by every
+//        worker: by samples from the clock number, by time from worker 0's clock through a
+//        one-flag all-gather each clock. Worker 0 checkpoints while the others wait in a Barrier.
+//        Under bsp no push of the next clock is applied before worker 0 clocks again, but the
+//        others' pulls of their next batch would create rows (with their initial values): the
+//        barrier keeps them out, so the version is the model at the boundary exactly (the
+//        version a job that ended there exports).
+//   asp  after a batch of worker 0 (TrainPipelined) or a window's round (the stream loop),
+//        worker 0 alone (MaybeExport): the others keep pushing; the version is whatever the
+//        servers hold when they get the command.
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
 
 #include "models/eval/calibration.h"
 #include "models/train/auto_settings.h"
 #include "models/train/export.h"
+#include "models/train/gather_sums.h"
 #include "models/train/worker_loop.h"
 
 namespace ferry::models {
@@ -54,6 +57,26 @@ Status WorkerLoop::MaybeExport() {
     next_export_samples_ += x.every_samples;
   }
   return TakeVersion("");
+}
+
+Status WorkerLoop::MaybeExportAtClock(uint64_t clock) {
+  if (o_.exports.dir.empty()) return Status::Ok();
+  const ExportOptions& x = o_.exports;
+  bool due = false;
+  if (x.every_samples > 0) {
+    // Every worker counts the same clocks: --export-every N is every N / (batch x workers) of them.
+    const uint64_t per_clock = uint64_t{o_.batch_size} * w_.num_workers();
+    due = clock % std::max<uint64_t>(1, (x.every_samples + per_clock - 1) / per_clock) == 0;
+  }
+  if (x.every_seconds > 0) {
+    const uint64_t mine = lead_ && SecondsSince(last_export_) >= x.every_seconds ? 1 : 0;
+    FERRY_ASSIGN_OR_RETURN(std::vector<uint64_t> all,
+                           GatherSums(w_, mine, /*to_all=*/true, "bad export flag from a worker"));
+    due = due || all.front() != 0;
+  }
+  if (!due) return Status::Ok();
+  if (lead_) FERRY_RETURN_IF_ERROR(TakeVersion(""));
+  return w_.Barrier();
 }
 
 ModelParams WorkerLoop::ExportParams() const {

@@ -113,7 +113,7 @@ Status WorkerLoop::TrainSequential(uint32_t epoch, uint64_t first_step) {
     FERRY_RETURN_IF_ERROR(w_.Clock(position_));
     FERRY_RETURN_IF_ERROR(MaybeEvaluate(epoch));
     // At the clock boundary: under bsp the version is the model of these clocks exactly.
-    FERRY_RETURN_IF_ERROR(MaybeExport());
+    FERRY_RETURN_IF_ERROR(MaybeExportAtClock((epoch - 1) * steps_per_epoch_ + step + 1));
     ShowProgress();
   }
   return Status::Ok();

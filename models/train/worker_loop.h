@@ -110,9 +110,12 @@ class WorkerLoop {
 
   // --- trainer_export.cc: the export directory (--export-dir), worker 0 only.
   Status OpenExportDir();
-  // A version when one is due (--export-every); call where a checkpoint is allowed (after a bsp
-  // clock, between batches, after a window's round). Nothing on the other workers.
+  // asp: a version when one is due (--export-every), worker 0 alone; call between batches or
+  // after a window's round. Nothing on the other workers.
   Status MaybeExport();
+  // bsp/ssp: every worker after its Clock() of `clock` (1, 2, ... over the whole job); a
+  // collective when a version is due (worker 0 takes it, the others wait in a Barrier).
+  Status MaybeExportAtClock(uint64_t clock);
   // The next version from the checkpoint `from_dir`, or ("") from a checkpoint taken now.
   Status TakeVersion(const std::string& from_dir);
   // The samples behind the model now (all workers): what --export-every counts.
