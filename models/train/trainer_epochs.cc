@@ -257,10 +257,14 @@ Status WorkerLoop::Refit() {
   Log("ferry-train: refit: a fresh model trains " + std::to_string(passes) +
       (passes == 1 ? " pass" : " passes") + " over all the training lines, held-out ones included");
   const bool pipelined = o_.consistency.kind == ps::Consistency::kAsp;
+  // No export-directory version of a model trained from scratch again: serving would go back to
+  // a younger model; the end's version is the refit one.
+  refitting_ = true;
   for (uint32_t pass = 1; pass <= passes; ++pass) {
     if (pass > 1) FERRY_RETURN_IF_ERROR(reader_->Rewind());
     FERRY_RETURN_IF_ERROR(pipelined ? TrainPipelined(pass) : TrainSequential(pass, 0));
   }
+  refitting_ = false;
   refitted_ = true;
   return Status::Ok();
 }

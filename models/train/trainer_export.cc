@@ -47,7 +47,7 @@ uint64_t WorkerLoop::ExportSamples() const {
 }
 
 Status WorkerLoop::MaybeExport() {
-  if (!exporter_) return Status::Ok();
+  if (!exporter_ || refitting_) return Status::Ok();
   const ExportOptions& x = o_.exports;
   const uint64_t samples = ExportSamples();
   const bool by_samples = x.every_samples > 0 && samples >= next_export_samples_;
@@ -60,7 +60,7 @@ Status WorkerLoop::MaybeExport() {
 }
 
 Status WorkerLoop::MaybeExportAtClock(uint64_t clock) {
-  if (o_.exports.dir.empty()) return Status::Ok();
+  if (o_.exports.dir.empty() || refitting_) return Status::Ok();
   const ExportOptions& x = o_.exports;
   bool due = false;
   if (x.every_samples > 0) {

@@ -165,6 +165,7 @@ class WorkerLoop {
   std::vector<EpochEntry> epochs_;  // the record of finished passes (worker 0)
   std::string stop_reason_;
   bool refitted_ = false;
+  bool refitting_ = false;        // the refit's passes: no export-directory versions
   uint64_t steps_per_epoch_ = 0;  // bsp/ssp
   uint64_t my_samples_ = 0;       // this worker's shard, one epoch (bsp/ssp)
   uint64_t position_ = 0;         // samples read since the start of the training, all epochs
