@@ -96,28 +96,33 @@ void AddFeatureFlags(CLI::App& app, FeatureOptions* o) {
 }
 
 void AddExportFlags(CLI::App& app, ExportOptions* o) {
-  auto* group = "Incremental export for serving (docs/model-format.md, export directories)";
+  auto* group = "Incremental export for serving";
   auto* dir = app.add_option("--export-dir", o->dir,
                              "publish the model into DIR while training: versions, each a full\n"
                              "base or a delta (changed rows, removed keys) on the one before,\n"
                              "listed in DIR/MANIFEST; the last version is the final model.\n"
-                             "ferry-predict DIR scores with the newest")
+                             "ferry-predict DIR scores with the newest (docs/model-format.md)")
+                  ->type_name("DIR")
                   ->group(group);
   app.add_option_function<std::string>(
          "--export-every", [o](const std::string& v) { ParseExportEvery(v, o); },
-         "a version every 30s / 5m / 2h, or every N training samples (all workers; bsp/ssp at\n"
-         "a clock boundary, asp when worker 0 gets there, streams at a window's end);\n"
-         "without it, one version at the end")
+         "a version every 30s / 5m / 2h, or every N training samples (all\n"
+         "workers): bsp/ssp at a clock boundary, asp between worker 0's batches,\n"
+         "streams after a window; without it, one version at the end")
+      ->type_name("30s|5m|2h|N")
       ->needs(dir)
       ->group(group);
   app.add_option("--base-every", o->base_every,
                  "a full base every K versions, deltas in between (1: only bases)")
+      ->type_name("K")
       ->check(CLI::Range(1u, 1000000u))
       ->needs(dir)
       ->capture_default_str()
       ->group(group);
   app.add_option("--export-keep-bases", o->keep_bases,
-                 "bases kept in the export directory, each with its deltas (0: keep everything)")
+                 "bases kept in the export directory, each with its deltas\n"
+                 "(0: keep every version)")
+      ->type_name("B")
       ->needs(dir)
       ->capture_default_str()
       ->group(group);
