@@ -243,5 +243,48 @@ TEST_F(Export, DamagedManifestsAndDeltasAreRefused) {
   EXPECT_THAT(no_dir.err, HasSubstr("--export-dir"));
 }
 
+// The pure parts, no job: a manifest round trip, and deltas that do not fit the model.
+TEST(ExportFormat, ManifestRoundTripsAndBadDeltasLeaveTheModelUnchanged) {
+  models::ExportManifest m;
+  m.entries = {{1, true, models::ExportFileName(1, true), 10, 5},
+               {2, false, models::ExportFileName(2, false), 20, 6}};
+  auto back = models::ParseExportManifest(models::EncodeExportManifest(m));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_EQ(back->entries.size(), 2u);
+  EXPECT_EQ(back->entries[1].file, "delta-000002.model");
+  EXPECT_FALSE(back->entries[1].base);
+  m.entries[1].version = 1;
+  EXPECT_THAT(models::ParseExportManifest(models::EncodeExportManifest(m)).status().ToString(),
+              HasSubstr("does not follow"));
+
+  models::Model model;
+  model.tables.emplace_back("weights", 1);
+  const std::vector<uint64_t> keys = {1, 2, 3};
+  const std::vector<float> values = {0.5f, 1.5f, 2.5f};
+  ASSERT_TRUE(model.tables[0].Append(keys, values).ok());
+  const auto delta = [](std::vector<uint64_t> changed, std::vector<uint64_t> removed,
+                        uint32_t dim) {
+    models::Model d;
+    d.tables.emplace_back("weights", dim);
+    d.tables.emplace_back(models::RemovedTableName("weights"), 1);
+    EXPECT_TRUE(d.tables[0].Append(changed, std::vector<float>(changed.size() * dim, 9)).ok());
+    EXPECT_TRUE(d.tables[1].Append(removed, std::vector<float>(removed.size(), 0)).ok());
+    return d;
+  };
+  EXPECT_THAT(models::ApplyExportDelta(&model, delta({}, {7}, 1), 1).ToString(),
+              HasSubstr("lacks"));
+  EXPECT_THAT(models::ApplyExportDelta(&model, delta({2}, {2}, 1), 1).ToString(),
+              HasSubstr("both changes and removes key 2"));
+  EXPECT_THAT(models::ApplyExportDelta(&model, delta({2}, {}, 2), 1).ToString(),
+              HasSubstr("another dim"));
+  ASSERT_EQ(model.tables[0].size(), 3u);
+  ASSERT_TRUE(models::ApplyExportDelta(&model, delta({2, 4}, {1}, 1), 1).ok());
+  const models::ModelTable& t = model.tables[0];
+  EXPECT_EQ(std::vector<uint64_t>(t.keys().begin(), t.keys().end()),
+            (std::vector<uint64_t>{2, 3, 4}));
+  EXPECT_EQ(std::vector<float>(t.values().begin(), t.values().end()),
+            (std::vector<float>{9, 2.5f, 9}));
+}
+
 }  // namespace
 }  // namespace ferry::train_test
