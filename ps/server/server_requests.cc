@@ -152,14 +152,23 @@ Status Server::ResolveSlots(Table& t, const uint64_t* keys, uint32_t n,
   // Admission, a row bound or eviction: every sighting is recorded (last seen, scores,
   // count-min filter) and at the bound the table may evict; keys it refuses read as zeros (the
   // worker pre-zeroes their rows).
-  for (uint32_t i = 0; i < n; ++i) {
+  // A software pipeline, as ArrayHashMap::FindBatch runs one: key i's home index group is
+  // prefetched, key i - kDist's likely row (a tag match) too, and key i - 2 kDist is accessed
+  // (its sighting written into the row's metadata), so the misses of 2 kDist keys overlap.
+  constexpr uint32_t kDist = 8, kRing = 32;  // kRing: a power of two > 2 kDist
+  uint32_t fp[kRing];
+  for (uint32_t i = 0; i < n + 2 * kDist; ++i) {
+    if (i < n) fp[i % kRing] = m.PrefetchKey(keys[i]);
+    if (i >= kDist && i - kDist < n) m.PrefetchRow(fp[(i - kDist) % kRing]);
+    if (i < 2 * kDist) continue;
+    const uint32_t j = i - 2 * kDist;
     const size_t before = m.size();
-    FERRY_ASSIGN_OR_RETURN(ArrayHashMap::Insertion ins, m.Access(keys[i]));
-    if (ins.row != nullptr && ins.inserted) init(keys[i], ins.row);
+    FERRY_ASSIGN_OR_RETURN(ArrayHashMap::Insertion ins, m.AccessWithFp(keys[j], fp[j % kRing]));
+    if (ins.row != nullptr && ins.inserted) init(keys[j], ins.row);
     if (ins.row == nullptr) ++t.counters.refused;
     // Rows the bound evicted to make room for this one.
     t.counters.evicted += before + (ins.inserted ? 1 : 0) - m.size();
-    (*slots)[i] = ins.row != nullptr ? ins.slot : ArrayHashMap::kNoSlot;
+    (*slots)[j] = ins.row != nullptr ? ins.slot : ArrayHashMap::kNoSlot;
   }
   if (bounded) {
     // At the bound, Access() evicts to make room, possibly rows that earlier keys of this very

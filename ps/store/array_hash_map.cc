@@ -231,17 +231,18 @@ Result<ArrayHashMap::Insertion> ArrayHashMap::InsertAt(uint64_t key,
 
 float ArrayHashMap::DecayedScore(const uint8_t* row) const {
   const RowMeta* m = Meta(row);
-  if (options_.score_half_life <= 0) return m->score;
+  // Seen this tick (most sightings are): nothing has decayed, and exp2 is skipped.
+  if (options_.score_half_life <= 0 || m->last_seen == tick_) return m->score;
   const double age = static_cast<double>(tick_ - m->last_seen);
   return static_cast<float>(m->score * std::exp2(-age / options_.score_half_life));
 }
 
-Result<ArrayHashMap::Insertion> ArrayHashMap::Access(uint64_t key) {
+Result<ArrayHashMap::Insertion> ArrayHashMap::AccessWithFp(uint64_t key, uint32_t fp) {
   if (index_.growth_left() == 0) {
     FERRY_RETURN_IF_ERROR(index_.EnsureRoomForOne(Keys()));  // before the probe (see Insert)
   }
   HashIndex::InsertPoint at;
-  const uint32_t slot = index_.FindForInsert(key, KeyAt(), &at);
+  const uint32_t slot = index_.FindForInsertWithFp(key, fp, KeyAt(), &at);
   Insertion result{nullptr, slot, false};
   if (slot == kNoSlot) {
     const AdmissionOptions& adm = options_.admission;

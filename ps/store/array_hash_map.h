@@ -211,7 +211,17 @@ class ArrayHashMap {
   // The training path: finds or (if admitted) inserts the row, records the sighting (last_seen
   // = tick, score += 1 after decay) and, at the max_rows bound, first evicts the lowest-scored
   // 1/16 of the rows. A key that is not admitted yields row == nullptr.
-  Result<Insertion> Access(uint64_t key);
+  Result<Insertion> Access(uint64_t key) { return AccessWithFp(key, HashIndex::Fingerprint(key)); }
+  // Access() in a loop over many keys: PrefetchKey(key) a few keys ahead pulls the key's home
+  // index group into the cache and returns the fingerprint AccessWithFp then takes, so the
+  // lookups' cache misses overlap (as InsertBatch does).
+  uint32_t PrefetchKey(uint64_t key) const { return index_.Prefetch(key); }
+  // Then, once the group is in cache, the row of the first tag match (likely the key's).
+  void PrefetchRow(uint32_t fp) const {
+    const uint32_t slot = index_.PeekFp(fp);
+    if (slot != kNoSlot) __builtin_prefetch(Row(slot), 1);
+  }
+  Result<Insertion> AccessWithFp(uint64_t key, uint32_t fp);
   // Bumps version and update_count (call after writing a row's weights). Needs metadata.
   static void MarkUpdated(uint8_t* row) {
     RowMeta* m = Meta(row);

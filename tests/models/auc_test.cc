@@ -47,6 +47,37 @@ TEST(ExactAuc, MatchesBruteForceWithTies) {
   }
 }
 
+TEST(ExactAuc, MatchesBruteForceOverTheWholeFloatOrder) {
+  // The sort orders the scores' bits (models/eval/metrics.cc): negative scores, both zeros
+  // (equal, so tied), infinities and denormals must rank as the floats compare.
+  const std::vector<float> special = {-std::numeric_limits<float>::infinity(),
+                                      -1e30f,
+                                      -2.5f,
+                                      -1e-40f,
+                                      -0.0f,
+                                      0.0f,
+                                      1e-40f,
+                                      0.5f,
+                                      3e38f,
+                                      std::numeric_limits<float>::infinity()};
+  std::mt19937_64 rng(7);
+  for (int round = 0; round < 30; ++round) {
+    const size_t n = 2 + rng() % 2000;
+    std::vector<float> scores(n), labels(n);
+    for (size_t i = 0; i < n; ++i) {
+      labels[i] = static_cast<float>(rng() % 2);
+      scores[i] = rng() % 2 == 0
+                      ? special[rng() % special.size()]
+                      : static_cast<float>(static_cast<int64_t>(rng() % 2001) - 1000) / 100.0f;
+    }
+    labels[0] = 1.0f;
+    labels[1] = 0.0f;
+    auto r = ExactAuc(scores, labels);
+    ASSERT_TRUE(r.ok());
+    EXPECT_NEAR(r->auc, BruteForceAuc(scores, labels), 1e-12) << "round " << round;
+  }
+}
+
 TEST(ExactAuc, HandComputed) {
   // Perfect, inverted, all tied, and one tie across classes.
   EXPECT_DOUBLE_EQ(ExactAuc(std::vector<float>{0.1f, 0.9f}, std::vector<float>{0, 1})->auc, 1.0);
