@@ -20,18 +20,31 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// A worker's pipe and the block being written to it. The block's bytes are not copied: they
+// stay in the dealer's read buffer (`data` points there) until written, unless the buffer must
+// be compacted first (Keep) or the block is the input's last line given its '\n' (`own`).
 struct Sink {
   Fd fd;
-  std::string out;  // the block being written
+  const char* data = nullptr;
+  size_t size = 0;  // 0: nothing to write
   size_t done = 0;  // bytes of it written
+  std::string own;
   bool dead = false;
-  bool Free() const { return !dead && out.empty() && fd.get() >= 0; }
+  bool Free() const { return !dead && size == 0 && fd.get() >= 0; }
+  bool InBuffer() const { return size > 0 && data != own.data(); }
+  // Copies what is left of the block out of the read buffer, which is about to move.
+  void Keep() {
+    own.assign(data + done, size - done);
+    data = own.data();
+    size = own.size();
+    done = 0;
+  }
 };
 
 // Writes what the sink takes without blocking. EPIPE (its reader is gone): the sink is dead.
 void Flush(Sink& s, DealerStats* stats) {
-  while (!s.dead && s.done < s.out.size()) {
-    const ssize_t n = ::write(s.fd.get(), s.out.data() + s.done, s.out.size() - s.done);
+  while (!s.dead && s.done < s.size) {
+    const ssize_t n = ::write(s.fd.get(), s.data + s.done, s.size - s.done);
     if (n > 0) {
       s.done += static_cast<size_t>(n);
     } else if (n < 0 && errno == EINTR) {
@@ -40,12 +53,13 @@ void Flush(Sink& s, DealerStats* stats) {
       return;
     } else {
       s.dead = true;
-      stats->lost_bytes += s.out.size() - s.done;
+      stats->lost_bytes += s.size - s.done;
       s.fd = Fd();
     }
   }
-  s.out.clear();
-  s.done = 0;
+  s.data = nullptr;
+  s.size = s.done = 0;
+  s.own.clear();
 }
 
 }  // namespace
@@ -168,8 +182,15 @@ Status StreamDealer::Run() {
       const bool line_open = !add_newline && data[end - 1] != '\n';
       sticky = line_open ? static_cast<int>(pick) : -1;
       if (!s.dead) {
-        s.out.assign(data.data(), end);
-        if (add_newline) s.out.push_back('\n');
+        if (add_newline) {
+          s.own.assign(data.data(), end);
+          s.own.push_back('\n');
+          s.data = s.own.data();
+          s.size = s.own.size();
+        } else {
+          s.data = data.data();
+          s.size = end;
+        }
         stats_.lines_per_sink[pick] += lines;
       } else {
         stats_.lost_bytes += end;
@@ -187,15 +208,23 @@ Status StreamDealer::Run() {
         }
       }
     }
-    if (head == tail) head = tail = 0;
+    bool in_buffer = false;
+    for (const Sink& s : sinks) in_buffer |= s.InBuffer();
+    if (head == tail && !in_buffer) head = tail = 0;
     if (head > 0 && tail == buf.size()) {
+      // The buffer is full: what is being written moves out of it first (a copy, rarely: once
+      // per buffer of input, at most a block per sink), so a worker waiting for input is never
+      // held up by another's full pipe.
+      for (Sink& s : sinks) {
+        if (s.InBuffer()) s.Keep();
+      }
       std::memmove(buf.data(), buf.data() + head, tail - head);
       tail -= head;
       head = 0;
     }
     bool pending = false, alive = false;
     for (const Sink& s : sinks) {
-      pending |= !s.dead && !s.out.empty();
+      pending |= !s.dead && s.size > 0;
       alive |= !s.dead;
     }
     if (!alive) {
@@ -210,7 +239,7 @@ Status StreamDealer::Run() {
       // others may already wait in; a worker that has not taken its last block yet may be one
       // of them (waiting for this one), and would never take it.
       for (Sink& s : sinks) {
-        if (!s.dead && s.out.empty()) s.fd = Fd();
+        if (!s.dead && s.size == 0) s.fd = Fd();
       }
       if (!pending) break;
     }
@@ -224,7 +253,7 @@ Status StreamDealer::Run() {
     const bool ready = want_input && in.ready();
     std::vector<size_t> who;
     for (size_t i = 0; i < sinks.size(); ++i) {
-      if (sinks[i].dead || sinks[i].out.empty()) continue;
+      if (sinks[i].dead || sinks[i].size == 0) continue;
       fds.push_back({sinks[i].fd.get(), POLLOUT, 0});
       who.push_back(i);
     }
@@ -279,7 +308,7 @@ Status StreamDealer::Run() {
     }
   }
   for (Sink& s : sinks) {
-    if (!s.dead && !s.out.empty()) stats_.lost_bytes += s.out.size() - s.done;
+    if (!s.dead && s.size > 0) stats_.lost_bytes += s.size - s.done;
   }
   stats_.where = in.Where();
   return failed;  // the sinks close with `sinks`
