@@ -8,9 +8,12 @@
 # What it measures (ftrl, 2 servers + 2 workers over tcp, batch 256 per worker, asp):
 #   pipe vs file   the same ferry-gen data trained from a file (--epochs 1, no held-out split)
 #                  and through `cat FILE |` (--train -: dealt by the launcher, every sample
-#                  scored before it is trained on, a window every 100k). Goal: >= 0.9x. The
-#                  stream side also carries progressive evaluation, so pipe/file bounds its
-#                  cost from above as well (goal: <= 5%, i.e. pipe/file >= 0.95 covers both).
+#                  scored before it is trained on, a window every 100k). Goal: >= 0.9x.
+#   stdin          `--train - < FILE`: the dealer without a writer process.
+#   windows        the stdin run against one window for the whole stream: the cost of closing
+#                  windows (two collectives and an exact AUC each 100k). Scoring itself has no
+#                  cost to isolate: the probabilities are the ones the training step computes.
+#                  Goal: <= 5%.
 #   eviction       a drifting stream (ferry-gen --stream --drift, written to a file once) through
 #                  `cat |` with and without --evict-unseen 1 --evict-tick 0.25. Goal: <= 5%.
 #   memory         resident rows per window over the drifting stream, with and without
@@ -53,6 +56,8 @@ file_run() { "$train" "${common[@]}" --train "$work/tr.svm" --epochs 1 --validat
 pipe_run() { cat "$work/tr.svm" | "$train" "${common[@]}" --train - --window 100000; }
 # The same stream with no writer process: stdin is the file itself, read by the dealer.
 stdin_run() { "$train" "${common[@]}" --train - --window 100000 <"$work/tr.svm"; }
+# And with one window for the whole stream: no window collectives, no per-window AUC.
+once_run() { "$train" "${common[@]}" --train - --window 1000000000 <"$work/tr.svm"; }
 kept_run() {
   cat "$work/drift.svm" | "$train" "${common[@]}" --train - --window 100000 \
     --metrics-json "$work/kept.jsonl"
@@ -66,6 +71,7 @@ for r in $(seq "$rounds"); do
   run file file_run
   run pipe pipe_run
   run stdin stdin_run
+  run once once_run
   run kept kept_run
   run evict evict_run
 done
@@ -84,6 +90,7 @@ def ratio(a, b):
     return statistics.median(rs), min(rs), max(rs)
 pipe = ratio("pipe", "file")
 stdin = ratio("stdin", "file")
+windows_cost = ratio("stdin", "once")
 evict = ratio("evict", "kept")
 def windows(path):
     return [j for j in map(json.loads, open(path)) if j["event"] == "window"]
@@ -114,7 +121,8 @@ lines = [
     f"{med('file', 0):,.0f} | {pipe[0]:.3f} [{pipe[1]:.3f}-{pipe[2]:.3f}] | >= 0.90 | {verdict(pipe[0] >= 0.9)} |",
     f"| `ferry-train --train - < FILE` (the dealer, no writer process) vs the file | {med('stdin', 0):,.0f} | "
     f"{med('file', 0):,.0f} | {stdin[0]:.3f} [{stdin[1]:.3f}-{stdin[2]:.3f}] | | |",
-    f"| progressive evaluation (included in the stdin run) | | | cost <= {max(0.0, 1 - stdin[0]) * 100:.1f}% | <= 5% | {verdict(stdin[0] >= 0.95)} |",
+    f"| windows of 100k (stdin run) vs one window for the whole stream | {med('stdin', 0):,.0f} | "
+    f"{med('once', 0):,.0f} | {windows_cost[0]:.3f} [{windows_cost[1]:.3f}-{windows_cost[2]:.3f}] | >= 0.95 | {verdict(windows_cost[0] >= 0.95)} |",
     f"| drifting stream with `--evict-unseen 1 --evict-tick 0.25` vs without | {med('evict', 0):,.0f} | "
     f"{med('kept', 0):,.0f} | {evict[0]:.3f} [{evict[1]:.3f}-{evict[2]:.3f}] | >= 0.95 | {verdict(evict[0] >= 0.95)} |",
     "",
@@ -135,13 +143,28 @@ lines = [
     f"{kept[-1]['bytes_resident'] / 2**20:.1f} MiB without eviction): freed rows are reused, the "
     "buffer is not shrunk.",
     "",
-    "## What the pipe pays",
-    "",
-    "The launcher copies the stream into the workers' pipes (one memcpy into a block, one write) "
-    "and each worker reads its share through the same line reader as a file; the parse, the "
-    "pulls and pushes are the same. Progressive evaluation keeps each window's probabilities and "
-    "labels (8 bytes a sample) and closes a window with two collectives every 100k samples.",
-    "",
+    '## What the pipe pays (profile)',
+    '',
+    '`perf record -a` over one run of each (2026-11-29, this 2-core host): the four ranks take the',
+    "same share of both cores in either mode; the pipe run adds the launcher's dealing thread (4.5%",
+    "of all samples: its read from the input pipe and write into the workers' pipes, 0.9% a memcpy",
+    'of each block, since removed, 0.3% memchr finding line ends) and `cat` (2.1%, its read of the file',
+    'and write into the pipe): 6.6% more CPU for the same samples on a host whose two cores the ranks',
+    'already saturate, and the workers wait on their pipes now and then where a file never makes them',
+    'wait. Without a writer process (`--train - < FILE`) the ratio is the same (0.86), so the cost',
+    'is the dealing, not `cat`. Closing windows costs nothing measurable (a run with 100k windows is',
+    'as fast as one with a single window, whose one AUC over every sample is the slower part), nor',
+    'does scoring: the probabilities are those the training step computes anyway.',
+    '',
+    "Left to try, with the ratio to beat (0.87): splice(2)/tee(2) dealing (the input pipe's pages",
+    "moved into the workers' pipes, read once for the line ends), which removes two of the dealer's",
+    "three copies; on a host with spare cores the dealer's thread stops competing with the ranks.",
+    '',
+    'Eviction was 0.90x before this run: tables that track sightings resolved each key with a lone',
+    "`ArrayHashMap::Access` (20.7% of the job's CPU against `FindBatch`'s 8.2%); they now run the",
+    "same prefetch pipeline as `FindBatch` (10.9%), and rows seen this tick skip the score decay's",
+    '`exp2`.',
+    '',
 ]
 with open(out, "w") as f:
     f.write("\n".join(lines))
