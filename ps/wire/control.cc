@@ -4,6 +4,7 @@
 #include <flatbuffers/flatbuffers.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 
 #include "control_generated.h"
@@ -132,8 +133,14 @@ Result<ControlMessage> DecodeControl(std::span<const uint8_t> bytes) {
   m.value2 = msg->value2();
   if (msg->text() != nullptr) m.text = msg->text()->str();
   if (msg->data() != nullptr) m.data.assign(msg->data()->begin(), msg->data()->end());
-  if (msg->table_stats() != nullptr) {
-    for (const wire::TableStats* t : *msg->table_stats()) {
+  if (const auto* stats = msg->table_stats(); stats != nullptr) {
+    // The verifier checks the vector's 4-byte length, not its 8-byte structs: a forged message
+    // could place them misaligned, and reading a field in place would then be undefined.
+    if (stats->size() != 0 &&
+        reinterpret_cast<uintptr_t>(stats->Data()) % alignof(wire::TableStats) != 0) {
+      return ProtocolError("control message table statistics are misaligned");
+    }
+    for (const wire::TableStats* t : *stats) {
       m.table_stats.push_back(
           {t->live_rows(), t->admitted(), t->evicted(), t->refused(), t->bytes_resident()});
     }
