@@ -205,16 +205,26 @@ Result<InputFile> ProbeInput(const std::string& path) {
   return input;
 }
 
+Result<Fd> OpenStreamFd(const std::string& path, bool without_waiting) {
+  if (path == "-") {
+    Fd fd(::fcntl(0, F_DUPFD_CLOEXEC, 3));
+    if (fd.get() < 0) return IoError("duplicate stdin", errno);
+    return fd;
+  }
+  if (!without_waiting) return OpenFile(path);
+  Fd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  if (fd.get() < 0) return IoError("open " + path, errno);
+  const int flags = ::fcntl(fd.get(), F_GETFL);
+  if (flags < 0 || ::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK) < 0) {
+    return IoError("fcntl " + path, errno);
+  }
+  return fd;
+}
+
 Result<std::unique_ptr<ByteStream>> OpenStream(const InputFile& input, uint64_t offset) {
   if (input.stream) {
     if (offset != 0) return Internal("a stream cannot start at an offset: " + input.path);
-    Fd fd;
-    if (input.path == "-") {
-      fd = Fd(::fcntl(0, F_DUPFD_CLOEXEC, 3));
-      if (fd.get() < 0) return IoError("duplicate stdin", errno);
-    } else {
-      FERRY_ASSIGN_OR_RETURN(fd, OpenFile(input.path));
-    }
+    FERRY_ASSIGN_OR_RETURN(Fd fd, OpenStreamFd(input.path, /*without_waiting=*/false));
     return std::unique_ptr<ByteStream>(new PipeStream(std::move(fd), input.path));
   }
   FERRY_ASSIGN_OR_RETURN(Fd fd, OpenFile(input.path));

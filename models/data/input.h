@@ -65,6 +65,12 @@ class ByteStream {
   virtual Result<size_t> Read(char* dst, size_t cap) = 0;
 };
 
+// A descriptor of a stream input (IsStreamInput): a duplicate of descriptor 0 for "-", else
+// `path` opened for reading. A FIFO's open waits for a writer unless `without_waiting`, which
+// opens it non-blocking and then makes it blocking again (for a reader that polls first: a read
+// of a FIFO no writer has opened yet returns 0). Errors name the path.
+Result<Fd> OpenStreamFd(const std::string& path, bool without_waiting);
+
 // A plain file from byte `offset` on, or a whole gzip file or stream (offset must then be 0).
 // A stream's Read blocks until bytes come or every writer has closed it; "-" reads a duplicate
 // of descriptor 0, so standard input stays open for whoever reads it next.

@@ -157,19 +157,9 @@ class TailInput final : public StreamInput {
 };
 
 Result<std::unique_ptr<StreamInput>> OpenPipe(const std::string& path) {
-  if (path == "-") {
-    Fd fd(::fcntl(0, F_DUPFD_CLOEXEC, 3));
-    if (fd.get() < 0) return IoError("duplicate stdin", errno);
-    return std::unique_ptr<StreamInput>(new PipeInput(std::move(fd), path));
-  }
-  // Non-blocking for the open only (a FIFO's open would wait for a writer, and the dealer
-  // could not stop meanwhile); reads happen after poll says there is something.
-  Fd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
-  if (fd.get() < 0) return IoError("open " + path, errno);
-  const int flags = ::fcntl(fd.get(), F_GETFL);
-  if (flags < 0 || ::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK) < 0) {
-    return IoError("fcntl " + path, errno);
-  }
+  // Not waiting for a FIFO's writer: the dealer could not stop meanwhile, and it reads only
+  // after poll says there is something (or the writers are gone).
+  FERRY_ASSIGN_OR_RETURN(Fd fd, OpenStreamFd(path, /*without_waiting=*/true));
   return std::unique_ptr<StreamInput>(new PipeInput(std::move(fd), path));
 }
 
