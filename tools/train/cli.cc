@@ -24,6 +24,7 @@
 #include "tools/common/command.h"
 #include "tools/common/output.h"
 #include "tools/train/stream_launch.h"
+#include "tools/train/stream_ranks.h"
 
 namespace ferry::train {
 namespace {
@@ -64,6 +65,26 @@ int RunAsLocalCluster(const models::TrainOptions& o, int argc, char** argv) {
   return *rc;
 }
 
+// Whether rank 0 can deal o's stream to the workers of `job` under `env`'s launcher.
+Status CheckRankDealing(const models::TrainOptions& o, const ps::JobSpec& job,
+                        const ps::LaunchEnv& env) {
+  if (o.stream.follow.empty() && o.train_files.front() == "-" &&
+      env.launcher == ps::Launcher::kFerry) {
+    return InvalidArgument(
+        "--train - under ferry-launch: ferry-launch gives no rank its standard input (every "
+        "rank's is /dev/null); name a FIFO (mkfifo) or --follow DIR or FILE, which rank 0 "
+        "opens, or run ferry-train without a launcher (its own local cluster deals its "
+        "standard input)");
+  }
+  FERRY_ASSIGN_OR_RETURN(ps::RankRoles roles0, ps::RolesOf(job, 0, env.size));
+  if (roles0.worker >= 0) {
+    return InvalidArgument("--train " + o.train_files.front() +
+                           " is a stream, which rank 0 deals to the workers: rank 0 must not be "
+                           "a worker itself (the servers-first rule, not colocated)");
+  }
+  return Status::Ok();
+}
+
 // One rank of a job: every rank resolves the data-size rule alike (the servers' steps may depend
 // on it), then defines the same model, joins and runs its part.
 int RunJobRank(const CLI::App& app, models::TrainOptions o, const ps::LaunchEnv& env) {
@@ -86,16 +107,30 @@ int RunJobRank(const CLI::App& app, models::TrainOptions o, const ps::LaunchEnv&
   if (Status s = ps::ApplyLaunchShape(*shape, env, &*job); !s.ok()) return TrainFailed("", s);
   o.servers = job->servers;
   o.workers = job->workers;
-  if (models::StreamTraining(o) && o.workers > 1 && !models::StreamDealtHere()) {
-    return TrainFailed(
-        "", InvalidArgument("--train " + o.train_files.front() +
-                            " is a stream: only ferry-train's own local cluster deals a "
-                            "stream to several workers; under ferry-launch, mpirun or srun "
-                            "give --workers 1 (that worker reads it)"));
+  // A stream not dealt by ferry-train's own local cluster: rank 0 reads it and deals it to the
+  // workers (stream_ranks.h).
+  const bool rank_dealt = models::StreamTraining(o) && !models::StreamDealtHere();
+  if (rank_dealt) {
+    if (Status s = CheckRankDealing(o, *job, env); !s.ok()) return TrainFailed("", s);
+    // Before Node::Start's threads: setenv must not race a getenv.
+    ::setenv(models::kStreamDealtEnv, "dealt", 1);
+    const bool stdin_stream = o.stream.follow.empty() && o.train_files.front() == "-";
+    if (stdin_stream && env.rank != 0 && env.launcher == ps::Launcher::kSrun) {
+      DrainStandardInput();
+    }
   }
   const std::string who = "rank " + std::to_string(env.rank) + ": ";
   auto node = ps::Node::Start(*job, env);
   if (!node.ok()) return TrainFailed(who, node.status());
+  std::unique_ptr<RankStreamDealer> dealer;
+  if (rank_dealt && env.rank == 0) {
+    auto started = RankStreamDealer::Start(o, (*node)->coordinator_address(), job->workers);
+    if (!started.ok()) return TrainFailed(who, started.status());
+    dealer = std::move(*started);
+  } else if (rank_dealt && (*node)->worker() != nullptr) {
+    Status s = ReceiveDealtStream((*node)->coordinator_address(), (*node)->worker()->index());
+    if (!s.ok()) return TrainFailed(who, s);
+  }
   models::TrainReport report;
   Status s = models::RunTraining(**node, o, *def, &report);
   ps::Worker* w = (*node)->worker();
@@ -107,8 +142,8 @@ int RunJobRank(const CLI::App& app, models::TrainOptions o, const ps::LaunchEnv&
                stdout);
     std::fflush(stdout);
   }
-  if (!s.ok()) return TrainFailed(who, s);
-  return 0;
+  const int code = s.ok() ? 0 : TrainFailed(who, s);
+  return dealer != nullptr ? dealer->Finish(o, code) : code;
 }
 
 }  // namespace
@@ -229,7 +264,9 @@ int TrainMain(int argc, char** argv) {
                            "the batch size follows the data size.\n"
                            "A stream (--train - or a FIFO) is trained in one pass, each sample "
                            "scored before it\nis trained on; its end, --max-samples, --idle-exit "
-                           "or Ctrl-C end the job (resume: at most once).",
+                           "or Ctrl-C end the job\n(resume: at most once). Under a launcher, "
+                           "rank 0 reads the stream and deals it to the\nworkers (srun: "
+                           "--input=0; docs/launchers.md).",
             .examples = {"ferry-gen --samples 200000 --test-samples 20000 --out tr.txt --test-out "
                          "te.txt",
                          "ferry-train --model ftrl --train tr.txt --test te.txt",

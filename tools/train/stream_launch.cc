@@ -22,8 +22,7 @@ constexpr int kPipeBytes = 1 << 20;
 
 }  // namespace
 
-Result<int> RunStreamingLocalCluster(const models::TrainOptions& o, ps::LocalClusterOptions lc) {
-  std::vector<models::Fd> read_ends;
+models::DealerOptions StreamDealerOptions(const models::TrainOptions& o) {
   models::DealerOptions d;
   d.input = o.train_files.front();
   if (!o.stream.follow.empty()) {
@@ -33,6 +32,25 @@ Result<int> RunStreamingLocalCluster(const models::TrainOptions& o, ps::LocalClu
   }
   d.max_lines = o.stream.max_samples;
   d.idle_exit_seconds = o.stream.idle_exit_seconds;
+  return d;
+}
+
+int ReportDealtStream(const models::TrainOptions& o, const models::StreamDealer& dealer,
+                      const Status& dealt, int job_code) {
+  const models::DealerStats& st = dealer.stats();
+  if (!o.quiet) {
+    std::fprintf(stderr, "ferry-train: the stream gave %llu lines (%s; %s)%s\n",
+                 static_cast<unsigned long long>(st.lines), st.end.c_str(), st.where.c_str(),
+                 st.lost_bytes > 0 ? "; some were dealt to a worker that had stopped" : "");
+  }
+  if (dealt.ok()) return job_code;
+  std::fprintf(stderr, "ferry-train: %s\n", dealt.ToString().c_str());
+  return job_code == 0 ? 1 : job_code;
+}
+
+Result<int> RunStreamingLocalCluster(const models::TrainOptions& o, ps::LocalClusterOptions lc) {
+  std::vector<models::Fd> read_ends;
+  models::DealerOptions d = StreamDealerOptions(o);
   for (uint32_t w = 0; w < lc.workers; ++w) {
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) != 0) {
@@ -57,18 +75,9 @@ Result<int> RunStreamingLocalCluster(const models::TrainOptions& o, ps::LocalClu
   read_ends.clear();
   raw->Stop();
   Status dealt = dealer->Join();
-  const models::DealerStats& st = dealer->stats();
-  if (!o.quiet) {
-    std::fprintf(stderr, "ferry-train: the stream gave %llu lines (%s; %s)%s\n",
-                 static_cast<unsigned long long>(st.lines), st.end.c_str(), st.where.c_str(),
-                 st.lost_bytes > 0 ? "; some were dealt to a worker that had stopped" : "");
-  }
+  const int code = ReportDealtStream(o, *dealer, dealt, rc.ok() ? *rc : 1);
   if (!rc.ok()) return rc;
-  if (!dealt.ok()) {
-    std::fprintf(stderr, "ferry-train: %s\n", dealt.ToString().c_str());
-    return *rc == 0 ? 1 : *rc;
-  }
-  return rc;
+  return code;
 }
 
 }  // namespace ferry::train

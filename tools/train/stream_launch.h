@@ -15,10 +15,21 @@
 // Thread-safety: the main thread; blocks until the job is over.
 #pragma once
 
+#include "models/data/stream_dealer.h"
 #include "models/train/train_options.h"
 #include "ps/launch/local_cluster.h"
 
 namespace ferry::train {
+
+// The dealer's options for o's stream: its input (--train, or --follow DIR or FILE), --max-samples
+// and --idle-exit; no sinks yet.
+models::DealerOptions StreamDealerOptions(const models::TrainOptions& o);
+
+// After the dealer's Join: "ferry-train: the stream gave N lines (why; where)" on stderr unless
+// o.quiet, then its error, if any. Returns `job_code`, or 1 when the job succeeded but the
+// dealing failed.
+int ReportDealtStream(const models::TrainOptions& o, const models::StreamDealer& dealer,
+                      const Status& dealt, int job_code);
 
 // Runs the job of `lc` (its argv, shape, transport) with the stream o.train_files[0] dealt to
 // its workers; the launcher's exit code, as RunLocalCluster's.
