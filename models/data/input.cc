@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <string>
+#include <string_view>
 #include <vector>
 
 namespace ferry::models {
@@ -206,9 +208,15 @@ Result<InputFile> ProbeInput(const std::string& path) {
 }
 
 Result<Fd> OpenStreamFd(const std::string& path, bool without_waiting) {
-  if (path == "-") {
-    Fd fd(::fcntl(0, F_DUPFD_CLOEXEC, 3));
-    if (fd.get() < 0) return IoError("duplicate stdin", errno);
+  constexpr std::string_view kFdPrefix = "/dev/fd/";
+  const bool numbered = path.size() > kFdPrefix.size() && path.rfind(kFdPrefix, 0) == 0 &&
+                        path.size() - kFdPrefix.size() <= 9 &&
+                        std::all_of(path.begin() + kFdPrefix.size(), path.end(),
+                                    [](char c) { return c >= '0' && c <= '9'; });
+  if (path == "-" || numbered) {
+    const int held = numbered ? std::stoi(path.substr(kFdPrefix.size())) : 0;
+    Fd fd(::fcntl(held, F_DUPFD_CLOEXEC, 3));
+    if (fd.get() < 0) return IoError("duplicate " + InputName(path), errno);
     return fd;
   }
   if (!without_waiting) return OpenFile(path);

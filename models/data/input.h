@@ -65,8 +65,10 @@ class ByteStream {
   virtual Result<size_t> Read(char* dst, size_t cap) = 0;
 };
 
-// A descriptor of a stream input (IsStreamInput): a duplicate of descriptor 0 for "-", else
-// `path` opened for reading. A FIFO's open waits for a writer unless `without_waiting`, which
+// A descriptor of a stream input (IsStreamInput): a duplicate of descriptor 0 for "-" and of N
+// for "/dev/fd/N" (a descriptor this process holds, as bash's <(cmd) gives: opened again, a pipe
+// whose writer has closed would wait for a new one instead of giving its bytes and its end),
+// else `path` opened for reading. A FIFO's open waits for a writer unless `without_waiting`, which
 // opens it non-blocking and then makes it blocking again (for a reader that polls first: a read
 // of a FIFO no writer has opened yet returns 0). Errors name the path.
 Result<Fd> OpenStreamFd(const std::string& path, bool without_waiting);

@@ -131,7 +131,7 @@ Status StreamDealer::Join() {
 Status StreamDealer::Run() {
   std::vector<Sink> sinks(o_.sinks.size());
   for (size_t i = 0; i < sinks.size(); ++i) sinks[i].fd = Fd(o_.sinks[i]);
-  Result<std::unique_ptr<StreamInput>> opened = OpenStreamInput(o_.input, o_.follow);
+  Result<std::unique_ptr<StreamInput>> opened = OpenStreamInput(o_.input, o_.follow, o_.share);
   if (!opened.ok()) return opened.status();
   StreamInput& in = **opened;
   std::vector<char> buf(o_.read_bytes);

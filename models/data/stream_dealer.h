@@ -39,6 +39,7 @@ namespace ferry::models {
 struct DealerOptions {
   std::string input = "-";  // "-" (stdin) or a path that IsStreamInput; with follow, DIR or FILE
   FollowMode follow = FollowMode::kNone;  // stream_input.h
+  FollowShare share;                      // kDir: the files this dealer takes (stream_input.h)
   std::vector<int> sinks;  // write ends, owned by the dealer from Start on (closed at the end)
   size_t block_bytes = 256 << 10;
   size_t read_bytes = 4 << 20;   // read buffer; lines longer than it go out in pieces, to one sink

@@ -60,7 +60,8 @@ class PipeInput final : public StreamInput {
 
 class DirInput final : public StreamInput {
  public:
-  DirInput(Fd watch, std::string dir) : watch_(std::move(watch)), dir_(std::move(dir)) {}
+  DirInput(Fd watch, std::string dir, FollowShare share)
+      : watch_(std::move(watch)), dir_(std::move(dir)), share_(share) {}
   int poll_fd() const override { return watch_.get(); }
   bool ready() override { return current_.get() >= 0 || !pending_.empty(); }
   Status Woken() override {
@@ -75,20 +76,30 @@ class DirInput final : public StreamInput {
         name_ = pending_.front();
         pending_.pop_front();
         current_ = Fd(::open((dir_ + "/" + name_).c_str(), O_RDONLY | O_CLOEXEC));
+        last_ = '\n';
         // A file removed between the listing and the open was never complete here: skip it.
         if (current_.get() < 0 && errno == ENOENT) continue;
         if (current_.get() < 0) return IoError("open " + dir_ + "/" + name_, errno);
       }
       FERRY_ASSIGN_OR_RETURN(const size_t n,
                              ReadSome(current_.get(), dir_ + "/" + name_, dst, cap));
-      if (n > 0) return n;
+      if (n > 0) {
+        last_ = dst[n - 1];
+        return n;
+      }
       current_ = Fd();
       ++files_read_;
+      // A file that ends without '\n' must not run its last line into the next file's first.
+      if (last_ != '\n') {
+        last_ = '\n';
+        dst[0] = '\n';
+        return size_t{1};
+      }
     }
   }
   std::string Where() const override {
     return dir_ + (name_.empty() ? "" : "/" + name_) + " (" + std::to_string(files_read_) + " of " +
-           std::to_string(seen_.size()) + " files read)";
+           std::to_string(taken_) + " files read)";
   }
 
   Status Scan() {
@@ -104,8 +115,20 @@ class DirInput final : public StreamInput {
       if (S_ISREG(st.st_mode)) names.push_back(name);
     }
     ::closedir(dp);
-    for (std::string& n : NewFollowedFiles(names, seen_)) {
+    std::vector<std::string> fresh = NewFollowedFiles(names, seen_);
+    if (share_.count > 1 && !fresh.empty() && !seen_.empty() && fresh.front() < *seen_.rbegin()) {
+      // Each share takes every count-th name in name order: a late name that sorts before one
+      // already seen would move every later file to another share.
+      return InvalidArgument("--follow " + dir_ + ": " + fresh.front() + " appeared after " +
+                             *seen_.rbegin() +
+                             " and sorts before it; when every worker follows the directory " +
+                             "(--consistency bsp) new files must sort after the ones there");
+    }
+    for (std::string& n : fresh) {
+      const uint64_t index = seen_.size();
       seen_.insert(n);
+      if (index % share_.count != share_.index) continue;
+      ++taken_;
       pending_.push_back(std::move(n));
     }
     return Status::Ok();
@@ -114,11 +137,14 @@ class DirInput final : public StreamInput {
  private:
   Fd watch_;
   std::string dir_;
+  FollowShare share_;
   std::set<std::string> seen_;
   std::deque<std::string> pending_;
   Fd current_;
   std::string name_;
+  char last_ = '\n';  // the last byte read of the current file
   uint64_t files_read_ = 0;
+  uint64_t taken_ = 0;  // files of this share listed so far
 };
 
 class TailInput final : public StreamInput {
@@ -176,7 +202,8 @@ std::vector<std::string> NewFollowedFiles(const std::vector<std::string>& listin
   return out;
 }
 
-Result<std::unique_ptr<StreamInput>> OpenStreamInput(const std::string& path, FollowMode mode) {
+Result<std::unique_ptr<StreamInput>> OpenStreamInput(const std::string& path, FollowMode mode,
+                                                     FollowShare share) {
   struct stat st;
   switch (mode) {
     case FollowMode::kNone:
@@ -186,7 +213,11 @@ Result<std::unique_ptr<StreamInput>> OpenStreamInput(const std::string& path, Fo
       if (!S_ISDIR(st.st_mode)) return InvalidArgument("--follow " + path + " is not a directory");
       // Renames into the directory and files closed after writing in it wake the dealer.
       FERRY_ASSIGN_OR_RETURN(Fd watch, WatchPath(path, IN_MOVED_TO | IN_CLOSE_WRITE | IN_CREATE));
-      auto in = std::make_unique<DirInput>(std::move(watch), path);
+      if (share.count == 0 || share.index >= share.count) {
+        return InvalidArgument("--follow " + path + ": share " + std::to_string(share.index) +
+                               " of " + std::to_string(share.count));
+      }
+      auto in = std::make_unique<DirInput>(std::move(watch), path, share);
       FERRY_RETURN_IF_ERROR(in->Scan());
       return std::unique_ptr<StreamInput>(std::move(in));
     }

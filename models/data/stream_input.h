@@ -6,7 +6,8 @@
 //           files already there first, then each new one as it appears. A file counts once it is
 //           in DIR under its final name: write it elsewhere (or as a name starting with '.') and
 //           rename(2) it into place, which is atomic; a file still being written in place would
-//           be read half-written. Names starting with '.' are never read. Never ends by itself.
+//           be read half-written. Names starting with '.' are never read. A file that ends
+//           without '\n' is given one. Never ends by itself.
 //   tail    --follow FILE: the bytes of FILE from its start, then those appended (tail -f);
 //           a FILE that shrinks (truncated, rotated) is an error. Never ends by itself.
 //
@@ -41,9 +42,19 @@ class StreamInput {
 
 enum class FollowMode { kNone, kDir, kTail };
 
-// kNone: `path` must be a stream (IsStreamInput); kDir: a directory; kTail: a regular file.
-// Errors name the path.
-Result<std::unique_ptr<StreamInput>> OpenStreamInput(const std::string& path, FollowMode mode);
+// Which files of a followed directory one reader takes: of the files in name order, the
+// index-th, then every count-th after it (workers that follow one directory each, under bsp).
+// With count > 1 a file that appears after a name sorting after it was seen is an error: it
+// would move every later file to another share.
+struct FollowShare {
+  uint32_t index = 0;
+  uint32_t count = 1;
+};
+
+// kNone: `path` must be a stream (IsStreamInput); kDir: a directory (only the files of `share`);
+// kTail: a regular file. Errors name the path.
+Result<std::unique_ptr<StreamInput>> OpenStreamInput(const std::string& path, FollowMode mode,
+                                                     FollowShare share = {});
 
 // The files of a followed directory to read next: the names in `listing` that are not in
 // `seen`, do not start with '.', in name order. Pure.

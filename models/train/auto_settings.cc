@@ -2,6 +2,7 @@
 #include "models/train/auto_settings.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -126,6 +127,11 @@ bool StreamTraining(const TrainOptions& o) {
          (o.train_files.size() == 1 && IsStreamInput(o.train_files.front()));
 }
 
+bool LockstepStream(const TrainOptions& o) {
+  return StreamTraining(o) && !o.stream.follow.empty() &&
+         o.consistency.kind == ps::Consistency::kBsp;
+}
+
 bool StreamDealtHere() {
   const char* v = std::getenv(kStreamDealtEnv);
   return v != nullptr && std::string_view(v) == "dealt";
@@ -144,14 +150,29 @@ Result<TrainOptions> ResolveStreamSettings(const TrainOptions& o) {
                            " each sample is scored before it is trained on instead (--window)");
   }
   if (r.refit == TrainOptions::Refit::kOn) return InvalidArgument(in + ": --refit needs files");
-  if (r.consistency.kind != ps::Consistency::kAsp) {
-    return InvalidArgument(in + ": it trains asp (--consistency " +
-                           ps::ConsistencyName(r.consistency) +
-                           " needs every worker's step count, which a stream does not have)");
+  const bool bsp = r.consistency.kind == ps::Consistency::kBsp;
+  struct stat st;
+  const bool dir =
+      !r.stream.follow.empty() && ::stat(r.stream.follow.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+  if (r.consistency.kind != ps::Consistency::kAsp && !(bsp && dir)) {
+    return InvalidArgument(
+        in + ": it trains asp (--consistency " + ps::ConsistencyName(r.consistency) +
+        (bsp ? " works with --follow DIR, whose files every worker can read)"
+             : " needs every worker's step count, which a stream does not have)"));
   }
-  if (!r.checkpoint_dir.empty() || !r.resume.empty()) {
-    return InvalidArgument(in + ": --checkpoint-dir and --resume are not supported for streams " +
-                           "yet (a stream cannot be re-read from a recorded position)");
+  if ((!r.checkpoint_dir.empty() || !r.resume.empty()) && !bsp) {
+    return InvalidArgument(in + ": --checkpoint-dir and --resume need --consistency bsp and " +
+                           "--follow DIR (whose files can be read again from a checkpoint's " +
+                           "clock); a pipe is read once, so its job resumes at most once");
+  }
+  if (bsp && r.stream.max_samples > 0) {
+    return InvalidArgument(in + " in lockstep (--consistency bsp): --max-samples is not " +
+                           "supported (each worker reads its own files); end with --idle-exit");
+  }
+  if (bsp && r.stream.window_seconds > 0) {
+    return InvalidArgument(
+        in + " in lockstep (--consistency bsp): --window-seconds is not " +
+        "supported (windows close on the same clock on every worker: " + "--window N)");
   }
   const bool needs_fields =
       r.model == ModelKind::kFfm || r.model == ModelKind::kMlp || r.model == ModelKind::kDeepFm;

@@ -39,9 +39,11 @@
 // A stream (StreamTraining) has no size and is read once, so nothing is probed: one pass, the
 // batch size of large data (kMaxBatch), step scale 1, no held-out split and no refit (each sample
 // is scored before it is trained on instead). What a stream cannot do is refused here, naming
-// the flag: --epochs other than 1, held-out data, a refit, bsp/ssp (their clocks need every
-// worker's step count), checkpoints, another input next to the stream, and libffm models with
-// fields but no --fields (counting them would read the stream).
+// the flag: --epochs other than 1, held-out data, a refit, ssp, another input next to the
+// stream, and libffm models with fields but no --fields (counting them would read the stream).
+// bsp and checkpoints only with --follow DIR (LockstepStream): a pipe cannot be read again, so
+// its positions could not be resumed; there, --max-samples and --window-seconds are refused
+// (each worker reads its own files, and rounds must fall on the same clock everywhere).
 //
 // Thread-safety: pure functions (EstimateTrainingSamples reads files).
 #pragma once
@@ -62,6 +64,11 @@ bool StreamTraining(const TrainOptions& o);
 // standard input is their share of the stream; StreamDealtHere reads it.
 inline constexpr char kStreamDealtEnv[] = "FERRY_TRAIN_STREAM";
 bool StreamDealtHere();
+// A stream trained in lockstep (--follow DIR with --consistency bsp): no dealer; every worker
+// follows the directory itself and takes every W-th file in name order (stream_input.h
+// FollowShare), one batch per clock, so a checkpoint's clock fixes every worker's position and
+// --resume continues exactly once. Otherwise a stream is dealt (stream_dealer.h).
+bool LockstepStream(const TrainOptions& o);
 
 struct SampleEstimate {
   uint64_t samples = 0;  // estimated samples in all the files together

@@ -54,7 +54,10 @@ void AddStreamFlags(CLI::App& app, StreamOptions* o) {
                  "DIR: train on the files that appear in DIR, in name order, each once (a file\n"
                  "counts once renamed into place; names starting with '.' are ignored); FILE:\n"
                  "tail a growing file. Instead of --train; ends with --idle-exit, --max-samples\n"
-                 "or Ctrl-C")
+                 "or Ctrl-C. DIR with --consistency bsp: every worker follows DIR itself and\n"
+                 "takes every W-th file (new names must sort after the old), one batch per\n"
+                 "clock, so --checkpoint-dir/--resume continue exactly once; other streams\n"
+                 "(pipes, stdin) resume at most once: what they gave is not read again")
       ->group(group);
   app.add_option("--idle-exit", o->idle_exit_seconds,
                  "end the job after this many seconds without new input (0: never)")

@@ -356,7 +356,11 @@ Status RunTraining(ps::Node& node, const TrainOptions& o, const ModelDef& def,
   if (ps::Worker* w = node.worker()) {
     WorkerLoop loop(*w, o, def);
     first = loop.Run(report);
-    if (first.ok()) first = w->Finish();
+    // A worker that failed alone (its input, say) must not finish politely: the others may be
+    // waiting for it in a collective, and Finish would wait for them. Leaving the job (the
+    // Node's destructor) fails their waits at once.
+    if (!first.ok()) return first;
+    first = w->Finish();
   }
   Status joined = node.Join();
   return first.ok() ? joined : first;

@@ -24,14 +24,22 @@ namespace ferry::models {
 
 Status WorkerLoop::SetupStream() {
   // A dealt stream arrives on standard input, whatever the command line names.
-  FERRY_ASSIGN_OR_RETURN(ReaderOptions r,
-                         ReaderFor({StreamDealtHere() ? std::string("-") : o_.train_files.front()},
-                                   Side::kAll, false));
+  // A lockstep worker reads its own files through a pipe of its own (trainer_lockstep.cc).
+  std::string input = StreamDealtHere() ? std::string("-") : o_.train_files.front();
+  if (LockstepStream(o_)) {
+    FERRY_ASSIGN_OR_RETURN(input, StartOwnShare());
+  }
+  FERRY_ASSIGN_OR_RETURN(ReaderOptions r, ReaderFor({input}, Side::kAll, false));
   if (w_.num_workers() > 1) {
     const std::string share = " (in worker " + std::to_string(w_.index()) + "'s share of " +
                               InputName(o_.train_files.front()) + ")";
-    r.on_malformed = [share](const std::string& m) {
-      std::fprintf(stderr, "ferry-train: malformed line %s%s\n", m.c_str(), share.c_str());
+    // The pipe's name means nothing to the user: the followed directory stands for it.
+    const std::string pipe = input != o_.train_files.front() && input != "-" ? input : "";
+    const std::string dir = o_.stream.follow;
+    r.on_malformed = [share, pipe, dir](const std::string& m) {
+      const bool named = !pipe.empty() && m.compare(0, pipe.size(), pipe) == 0;
+      const std::string where = named ? dir + m.substr(pipe.size()) : m;
+      std::fprintf(stderr, "ferry-train: malformed line %s%s\n", where.c_str(), share.c_str());
     };
   }
   FERRY_ASSIGN_OR_RETURN(reader_, Reader::Open(r));
@@ -59,8 +67,8 @@ uint64_t WorkerLoop::WindowSamples() const {
 Status WorkerLoop::RunStream(TrainReport* report) {
   FERRY_RETURN_IF_ERROR(SetupStream());
   start_ = window_start_ = TrainClock::now();
-  FERRY_RETURN_IF_ERROR(TrainStream());
-  if (lead_ && window_total_ == 0) {
+  FERRY_RETURN_IF_ERROR(LockstepStream(o_) ? TrainLockstep() : TrainStream());
+  if (lead_ && window_total_ == 0 && resumed_clock_ == 0) {
     return InvalidArgument("the stream " + InputName(o_.train_files.front()) +
                            " gave no training sample (" + std::to_string(reader_->stats().lines) +
                            " lines on worker 0, " + std::to_string(reader_->stats().malformed) +
@@ -112,16 +120,7 @@ Status WorkerLoop::TrainStream() {
       if (*next_n > 0) step_.Abandon(&slots[nxt]);
       return loss.status();
     }
-    const Batch& b = batches[cur];
-    Account(*loss, b.size());
-    window_.count += b.size();
-    window_.loss_sum += *loss;
-    for (size_t i = 0; i < b.size(); ++i) {
-      window_.prob_sum += probs[i];
-      window_.label_sum += b.labels[i];
-    }
-    window_.scores.insert(window_.scores.end(), probs.begin(), probs.begin() + b.size());
-    window_.labels.insert(window_.labels.end(), b.labels.begin(), b.labels.end());
+    AddToWindow(batches[cur], *loss, probs);
     n = *next_n;
     cur = nxt;
     // By time, every worker closes at about the same moment (each round restarts every
@@ -144,6 +143,18 @@ Status WorkerLoop::TrainStream() {
   return Status::Ok();
 }
 
+void WorkerLoop::AddToWindow(const Batch& b, double loss, const std::vector<float>& probs) {
+  Account(loss, b.size());
+  window_.count += b.size();
+  window_.loss_sum += loss;
+  for (size_t i = 0; i < b.size(); ++i) {
+    window_.prob_sum += probs[i];
+    window_.label_sum += b.labels[i];
+  }
+  window_.scores.insert(window_.scores.end(), probs.begin(), probs.begin() + b.size());
+  window_.labels.insert(window_.labels.end(), b.labels.begin(), b.labels.end());
+}
+
 Result<bool> WorkerLoop::CloseWindow(bool at_end) {
   // Pushes of the window are posted, not necessarily applied: the window scores what each
   // sample met, and the model statistics lag by the pushes in flight.
@@ -151,12 +162,16 @@ Result<bool> WorkerLoop::CloseWindow(bool at_end) {
   window_ = EvalPart{};
   const double seconds = SecondsSince(window_start_);
   window_start_ = TrainClock::now();
-  const uint64_t done_mine = at_end ? 1 : 0;
-  FERRY_ASSIGN_OR_RETURN(std::vector<uint64_t> done,
-                         GatherSums(w_, done_mine, /*to_all=*/true, "bad end flag from a worker"));
-  const bool all_done = std::all_of(done.begin(), done.end(), [](uint64_t d) { return d != 0; });
+  FERRY_ASSIGN_OR_RETURN(const bool all_done, AllEnded(at_end));
   if (lead_) FERRY_RETURN_IF_ERROR(ReportWindow(parts, seconds));
   return all_done;
+}
+
+Result<bool> WorkerLoop::AllEnded(bool at_end) {
+  const uint64_t mine = at_end ? 1 : 0;
+  FERRY_ASSIGN_OR_RETURN(std::vector<uint64_t> done,
+                         GatherSums(w_, mine, /*to_all=*/true, "bad end flag from a worker"));
+  return std::all_of(done.begin(), done.end(), [](uint64_t d) { return d != 0; });
 }
 
 Status WorkerLoop::ReportWindow(const std::vector<std::vector<uint8_t>>& parts, double seconds) {

@@ -1,8 +1,9 @@
 // Internal to models/train: the worker side of RunTraining (trainer.h), shared by
 // trainer.cc (the job: setup, the passes, the end), trainer_epochs.cc (the decisions after each
-// pass: held-out scores, verdicts, the kept model, the record for resuming, the refit) and
+// pass: held-out scores, verdicts, the kept model, the record for resuming, the refit),
 // trainer_passes.cc (one pass: the minibatch loops, counting, resuming mid-pass, streaming
-// evaluation).
+// evaluation), trainer_stream.cc (a stream, windows) and trainer_lockstep.cc (a followed
+// directory under bsp: each worker its files, resumable).
 //
 // Ownership: a WorkerLoop borrows the worker, the options and the model definition (they outlive
 // it) and owns its readers, display and metrics file. Threading: the worker's thread only.
@@ -20,6 +21,7 @@
 
 #include "models/data/field_map.h"
 #include "models/data/reader.h"
+#include "models/data/stream_dealer.h"
 #include "models/eval/metrics_json.h"
 #include "models/eval/progress.h"
 #include "models/io/export_writer.h"
@@ -138,14 +140,29 @@ class WorkerLoop {
   Status SetupStream();
   uint64_t WindowSamples() const;
   Status TrainStream();
+  // A trained batch's loss and its probabilities (scored before the push) into the window.
+  void AddToWindow(const Batch& b, double loss, const std::vector<float>& probs);
   // One round of the window collectives (every worker calls it alike); true once every worker
   // has reached the end of its input.
   Result<bool> CloseWindow(bool at_end);
+  // Whether every worker is at the end of its input (an all-gather: every worker calls it alike).
+  Result<bool> AllEnded(bool at_end);
   // Worker 0: the merged window of `seconds`, printed and written to the metrics file.
   Status ReportWindow(const std::vector<std::vector<uint8_t>>& parts, double seconds);
   // Worker 0: per table (table.NAME.rows, .admitted, .evicted, .refused since the last window,
   // .bytes) and in all (rows, bytes_resident), from the servers' counters; returns the rows.
   Result<uint64_t> AddTableStats(MetricsLine* line);
+
+  // --- trainer_lockstep.cc: a followed directory under bsp (auto_settings.h LockstepStream).
+  // Starts this worker's dealer over its files of the directory; returns the path of the pipe
+  // it writes (the reader's input).
+  Result<std::string> StartOwnShare();
+  // One batch per clock until every worker is at its end; a resumed job first reads its way to
+  // the checkpoint's clock.
+  Status TrainLockstep();
+  Result<uint64_t> SeekLockstep();
+  // Next(batch_size) of the reader; at the end (0) the dealer's error if it failed.
+  Result<size_t> NextOwn(Batch* b);
 
   ps::Worker& w_;
   const TrainOptions& o_;
@@ -190,6 +207,12 @@ class WorkerLoop {
   uint64_t windows_ = 0;
   uint64_t window_total_ = 0;
   uint64_t read_ = 0;
+  // Lockstep: this worker's dealer and the read end of its pipe; the checkpoint's clock the job
+  // resumed from (0: a fresh job); whether the reader reached the end of the worker's files.
+  std::unique_ptr<StreamDealer> own_dealer_;
+  Fd own_share_;
+  uint64_t resumed_clock_ = 0;
+  bool own_ended_ = false;
   std::vector<ps::TableStats> last_table_stats_;  // worker 0: at the last window
   // Worker 0 with --export-dir: the writer, the last version's time, the sample count that makes
   // the next one due, and the time spent exporting.

@@ -336,6 +336,50 @@ TEST(StreamDealer, AFollowedDirectoryGivesEachRenamedFileOnceInNameOrder) {
   std::filesystem::remove_all(dir);
 }
 
+// One share of a followed directory (FollowShare, as each worker takes under bsp): the index-th
+// file in name order and every count-th after it, also among files that arrive later; a file
+// that ends without '\n' gets one (its last line does not run into the next file's first).
+TEST(StreamDealer, AShareOfAFollowedDirectoryTakesEveryNthFileInNameOrder) {
+  const std::string dir = TempDirPath();
+  ASSERT_FALSE(dir.empty());
+  Put(dir + "/part-1", Lines(0, 100));
+  std::string unended = Lines(100, 200);
+  unended.pop_back();
+  Put(dir + "/part-2", unended);
+  DealerOptions o;
+  o.input = dir;
+  o.follow = FollowMode::kDir;
+  o.share = FollowShare{1, 2};
+  o.idle_exit_seconds = 0.5;
+  Dealt d = RunDealer(o, 1, {}, [&](StreamDealer&) {
+    for (int part = 3; part <= 5; ++part) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      const std::string tmp = dir + "/.part-" + std::to_string(part);
+      Put(tmp, Lines(100 * (part - 1), 100 * part));
+      ASSERT_EQ(::rename(tmp.c_str(), (dir + "/part-" + std::to_string(part)).c_str()), 0);
+    }
+  });
+  ASSERT_TRUE(d.status.ok()) << d.status.ToString();
+  std::vector<int> want;
+  for (int i = 100; i < 200; ++i) want.push_back(i);  // part-2
+  for (int i = 300; i < 400; ++i) want.push_back(i);  // part-4
+  EXPECT_EQ(d.per_sink[0], want);
+  EXPECT_NE(d.stats.where.find("2 of 2 files read"), std::string::npos) << d.stats.where;
+
+  // A name that sorts before one already seen would move every later file to another share.
+  Put(dir + "/.part-0", Lines(0, 10));
+  o.share = FollowShare{0, 2};
+  Dealt late = RunDealer(o, 1, {}, [&](StreamDealer&) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ASSERT_EQ(::rename((dir + "/.part-0").c_str(), (dir + "/part-0").c_str()), 0);
+  });
+  EXPECT_FALSE(late.status.ok());
+  EXPECT_NE(late.status.message().find("part-0 appeared after part-5 and sorts before it"),
+            std::string::npos)
+      << late.status.ToString();
+  std::filesystem::remove_all(dir);
+}
+
 TEST(StreamDealer, ATailedFileGivesWhatIsAppendedAndRefusesTruncation) {
   const std::string dir = TempDirPath();
   const std::string file = dir + "/log";
@@ -357,6 +401,28 @@ TEST(StreamDealer, ATailedFileGivesWhatIsAppendedAndRefusesTruncation) {
   EXPECT_FALSE(cut.status.ok());
   EXPECT_NE(cut.status.message().find("shrank"), std::string::npos) << cut.status.ToString();
   std::filesystem::remove_all(dir);
+}
+
+// "/dev/fd/N" names a descriptor the process holds: it is duplicated, not opened again, so a pipe
+// whose writer already closed gives its bytes and its end (opened again, it would wait for a
+// writer that never comes).
+TEST(StreamReader, ADevFdPathIsTheDescriptorItNames) {
+  Pipe p;
+  WriteAll(p.w, Lines(0, 50));
+  ::close(p.w);
+  ReaderOptions ro;
+  ro.files = {p.ReadPath()};
+  auto r = Reader::Open(ro);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  Batch b;
+  auto n = (*r)->Next(100, &b);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, 50u);
+  b.Clear();
+  n = (*r)->Next(100, &b);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, 0u);
+  ::close(p.r);
 }
 
 TEST(StreamReader, ReadsAPipeOnceAndRefusesGzipAndRewind) {

@@ -1,8 +1,9 @@
 // A stream under ferry-launch and mpirun (tools/train/stream_ranks.h): rank 0 reads it (a FIFO
 // it opens, or mpirun's standard input, which mpirun gives rank 0) and deals it to the worker
-// ranks over TCP. Every line is trained exactly once, --max-samples cuts exactly, SIGINT to
-// rank 0 ends the job cleanly, a killed worker ends the job with the reason instead of a hang,
-// and --train - under ferry-launch (whose ranks have no standard input) is refused.
+// ranks over TCP (its own worker, when colocated, over a pipe). Every line is trained exactly
+// once, --max-samples cuts exactly, SIGINT to rank 0 ends the job cleanly, a killed worker ends
+// the job with the reason instead of a hang, and --train - under ferry-launch (whose ranks have
+// no standard input) is refused.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -32,14 +33,16 @@ std::vector<std::string> TrainStream(const std::string& input, const std::string
 }
 
 // `samples` lines written into a new FIFO by a ferry-gen in the background, then ferry-launch
-// (2 servers, 2 workers) running `train`: "GEN ... > FIFO & exec ferry-launch ... -- TRAIN".
+// (2 servers, 2 workers, and `rule`) running `train`: "GEN ... > FIFO & exec ferry-launch ... --
+// TRAIN".
 Proc LaunchOverFifo(const TempDir& dir, uint64_t samples, const std::vector<std::string>& train,
-                    const std::function<void(pid_t)>& while_running = nullptr) {
+                    const std::function<void(pid_t)>& while_running = nullptr,
+                    const std::string& rule = "servers-first") {
   const std::string script =
       "g=$1 n=$2 f=$3; shift 3; \"$g\" --stream --samples \"$n\" --fields 8 --seed 11 > \"$f\" & "
       "exec \"$@\"";
   return Exec(Cat({"/bin/sh", "-c", script, "sh", GenBin(), std::to_string(samples), dir / "fifo",
-                   LaunchBin(), "--servers", "2", "--workers", "2", "--"},
+                   LaunchBin(), "--servers", "2", "--workers", "2", "--rule", rule, "--"},
                   train),
               90, while_running);
 }
@@ -88,6 +91,18 @@ TEST_F(LauncherStreams, FerryLaunchDealsAFifoToTwoWorkersEveryLineOnce) {
   EXPECT_EQ(m.final_line.value("samples", 0ull), 40000u);  // and trained once
   EXPECT_EQ(m.final_line.value("workers", 0), 2);
   std::printf("ferry-launch, 40000 lines: %.1f s\n", p.seconds);
+}
+
+// Colocated: rank 0 is server 0, the coordinator and worker 0; its own share goes through a pipe.
+TEST_F(LauncherStreams, ColocatedRankZeroDealsToItselfAndTheOtherWorker) {
+  const std::string metrics = dir_ / "m.jsonl";
+  Proc p = LaunchOverFifo(dir_, 30000, TrainStream(dir_ / "fifo", metrics), nullptr, "colocated");
+  ASSERT_EQ(p.exit_code, 0) << p.Describe();
+  const Metrics m = ReadMetrics(metrics);
+  EXPECT_EQ(m.window_samples, 30000u);
+  ASSERT_TRUE(m.final_line.is_object()) << p.Describe();
+  EXPECT_EQ(m.final_line.value("samples", 0ull), 30000u);
+  EXPECT_EQ(m.final_line.value("workers", 0), 2);
 }
 
 TEST_F(LauncherStreams, MaxSamplesCutsExactlyAcrossTheWorkers) {

@@ -65,9 +65,8 @@ int RunAsLocalCluster(const models::TrainOptions& o, int argc, char** argv) {
   return *rc;
 }
 
-// Whether rank 0 can deal o's stream to the workers of `job` under `env`'s launcher.
-Status CheckRankDealing(const models::TrainOptions& o, const ps::JobSpec& job,
-                        const ps::LaunchEnv& env) {
+// Whether rank 0 can deal o's stream under `env`'s launcher: it must have the stream.
+Status CheckRankDealing(const models::TrainOptions& o, const ps::LaunchEnv& env) {
   if (o.stream.follow.empty() && o.train_files.front() == "-" &&
       env.launcher == ps::Launcher::kFerry) {
     return InvalidArgument(
@@ -75,12 +74,6 @@ Status CheckRankDealing(const models::TrainOptions& o, const ps::JobSpec& job,
         "rank's is /dev/null); name a FIFO (mkfifo) or --follow DIR or FILE, which rank 0 "
         "opens, or run ferry-train without a launcher (its own local cluster deals its "
         "standard input)");
-  }
-  FERRY_ASSIGN_OR_RETURN(ps::RankRoles roles0, ps::RolesOf(job, 0, env.size));
-  if (roles0.worker >= 0) {
-    return InvalidArgument("--train " + o.train_files.front() +
-                           " is a stream, which rank 0 deals to the workers: rank 0 must not be "
-                           "a worker itself (the servers-first rule, not colocated)");
   }
   return Status::Ok();
 }
@@ -111,7 +104,7 @@ int RunJobRank(const CLI::App& app, models::TrainOptions o, const ps::LaunchEnv&
   // workers (stream_ranks.h).
   const bool rank_dealt = models::StreamTraining(o) && !models::StreamDealtHere();
   if (rank_dealt) {
-    if (Status s = CheckRankDealing(o, *job, env); !s.ok()) return TrainFailed("", s);
+    if (Status s = CheckRankDealing(o, env); !s.ok()) return TrainFailed("", s);
     // Before Node::Start's threads: setenv must not race a getenv.
     ::setenv(models::kStreamDealtEnv, "dealt", 1);
     const bool stdin_stream = o.stream.follow.empty() && o.train_files.front() == "-";
@@ -124,7 +117,9 @@ int RunJobRank(const CLI::App& app, models::TrainOptions o, const ps::LaunchEnv&
   if (!node.ok()) return TrainFailed(who, node.status());
   std::unique_ptr<RankStreamDealer> dealer;
   if (rank_dealt && env.rank == 0) {
-    auto started = RankStreamDealer::Start(o, (*node)->coordinator_address(), job->workers);
+    ps::Worker* own = (*node)->worker();  // colocated: rank 0 is worker 0 too
+    auto started = RankStreamDealer::Start(o, (*node)->coordinator_address(), job->workers,
+                                           own != nullptr ? static_cast<int>(own->index()) : -1);
     if (!started.ok()) return TrainFailed(who, started.status());
     dealer = std::move(*started);
   } else if (rank_dealt && (*node)->worker() != nullptr) {

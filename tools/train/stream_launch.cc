@@ -13,15 +13,6 @@
 
 namespace ferry::train {
 
-namespace {
-
-// Pipe capacity asked for each worker's share: a few blocks in flight keep a worker busy while
-// the dealer serves the others (the kernel may grant less; 64 KiB still works, only with more
-// wake-ups).
-constexpr int kPipeBytes = 1 << 20;
-
-}  // namespace
-
 models::DealerOptions StreamDealerOptions(const models::TrainOptions& o) {
   models::DealerOptions d;
   d.input = o.train_files.front();
@@ -57,7 +48,7 @@ Result<int> RunStreamingLocalCluster(const models::TrainOptions& o, ps::LocalClu
       for (int fd : d.sinks) ::close(fd);
       return IoError("pipe for worker " + std::to_string(w) + "'s share of the stream", errno);
     }
-    (void)::fcntl(fds[1], F_SETPIPE_SZ, kPipeBytes);
+    (void)::fcntl(fds[1], F_SETPIPE_SZ, kStreamPipeBytes);
     read_ends.emplace_back(fds[0]);
     d.sinks.push_back(fds[1]);
     lc.worker_stdin.push_back(fds[0]);

@@ -21,6 +21,11 @@
 
 namespace ferry::train {
 
+// Pipe capacity asked for a worker's share on one host (the local cluster's pipes, colocated
+// rank 0's own worker): a few blocks in flight keep a worker busy while the dealer serves the
+// others (the kernel may grant less; 64 KiB still works, only with more wake-ups).
+inline constexpr int kStreamPipeBytes = 1 << 20;
+
 // The dealer's options for o's stream: its input (--train, or --follow DIR or FILE), --max-samples
 // and --idle-exit; no sinks yet.
 models::DealerOptions StreamDealerOptions(const models::TrainOptions& o);

@@ -147,12 +147,14 @@ Result<models::Fd> Listen(const HostPort& hp, const std::string& address, int ba
   return fd;
 }
 
-// rank 0: one connection per worker, each checked by its hello and answered; sinks[w] is worker
-// w's.
-Result<std::vector<models::Fd>> AcceptWorkers(int listener, const std::string& coordinator,
-                                              const std::string& address, uint32_t workers) {
-  std::vector<models::Fd> sinks(workers);
+// rank 0: one connection per worker whose sink is still empty, each checked by its hello and
+// answered; (*sinks)[w] becomes worker w's.
+Status AcceptWorkers(int listener, const std::string& coordinator, const std::string& address,
+                     std::vector<models::Fd>* out) {
+  std::vector<models::Fd>& sinks = *out;
+  const uint32_t workers = static_cast<uint32_t>(sinks.size());
   uint32_t joined = 0;
+  for (const models::Fd& s : sinks) joined += s.get() >= 0;
   const std::string expect = std::string(kHello) + coordinator + " ";
   const Clock::time_point deadline = Clock::now() + kStreamConnectTimeout;
   while (joined < workers) {
@@ -187,7 +189,26 @@ Result<std::vector<models::Fd>> AcceptWorkers(int listener, const std::string& c
     sinks[w] = std::move(fd);
     ++joined;
   }
-  return sinks;
+  return Status::Ok();
+}
+
+// Colocated rank 0's own worker: its share through a pipe that becomes descriptor 0; a stream on
+// standard input is read first from a duplicate, *saved ("/dev/fd/N" in *input). The pipe's
+// write end is the sink.
+Result<models::Fd> OwnWorkerPipe(std::string* input, models::Fd* saved) {
+  if (*input == "-") {
+    *saved = models::Fd(::fcntl(STDIN_FILENO, F_DUPFD_CLOEXEC, 3));
+    if (saved->get() < 0) return IoError("duplicate standard input for the stream dealer", errno);
+    *input = "/dev/fd/" + std::to_string(saved->get());
+  }
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return IoError("pipe for rank 0's own worker", errno);
+  models::Fd read_end(fds[0]), write_end(fds[1]);
+  (void)::fcntl(write_end.get(), F_SETPIPE_SZ, kStreamPipeBytes);
+  if (::dup2(read_end.get(), STDIN_FILENO) < 0) {
+    return IoError("make rank 0's share of the stream standard input", errno);
+  }
+  return write_end;
 }
 
 // One connection attempt; -errno when the connection itself failed.
@@ -240,20 +261,28 @@ RankStreamDealer::RankStreamDealer(std::unique_ptr<models::StreamDealer> dealer)
 
 Result<std::unique_ptr<RankStreamDealer>> RankStreamDealer::Start(const models::TrainOptions& o,
                                                                   const std::string& coordinator,
-                                                                  uint32_t workers) {
-  FERRY_ASSIGN_OR_RETURN(std::string address,
-                         StreamDealerAddress(coordinator, std::getenv(kStreamPortEnv)));
-  FERRY_ASSIGN_OR_RETURN(HostPort hp, SplitAddress(address));
-  FERRY_ASSIGN_OR_RETURN(models::Fd listener,
-                         Listen(hp, address, static_cast<int>(std::min(workers + 8, 4096u))));
-  FERRY_ASSIGN_OR_RETURN(std::vector<models::Fd> sockets,
-                         AcceptWorkers(listener.get(), coordinator, address, workers));
-  listener = models::Fd();
+                                                                  uint32_t workers,
+                                                                  int own_worker) {
   models::DealerOptions d = StreamDealerOptions(o);
-  for (models::Fd& s : sockets) d.sinks.push_back(s.release());
+  std::vector<models::Fd> sinks(workers);
+  models::Fd saved_stdin;
+  if (own_worker >= 0) {
+    FERRY_ASSIGN_OR_RETURN(sinks[static_cast<size_t>(own_worker)],
+                           OwnWorkerPipe(&d.input, &saved_stdin));
+  }
+  if (own_worker < 0 || workers > 1) {
+    FERRY_ASSIGN_OR_RETURN(std::string address,
+                           StreamDealerAddress(coordinator, std::getenv(kStreamPortEnv)));
+    FERRY_ASSIGN_OR_RETURN(HostPort hp, SplitAddress(address));
+    FERRY_ASSIGN_OR_RETURN(models::Fd listener,
+                           Listen(hp, address, static_cast<int>(std::min(workers + 8, 4096u))));
+    FERRY_RETURN_IF_ERROR(AcceptWorkers(listener.get(), coordinator, address, &sinks));
+  }
+  for (models::Fd& s : sinks) d.sinks.push_back(s.release());
   FERRY_ASSIGN_OR_RETURN(std::unique_ptr<models::StreamDealer> dealer,
                          models::StreamDealer::Start(std::move(d)));
   std::unique_ptr<RankStreamDealer> r(new RankStreamDealer(std::move(dealer)));
+  r->saved_stdin_ = std::move(saved_stdin);
   // The first SIGINT, SIGTERM or SIGHUP ends the stream; SA_RESETHAND makes a second one act as
   // it did before (kill). A signal that was ignored (nohup) stays ignored.
   signal_dealer.store(r->dealer_.get());

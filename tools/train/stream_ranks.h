@@ -53,9 +53,12 @@ class RankStreamDealer {
   // Listens on the dealer address, accepts one connection from each of `workers` workers (within
   // kStreamConnectTimeout), starts dealing o's stream to them and handles SIGINT, SIGTERM and
   // SIGHUP (the first one ends the stream). Blocks until every worker connected.
+  // own_worker >= 0: rank 0 is also that worker (the colocated rule). Its share goes through a
+  // pipe that becomes this process's standard input (a stream on standard input is read from a
+  // duplicate taken first, "/dev/fd/N").
   static Result<std::unique_ptr<RankStreamDealer>> Start(const models::TrainOptions& o,
                                                          const std::string& coordinator,
-                                                         uint32_t workers);
+                                                         uint32_t workers, int own_worker);
   ~RankStreamDealer();  // restores the signal dispositions; stops the dealer if Finish did not
   RankStreamDealer(const RankStreamDealer&) = delete;
   RankStreamDealer& operator=(const RankStreamDealer&) = delete;
@@ -68,6 +71,8 @@ class RankStreamDealer {
   explicit RankStreamDealer(std::unique_ptr<models::StreamDealer> dealer);
   void RestoreSignals();
 
+  // Declared first, destroyed last: the dealer may still be opening "/dev/fd/N" of it.
+  models::Fd saved_stdin_;
   std::unique_ptr<models::StreamDealer> dealer_;
   bool signals_ = false;
 };

@@ -1,0 +1,205 @@
+// A followed directory resumes exactly once (auto_settings.h LockstepStream: --follow DIR with
+// --consistency bsp; models/train/trainer_lockstep.cc). Three runs of one job over the same four
+// files must give one model, byte for byte:
+//   the reference: two files there at the start, the other two renamed in while it runs;
+//   a run with checkpoints whose worker 1 is killed with SIGKILL a random moment after the first
+//   checkpoint (all files there), then `--resume` of its checkpoint directory over another
+//   transport.
+// So the files a worker trains by a clock do not depend on when they arrived, and no line is lost
+// or trained twice across a kill. The random moment comes from one seed, printed;
+// FERRY_RESUME_SEED=N replays it.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tests/train/train_test_util.h"
+
+namespace ferry::train_test {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+class FollowResume : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    const std::string all = *dir_ / "all.svm";
+    Generate(all, *dir_ / "test.svm",
+             {"--fields", "10", "--features", "20000", "--samples", "40000", "--test-samples",
+              "100", "--seed", "21"});
+    // Four parts of 10,000 lines; part 2 ends without its last '\n' (the dealer adds it: its
+    // last line must not run into part 3's first).
+    const std::vector<std::string> lines = Lines(Slurp(all));
+    ASSERT_EQ(lines.size(), 40000u);
+    for (int p = 0; p < 4; ++p) {
+      std::string text;
+      for (size_t i = p * 10000; i < (p + 1) * 10000u; ++i) text += lines[i] + "\n";
+      if (p == 2) text.pop_back();
+      parts_.push_back(text);
+    }
+    seed_ = SeedFromEnv("FERRY_RESUME_SEED");
+    rng_.seed(seed_);
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+
+  // A folder holding parts [0, n) under their final names.
+  static std::string Folder(const std::string& name, int n) {
+    const std::string d = *dir_ / name;
+    std::filesystem::create_directories(d);
+    for (int p = 0; p < n; ++p) Place(d, p);
+    return d;
+  }
+  // Writes part p beside the folder, then renames it in: complete the moment it appears.
+  static void Place(const std::string& folder, int p) {
+    const std::string tmp = folder + "/.part-" + std::to_string(p);
+    WriteText(tmp, parts_[p]);
+    std::filesystem::rename(tmp, folder + "/part-" + std::to_string(p));
+  }
+
+  static std::vector<std::string> Job(const std::string& folder, const std::string& transport) {
+    return {"--model",      "ftrl",      "--follow", folder,        "--consistency",
+            "bsp",          "--workers", "2",        "--servers",   "2",
+            "--batch-size", "64",        "--seed",   "5",           "--idle-exit",
+            "1.5",          "--window",  "10000",    "--transport", transport};
+  }
+
+  static TempDir* dir_;
+  static std::vector<std::string> parts_;
+  static uint64_t seed_;
+  static std::mt19937_64 rng_;
+};
+TempDir* FollowResume::dir_ = nullptr;
+std::vector<std::string> FollowResume::parts_;
+uint64_t FollowResume::seed_ = 0;
+std::mt19937_64 FollowResume::rng_;
+
+TEST_F(FollowResume, KilledWorkerResumesToTheModelOfTheUninterruptedRun) {
+  // The reference: parts 2 and 3 arrive 300 and 600 ms into the run (each worker waits for its
+  // next file while the other waits at the clock).
+  const std::string live = Folder("live", 2);
+  const std::string ref_out = *dir_ / "ref.bin";
+  const Clock::time_point t0 = Clock::now();
+  int placed = 2;
+  TrainRun ref =
+      Train(*dir_, "ref", Cat(Job(live, "tcp"), {"--model-out", ref_out}), 60, [&](pid_t) {
+        const auto ms =
+            std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+        if (placed < 4 && ms >= 300 * (placed - 1)) Place(live, placed++);
+      });
+  ASSERT_TRUE(ref.ok()) << ref.proc.Describe();
+  EXPECT_EQ(placed, 4);
+  EXPECT_EQ(ref.final_line.value("samples", 0), 40000) << ref.proc.Describe();
+  // Windows every ceil(10000 / 128) clocks, the last one partial: every sample scored once.
+  uint64_t scored = 0, windows = 0;
+  for (const nlohmann::json& l : JsonLines(*dir_ / "ref.jsonl")) {
+    if (l.value("event", "") != "window") continue;
+    ++windows;
+    scored += l.value("window_samples", uint64_t{0});
+  }
+  EXPECT_EQ(scored, 40000u);
+  EXPECT_EQ(windows, 4u);
+
+  // Killed: worker 1 (rank 3) a random 0-200 ms after the first checkpoint.
+  const std::string all = Folder("all", 4);
+  const std::string ck = *dir_ / "ck";
+  const int delay_ms = std::uniform_int_distribution<int>(0, 200)(rng_);
+  Clock::time_point first_checkpoint{};
+  pid_t killed = -1;
+  TrainRun crashed = Train(
+      *dir_, "killed", Cat(Job(all, "ucx"), {"--checkpoint-dir", ck, "--checkpoint-every", "40"}),
+      60, [&](pid_t launcher) {
+        if (killed > 0) return;
+        if (first_checkpoint == Clock::time_point{}) {
+          std::error_code ec;
+          if (std::filesystem::exists(ck + "/LATEST", ec)) first_checkpoint = Clock::now();
+          return;
+        }
+        if (Clock::now() - first_checkpoint < std::chrono::milliseconds(delay_ms)) return;
+        const pid_t pid = RankPid(launcher, 3);
+        if (pid > 0 && kill(pid, SIGKILL) == 0) killed = pid;
+      });
+  std::printf("seed %llu: worker 1 killed %d ms after the first checkpoint; newest then: %s",
+              static_cast<unsigned long long>(seed_), delay_ms, Slurp(ck + "/LATEST").c_str());
+  ASSERT_GT(killed, 0) << "the job ended before the kill: " << crashed.proc.Describe();
+  EXPECT_NE(crashed.proc.exit_code, 0) << crashed.proc.Describe();
+  EXPECT_NE(crashed.proc.err.find("rank 3"), std::string::npos) << crashed.proc.Describe();
+
+  const std::string out = *dir_ / "resumed.bin";
+  TrainRun resumed =
+      Train(*dir_, "resumed", Cat(Job(all, "tcp"), {"--resume", ck, "--model-out", out}), 60);
+  ASSERT_TRUE(resumed.ok()) << resumed.proc.Describe();
+  // It went on from the checkpoint: fewer samples than the whole stream, not a fresh start.
+  const uint64_t after = resumed.final_line.value("samples", uint64_t{0});
+  EXPECT_GT(after, 0u) << resumed.proc.Describe();
+  EXPECT_LT(after, 40000u) << resumed.proc.Describe();
+  const std::string ref_bytes = Slurp(ref_out);
+  ASSERT_FALSE(ref_bytes.empty());
+  EXPECT_TRUE(Slurp(out) == ref_bytes) << "the resumed model differs from the uninterrupted one";
+}
+
+TEST_F(FollowResume, RefusesWhatCannotResume) {
+  const std::string all = Folder("refuse", 4);
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      // A pipe is read once: no checkpoints without a followed directory in lockstep.
+      {{"--model", "ftrl", "--train", "-", "--consistency", "bsp", "--checkpoint-dir",
+        *dir_ / "x.ck"},
+       "works with --follow DIR"},
+      {{"--model", "ftrl", "--train", "-", "--resume", *dir_ / "x.ck"},
+       "--checkpoint-dir and --resume need --consistency bsp and --follow DIR"},
+      {{"--model", "ftrl", "--train", "-", "--consistency", "bsp"}, "works with --follow DIR"},
+      {Cat(Job(all, "tcp"), {"--max-samples", "1000"}), "--max-samples is not supported"},
+      {Cat(Job(all, "tcp"), {"--window-seconds", "2"}), "--window-seconds is not supported"},
+  };
+  for (const Case& c : cases) {
+    TrainRun r = Train(*dir_, "refuse_case", c.args, 30);
+    EXPECT_NE(r.proc.exit_code, 0) << r.proc.Describe();
+    EXPECT_FALSE(r.proc.timed_out) << r.proc.Describe();
+    EXPECT_NE(r.proc.err.find(c.says), std::string::npos)
+        << "expected '" << c.says << "' in: " << r.proc.Describe();
+  }
+}
+
+// A file that arrives after a later name was seen would move every later file to another
+// worker: the job fails naming both, it does not train on.
+TEST_F(FollowResume, AFileArrivingOutOfNameOrderFailsTheJob) {
+  const std::string d = *dir_ / "order";
+  std::filesystem::create_directories(d);
+  WriteText(d + "/b", parts_[0]);
+  // "a" comes 500 ms after both workers' ranks exist: their first listing (only "b") is long
+  // done, and worker 1, with no file, waits for --idle-exit (1.5 s) to pass.
+  bool placed = false;
+  Clock::time_point started{};
+  TrainRun r = Train(*dir_, "order", Job(d, "tcp"), 30, [&](pid_t launcher) {
+    if (placed) return;
+    if (started == Clock::time_point{}) {
+      if (RankPid(launcher, 2) > 0 && RankPid(launcher, 3) > 0) started = Clock::now();
+      return;
+    }
+    if (Clock::now() - started > std::chrono::milliseconds(500)) {
+      WriteText(d + "/.a", parts_[1]);
+      std::filesystem::rename(d + "/.a", d + "/a");
+      placed = true;
+    }
+  });
+  EXPECT_TRUE(placed);
+  EXPECT_NE(r.proc.exit_code, 0) << r.proc.Describe();
+  EXPECT_FALSE(r.proc.timed_out) << r.proc.Describe();
+  EXPECT_NE(r.proc.err.find("a appeared after b and sorts before it"), std::string::npos)
+      << r.proc.Describe();
+}
+
+}  // namespace
+}  // namespace ferry::train_test
