@@ -59,8 +59,9 @@ int RunAsLocalCluster(const models::TrainOptions& o, int argc, char** argv) {
   lc.replicas = o.replicas;
   lc.transport = o.transport;
   lc.name = "ferry-train";
-  auto rc = models::StreamTraining(*resolved) ? RunStreamingLocalCluster(*resolved, std::move(lc))
-                                              : ps::RunLocalCluster(lc);
+  // A lockstep stream is read by the workers themselves (each follows the directory).
+  const bool dealt = models::StreamTraining(*resolved) && !models::LockstepStream(*resolved);
+  auto rc = dealt ? RunStreamingLocalCluster(*resolved, std::move(lc)) : ps::RunLocalCluster(lc);
   if (!rc.ok()) return TrainFailed("", rc.status());
   return *rc;
 }
@@ -100,9 +101,10 @@ int RunJobRank(const CLI::App& app, models::TrainOptions o, const ps::LaunchEnv&
   if (Status s = ps::ApplyLaunchShape(*shape, env, &*job); !s.ok()) return TrainFailed("", s);
   o.servers = job->servers;
   o.workers = job->workers;
-  // A stream not dealt by ferry-train's own local cluster: rank 0 reads it and deals it to the
-  // workers (stream_ranks.h).
-  const bool rank_dealt = models::StreamTraining(o) && !models::StreamDealtHere();
+  // A stream not dealt by ferry-train's own local cluster (nor followed by every worker in
+  // lockstep): rank 0 reads it and deals it to the workers (stream_ranks.h).
+  const bool rank_dealt =
+      models::StreamTraining(o) && !models::StreamDealtHere() && !models::LockstepStream(o);
   if (rank_dealt) {
     if (Status s = CheckRankDealing(o, env); !s.ok()) return TrainFailed("", s);
     // Before Node::Start's threads: setenv must not race a getenv.
