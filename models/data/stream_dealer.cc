@@ -94,6 +94,7 @@ Result<std::unique_ptr<StreamDealer>> StreamDealer::Start(DealerOptions options)
       return IoError("fcntl on a dealer sink", errno);
     }
   }
+  d->stop_fd_ = Fd(d->o_.stop_fd);
   d->wake_ = Fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (d->wake_.get() < 0) return IoError("eventfd", errno);
   d->stats_.lines_per_sink.assign(d->o_.sinks.size(), 0);
@@ -247,6 +248,9 @@ Status StreamDealer::Run() {
 
     std::vector<pollfd> fds;
     fds.push_back({wake_.get(), POLLIN, 0});
+    // Index 1 when there is one; polled only while reading (it ends the input, nothing else).
+    const bool stop_fd = reading && stop_fd_.get() >= 0;
+    if (stop_fd) fds.push_back({stop_fd_.get(), POLLIN, 0});
     const bool want_input = reading && tail < buf.size();
     const bool input_fd = want_input && in.poll_fd() >= 0;
     if (input_fd) fds.push_back({in.poll_fd(), POLLIN, 0});
@@ -279,16 +283,20 @@ Status StreamDealer::Run() {
       (void)!::read(wake_.get(), &count, sizeof count);
     }
     size_t k = 1;
+    if (stop_fd) {
+      if (fds[k].revents != 0) end_input("stopped");
+      ++k;
+    }
     bool readable = ready;
     if (input_fd) {
-      if (fds[1].revents != 0) {
+      if (fds[k].revents != 0) {
         readable = true;
         if (Status s = in.Woken(); !s.ok()) {
           failed = s;
           end_input("input error");
         }
       }
-      k = 2;
+      ++k;
     }
     if (readable && reading) {
       bool ended = false;

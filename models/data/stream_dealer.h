@@ -45,6 +45,10 @@ struct DealerOptions {
   size_t read_bytes = 4 << 20;   // read buffer; lines longer than it go out in pieces, to one sink
   uint64_t max_lines = 0;        // 0: no limit
   double idle_exit_seconds = 0;  // 0: wait for input for ever
+  // A descriptor that ends the input (as Stop() does) once it is readable or hung up: a pipe
+  // whose writer, the launcher, closes it at its first SIGINT. Owned by the dealer from Start
+  // on; -1: none.
+  int stop_fd = -1;
 };
 
 struct DealerStats {
@@ -83,7 +87,8 @@ class StreamDealer {
 
   DealerOptions o_;
   DealerStats stats_;
-  Fd wake_;  // eventfd: Stop() wakes the poll
+  Fd wake_;     // eventfd: Stop() wakes the poll
+  Fd stop_fd_;  // DealerOptions::stop_fd
   std::atomic<bool> stop_{false};
   Status result_;
   std::thread thread_;

@@ -132,6 +132,11 @@ bool LockstepStream(const TrainOptions& o) {
          o.consistency.kind == ps::Consistency::kBsp;
 }
 
+bool StreamStopOnStdin() {
+  const char* v = std::getenv(kStreamDealtEnv);
+  return v != nullptr && std::string_view(v) == kStreamStopOnStdin;
+}
+
 bool StreamDealtHere() {
   const char* v = std::getenv(kStreamDealtEnv);
   return v != nullptr && std::string_view(v) == "dealt";

@@ -64,6 +64,10 @@ bool StreamTraining(const TrainOptions& o);
 // standard input is their share of the stream; StreamDealtHere reads it.
 inline constexpr char kStreamDealtEnv[] = "FERRY_TRAIN_STREAM";
 bool StreamDealtHere();
+// kStreamDealtEnv's value for workers of a lockstep stream on ferry-train's local cluster: their
+// standard input is a pipe from the launcher whose end means "stop following" (the first Ctrl-C).
+inline constexpr char kStreamStopOnStdin[] = "stop-on-stdin";
+bool StreamStopOnStdin();
 // A stream trained in lockstep (--follow DIR with --consistency bsp): no dealer; every worker
 // follows the directory itself and takes every W-th file in name order (stream_input.h
 // FollowShare), one batch per clock, so a checkpoint's clock fixes every worker's position and

@@ -6,8 +6,8 @@
 // stands. Here every worker follows DIR itself and takes every W-th file in name order
 // (stream_input.h FollowShare) through a dealer of its own with one sink (its reader's pipe),
 // one batch per clock. The lines behind clock C are then a function of the files alone: a
-// resumed worker reads its files again from the start up to the checkpoint's clock (checking the
-// sample count it recorded there) and goes on; the model is the uninterrupted run's, bit for bit.
+// resumed worker reads its files again from the start up to the sample count it recorded at the
+// checkpoint and goes on; the model is the uninterrupted run's, bit for bit.
 //
 // The end. A worker at the end of its files (the dealer's --idle-exit) goes on making empty
 // clocks; every window's round (every ceil(window / (batch x workers)) clocks, the same clock on
@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "models/train/auto_settings.h"
 #include "models/train/worker_loop.h"
 
 namespace ferry::models {
@@ -45,17 +46,26 @@ Result<std::string> WorkerLoop::StartOwnShare() {
   d.share = FollowShare{w_.index(), w_.num_workers()};
   d.sinks = {fds[1]};
   d.idle_exit_seconds = o_.stream.idle_exit_seconds;
+  if (StreamStopOnStdin()) {
+    // The launcher's word to stop following: the end of this standard input (its first Ctrl-C).
+    d.stop_fd = ::fcntl(0, F_DUPFD_CLOEXEC, 3);
+    if (d.stop_fd < 0) {
+      ::close(fds[1]);
+      return IoError("duplicate stdin (the launcher's stop pipe)", errno);
+    }
+  }
   FERRY_ASSIGN_OR_RETURN(own_dealer_, StreamDealer::Start(std::move(d)));
   // The reader opens the pipe again by name (a stream input: read once, never rewound).
   return "/dev/fd/" + std::to_string(own_share_.get());
 }
 
-Result<size_t> WorkerLoop::NextOwn(Batch* b) {
+Result<size_t> WorkerLoop::NextOwn(Batch* b, size_t want) {
   b->Clear();
-  FERRY_ASSIGN_OR_RETURN(const size_t n, reader_->Next(o_.batch_size, b));
+  FERRY_ASSIGN_OR_RETURN(const size_t n, reader_->Next(want, b));
   if (n > 0 || own_ended_) return n;
-  // The pipe ended: the dealer stopped, by --idle-exit or because it failed (a file that could
-  // not be read, one that arrived out of name order): the latter fails the job, it is no end.
+  // The pipe ended: the dealer stopped, by --idle-exit, a stop from the launcher or because it
+  // failed (a file that could not be read, one that arrived out of name order): the last fails
+  // the job, it is no end.
   own_ended_ = true;
   FERRY_RETURN_IF_ERROR(own_dealer_->Join());
   const DealerStats& st = own_dealer_->stats();
@@ -67,18 +77,22 @@ Result<size_t> WorkerLoop::NextOwn(Batch* b) {
 Result<uint64_t> WorkerLoop::SeekLockstep() {
   if (!w_.restored() || !w_.restored()->position) return uint64_t{0};
   const ps::Worker::Restored& r = *w_.restored();
+  // By samples, not clocks: a worker whose files ended (or whose job was stopped) before the
+  // checkpoint made empty clocks after its last batch. Its batches before were whole, so the
+  // sample count alone says which lines it had trained.
   Batch b;
-  for (uint64_t clock = 0; clock < r.clock && !own_ended_; ++clock) {
-    FERRY_ASSIGN_OR_RETURN(const size_t n, NextOwn(&b));
+  while (position_ < *r.position && !own_ended_) {
+    const uint64_t left = *r.position - position_;
+    FERRY_ASSIGN_OR_RETURN(
+        const size_t n, NextOwn(&b, static_cast<size_t>(std::min<uint64_t>(o_.batch_size, left))));
     position_ += n;
   }
   if (position_ != *r.position) {
     return InvalidArgument(
         "worker " + std::to_string(w_.index()) + " had read " + std::to_string(*r.position) +
         " samples of its files of " + o_.stream.follow + " at the checkpoint's clock " +
-        std::to_string(r.clock) + ", but they give " + std::to_string(position_) +
-        " there (files removed or changed since, or other --batch-size or --workers than the "
-        "run that wrote it?)");
+        std::to_string(r.clock) + ", but they give only " + std::to_string(position_) +
+        " (files removed or changed since, or other --workers than the run that wrote it?)");
   }
   Log("ferry-train: resumed at clock " + std::to_string(r.clock) + " of " + o_.stream.follow);
   return r.clock;
@@ -95,7 +109,7 @@ Status WorkerLoop::TrainLockstep() {
   while (true) {
     size_t n = 0;
     if (!own_ended_) {
-      FERRY_ASSIGN_OR_RETURN(n, NextOwn(&batch));
+      FERRY_ASSIGN_OR_RETURN(n, NextOwn(&batch, o_.batch_size));
     }
     position_ += n;
     if (n > 0) {

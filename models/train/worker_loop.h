@@ -161,8 +161,8 @@ class WorkerLoop {
   // the checkpoint's clock.
   Status TrainLockstep();
   Result<uint64_t> SeekLockstep();
-  // Next(batch_size) of the reader; at the end (0) the dealer's error if it failed.
-  Result<size_t> NextOwn(Batch* b);
+  // Next(want) of the reader; at the end (0) the dealer's error if it failed.
+  Result<size_t> NextOwn(Batch* b, size_t want);
 
   ps::Worker& w_;
   const TrainOptions& o_;

@@ -212,6 +212,16 @@ TEST(StreamDealer, IdleInputEndsTheStreamAndStopEndsItAtOnce) {
   });
   EXPECT_EQ(e.stats.end, "stopped");
   EXPECT_EQ(e.per_sink[0].size() + e.per_sink[1].size(), 10u);
+
+  // The stop descriptor: its writer (a launcher) closing it ends the input the same way.
+  Pipe stop;
+  forever.stop_fd = stop.r;
+  Dealt f = Deal(Lines(0, 10), 2, forever, {}, /*keep_open=*/true, [&](StreamDealer&) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ::close(stop.w);
+  });
+  EXPECT_EQ(f.stats.end, "stopped");
+  EXPECT_EQ(f.per_sink[0].size() + f.per_sink[1].size(), 10u);
 }
 
 TEST(StreamDealer, ALineLongerThanTheBufferGoesWholeToOneSink) {

@@ -146,6 +146,53 @@ TEST_F(FollowResume, KilledWorkerResumesToTheModelOfTheUninterruptedRun) {
   EXPECT_TRUE(Slurp(out) == ref_bytes) << "the resumed model differs from the uninterrupted one";
 }
 
+// The sum of the worker positions a checkpoint recorded (ps/job/checkpoint.h: "position I P"
+// lines of its MANIFEST), and its clock.
+std::pair<uint64_t, uint64_t> Positions(const std::string& checkpoint) {
+  uint64_t sum = 0, clock = 0;
+  for (const std::string& line : Lines(Slurp(checkpoint + "/MANIFEST"))) {
+    unsigned long long a = 0, b = 0;
+    if (std::sscanf(line.c_str(), "position %llu %llu", &a, &b) == 2) sum += b;
+    if (std::sscanf(line.c_str(), "clock %llu", &a) == 1) clock = a;
+  }
+  return {sum, clock};
+}
+
+// The first SIGINT stops every worker's following (the launcher closes their stop pipes): the
+// job ends cleanly with its model. Resumed from its newest checkpoint, the rest of the files is
+// trained exactly once: the samples of the resumed run and the positions the checkpoint
+// recorded add up to the lines of the folder.
+TEST_F(FollowResume, SigintStopsFollowingCleanlyAndAResumeTrainsTheRestOnce) {
+  const std::string all = Folder("stopped", 4);
+  const std::string ck = *dir_ / "stopped.ck";
+  std::vector<std::string> job = Job(all, "tcp");
+  for (size_t i = 0; i < job.size(); ++i) {
+    if (job[i] == "--idle-exit") job[i + 1] = "0";  // follow for ever: only the signal ends it
+  }
+  bool signalled = false;
+  const std::string out = *dir_ / "stopped.bin";
+  TrainRun stopped =
+      Train(*dir_, "stopped",
+            Cat(job, {"--checkpoint-dir", ck, "--checkpoint-every", "40", "--model-out", out}), 60,
+            [&](pid_t launcher) {
+              std::error_code ec;
+              if (!signalled && std::filesystem::exists(ck + "/LATEST", ec)) {
+                signalled = kill(launcher, SIGINT) == 0;
+              }
+            });
+  ASSERT_TRUE(signalled);
+  ASSERT_TRUE(stopped.ok()) << stopped.proc.Describe();
+  EXPECT_FALSE(Slurp(out).empty());
+  const std::string latest = ck + "/" + Lines(Slurp(ck + "/LATEST")).front();
+  const auto [positions, clock] = Positions(latest);
+  EXPECT_GT(clock, 0u);
+  TrainRun resumed =
+      Train(*dir_, "stopped_resumed", Cat(Job(all, "ucx"), {"--resume", latest}), 60);
+  ASSERT_TRUE(resumed.ok()) << resumed.proc.Describe();
+  EXPECT_EQ(positions + resumed.final_line.value("samples", uint64_t{0}), 40000u)
+      << "checkpoint at clock " << clock << " with " << positions << " samples read";
+}
+
 TEST_F(FollowResume, RefusesWhatCannotResume) {
   const std::string all = Folder("refuse", 4);
   struct Case {

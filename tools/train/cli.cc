@@ -60,8 +60,14 @@ int RunAsLocalCluster(const models::TrainOptions& o, int argc, char** argv) {
   lc.transport = o.transport;
   lc.name = "ferry-train";
   // A lockstep stream is read by the workers themselves (each follows the directory).
-  const bool dealt = models::StreamTraining(*resolved) && !models::LockstepStream(*resolved);
-  auto rc = dealt ? RunStreamingLocalCluster(*resolved, std::move(lc)) : ps::RunLocalCluster(lc);
+  Result<int> rc = 0;
+  if (models::LockstepStream(*resolved)) {
+    rc = RunLockstepLocalCluster(std::move(lc));
+  } else if (models::StreamTraining(*resolved)) {
+    rc = RunStreamingLocalCluster(*resolved, std::move(lc));
+  } else {
+    rc = ps::RunLocalCluster(lc);
+  }
   if (!rc.ok()) return TrainFailed("", rc.status());
   return *rc;
 }

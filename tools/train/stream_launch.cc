@@ -71,4 +71,23 @@ Result<int> RunStreamingLocalCluster(const models::TrainOptions& o, ps::LocalClu
   return code;
 }
 
+Result<int> RunLockstepLocalCluster(ps::LocalClusterOptions lc) {
+  // Each worker's standard input is a pipe that only this process writes to: closing the write
+  // ends at the first signal is the workers' word to stop following (their dealers' stop_fd).
+  std::vector<models::Fd> read_ends, write_ends;
+  for (uint32_t w = 0; w < lc.workers; ++w) {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) return IoError("pipe for worker " + std::to_string(w), errno);
+    read_ends.emplace_back(fds[0]);
+    write_ends.emplace_back(fds[1]);
+    lc.worker_stdin.push_back(fds[0]);
+  }
+  lc.env.emplace_back(models::kStreamDealtEnv, models::kStreamStopOnStdin);
+  lc.intercept_signal = [&write_ends](int) {
+    write_ends.clear();
+    return true;
+  };
+  return ps::RunLocalCluster(lc);
+}
+
 }  // namespace ferry::train

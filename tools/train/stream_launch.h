@@ -40,4 +40,11 @@ int ReportDealtStream(const models::TrainOptions& o, const models::StreamDealer&
 // its workers; the launcher's exit code, as RunLocalCluster's.
 Result<int> RunStreamingLocalCluster(const models::TrainOptions& o, ps::LocalClusterOptions lc);
 
+// Runs the job of `lc` whose workers follow a directory in lockstep (models/train/auto_settings.h
+// LockstepStream): nothing is dealt; the first SIGINT, SIGTERM or SIGHUP tells every worker to
+// stop following (FERRY_TRAIN_STREAM=stop-on-stdin: its standard input, a pipe from this
+// process, ends), so the job ends cleanly with what each worker read (final evaluation, export);
+// a second one stops the ranks.
+Result<int> RunLockstepLocalCluster(ps::LocalClusterOptions lc);
+
 }  // namespace ferry::train
