@@ -30,29 +30,6 @@ Result<uint64_t> ParamU64(const Model& m, std::string_view key) {
   return out;
 }
 
-// Rows of one table for the batch's unique ids, looked up once per batch.
-class TableRows {
- public:
-  struct Accessor {
-    const std::vector<const float*>* rows;
-    const float* operator()(uint32_t u) const { return (*rows)[u]; }
-  };
-  explicit TableRows(const ModelTable* t) : t_(t), zero_(t->dim(), 0.0f) {}
-  void Lookup(const std::vector<uint64_t>& ids) {
-    rows_.resize(ids.size());
-    for (size_t u = 0; u < ids.size(); ++u) {
-      const float* r = t_->Find(ids[u]);
-      rows_[u] = r != nullptr ? r : zero_.data();
-    }
-  }
-  Accessor accessor() const { return Accessor{&rows_}; }
-
- private:
-  const ModelTable* t_;
-  std::vector<float> zero_;
-  std::vector<const float*> rows_;
-};
-
 bool IsDense(const ModelLayout& m, size_t t) {
   return std::find(m.dense.begin(), m.dense.end(), static_cast<int>(t)) != m.dense.end();
 }
@@ -140,7 +117,7 @@ Result<double> OffsetOf(const Model& model) {
 }
 
 // The field map the model was trained with (or the one given instead), for libsvm input.
-Result<std::shared_ptr<const FieldMap>> FieldMapOf(const Model& model, const PredictOptions& o,
+Result<std::shared_ptr<const FieldMap>> FieldMapOf(const Model& model, const ScorerOptions& o,
                                                    Format format) {
   std::shared_ptr<const FieldMap> out;
   if (!o.field_map.empty()) {
@@ -161,29 +138,97 @@ Result<std::shared_ptr<const FieldMap>> FieldMapOf(const Model& model, const Pre
   return out;
 }
 
+}  // namespace
+
+// Rows of every table for a batch's unique ids, looked up once per batch.
+struct ScoreScratch::Impl {
+  struct Accessor {
+    const std::vector<const float*>* rows;
+    const float* operator()(uint32_t u) const { return (*rows)[u]; }
+  };
+  UniqueIds ids;
+  MlpWorkspace ws;
+  std::vector<std::vector<const float*>> rows;  // per table, per unique id
+  std::vector<std::vector<float>> zero;         // per table: the row an unknown key reads
+  std::vector<Accessor> access;
+};
+
+ScoreScratch::ScoreScratch() : impl_(std::make_unique<Impl>()) {}
+ScoreScratch::~ScoreScratch() = default;
+ScoreScratch::ScoreScratch(ScoreScratch&&) noexcept = default;
+ScoreScratch& ScoreScratch::operator=(ScoreScratch&&) noexcept = default;
+
 // How the model was trained to read its data (format, hashing, field map), with what the options
-// override.
-Result<ReaderOptions> ReaderOptionsFor(const Model& model, const PredictOptions& o) {
-  ReaderOptions ro;
-  ro.files = o.files;
+// override; then its tables and its calibration.
+Result<Scorer> Scorer::Create(const Model& model, const ScorerOptions& o) {
+  Scorer s;
   std::string_view format = o.format;
   if (format.empty()) {
     FERRY_ASSIGN_OR_RETURN(format, model.RequireParam("format"));
   }
-  FERRY_ASSIGN_OR_RETURN(ro.format, ParseFormat(format));
-  FERRY_ASSIGN_OR_RETURN(ro.hash_seed, ParamU64(model, "hash_seed"));
+  FERRY_ASSIGN_OR_RETURN(s.format_, ParseFormat(format));
+  FERRY_ASSIGN_OR_RETURN(s.hash_seed_, ParamU64(model, "hash_seed"));
   FERRY_ASSIGN_OR_RETURN(uint64_t bits, ParamU64(model, "hash_bits"));
-  ro.hash_bits = static_cast<uint32_t>(bits);
-  ro.threads = o.parse_threads;
-  ro.strict = o.strict;
-  FERRY_ASSIGN_OR_RETURN(ro.field_map, FieldMapOf(model, o, ro.format));
-  return ro;
+  s.hash_bits_ = static_cast<uint32_t>(bits);
+  FERRY_ASSIGN_OR_RETURN(s.field_map_, FieldMapOf(model, o, s.format_));
+  FERRY_ASSIGN_OR_RETURN(ModelTables m, TablesOf(model));
+  s.layout_ = std::move(m.layout);
+  s.tables_ = std::move(m.tables);
+  for (int t : s.layout_.dense) s.dense_rows_.push_back(s.tables_[t]->Find(0));
+  FERRY_ASSIGN_OR_RETURN(s.offset_, OffsetOf(model));
+  return s;
 }
 
-}  // namespace
+Status Scorer::Score(const Batch& b, std::span<float> probs, ScoreScratch* scratch,
+                     double* logloss_sum) const {
+  ScoreScratch::Impl& x = *scratch->impl_;
+  const size_t n = b.size();
+  if (probs.size() < n) return InvalidArgument("Scorer::Score: probs is shorter than the batch");
+  if (x.rows.size() != tables_.size()) {
+    x.rows.assign(tables_.size(), {});
+    x.zero.clear();
+    x.access.clear();
+    for (size_t t = 0; t < tables_.size(); ++t) {
+      x.zero.emplace_back(tables_[t]->dim(), 0.0f);
+      x.access.push_back(ScoreScratch::Impl::Accessor{&x.rows[t]});
+    }
+  }
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    if (x.zero[t].size() != tables_[t]->dim()) x.zero[t].assign(tables_[t]->dim(), 0.0f);
+  }
+  x.ids.Build(b, layout_.linear >= 0);
+  const std::vector<uint64_t>& ids = x.ids.ids();
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    if (IsDense(layout_, t)) continue;
+    std::vector<const float*>& rows = x.rows[t];
+    rows.resize(ids.size());
+    for (size_t u = 0; u < ids.size(); ++u) {
+      const float* r = tables_[t]->Find(ids[u]);
+      rows[u] = r != nullptr ? r : x.zero[t].data();
+    }
+  }
+  std::span<float> out = probs.first(n);
+  auto l = RunModelKernel<false>(layout_, b, x.ids.uidx(), x.ids.bias(),
+                                 std::span<const ScoreScratch::Impl::Accessor>(x.access),
+                                 std::span<const NoTable>(), dense_rows_, {}, x.ws, out);
+  FERRY_RETURN_IF_ERROR(l.status());
+  // As ferry-train's evaluation does (step.cc): the same floats, the same loss.
+  if (offset_ != 0) l = ApplyOffset(offset_, out, b.labels);
+  if (logloss_sum != nullptr) *logloss_sum = *l;
+  return Status::Ok();
+}
 
 Status Predict(const Model& model, const PredictOptions& o, std::FILE* out, PredictReport* report) {
-  FERRY_ASSIGN_OR_RETURN(ReaderOptions ro, ReaderOptionsFor(model, o));
+  FERRY_ASSIGN_OR_RETURN(Scorer scorer,
+                         Scorer::Create(model, ScorerOptions{o.format, o.field_map}));
+  ReaderOptions ro;
+  ro.files = o.files;
+  ro.format = scorer.format();
+  ro.hash_seed = scorer.hash_seed();
+  ro.hash_bits = scorer.hash_bits();
+  ro.threads = o.parse_threads;
+  ro.strict = o.strict;
+  ro.field_map = scorer.shared_field_map();
   // Malformed lines go to stderr as they come; the first also names what a file of no sample
   // held instead.
   std::string first_malformed;
@@ -191,17 +236,8 @@ Status Predict(const Model& model, const PredictOptions& o, std::FILE* out, Pred
     if (first_malformed.empty()) first_malformed = m;
     std::fprintf(stderr, "%s\n", m.c_str());
   };
-  FERRY_ASSIGN_OR_RETURN(ModelTables m, TablesOf(model));
-  FERRY_ASSIGN_OR_RETURN(const double offset, OffsetOf(model));
   FERRY_ASSIGN_OR_RETURN(auto reader, Reader::Open(ro));
-  std::vector<TableRows> rows;
-  for (const ModelTable* t : m.tables) rows.emplace_back(t);
-  std::vector<TableRows::Accessor> access;
-  for (const TableRows& r : rows) access.push_back(r.accessor());
-  std::vector<const float*> dense_rows;
-  for (int t : m.layout.dense) dense_rows.push_back(m.tables[t]->Find(0));
-  UniqueIds ids;
-  MlpWorkspace ws;
+  ScoreScratch scratch;
   std::vector<float> probs;
   LoglossAccumulator loss;
   AucAccumulator auc;
@@ -210,18 +246,10 @@ Status Predict(const Model& model, const PredictOptions& o, std::FILE* out, Pred
     b.Clear();
     FERRY_ASSIGN_OR_RETURN(size_t n, reader->Next(o.batch_size, &b));
     if (n == 0) break;
-    ids.Build(b, m.layout.linear >= 0);
-    for (size_t t = 0; t < rows.size(); ++t) {
-      if (!IsDense(m.layout, t)) rows[t].Lookup(ids.ids());
-    }
     probs.resize(n);
-    auto l = RunModelKernel<false>(m.layout, b, ids.uidx(), ids.bias(),
-                                   std::span<const TableRows::Accessor>(access),
-                                   std::span<const NoTable>(), dense_rows, {}, ws, probs);
-    FERRY_RETURN_IF_ERROR(l.status());
-    // As ferry-train's evaluation does (step.cc): the same floats, the same loss.
-    if (offset != 0) l = ApplyOffset(offset, probs, b.labels);
-    loss.AddSum(*l, n);
+    double l = 0;
+    FERRY_RETURN_IF_ERROR(scorer.Score(b, probs, &scratch, &l));
+    loss.AddSum(l, n);
     FERRY_RETURN_IF_ERROR(auc.Add(probs, b.labels));
     for (float p : probs) {
       if (std::fprintf(out, "%.6g\n", static_cast<double>(p)) < 0) {
