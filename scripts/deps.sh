@@ -16,6 +16,8 @@ FERRY_PACKAGES=(
   libflatbuffers-dev flatbuffers-compiler libssl-dev
   # tools, tests, benchmarks
   libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
+  # ferry-serve's HTTP server and the serve tests' client
+  libcpp-httplib-dev
   libabsl-dev robin-map-dev libxxhash-dev
   # network fault tests
   nftables iproute2

@@ -118,7 +118,7 @@ case $case_name in
       { fail "meson install"; exit 1; }
     bindir=$(dirname "$(find "$root" -name ferry-info -type f | head -1)")
     expected=(ferry-info ferry-lat ferry-bw ferry-plot ferry-ps-bench ferry-launch ferry-gen
-              ferry-train ferry-predict ferry-vm ferry-rxe)
+              ferry-train ferry-predict ferry-serve ferry-vm ferry-rxe)
     installed=$(cd "$bindir" && ls | sort | tr '\n' ' ')
     for c in "${expected[@]}"; do
       [ -x "$bindir/$c" ] || { fail "$c not installed (installed: $installed)"; continue; }
@@ -171,7 +171,7 @@ case $case_name in
     ok "built: $(cd "$dir" && ls ./*.deb | sed 's|^\./||' | paste -sd ' ')"
     # What goes where (Debian's library policy): commands / the shared library / development files.
     expected=(ferry-info ferry-lat ferry-bw ferry-plot ferry-ps-bench ferry-launch ferry-gen
-              ferry-train ferry-predict ferry-vm ferry-rxe)
+              ferry-train ferry-predict ferry-serve ferry-vm ferry-rxe)
     for c in "${expected[@]}"; do
       grep -qx "/usr/bin/$c" "$work/ferry.files" || fail "ferry lacks /usr/bin/$c"
       grep -qx "/usr/share/man/man1/$c.1.gz" "$work/ferry.files" || fail "ferry lacks the man page $c.1.gz"
