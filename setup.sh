@@ -3,7 +3,7 @@
 # default — a local cluster on this machine: ferry-info, short latency and bandwidth runs over
 # every local transport (tcp; ucx over shared memory and over tcp), a parameter-server benchmark
 # on 2 servers + 2 workers, and the training demo: generate CTR data, train FTRL and FM on a
-# local cluster, print test logloss/AUC and throughput.
+# local cluster, print test logloss/AUC and throughput, and score test lines through ferry-serve.
 set -euo pipefail
 cd "$(dirname "$0")"
 source scripts/deps.sh
@@ -54,6 +54,35 @@ run "ferry-train --model ftrl (2 servers + 2 workers)" \
   --progress never
 run "ferry-train --model fm (2 servers + 2 workers)" \
   "$bin/train/ferry-train" --model fm --train "$demo/train.svm" --test "$demo/test.svm" \
-  --progress never --model-out "$demo/fm.model"
+  --progress never --model-out "$demo/fm.model" --export-dir "$demo/fm.export"
 run "ferry-predict with the exported FM model" \
   "$bin/train/ferry-predict" "$demo/fm.model" "$demo/test.svm" -o "$demo/p.txt" --summary
+
+# Online scoring: ferry-serve serves the FM job's export directory (and would follow it while a
+# job kept publishing versions: docs/serving.md); a few test lines go through its HTTP API.
+echo
+echo "== ferry-serve with the FM export: 5 test lines scored over HTTP"
+"$bin/serve/ferry-serve" --model-dir "$demo/fm.export" --model-name demo \
+  --listen 127.0.0.1:0 2>"$demo/serve.log" &
+serve_pid=$!
+trap 'kill "$serve_pid" 2>/dev/null; rm -rf "$demo"' EXIT
+port=
+for _ in $(seq 100); do
+  port=$(sed -n 's|.*http://127\.0\.0\.1:\([0-9]*\)/.*|\1|p' "$demo/serve.log")
+  [ -n "$port" ] && break
+  sleep 0.1
+done
+[ -n "$port" ] || { cat "$demo/serve.log" >&2; exit 1; }
+python3 - "$port" "$demo/test.svm" <<'PY'
+import json, sys, urllib.request
+port, test = sys.argv[1], sys.argv[2]
+with open(test) as f:
+    lines = [next(f).rstrip("\n") for _ in range(5)]
+body = {"instances": [l.split(" ", 1)[1] for l in lines]}  # the features, without the label
+print("POST /v1/models/demo:predict", json.dumps(body)[:100] + " ...")
+req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/models/demo:predict",
+                             json.dumps(body).encode(), {"Content-Type": "application/json"})
+print(urllib.request.urlopen(req).read().decode().strip())
+PY
+kill "$serve_pid"
+wait "$serve_pid" || true
