@@ -92,7 +92,7 @@ Result<uint32_t> CountFields(const TrainOptions& o) {
 }
 
 // The feature flags (feature_flags.cc) make sense together only in some combinations.
-Status ValidateFeatureOptions(const FeatureOptions& f, uint32_t replicas) {
+Status ValidateFeatureOptions(const FeatureOptions& f) {
   if (f.admit_min_count == 1) {
     return InvalidArgument(
         "--admit-min-count 1 admits every feature at its first sighting, as without the flag: "
@@ -114,12 +114,8 @@ Status ValidateFeatureOptions(const FeatureOptions& f, uint32_t replicas) {
   if (!(f.score_decay > 0.0 && f.score_decay <= 1.0)) {
     return InvalidArgument("--score-decay must be in (0, 1]");
   }
-  if (replicas > 1 && f.any()) {
-    return InvalidArgument(
-        "--replicas above 1 cannot be combined with --admit-min-count, --admit-prob, "
-        "--evict-unseen, --evict-score or --max-rows-per-server: each replica would admit and "
-        "evict from what it alone saw (docs/ps.md, \"Replicas\")");
-  }
+  // Any of them goes with --replicas above 1: each shard's head admits and evicts, and its
+  // replicas follow its decisions (docs/ps.md, "Replicas").
   return Status::Ok();
 }
 
@@ -191,7 +187,7 @@ Status ValidateTrainOptions(const TrainOptions& o) {
         "--checkpoint-dir needs --consistency bsp (only a bsp clock boundary "
         "is the same point on every server)");
   }
-  return ValidateFeatureOptions(o.features, o.replicas);
+  return ValidateFeatureOptions(o.features);
 }
 
 namespace {

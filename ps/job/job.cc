@@ -178,19 +178,8 @@ Status ValidateJob(const JobSpec& job) {
     return InvalidArgument("replicas " + std::to_string(job.replicas) + " must be 1.." +
                            std::to_string(job.servers) + " (the number of servers)");
   }
-  if (job.replicas > 1) {
-    for (const TableSpec& t : job.tables) {
-      if (TableTracksSightings(t)) {
-        // Admission and eviction decide per server from what it has seen (pulls reach the head
-        // only) and when its timer fired: replicas would keep different rows (docs/ps.md).
-        return InvalidArgument(
-            "table '" + t.name +
-            "': replicas > 1 cannot be combined with admission or eviction (ferry-train "
-            "--admit-min-count, --admit-prob, --evict-unseen, --evict-score, "
-            "--max-rows-per-server); drop --replicas or those flags");
-      }
-    }
-  }
+  // Replicas with admission or eviction: the chain's head decides and the chain carries its
+  // decisions (row records, ps/server/server_records.cc), so replicas keep the head's rows.
   if (job.peer_timeout.count() <= 0) return InvalidArgument("peer_timeout must be > 0");
   if (job.evict_tick.count() <= 0) return InvalidArgument("evict_tick must be > 0");
   if (job.checkpoint_every > 0) {

@@ -114,8 +114,9 @@ struct JobSpec {
   // the next replicas-1 servers. A push is acknowledged once the chain's tail applied (BSP:
   // staged) it; pulls are served by the head. A dead server's shards fail over to their next
   // live member while the job runs: no restart, no acknowledged update lost, none applied twice.
-  // 1 = off. At most `servers`; tables with admission, a max_rows bound or tick eviction are
-  // refused (each replica would admit and evict from what it alone saw: docs/ps.md "Replicas").
+  // 1 = off. At most `servers`. In tables with admission, a max_rows bound or tick eviction the
+  // head alone decides which rows are created and evicted, and every replica applies its
+  // decisions in its order (docs/ps.md "Replicas").
   // The coordinator (rank 0) is not replicated: losing rank 0 ends the job (resume it from a
   // checkpoint).
   uint32_t replicas = 1;

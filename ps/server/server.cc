@@ -135,7 +135,8 @@ Status Server::Init(const std::string& listen_host) {
 Status Server::InitMemory() {
   // One block of shareable memory (a same-host worker over ucx then writes its requests with
   // memcpy into a mapping of it instead of cross-memory attach):
-  //   [ W staging rings | replicas: forward rings | ack word | ack record | headers ]
+  //   [ W staging rings | replicas: forward rings | ack word | ack record | headers |
+  //     row records' scratch ]
   // With replicas the whole block is also registered once for local access, so a forward is one
   // sparse write whose segments come from anywhere in it (a header from the scratch, keys and
   // gradients straight from the worker's ring or a forward ring).
@@ -143,11 +144,24 @@ Status Server::InitMemory() {
   const uint64_t worker_rings = job_.staging_bytes * job_.workers;
   // A predecessor forwards at most what the workers can have outstanding at it for one clock:
   // every worker's ring (under BSP the pushes of a clock stay until every server applied it).
-  forward_ring_bytes_ = replicas > 1 ? worker_rings : 0;
+  // Row records (server_records.cc) share the ring with the pushes and free their space when
+  // acknowledged, but under BSP a clock's last records (kForwardClockDone) must find room beside
+  // that clock's held pushes: twice the room then.
+  records_ =
+      replicas > 1 && std::any_of(job_.tables.begin(), job_.tables.end(),
+                                  [](const TableSpec& t) { return TableTracksSightings(t); });
+  forward_ring_bytes_ = replicas > 1 ? worker_rings * (records_ ? 2 : 1) : 0;
   const uint64_t headers =
       replicas > 1 ? std::max<uint64_t>(256, 2ull * job_.workers * job_.max_outstanding) : 0;
+  // Room for a few records of the largest size at once (more wait, in order).
+  const uint64_t record_scratch =
+      records_ ? 4 * ((RecordPayloadBytes(RecordKeys()) + 63) / 64 * 64) : 0;
+  last_op_.assign(replicas, 0);
+  clock_done_.assign(replicas, 0);
   uint64_t bytes = worker_rings;
-  if (replicas > 1) bytes += forward_ring_bytes_ * (replicas - 1) + 2 * kAckBytes + headers * 64;
+  if (replicas > 1) {
+    bytes += forward_ring_bytes_ * (replicas - 1) + 2 * kAckBytes + headers * 64 + record_scratch;
+  }
   ring_memory_ = std::make_unique<RingMemory>();
   FERRY_ASSIGN_OR_RETURN(ring_memory_->memory, ShareableMemory::Allocate(bytes));
   rings_ = ring_memory_->memory.data();
@@ -157,6 +171,8 @@ Status Server::InitMemory() {
   ack_source_at_ = ack_at + kAckBytes;
   headers_at_ = ack_source_at_ + kAckBytes;
   header_space_ = RangeAllocator(headers_at_, headers_at_ + headers * 64, 64);
+  const uint64_t records_at = headers_at_ + headers * 64;
+  record_space_ = RangeAllocator(records_at, records_at + record_scratch, 64);
   ReplyRecord ack;  // what every ack writes (its notification is what counts)
   std::memcpy(rings_ + ack_source_at_, &ack, 8);
   FERRY_ASSIGN_OR_RETURN(ack_region_,
@@ -463,8 +479,13 @@ Status Server::ApplyClock(uint64_t clock) {
                          [](const Staged& a, const Staged& b) { return a.push_id < b.push_id; });
       }
       size_t done = 0;
+      std::vector<Staged> kept;  // a replica's pushes to tables whose head decides their rows
       while (done < list.size() && list[done].clock < clock) {
         const Staged staged = list[done++];
+        if (FollowsRows(tables_[size_t{k} * job_.tables.size() + staged.table])) {
+          kept.push_back(staged);  // applied when the head's record says (server_records.cc)
+          continue;
+        }
         if (staged.pred < 0 && links_[w].failed) continue;  // a worker closed for a violation
         Status s = ApplyStaged(k, w, staged);
         if (s.code() == Code::kProtocol && staged.pred < 0) {
@@ -483,6 +504,17 @@ Status Server::ApplyClock(uint64_t clock) {
         FERRY_RETURN_IF_ERROR(s);
       }
       list.erase(list.begin(), list.begin() + done);
+      list.insert(list.begin(), kept.begin(), kept.end());  // still in push_id order
+    }
+    // The replicas of this shard apply what they kept once they know the head applied it all.
+    if (records_ && SlotHasRowRecords(k)) {
+      for (size_t i = 0; i < job_.tables.size(); ++i) {
+        Table& t = tables_[size_t{k} * job_.tables.size() + i];
+        if (!LeadsRows(t)) continue;
+        BeginRowLog(t);
+        EndRowLog(t, kForwardClockDone, 0, 0, static_cast<uint32_t>(clock));
+        break;
+      }
     }
   }
   return Status::Ok();
@@ -514,7 +546,7 @@ Status Server::ApplyStaged(uint32_t k, uint32_t w, const Staged& staged) {
     FERRY_RETURN_IF_ERROR(ParseForward(ring, staged.offset, shapes_, limits, &fv));
     req = fv.push;
   }
-  return ApplyPush(tables_[size_t{k} * job_.tables.size() + req.header.table], req);
+  return ApplyPush(tables_[size_t{k} * job_.tables.size() + req.header.table], req, w);
 }
 
 Status Server::Serve(ControlClient* control) {
@@ -562,6 +594,11 @@ Status Server::ServeLoop(ControlClient* control) {
           break;
         case ControlKind::kApplyClock: {
           FERRY_RETURN_IF_ERROR(ApplyClock(m->value));
+          if (records_) {  // answered once the heads of the shards followed here applied it
+            pending_clock_ = m->value;
+            FERRY_RETURN_IF_ERROR(MaybeAnswerClock());
+            break;
+          }
           ControlMessage done;
           done.kind = ControlKind::kClockApplied;
           done.value = m->value;

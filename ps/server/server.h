@@ -24,6 +24,9 @@
 // applies a (shard, worker, push_id) once, whatever path brought it. kServerDown from the
 // coordinator closes the chains over a dead server: forwards waiting for it go to the next live
 // member (or are acknowledged here, now the tail), and the shards it headed are served here.
+// Tables with admission, a max_rows bound or tick eviction (server_records.cc): only a chain's
+// head admits, evicts and ticks; it sends each batch of those decisions down the chain as a row
+// record, in its order with the pushes, and the replicas create and erase exactly those rows.
 //
 // One-sided pulls (server_onesided.cc, docs/ps.md): a pull with kFlagWantSlots is answered with
 // the rows AND each key's slot, the table's epoch and, when the worker's are old, the rows and
@@ -42,6 +45,7 @@
 // the control client's pump thread. Not thread-safe otherwise.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -82,6 +86,8 @@ struct ServerStats {
   uint64_t duplicates = 0;         // pushes that arrived twice (after a failover) and were skipped
   uint64_t failovers = 0;          // kServerDown handled
   uint64_t forwards_rerouted = 0;  // forwards re-sent to a new successor, or acked as a new tail
+  uint64_t records_sent = 0;       // row records a head sent down its chains (server_records.cc)
+  uint64_t records_applied = 0;    // row records received and applied (duplicates not counted)
 };
 
 class Server {
@@ -118,6 +124,9 @@ class Server {
 
   // For tests and checkpoints: this server's own shard of table `t` (only between requests).
   ArrayHashMap& table(uint32_t t) { return *tables_[t].map; }
+  // For tests: table `t` of `shard` as this server holds it (a replica's copy too), or nullptr
+  // when it holds no copy of that shard. Only after Serve returned.
+  const ArrayHashMap* HostedTable(uint32_t shard, uint32_t t) const;
   const ServerStats& stats() const { return stats_; }
 
  private:
@@ -172,6 +181,7 @@ class Server {
     uint64_t offset = 0;
     uint32_t clock = 0;
     int32_t pred = -1;
+    uint16_t table = 0;
   };
   // Push numbers of one (hosted shard, worker) seen so far: all up to `upto`, and `above`.
   struct Seen {
@@ -180,7 +190,7 @@ class Server {
   };
 
   // Replication (server_replication.cc).
-  struct Forward {  // a push on its way down a chain from here
+  struct Forward {  // a push (or a row record) on its way down a chain from here
     uint32_t shard = 0, worker = 0, clock = 0;
     uint64_t push_id = 0;
     uint16_t table = 0;
@@ -195,6 +205,13 @@ class Server {
     RequestType type = RequestType::kPush;
     uint32_t from = 0, from_seq = 0;
     uint64_t from_offset = 0;
+    // A row record (flags & kForwardRecord): its keys and ops, copied into the record scratch
+    // (record_at, block offset) when posted; from_self: this server (the head) made it and
+    // answers nobody.
+    std::vector<uint8_t> record;
+    uint64_t op_id = 0;
+    int64_t record_at = -1;
+    bool from_self = false;
     // Downstream: where it went.
     int successor = -1;
     uint32_t seq = 0;
@@ -255,12 +272,35 @@ class Server {
   // Request path (server_requests.cc).
   void HandleNotify(uint32_t w, uint32_t imm);
   Status HandleRequest(uint32_t w, const RequestView& req);
-  Status ApplyPush(Table& t, const RequestView& req);
+  // Applies a push of `worker` (row records: a chain head logs and sends its decisions, a replica
+  // follows them; server_records.cc).
+  Status ApplyPush(Table& t, const RequestView& req, uint32_t worker);
   Status ReplyRows(uint32_t w, const RequestView& req, Table& t);
   Status SendRecord(uint32_t w, uint32_t seq, const Status& status);
   // Slots of keys in table t, creating absent rows (with the initializer, subject to admission;
   // refused keys get kNoSlot). Grows the table first if needed (draining its replies).
   Status ResolveSlots(Table& t, const uint64_t* keys, uint32_t n, std::vector<uint32_t>* slots);
+  // A new row of `key`: the initializer, counted (and logged for the chain, BeginRowLog).
+  void InitRow(Table& t, uint64_t key, uint8_t* row);
+  // Row records (server_records.cc). LeadsRows/FollowsRows: table t tracks sightings and this
+  // server is (is not) the head of its shard, with replicas. BeginRowLog starts logging t's row
+  // creations and evictions; EndRowLog stops and sends what was logged (with `flags`
+  // kForwardApplyStaged or kForwardClockDone, even if nothing was) to the successor.
+  bool LeadsRows(const Table& t) const;
+  bool FollowsRows(const Table& t) const;
+  void BeginRowLog(Table& t);
+  void EndRowLog(Table& t, uint8_t flags, uint32_t worker, uint64_t push_id, uint32_t clock);
+  // A record from a predecessor for hosted slot k: applied once per op_id.
+  Status ApplyRecord(uint32_t k, const ForwardView& fv);
+  // After kApplyClock (and after each record): answers kClockApplied once every shard this
+  // server follows has its head's kForwardClockDone for that clock.
+  Status MaybeAnswerClock();
+  // kServerDown made this server the head of hosted slot k: it decides from now on; a clock
+  // being applied is finished here with its own decisions.
+  Status TakeOverRows(uint32_t k);
+  bool SlotHasRowRecords(uint32_t k) const;
+  // The most entries one record carries (within the forwards' key limit).
+  uint32_t RecordKeys() const { return std::min<uint32_t>(job_.max_keys_per_request, 16384); }
   Status ApplyClock(uint64_t clock);
   Status ApplyStaged(uint32_t k, uint32_t w, const Staged& staged);
   Status ServeLoop(ControlClient* control);
@@ -360,6 +400,19 @@ class Server {
   std::map<uint32_t, Upstream> upstream_;      // by predecessor index
   std::map<uint64_t, Forward> forwards_;       // by id, in creation order
   uint64_t next_forward_ = 1;
+  // Row records (server_records.cc): per hosted slot the last record number applied or made,
+  // and the last clock whose kForwardClockDone arrived; the clock applied but not yet answered
+  // (kApplyClock waits for the heads of the shards this server follows; 0: none); the scratch
+  // that posted records' keys and ops are copied into; the log of the table being decided.
+  std::vector<uint64_t> last_op_;
+  std::vector<uint64_t> clock_done_;
+  uint64_t pending_clock_ = 0;
+  bool records_ = false;  // replicas > 1 and some table tracks sightings
+  RangeAllocator record_space_;
+  std::vector<uint64_t> log_keys_;
+  std::vector<uint8_t> log_ops_;
+  bool logging_ = false;
+  std::vector<uint32_t> push_slots_;  // a head's slots for a whole push (row records)
   std::vector<Reply> replies_;
   std::vector<uint32_t> free_replies_;
   std::deque<Completion> deferred_;  // notifications that arrived during a drain

@@ -79,7 +79,14 @@ Result<Millis> Server::RunEvictionTick() {
     for (Table& t : tables_) {
       if (!TableTicks(t.spec)) continue;
       t.map->AdvanceTick(ticks);
-      FERRY_RETURN_IF_ERROR(EvictTable(t).Annotate("evict table '" + t.spec.name + "'"));
+      // A chain replica evicts only what its head's records say (server_records.cc); its own
+      // ticks keep its rows' ages for the day it heads the shard.
+      if (FollowsRows(t)) continue;
+      const bool leads = LeadsRows(t);
+      if (leads) BeginRowLog(t);
+      Status s = EvictTable(t);
+      if (leads) EndRowLog(t, 0, 0, 0, 0);
+      FERRY_RETURN_IF_ERROR(s.Annotate("evict table '" + t.spec.name + "'"));
     }
   }
   const auto left = std::chrono::ceil<Millis>(next_tick_ - Clock::now());

@@ -91,9 +91,9 @@ Status Server::AcceptPush(Forward f, const RequestView& req, int32_t pred) {
   if (FirstSight(k, f.worker, f.push_id)) {
     if (job_.consistency.kind == Consistency::kBsp) {
       staged_[size_t{k} * job_.workers + f.worker].push_back(
-          Staged{f.push_id, req.offset, f.clock, pred});
+          Staged{f.push_id, req.offset, f.clock, pred, f.table});
     } else {
-      FERRY_RETURN_IF_ERROR(ApplyPush(*t, req));
+      FERRY_RETURN_IF_ERROR(ApplyPush(*t, req, f.worker));
     }
     if (!f.from_worker) ++stats_.forwards_applied;
   } else {
@@ -136,6 +136,7 @@ void Server::PostForwards(uint32_t succ) {
   while (!d.queue.empty()) {
     const uint64_t id = d.queue.front();
     Forward& f = forwards_.at(id);
+    const bool record = (f.flags & kForwardRecord) != 0;
     const uint64_t bytes = (sizeof(ForwardHeader) + f.payload_bytes + kRequestAlign - 1) /
                            kRequestAlign * kRequestAlign;
     const auto at = d.ring_space.Allocate(bytes);
@@ -144,6 +145,18 @@ void Server::PostForwards(uint32_t succ) {
     if (!h) {
       d.ring_space.Free(*at, bytes);
       break;  // headers return as forward writes complete
+    }
+    if (record && f.payload_bytes > 0) {
+      // A record's keys and ops live in the Forward: copied into registered scratch to be sent.
+      const auto r = record_space_.Allocate(f.payload_bytes);
+      if (!r) {
+        d.ring_space.Free(*at, bytes);
+        header_space_.Free(*h, sizeof(ForwardHeader));
+        break;  // scratch returns as record writes complete
+      }
+      f.record_at = static_cast<int64_t>(*r);
+      f.payload_at = *r;
+      std::memcpy(rings_ + *r, f.record.data(), f.payload_bytes);
     }
     f.ring_at = *at;
     f.ring_bytes = bytes;
@@ -160,6 +173,7 @@ void Server::PostForwards(uint32_t succ) {
     hdr.shard = static_cast<uint16_t>(f.shard);
     hdr.push_id = f.push_id;
     hdr.payload_bytes = static_cast<uint32_t>(f.payload_bytes);
+    hdr.op_id = f.op_id;
     std::memcpy(rings_ + *h, &hdr, sizeof hdr);
     // Keys and gradients straight from where they arrived (no copy): the worker keeps its ring
     // bytes, and a predecessor its forward-ring bytes, until this server answered the push.
@@ -174,7 +188,7 @@ void Server::PostForwards(uint32_t succ) {
     op.local = block_region_.get();
     op.remote = d.ring.get();
     op.segments = f.segs;
-    op.num_segments = 2;
+    op.num_segments = f.payload_bytes > 0 ? 2 : 1;
     ops.push_back(op);
     f.posted = true;
     d.inflight[f.seq] = id;
@@ -198,6 +212,10 @@ void Server::OnForwardWritten(const Completion& c) {
   if (f.header_at >= 0) {
     header_space_.Free(static_cast<uint64_t>(f.header_at), sizeof(ForwardHeader));
     f.header_at = -1;
+  }
+  if (f.record_at >= 0) {
+    record_space_.Free(static_cast<uint64_t>(f.record_at), f.payload_bytes);
+    f.record_at = -1;
   }
   f.written = true;
   if (!c.ok() && !f.abandoned && f.successor >= 0) {
@@ -230,7 +248,8 @@ void Server::HandleAck(uint32_t succ, uint32_t imm, bool ok) {
   if (it == forwards_.end()) return;
   Forward& f = it->second;
   f.acked = true;
-  if (job_.consistency.kind == Consistency::kBsp) {
+  // Records are applied on arrival: their bytes return at once, as ASP pushes' do.
+  if (job_.consistency.kind == Consistency::kBsp && (f.flags & kForwardRecord) == 0) {
     // The successor applies it at the clock boundary: the bytes stay until every server did.
     d.held.push_back({f.clock, {f.ring_at, f.ring_bytes}});
   } else {
@@ -258,6 +277,7 @@ void Server::FreeHeldForwards(uint64_t min_clock) {
 }
 
 void Server::Answer(const Forward& f) {
+  if (f.from_self) return;  // a record this server made as the head
   if (!f.from_worker) {
     if (chain_.dead(f.from)) return;  // the removed predecessor's upstream re-sends it
     Status s = SendAck(f.from, f.from_seq);
@@ -344,6 +364,39 @@ void Server::HandleForward(uint32_t pred, uint32_t imm) {
     return;
   }
   ++u.next_seq;
+  if ((fv.header.flags & kForwardRecord) != 0) {
+    const int k = chain_.Position(fv.header.shard, index_);
+    Status s = ApplyRecord(static_cast<uint32_t>(k), fv);
+    if (!s.ok()) {
+      if (fatal_.ok()) fatal_ = s.Annotate("apply a row record of server " + std::to_string(pred));
+      return;
+    }
+    Forward f;
+    f.shard = fv.header.shard;
+    f.worker = fv.header.worker;
+    f.clock = fv.header.clock;
+    f.push_id = fv.header.push_id;
+    f.table = fv.header.table;
+    f.flags = fv.header.flags;
+    f.num_keys = fv.header.num_keys;
+    f.payload_bytes = fv.header.payload_bytes;
+    f.op_id = fv.header.op_id;
+    const uint8_t* payload = reinterpret_cast<const uint8_t*>(fv.push.keys);
+    if (f.payload_bytes > 0) f.record.assign(payload, payload + f.payload_bytes);
+    f.from_worker = false;
+    f.from = pred;
+    f.from_seq = fv.header.seq;
+    const int succ = chain_.Successor(f.shard, index_);
+    if (succ >= 0) {
+      QueueForward(std::move(f), static_cast<uint32_t>(succ));
+      PostForwards(static_cast<uint32_t>(succ));
+    } else {
+      Answer(f);
+    }
+    s = MaybeAnswerClock();
+    if (!s.ok() && fatal_.ok()) fatal_ = s;
+    return;
+  }
   Forward f;
   f.shard = fv.header.shard;
   f.worker = fv.header.worker;
@@ -366,14 +419,26 @@ Status Server::HandleServerDown(uint32_t dead, const std::string& why) {
                        " was removed from the job (its shards failed over): " + why);
   }
   if (chain_.dead(dead)) return Status::Ok();
+  const uint32_t slots = static_cast<uint32_t>(tables_.size() / job_.tables.size());
+  std::vector<bool> headed(slots);
+  for (uint32_t k = 0; k < slots; ++k) {
+    headed[k] =
+        chain_.Head(tables_[size_t{k} * job_.tables.size()].shard) == static_cast<int>(index_);
+  }
   chain_.MarkDead(dead);
   ++stats_.failovers;
   std::fprintf(stderr, "ferry server %u: server %u is out of the job, chains close over it\n",
                index_, dead);
   auto uit = upstream_.find(dead);
   if (uit != upstream_.end() && uit->second.ep) uit->second.ep->Close();
+  // Shards this server heads now: it decides their rows from here on.
+  for (uint32_t k = 0; k < slots; ++k) {
+    const bool heads =
+        chain_.Head(tables_[size_t{k} * job_.tables.size()].shard) == static_cast<int>(index_);
+    if (heads && !headed[k] && records_) FERRY_RETURN_IF_ERROR(TakeOverRows(k));
+  }
   auto dit = downstream_.find(dead);
-  if (dit == downstream_.end()) return Status::Ok();
+  if (dit == downstream_.end()) return MaybeAnswerClock();
   Downstream& d = dit->second;
   if (d.ep) d.ep->Close();
   // Every forward the dead successor had not acknowledged, in the order they were accepted here:
@@ -396,6 +461,7 @@ Status Server::HandleServerDown(uint32_t dead, const std::string& why) {
       forwards_.erase(it);
     }
     if (f.header_at >= 0) f.header_at = -1;  // freed with the old write's completion
+    f.record_at = -1;                        // likewise
     ++stats_.forwards_rerouted;
     const int next = chain_.Successor(f.shard, index_);
     if (next < 0) {
@@ -406,7 +472,7 @@ Status Server::HandleServerDown(uint32_t dead, const std::string& why) {
     }
   }
   for (uint32_t j : touched) PostForwards(j);
-  return Status::Ok();
+  return MaybeAnswerClock();
 }
 
 void Server::Suspect(uint32_t server, const Status& why) {

@@ -119,13 +119,7 @@ Status Server::ResolveSlots(Table& t, const uint64_t* keys, uint32_t n,
       FERRY_RETURN_IF_ERROR(m.Reserve(std::max(2 * m.capacity(), m.size() + n)));
     }
   }
-  auto init = [&](uint64_t key, uint8_t* row) {
-    InitWeights(t.spec.init, key, t.spec.dim, m.Embedding(row));
-    InitState(t.spec.optimizer, t.spec.dim, m.State(row));
-    if (t.mirror_offset != 0) WriteMirror(m, t.mirror_offset, row);
-    ++stats_.rows_created;
-    ++t.counters.admitted;
-  };
+  auto init = [&](uint64_t key, uint8_t* row) { InitRow(t, key, row); };
   const bool plain = !TableTracksSightings(t.spec);
   if (plain) {
     FERRY_RETURN_IF_ERROR(m.FindBatch(std::span<const uint64_t>(keys, n), *slots));
@@ -183,17 +177,52 @@ Status Server::ResolveSlots(Table& t, const uint64_t* keys, uint32_t n,
   return Status::Ok();
 }
 
-Status Server::ApplyPush(Table& t, const RequestView& req) {
+void Server::InitRow(Table& t, uint64_t key, uint8_t* row) {
+  ArrayHashMap& m = *t.map;
+  InitWeights(t.spec.init, key, t.spec.dim, m.Embedding(row));
+  InitState(t.spec.optimizer, t.spec.dim, m.State(row));
+  if (t.mirror_offset != 0) WriteMirror(m, t.mirror_offset, row);
+  ++stats_.rows_created;
+  ++t.counters.admitted;
+  if (logging_) {  // a chain head's decision (server_records.cc): evictions logged before it
+    log_ops_.resize(log_keys_.size(), static_cast<uint8_t>(RowOp::kEvict));
+    log_keys_.push_back(key);
+    log_ops_.push_back(static_cast<uint8_t>(RowOp::kCreate));
+  }
+}
+
+Status Server::ApplyPush(Table& t, const RequestView& req, uint32_t worker) {
   ArrayHashMap& m = *t.map;
   const uint32_t n = req.header.num_keys;
   const uint32_t dim = t.spec.dim;
   const bool fp16 = (req.header.flags & kFlagFp16Grads) != 0;
   if (fp16) grad_scratch_.resize(dim);
+  // With replicas, a table that tracks sightings: the head resolves the whole push first (its
+  // creations and evictions go down the chain as one record, ahead of the push itself under
+  // ASP, or as the order to apply it under BSP); a replica only updates the rows it has, which
+  // are the head's.
+  const bool leads = LeadsRows(t);
+  const bool follows = !leads && FollowsRows(t);
+  if (leads) {
+    BeginRowLog(t);
+    const Status resolved = ResolveSlots(t, req.keys, n, &push_slots_);
+    const bool bsp = job_.consistency.kind == Consistency::kBsp;
+    EndRowLog(t, bsp ? kForwardApplyStaged : 0, worker, req.header.push_id, req.header.clock);
+    FERRY_RETURN_IF_ERROR(resolved);
+  }
   for (uint32_t i = 0; i < n; ++i) {
-    if (i % kApplyBlock == 0) {
-      FERRY_RETURN_IF_ERROR(ResolveSlots(t, req.keys + i, std::min(kApplyBlock, n - i), &slots_));
+    uint32_t slot;
+    if (leads) {
+      slot = push_slots_[i];
+    } else if (follows) {
+      slot = m.FindSlot(req.keys[i]);
+      if (slot != ArrayHashMap::kNoSlot) m.Touch(m.Row(slot));
+    } else {
+      if (i % kApplyBlock == 0) {
+        FERRY_RETURN_IF_ERROR(ResolveSlots(t, req.keys + i, std::min(kApplyBlock, n - i), &slots_));
+      }
+      slot = slots_[i % kApplyBlock];
     }
-    const uint32_t slot = slots_[i % kApplyBlock];
     if (slot == ArrayHashMap::kNoSlot) continue;
     uint8_t* row = m.Row(slot);
     const float* g;
@@ -221,6 +250,12 @@ Status Server::ReplyRows(uint32_t w, const RequestView& req, Table& t) {
     // table neither grows nor counts them (a test set's features must not enter the model).
     slots_.resize(n);
     FERRY_RETURN_IF_ERROR(m.FindBatch(std::span<const uint64_t>(req.keys, n), slots_));
+  } else if (LeadsRows(t)) {
+    // A chain head's creations and evictions go down the chain (server_records.cc).
+    BeginRowLog(t);
+    const Status resolved = ResolveSlots(t, req.keys, n, &slots_);
+    EndRowLog(t, 0, 0, 0, 0);
+    FERRY_RETURN_IF_ERROR(resolved);
   } else {
     FERRY_RETURN_IF_ERROR(ResolveSlots(t, req.keys, n, &slots_));
   }

@@ -356,6 +356,8 @@ Result<size_t> ArrayHashMap::EraseWhere(bool (*pred)(const ArrayHashMap&, const 
     if (pred(*this, row, arg)) victims.push_back(RowKey(row));
   });
   for (uint64_t key : victims) Erase(key);
+  if (eviction_log_ != nullptr)
+    eviction_log_->insert(eviction_log_->end(), victims.begin(), victims.end());
   return victims.size();
 }
 
@@ -383,8 +385,18 @@ Result<size_t> ArrayHashMap::EvictToCapacity(size_t target) {
   const size_t victims = size_ - target;
   std::nth_element(scored.begin(), scored.begin() + static_cast<std::ptrdiff_t>(victims - 1),
                    scored.end());
-  for (size_t i = 0; i < victims; ++i) Erase(scored[i].second);
+  for (size_t i = 0; i < victims; ++i) {
+    Erase(scored[i].second);
+    if (eviction_log_ != nullptr) eviction_log_->push_back(scored[i].second);
+  }
   return victims;
+}
+
+void ArrayHashMap::Touch(uint8_t* row) {
+  if (!options_.metadata) return;
+  RowMeta* m = Meta(row);
+  m->score = DecayedScore(row) + 1.0f;
+  m->last_seen = tick_;
 }
 
 }  // namespace ferry::ps

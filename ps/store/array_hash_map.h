@@ -271,6 +271,14 @@ class ArrayHashMap {
   Result<size_t> EvictBelowScore(float threshold);
   // Erases the lowest-scored rows until size() <= target.
   Result<size_t> EvictToCapacity(size_t target);
+  // Records a sighting of a present row without admission (last_seen = tick, score += 1 after
+  // decay): a chain replica's push, which follows its head's decisions instead of taking its
+  // own. Needs metadata (a no-op without).
+  void Touch(uint8_t* row);
+  // When set, every key an eviction erases (EvictUnseen, EvictBelowScore, EvictToCapacity, and
+  // so Access() at the max_rows bound) is appended to *log in erase order; nullptr (the
+  // default) records nothing. A chain's head sends these down the chain (server_replication.cc).
+  void set_eviction_log(std::vector<uint64_t>* log) { eviction_log_ = log; }
   const CountMinFilter& filter() const { return filter_; }
 
   // ---- Transport ----
@@ -395,6 +403,7 @@ class ArrayHashMap {
   uint64_t growths_ = 0;
   CountMinFilter filter_;
   uint64_t rng_;
+  std::vector<uint64_t>* eviction_log_ = nullptr;
   // Transport state. region_ must be destroyed before the rows buffer is remapped or unmapped
   // (the destructor resets it first).
   Transport* transport_ = nullptr;

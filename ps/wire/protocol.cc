@@ -247,6 +247,67 @@ Result<Hello> DecodeHello(std::span<const uint8_t> bytes) {
   return h;
 }
 
+namespace {
+
+// The push RequestView of a checked forward (or row record) at `offset`; its keys follow the
+// header.
+void ForwardPushView(const ForwardHeader& h, uint64_t offset, const uint8_t* base, RequestView* v) {
+  v->offset = offset;
+  v->header.type = static_cast<uint8_t>(RequestType::kPush);
+  v->header.flags = h.flags;
+  v->header.table = h.table;
+  v->header.seq = h.seq;
+  v->header.num_keys = h.num_keys;
+  v->header.dim = h.dim;
+  v->header.clock = h.clock;
+  v->header.payload_bytes = h.payload_bytes;
+  v->header.push_id = h.push_id;
+  v->header.shard = h.shard;
+  v->keys = reinterpret_cast<const uint64_t*>(base);
+}
+
+// The rest of ParseForward for a row record (its header is in out->header).
+Status ParseRecord(std::span<const uint8_t> ring, uint64_t offset,
+                   std::span<const TableShape> tables, const ForwardLimits& limits,
+                   ForwardView* out) {
+  const ForwardHeader& h = out->header;
+  auto bad = [&](const std::string& what) {
+    return ProtocolError("row record at ring offset " + std::to_string(offset) + ": " + what);
+  };
+  if ((h.flags & ~(kForwardRecord | kForwardApplyStaged | kForwardClockDone)) != 0) {
+    return bad("unknown flags");
+  }
+  if (h.table >= tables.size()) return bad("table " + std::to_string(h.table) + " unknown");
+  if (h.num_keys > limits.max_keys) {
+    return bad(std::to_string(h.num_keys) + " keys (limit " + std::to_string(limits.max_keys) +
+               ")");
+  }
+  if (h.shard >= limits.servers) return bad("shard " + std::to_string(h.shard) + " unknown");
+  if (h.op_id == 0) return bad("record number 0");
+  if ((h.flags & kForwardApplyStaged) != 0) {
+    if (h.worker >= limits.workers) return bad("worker " + std::to_string(h.worker) + " unknown");
+    if (h.push_id == 0) return bad("push number 0");
+  }
+  const uint64_t payload = RecordPayloadBytes(h.num_keys);
+  if (h.payload_bytes != payload) return bad("payload_bytes does not match its keys");
+  if (ring.size() - offset - sizeof(ForwardHeader) < payload) {
+    return bad("payload runs past the end of the forward ring");
+  }
+  const uint8_t* base = ring.data() + offset + sizeof(ForwardHeader);
+  const uint8_t* ops = base + uint64_t{h.num_keys} * 8;
+  for (uint32_t i = 0; i < h.num_keys; ++i) {
+    if (ops[i] != static_cast<uint8_t>(RowOp::kCreate) &&
+        ops[i] != static_cast<uint8_t>(RowOp::kEvict)) {
+      return bad("unknown row operation " + std::to_string(ops[i]));
+    }
+  }
+  ForwardPushView(h, offset, base, &out->push);
+  out->ops = ops;
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status ParseForward(std::span<const uint8_t> ring, uint64_t offset,
                     std::span<const TableShape> tables, const ForwardLimits& limits,
                     ForwardView* out) {
@@ -262,6 +323,7 @@ Status ParseForward(std::span<const uint8_t> ring, uint64_t offset,
     return ProtocolError("forward at ring offset " + std::to_string(offset) + ": " + what);
   };
   if (h.magic != kForwardMagic) return bad("bad magic (not a forward, or written over)");
+  if ((h.flags & kForwardRecord) != 0) return ParseRecord(ring, offset, tables, limits, out);
   if ((h.flags & ~kFlagFp16Grads) != 0) return bad("unknown flags");
   if (h.table >= tables.size()) return bad("table " + std::to_string(h.table) + " unknown");
   if (h.dim != tables[h.table].dim) return bad("width differs from the table's");
@@ -277,21 +339,9 @@ Status ParseForward(std::span<const uint8_t> ring, uint64_t offset,
   if (ring.size() - offset - sizeof(ForwardHeader) < payload) {
     return bad("payload runs past the end of the forward ring");
   }
-  RequestView& v = out->push;
-  v.offset = offset;
-  v.header.type = static_cast<uint8_t>(RequestType::kPush);
-  v.header.flags = h.flags;
-  v.header.table = h.table;
-  v.header.seq = h.seq;
-  v.header.num_keys = h.num_keys;
-  v.header.dim = h.dim;
-  v.header.clock = h.clock;
-  v.header.payload_bytes = h.payload_bytes;
-  v.header.push_id = h.push_id;
-  v.header.shard = h.shard;
   const uint8_t* base = ring.data() + offset + sizeof(ForwardHeader);
-  v.keys = reinterpret_cast<const uint64_t*>(base);
-  v.grads = base + uint64_t{h.num_keys} * 8;
+  ForwardPushView(h, offset, base, &out->push);
+  out->push.grads = base + uint64_t{h.num_keys} * 8;
   return Status::Ok();
 }
 

@@ -283,12 +283,28 @@ Status ReadSlotReply(std::span<const uint8_t> area, uint32_t seq, uint32_t num_k
 // forwards it on, or, as the tail, acknowledges it: an 8-byte write into the predecessor's ack
 // word with imm = ReplyImm(kOk, forward seq). Acks travel back up; the head answers the worker
 // when its successor acknowledged. Forward seqs count per (predecessor, successor) pair.
+//
+// Row records (tables with admission, a max_rows bound or tick eviction; server_replication.cc):
+// only a chain's head decides which keys get rows and which rows go, and sends each batch of
+// decisions down the chain in the same forward ring, in its order with the pushes, as a record:
+//
+//     | ForwardHeader 64 (flags kForwardRecord) | keys[n] (8 B) | ops[n] (1 B: RowOp) |  next  |
+//
+// applied by every member in ring order, once per (shard, op_id) (the head numbers its records
+// per shard: 1, 2, ...), forwarded on and acknowledged like a push. With kForwardApplyStaged
+// (BSP) the member then applies its staged push (worker, push_id), as the head just did; with
+// kForwardClockDone the head applied every staged push of that shard before `clock`.
 inline constexpr uint32_t kForwardMagic = 0x31574646;  // "FFW1"
 inline constexpr uint64_t kAckBytes = 64;
+inline constexpr uint8_t kForwardRecord = 1u << 5;
+inline constexpr uint8_t kForwardApplyStaged = 1u << 6;
+inline constexpr uint8_t kForwardClockDone = 1u << 7;
+enum class RowOp : uint8_t { kCreate = 1, kEvict = 2 };
 
 struct ForwardHeader {
   uint32_t magic = kForwardMagic;
-  uint8_t flags = 0;  // kFlagFp16Grads only
+  uint8_t flags = 0;  // kFlagFp16Grads (pushes), or kForwardRecord [| kForwardApplyStaged |
+                      // kForwardClockDone]
   uint8_t reserved0 = 0;
   uint16_t table = 0;
   uint32_t seq = 0;  // per (sender, receiver): 0, 1, 2, ... in posting order
@@ -300,7 +316,9 @@ struct ForwardHeader {
   uint16_t reserved1 = 0;
   uint64_t push_id = 0;  // the worker's number for it (RequestHeader::push_id)
   uint32_t payload_bytes = 0;
-  uint8_t reserved[20] = {};
+  uint32_t reserved2 = 0;
+  uint64_t op_id = 0;  // records: the head's number for it in its shard (from 1)
+  uint8_t reserved[8] = {};
 };
 static_assert(sizeof(ForwardHeader) == kRequestAlign);
 
@@ -316,7 +334,13 @@ struct ForwardLimits {
 struct ForwardView {
   ForwardHeader header;
   RequestView push;
+  // Records (header.flags & kForwardRecord): push.keys holds its header.num_keys keys, `ops`
+  // their RowOps (each checked); push.grads is null.
+  const uint8_t* ops = nullptr;
 };
+inline uint64_t RecordPayloadBytes(uint32_t n) {
+  return uint64_t{n} * 9;
+}
 
 // Locates and checks the forward at `offset` of a forward ring. Every violation is kProtocol:
 // forwards come from a server of the same job, so a bad one is a bug or a corrupted peer and the

@@ -19,6 +19,10 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
 
 #include "tests/ps/job_util.h"
 #include "tests/ps/training_loop.h"
@@ -162,10 +166,213 @@ TEST_P(PsReplica, LosingEveryReplicaOfAShardFailsTheJobNamingIt) {
   EXPECT_LT(run.ended - start, Millis(60000)) << all;
 }
 
+// ---- Admission and eviction with replicas (server_records.cc): the head decides, the chain
+// follows. A sliding window of keys (each worker its own, overlapping) makes rows come and go:
+// keys enter late (admission), leave (tick eviction once unseen, or the max_rows bound). At the
+// end every server's copy of every shard is compared, key by key and byte by byte (weights and
+// optimizer state), with the head's: every live member of a chain must hold the same rows.
+
+// One server's copy of one table of one shard: key -> bytes from the weights to the row's end.
+using RowsCopy = std::map<uint64_t, std::vector<uint8_t>>;
+
+struct Copies {
+  std::mutex mu;
+  std::map<uint32_t, std::map<uint32_t, RowsCopy>> of_shard;  // shard -> server -> rows
+  uint64_t records_applied = 0;
+  uint64_t rows_created = 0;  // on every server, evicted or not
+};
+
+RowsCopy CopyRows(const ArrayHashMap& m) {
+  RowsCopy out;
+  const RowLayout& l = m.layout();
+  m.ForEach([&](uint32_t, const uint8_t* row) {
+    uint64_t key;
+    std::memcpy(&key, row, 8);
+    out[key].assign(row + l.embedding_offset, row + l.stride);
+  });
+  return out;
+}
+
+struct WindowSpec {
+  int iterations = 14;
+  uint32_t width = 96;  // keys per pull and push
+  uint32_t step = 24;   // the window's move per iteration
+  Millis pause{0};      // between iterations (lets ticks pass)
+};
+
+// A worker's window at `it`: keys [it * step + w * step / 2, + width), spread by a hash.
+std::vector<uint64_t> WindowKeys(const WindowSpec& spec, uint32_t w, int it) {
+  std::vector<uint64_t> keys(spec.width);
+  const uint64_t first = uint64_t(it) * spec.step + w * (spec.step / 2);
+  for (uint32_t i = 0; i < spec.width; ++i) keys[i] = (first + i) * 0x9e3779b97f4a7c15ull + 1;
+  return keys;
+}
+
+Status TrainWindow(Node& node, const WindowSpec& spec, uint32_t dim, Copies* copies) {
+  if (Worker* w = node.worker()) {
+    for (int it = 0; it < spec.iterations; ++it) {
+      const std::vector<uint64_t> keys = WindowKeys(spec, w->index(), it);
+      FERRY_ASSIGN_OR_RETURN(Ticket p, w->Pull(0, keys));
+      FERRY_RETURN_IF_ERROR(w->Wait(p));
+      FERRY_ASSIGN_OR_RETURN(PulledRows rows, w->Rows(p));
+      std::vector<float> grads(keys.size() * dim);
+      for (size_t i = 0; i < keys.size(); ++i) {
+        for (uint32_t d = 0; d < dim; ++d) {
+          grads[i * dim + d] = rows[i][d] * 0.5f + static_cast<float>(w->index() + it + d) * 0.01f;
+        }
+      }
+      w->Release(p);
+      FERRY_RETURN_IF_ERROR(PushAndWait(*w, 0, keys, grads));
+      FERRY_RETURN_IF_ERROR(w->Clock());
+      if (spec.pause.count() > 0) std::this_thread::sleep_for(spec.pause);
+    }
+    FERRY_RETURN_IF_ERROR(w->Barrier());
+    FERRY_RETURN_IF_ERROR(w->Finish());
+  }
+  // The tables may be read once the server stopped serving (Node::server()).
+  FERRY_RETURN_IF_ERROR(node.Join());
+  if (Server* s = node.server()) {
+    std::lock_guard<std::mutex> lock(copies->mu);
+    copies->records_applied += s->stats().records_applied;
+    copies->rows_created += s->stats().rows_created;
+    for (uint32_t shard = 0; shard < kServers; ++shard) {
+      if (const ArrayHashMap* m = s->HostedTable(shard, 0)) {
+        copies->of_shard[shard][s->index()] = CopyRows(*m);
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+// Every copy of a shard held by a server in `live` equals the others (at least `min_copies`).
+void ExpectReplicasEqual(const Copies& copies, const std::vector<bool>& live, size_t min_copies) {
+  ASSERT_EQ(copies.of_shard.size(), size_t{kServers});
+  for (const auto& [shard, by_server] : copies.of_shard) {
+    const RowsCopy* first = nullptr;
+    uint32_t first_server = 0;
+    size_t n = 0;
+    for (const auto& [server, rows] : by_server) {
+      if (!live[server]) continue;
+      ++n;
+      if (first == nullptr) {
+        first = &rows;
+        first_server = server;
+        EXPECT_FALSE(rows.empty()) << "shard " << shard << " has no row on server " << server;
+        continue;
+      }
+      EXPECT_EQ(rows.size(), first->size())
+          << "shard " << shard << ": server " << server << " and server " << first_server;
+      EXPECT_TRUE(rows == *first) << "shard " << shard << ": server " << server
+                                  << " holds other rows than server " << first_server;
+    }
+    EXPECT_GE(n, min_copies) << "shard " << shard;
+  }
+}
+
+struct DynamicRun {
+  std::vector<RankOutcome> outcomes;
+  std::unique_ptr<Copies> copies = std::make_unique<Copies>();
+};
+
+DynamicRun RunWindow(const JobSpec& job, const WindowSpec& spec) {
+  DynamicRun run;
+  Copies* c = run.copies.get();
+  run.outcomes =
+      RunJob(job, [&](Node& node) { return TrainWindow(node, spec, job.tables[0].dim, c); });
+  return run;
+}
+
+class PsReplicaRows : public PsReplica {
+ protected:
+  // Job() with its table tracking sightings: Adagrad (state bytes to compare too).
+  JobSpec Dynamic(Consistency c, uint32_t replicas) const {
+    JobSpec job = Job(c, replicas);
+    job.tables[0].optimizer.kind = Optimizer::kAdagrad;
+    job.evict_tick = Millis(20);
+    return job;
+  }
+  void ExpectAllEqual(const JobSpec& job, const WindowSpec& spec, const char* what) {
+    SCOPED_TRACE(what);
+    DynamicRun run = RunWindow(job, spec);
+    ASSERT_TRUE(AllOk(run.outcomes).ok()) << DescribeOutcomes(run.outcomes);
+    ExpectReplicasEqual(*run.copies, std::vector<bool>(kServers, true), job.replicas);
+    EXPECT_GT(run.copies->records_applied, 0u) << "no row record reached a replica";
+    if (TableEvicts(job.tables[0])) {
+      size_t live = 0;
+      for (const auto& [shard, by_server] : run.copies->of_shard) {
+        for (const auto& [server, rows] : by_server) live += rows.size();
+      }
+      EXPECT_GT(run.copies->rows_created, live) << "no row was evicted";
+    }
+  }
+};
+
+TEST_P(PsReplicaRows, AdmissionByCountAndByCoinKeepsTheHeadsRows) {
+  const WindowSpec spec;
+  JobSpec count = Dynamic(Consistency::kBsp, 3);
+  count.tables[0].admission.kind = AdmissionOptions::Kind::kFrequency;
+  count.tables[0].admission.min_count = 3;
+  ExpectAllEqual(count, spec, "min_count 3, BSP, 3 replicas");
+  JobSpec coin = Dynamic(Consistency::kAsp, 2);
+  coin.tables[0].admission.kind = AdmissionOptions::Kind::kProbability;
+  coin.tables[0].admission.probability = 0.4;
+  ExpectAllEqual(coin, spec, "probability 0.4, ASP, 2 replicas");
+}
+
+TEST_P(PsReplicaRows, TickEvictionAndTheRowBoundKeepTheHeadsRows) {
+  WindowSpec spec;
+  spec.pause = Millis(15);
+  JobSpec tick = Dynamic(Consistency::kAsp, 2);
+  tick.tables[0].evict_unseen_ticks = 2;
+  tick.tables[0].evict_score = 0.5f;
+  tick.tables[0].score_half_life = 2;
+  ExpectAllEqual(tick, spec, "evict unseen and by score, ASP, 2 replicas");
+  JobSpec bound = Dynamic(Consistency::kBsp, 2);
+  bound.tables[0].max_rows = 60;
+  bound.tables[0].admission.kind = AdmissionOptions::Kind::kFrequency;
+  bound.tables[0].admission.min_count = 2;
+  ExpectAllEqual(bound, spec, "max_rows 60 and min_count 2, BSP, 2 replicas");
+}
+
+// Server 1 heads shard 1 and follows shard 0 (chain 0 -> 1): severed mid-run, server 2 takes
+// shard 1 over with its own decisions; the survivors of every chain still hold the same rows.
+TEST_P(PsReplicaRows, SurvivorsOfAFailoverKeepTheSameRows) {
+  WindowSpec spec;
+  spec.pause = Millis(10);
+  // BSP with 2 replicas (server 2 takes shard 1 over), ASP with 3 (server 1 is also
+  // the middle of chain 0 -> 1 -> 2: server 0 forwards to 2).
+  for (auto [c, replicas] : {std::pair{Consistency::kBsp, 2u}, std::pair{Consistency::kAsp, 3u}}) {
+    JobSpec job = Dynamic(c, replicas);
+    job.tables[0].max_rows = 80;
+    job.tables[0].evict_unseen_ticks = 3;
+    job.tables[0].admission.kind = AdmissionOptions::Kind::kFrequency;
+    job.tables[0].admission.min_count = 2;
+    FaultPlan plan;
+    plan.sever_after_ops = 60;
+    auto report = InjectFaults(&job, Role::kServer, kServerRank1, plan);
+    DynamicRun run = RunWindow(job, spec);
+    const std::string all = DescribeOutcomes(run.outcomes);
+    SCOPED_TRACE(std::string(c == Consistency::kBsp ? "BSP" : "ASP") + ", replicas " +
+                 std::to_string(replicas));
+    ASSERT_GT(report->counters.connections_severed, 0u) << all;
+    std::vector<bool> live(kServers, true);
+    live[kServerRank1] = false;
+    for (size_t r = 0; r < run.outcomes.size(); ++r) {
+      if (r != size_t{kServerRank1}) {
+        EXPECT_TRUE(run.outcomes[r].ok()) << "rank " << r << all;
+      }
+    }
+    ExpectReplicasEqual(*run.copies, live, replicas - 1);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, PsReplicaRows, ::testing::ValuesIn(JobConfigs()), JobConfigName);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(PsReplicaRows);
+
 INSTANTIATE_TEST_SUITE_P(Backends, PsReplica, ::testing::ValuesIn(JobConfigs()), JobConfigName);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(PsReplica);
 
-TEST(PsReplicaSpec, RefusesWhatReplicasCannotKeepConsistent) {
+TEST(PsReplicaSpec, RefusesReplicasBeyondTheServersAndTakesDynamicTables) {
   JobSpec job;
   TableSpec t;
   t.name = "t";
@@ -177,12 +384,76 @@ TEST(PsReplicaSpec, RefusesWhatReplicasCannotKeepConsistent) {
   EXPECT_EQ(ValidateJob(job).code(), Code::kInvalidArgument);
   job.replicas = 2;
   EXPECT_TRUE(ValidateJob(job).ok());
+  // Admission, a row bound and tick eviction: the head decides, the chain follows.
   job.tables[0].max_rows = 1000;
-  EXPECT_EQ(ValidateJob(job).code(), Code::kInvalidArgument);
-  job.tables[0].max_rows = 0;
+  job.tables[0].evict_unseen_ticks = 3;
   job.tables[0].admission.kind = AdmissionOptions::Kind::kFrequency;
   job.tables[0].admission.min_count = 2;
-  EXPECT_EQ(ValidateJob(job).code(), Code::kInvalidArgument);
+  EXPECT_TRUE(ValidateJob(job).ok());
+}
+
+// Row records (protocol.h "Row records") parse like forwards: checked, never read outside.
+TEST(PsReplicaSpec, RowRecordsParseAndBadOnesAreProtocolErrors) {
+  const TableShape tables[] = {{4, false}, {8, false}};
+  const ForwardLimits limits{4096, 16, 2, 3};
+  auto good = [] {
+    ForwardHeader h;
+    h.flags = kForwardRecord | kForwardApplyStaged;
+    h.table = 1;
+    h.num_keys = 3;
+    h.worker = 1;
+    h.shard = 2;
+    h.push_id = 9;
+    h.op_id = 4;
+    h.payload_bytes = static_cast<uint32_t>(RecordPayloadBytes(3));
+    return h;
+  };
+  auto ring_of = [](const ForwardHeader& h, size_t bytes = 4096) {
+    std::vector<uint8_t> ring(bytes, 0);
+    std::memcpy(ring.data(), &h, sizeof h);
+    for (size_t i = 0; i < 3 && 64 + 24 + i < bytes; ++i) ring[64 + 24 + i] = 1 + i % 2;
+    return ring;
+  };
+  std::vector<uint8_t> ring = ring_of(good());
+  ForwardView v;
+  ASSERT_TRUE(ParseForward(ring, 0, tables, limits, &v).ok());
+  EXPECT_EQ(v.push.keys, reinterpret_cast<const uint64_t*>(ring.data() + 64));
+  EXPECT_EQ(v.ops, ring.data() + 64 + 24);
+  EXPECT_EQ(v.header.op_id, 4u);
+  auto refused = [&](const ForwardHeader& h, size_t bytes = 4096, int bad_op = -1) {
+    std::vector<uint8_t> r = ring_of(h, bytes);
+    if (bad_op >= 0) r[64 + 24 + 1] = static_cast<uint8_t>(bad_op);
+    ForwardView fv;
+    return ParseForward(r, 0, tables, limits, &fv).code() == Code::kProtocol;
+  };
+  EXPECT_TRUE(refused(good(), 64 + 24));  // ops past the end of the ring
+  EXPECT_TRUE(refused(good(), 4096, 0));  // unknown row operations
+  EXPECT_TRUE(refused(good(), 4096, 3));
+  ForwardHeader h = good();
+  h.op_id = 0;
+  EXPECT_TRUE(refused(h));
+  h = good();
+  h.flags |= kFlagFp16Grads;
+  EXPECT_TRUE(refused(h));
+  h = good();
+  h.payload_bytes += 1;
+  EXPECT_TRUE(refused(h));
+  h = good();
+  h.num_keys = 17;
+  h.payload_bytes = static_cast<uint32_t>(RecordPayloadBytes(17));
+  EXPECT_TRUE(refused(h));
+  h = good();
+  h.worker = 2;
+  EXPECT_TRUE(refused(h));
+  h = good();
+  h.table = 2;
+  EXPECT_TRUE(refused(h));
+  h = good();
+  h.flags = kForwardRecord | kForwardClockDone;  // no push named: worker and push_id unchecked
+  h.num_keys = 0;
+  h.payload_bytes = 0;
+  h.worker = 7;
+  EXPECT_TRUE(ParseForward(ring_of(h), 0, tables, limits, &v).ok());
 }
 
 TEST(ChainMap, HeadsSuccessorsAndSurvival) {

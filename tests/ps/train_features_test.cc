@@ -80,7 +80,6 @@ TEST_F(TrainFeatures, MeaninglessCombinationsAreRefused) {
   for (const Case& c : std::vector<Case>{
            {{"--admit-min-count", "1"}, "--admit-min-count 1"},
            {{"--admit-min-count", "3", "--admit-prob", "0.5"}, "give one"},
-           {{"--servers", "2", "--replicas", "2", "--evict-unseen", "5"}, "--evict-unseen"},
        }) {
     Proc p = Exec(Cat(Cat({TrainBin()}, base), c.flags), 60);
     EXPECT_NE(p.exit_code, 0) << p.Describe();

@@ -248,6 +248,24 @@ TEST_F(Replicas, SrunKeepsTheJobWithTheSameModelBytes) {
                     "the launch exited with status 137"});
 }
 
+// Admission and eviction with replicas (ps/server/server_records.cc): each shard's head decides,
+// its replica follows. Two epochs of lr with --admit-min-count and --evict-unseen (a tick of
+// 10 ms: rows unseen for 50 ms go, so the run evicts) on 3 servers, every shard on 2: the run
+// finishes and scores like the same run without replicas (eviction timing differs between the
+// two runs, so the scores are close, not equal).
+TEST_F(Replicas, AdmissionAndEvictionRunWithReplicas) {
+  std::vector<std::string> job = {"--model", "lr", "--train", train_, "--test", test_};
+  job = Cat(job, {"--epochs", "2", "--batch-size", "64", "--workers", "2", "--servers", "3"});
+  job = Cat(job, {"--seed", "5", "--transport", "tcp", "--consistency", "bsp"});
+  job = Cat(job, {"--admit-min-count", "2", "--evict-unseen", "0.05", "--evict-tick", "0.01"});
+  TrainRun plain = Train(*dir_, "dynamic_plain", job, 120);
+  ASSERT_TRUE(plain.ok()) << plain.proc.Describe();
+  TrainRun r = Train(*dir_, "dynamic_replicas", Cat(job, {"--replicas", "2"}), 120);
+  ASSERT_TRUE(r.ok()) << r.proc.Describe();
+  EXPECT_GT(r.auc(), 0.7) << r.proc.Describe();
+  EXPECT_NEAR(r.logloss(), plain.logloss(), 0.03) << r.proc.Describe();
+}
+
 TEST_F(Replicas, RefusesMoreReplicasThanServers) {
   TrainRun r = Train(*dir_, "too_many", Cat(Job("lr", "tcp"), {"--replicas", "4"}), 60);
   EXPECT_NE(r.proc.exit_code, 0);
