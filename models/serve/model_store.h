@@ -15,9 +15,10 @@
 // counted (ServeMetrics::CountLoadFailure); the current version keeps serving, and the follower
 // tries again when the manifest names a newer version.
 //
-// Thread-safety: Current() from any thread, lock-free for readers of the pointer (std::atomic of
-// a shared_ptr). PollOnce() from one thread at a time (the follower's own, or a test's before
-// Start). Blocking: Open and PollOnce read files; Stop joins the thread.
+// Thread-safety: Current() from any thread; it never waits on a load (std::atomic of a
+// shared_ptr: libstdc++ guards the pointer with a spin bit held for a copy, never during a load).
+// PollOnce() from one thread at a time (the follower's own, or a test's before Start).
+// Blocking: Open and PollOnce read files; Stop joins the thread.
 #pragma once
 
 #include <atomic>

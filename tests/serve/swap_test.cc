@@ -221,6 +221,62 @@ TEST(ServeSwap, DeltasBasesAndACorruptVersionUnderContinuousLoad) {
               load.seen_.size());
 }
 
+// The follower alone (no HTTP): a damaged manifest is logged and counted once while the current
+// version keeps serving; a repaired one is followed again; a manifest whose versions went back
+// (another job's directory) changes nothing.
+TEST(ServeSwap, FollowerSurvivesADamagedManifest) {
+  TempDir dir;
+  const Data d = Generate(dir.path(), Format::kLibsvm);
+  const std::string ex = dir / "ex";
+  TrainExport(d, "lr", ex, {"--epochs", "1", "--export-every", "1000", "--export-keep-bases", "0"});
+  auto all = models::ReadExportManifest(ex);
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  ASSERT_GE(all->entries.size(), 3u);
+  const std::string served = dir / "served";
+  fs::create_directory(served);
+  Publish(*all, 1, ex, served);
+  models::ServeMetrics metrics;
+  std::vector<std::string> log;
+  models::FollowOptions o;
+  o.dir = served;
+  o.log = [&log](const std::string& line) { log.push_back(line); };
+  auto f = models::ModelFollower::Open(o, &metrics);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  models::ModelFollower& follower = **f;
+  const uint64_t v1 = all->entries[0].version, v2 = all->entries[1].version;
+  EXPECT_FALSE(follower.PollOnce());  // nothing new
+
+  // A manifest cut short (as if written in place and interrupted): refused, said once.
+  Publish(*all, 2, ex, served);
+  const std::string manifest = served + "/MANIFEST";
+  const std::string good = Slurp(manifest);
+  {
+    std::FILE* m = std::fopen(manifest.c_str(), "wb");
+    ASSERT_NE(m, nullptr);
+    std::fwrite(good.data(), 1, good.size() - 10, m);
+    std::fclose(m);
+  }
+  EXPECT_FALSE(follower.PollOnce());
+  EXPECT_FALSE(follower.PollOnce());
+  EXPECT_EQ(follower.Current()->version, v1);
+  EXPECT_EQ(metrics.load_failures(), 1u);
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_THAT(log[0], HasSubstr("cannot read the manifest"));
+  EXPECT_THAT(log[0], HasSubstr("still serving version " + std::to_string(v1)));
+
+  // Repaired: followed again.
+  Publish(*all, 2, ex, served);
+  EXPECT_TRUE(follower.PollOnce());
+  EXPECT_EQ(follower.Current()->version, v2);
+  EXPECT_EQ(metrics.swaps(), 1u);
+
+  // Versions that went back: nothing changes, nothing is refused.
+  Publish(*all, 1, ex, served);
+  EXPECT_FALSE(follower.PollOnce());
+  EXPECT_EQ(follower.Current()->version, v2);
+  EXPECT_EQ(metrics.load_failures(), 1u);
+}
+
 TEST(ServeSwap, AKilledTrainingJobLeavesServingUntouched) {
   TempDir dir;
   const std::string ex = dir / "ex";
