@@ -163,6 +163,10 @@ Result<std::unique_ptr<Server>> Server::Start(ServerOptions o) {
   impl->http.set_write_timeout(opt.timeout_s, 0);
   impl->http.set_keep_alive_timeout(opt.timeout_s);
   impl->http.set_keep_alive_max_count(1000);
+  // cpp-httplib 0.11 writes an answer's header and body in two writes and leaves Nagle on: the
+  // body then waits for the client's delayed ACK, ~40 ms per request (perf/serving measured 180
+  // requests/s at p50 44 ms without this, 31k/s at 0.23 ms for a constant handler with it).
+  impl->http.set_tcp_nodelay(true);
   impl->Routes();
   if (opt.port == 0) {
     impl->port = impl->http.bind_to_any_port(opt.host);
