@@ -193,6 +193,25 @@ TEST_F(FollowResume, SigintStopsFollowingCleanlyAndAResumeTrainsTheRestOnce) {
       << "checkpoint at clock " << clock << " with " << positions << " samples read";
 }
 
+// Under ferry-launch nothing is dealt either: each worker rank follows the folder itself, and the
+// model is the local cluster's, byte for byte.
+TEST_F(FollowResume, UnderFerryLaunchEachWorkerRankFollowsTheFolderToTheSameModel) {
+  const std::string launch = EnvOr("FERRY_LAUNCH", "");
+  ASSERT_FALSE(launch.empty()) << "FERRY_LAUNCH not set (run through meson test)";
+  const std::string all = Folder("launched", 4);
+  const std::string local = *dir_ / "local.bin", launched = *dir_ / "launched.bin";
+  TrainRun ref = Train(*dir_, "local", Cat(Job(all, "tcp"), {"--model-out", local}), 60);
+  ASSERT_TRUE(ref.ok()) << ref.proc.Describe();
+  Proc p =
+      Exec(Cat(Cat({launch, "--servers", "2", "--workers", "2", "--", TrainBin()}, Job(all, "tcp")),
+               {"--model-out", launched, "-q", "--progress", "never"}),
+           60);
+  ASSERT_EQ(p.exit_code, 0) << p.Describe();
+  const std::string want = Slurp(local);
+  ASSERT_FALSE(want.empty());
+  EXPECT_TRUE(Slurp(launched) == want) << "ferry-launch's model differs from the local cluster's";
+}
+
 TEST_F(FollowResume, RefusesWhatCannotResume) {
   const std::string all = Folder("refuse", 4);
   struct Case {
