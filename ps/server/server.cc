@@ -584,7 +584,7 @@ Status Server::ServeLoop(ControlClient* control) {
       control->ReportFailure(fatal_);
       return fatal_;
     }
-    while (auto m = control->TryReceive()) {
+    while (auto m = NextControl(control)) {
       switch (m->kind) {
         case ControlKind::kServerDown:
           FERRY_RETURN_IF_ERROR(HandleServerDown(m->index, m->text));
@@ -609,7 +609,14 @@ Status Server::ServeLoop(ControlClient* control) {
           StartCheckpoint(*m, control);
           break;
         case ControlKind::kShutdown:
-          return Status::Ok();
+          // Row records still on their way down a chain would leave a replica behind its head
+          // (a tick fires up to the end): linger until they are acknowledged (server_records.cc).
+          if (!records_) return Status::Ok();
+          if (!lingering_) {
+            lingering_ = true;
+            linger_deadline_ = Clock::now() + job_.peer_timeout;
+          }
+          break;
         case ControlKind::kFailure:
           return Status(Code::kPeerFailure, "job failed: " + m->text);
         default:
@@ -623,6 +630,11 @@ Status Server::ServeLoop(ControlClient* control) {
       }
     }
     CheckPeers();
+    if (lingering_) {
+      if (ChainsQuiet() || Clock::now() > linger_deadline_) return Status::Ok();
+      if (n == 0) (void)data_->Wait(Millis(5));
+      continue;
+    }
     FERRY_ASSIGN_OR_RETURN(const Millis to_tick, RunEvictionTick());
     // Calls control->TryReceive() at least every peer_timeout / 8 (half its idle hook's
     // threshold, Node): while this loop runs, it alone drives the data transport.

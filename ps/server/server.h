@@ -52,6 +52,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -299,6 +300,13 @@ class Server {
   // being applied is finished here with its own decisions.
   Status TakeOverRows(uint32_t k);
   bool SlotHasRowRecords(uint32_t k) const;
+  // A worker's request for a shard whose rows the head decides reached this server before the
+  // coordinator's kServerDown that makes it the head (the worker heard first): waits for that
+  // word (other control messages are kept for the serve loop, in order), or fails.
+  Status AwaitHeadship(uint32_t shard);
+  // The serve loop's next control message: those AwaitHeadship kept, then the client's.
+  std::optional<ControlMessage> NextControl(ControlClient* control);
+  bool ChainsQuiet() const;
   // The most entries one record carries (within the forwards' key limit).
   uint32_t RecordKeys() const { return std::min<uint32_t>(job_.max_keys_per_request, 16384); }
   Status ApplyClock(uint64_t clock);
@@ -412,6 +420,12 @@ class Server {
   std::vector<uint64_t> log_keys_;
   std::vector<uint8_t> log_ops_;
   bool logging_ = false;
+  std::deque<ControlMessage> early_control_;  // taken by AwaitHeadship, served by ServeLoop
+  // After kShutdown with row records: no more ticks; serve forwards and acks until ChainsQuiet
+  // (nothing of this server's unacknowledged, no forward arrived for a while) or the deadline.
+  bool lingering_ = false;
+  std::chrono::steady_clock::time_point linger_deadline_;
+  std::chrono::steady_clock::time_point last_forward_at_;
   std::vector<uint32_t> push_slots_;  // a head's slots for a whole push (row records)
   std::vector<Reply> replies_;
   std::vector<uint32_t> free_replies_;

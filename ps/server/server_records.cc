@@ -185,6 +185,49 @@ Status Server::MaybeAnswerClock() {
   return control_->Send(done);
 }
 
+std::optional<ControlMessage> Server::NextControl(ControlClient* control) {
+  if (early_control_.empty()) return control->TryReceive();
+  ControlMessage m = std::move(early_control_.front());
+  early_control_.pop_front();
+  return m;
+}
+
+bool Server::ChainsQuiet() const {
+  for (const auto& [j, d] : downstream_) {
+    if (chain_.dead(j) || d.suspected) continue;  // nobody acknowledges there any more
+    if (!d.queue.empty() || !d.inflight.empty()) return false;
+  }
+  // A predecessor that got kShutdown a little later may still send its last tick's records
+  // (docs/ps.md "Shutdown").
+  return std::chrono::steady_clock::now() - last_forward_at_ > std::chrono::milliseconds(100);
+}
+
+Status Server::AwaitHeadship(uint32_t shard) {
+  const auto deadline = std::chrono::steady_clock::now() + job_.peer_timeout * 2;
+  while (chain_.Head(shard) != static_cast<int>(index_)) {
+    if (control_ == nullptr || std::chrono::steady_clock::now() > deadline) {
+      return Timeout("a request for shard " + std::to_string(shard) + " reached server " +
+                     std::to_string(index_) + ", which does not head it, and no word from the " +
+                     "coordinator made it the head");
+    }
+    auto m = control_->Receive(Millis(10));
+    if (!m.ok()) {
+      if (m.status().code() == Code::kTimeout) continue;
+      return m.status();
+    }
+    if (m->kind == ControlKind::kServerDown) {
+      Status s = HandleServerDown(m->index, m->text);
+      if (!s.ok()) {
+        if (fatal_.ok()) fatal_ = s;  // this server was removed: the serve loop ends
+        return s;
+      }
+    } else {
+      early_control_.push_back(std::move(m).value());
+    }
+  }
+  return Status::Ok();
+}
+
 Status Server::TakeOverRows(uint32_t k) {
   if (!SlotHasRowRecords(k)) return Status::Ok();
   const size_t tables = job_.tables.size();

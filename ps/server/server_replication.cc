@@ -364,6 +364,7 @@ void Server::HandleForward(uint32_t pred, uint32_t imm) {
     return;
   }
   ++u.next_seq;
+  last_forward_at_ = std::chrono::steady_clock::now();
   if ((fv.header.flags & kForwardRecord) != 0) {
     const int k = chain_.Position(fv.header.shard, index_);
     Status s = ApplyRecord(static_cast<uint32_t>(k), fv);

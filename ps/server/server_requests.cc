@@ -47,6 +47,7 @@ Status Server::HandleRequest(uint32_t w, const RequestView& req) {
     return NotFound("shard " + std::to_string(req.header.shard) + " is not held by server " +
                     std::to_string(index_));
   }
+  if (FollowsRows(*t)) FERRY_RETURN_IF_ERROR(AwaitHeadship(t->shard));
   const bool bsp = job_.consistency.kind == Consistency::kBsp;
   switch (req.type()) {
     case RequestType::kPull:
