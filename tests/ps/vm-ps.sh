@@ -20,8 +20,9 @@ FERRY_TEST_BACKENDS=ucx-rc "$ps_job_test" --gtest_filter='Backends/PsJob.*:*Pull
 
 echo "== the PS over the fault-injecting wrapper on verbs"
 FERRY_TEST_BACKENDS=verbs "$ps_fault_test"
-echo "== replicas over verbs: same rows, a severed server fails over (head, tail, middle)"
-FERRY_TEST_BACKENDS=verbs "$ps_replica_test" --gtest_filter='*ChainsChangeNoRowUnderBsp*:*SeveredServerFailsOverUnderBsp*:*SeveredMiddleOfAChainIsBridged*'
+echo "== replicas over verbs: same rows, a severed server fails over (head, tail, middle); the head's"
+echo "   admission and eviction records keep every replica's rows equal to its head's"
+FERRY_TEST_BACKENDS=verbs "$ps_replica_test" --gtest_filter='*ChainsChangeNoRowUnderBsp*:*SeveredServerFailsOverUnderBsp*:*SeveredMiddleOfAChainIsBridged*:*PsReplicaRows.AdmissionByCountAndByCoinKeepsTheHeadsRows*:*PsReplicaRows.TickEvictionAndTheRowBoundKeepTheHeadsRows*'
 
 echo "== failure detection over verbs: a server, a worker, the coordinator killed or stopped"
 "$ps_failure_test" --gtest_filter='Verbs/PsFailure.*'
