@@ -56,8 +56,16 @@ std::string ServeMetrics::RenderPrometheus() const {
     std::snprintf(line, sizeof line, fmt, args...);
     s += line;
   };
-  s += "# HELP ferry_serve_requests_total HTTP requests answered, by endpoint and status code.\n";
-  s += "# TYPE ferry_serve_requests_total counter\n";
+  // Every metric: its HELP and TYPE lines, then its samples.
+  auto header = [&](const char* name, const char* type, const char* help) {
+    s += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+  };
+  auto count = [&](const char* name, const char* type, const char* help, uint64_t value) {
+    header(name, type, help);
+    add("%s %llu\n", name, static_cast<unsigned long long>(value));
+  };
+  header("ferry_serve_requests_total", "counter",
+         "HTTP requests answered, by endpoint and status code.");
   for (size_t e = 0; e < kEndpoints; ++e) {
     const std::string name(EndpointName(static_cast<Endpoint>(e)));
     for (size_t c = 0; c <= kCodes.size(); ++c) {
@@ -68,8 +76,7 @@ std::string ServeMetrics::RenderPrometheus() const {
           code.c_str(), static_cast<unsigned long long>(n));
     }
   }
-  s += "# HELP ferry_serve_errors_total Requests answered with a status of 400 or above.\n";
-  s += "# TYPE ferry_serve_errors_total counter\n";
+  header("ferry_serve_errors_total", "counter", "Requests answered with a status of 400 or above.");
   for (size_t e = 0; e < kEndpoints; ++e) {
     uint64_t n = 0;
     for (size_t c = 0; c <= kCodes.size(); ++c) {
@@ -80,12 +87,9 @@ std::string ServeMetrics::RenderPrometheus() const {
         std::string(EndpointName(static_cast<Endpoint>(e))).c_str(),
         static_cast<unsigned long long>(n));
   }
-  s += "# HELP ferry_serve_instances_total Instances scored.\n";
-  s += "# TYPE ferry_serve_instances_total counter\n";
-  add("ferry_serve_instances_total %llu\n",
-      static_cast<unsigned long long>(instances_.load(std::memory_order_relaxed)));
-  s += "# HELP ferry_serve_predict_seconds Predict latency: decode, score, encode.\n";
-  s += "# TYPE ferry_serve_predict_seconds histogram\n";
+  count("ferry_serve_instances_total", "counter", "Instances scored.",
+        instances_.load(std::memory_order_relaxed));
+  header("ferry_serve_predict_seconds", "histogram", "Predict latency: decode, score, encode.");
   uint64_t cumulative = 0;
   for (size_t b = 0; b <= kLatencyBounds.size(); ++b) {
     cumulative += buckets_[b].load(std::memory_order_relaxed);
@@ -100,20 +104,13 @@ std::string ServeMetrics::RenderPrometheus() const {
   add("ferry_serve_predict_seconds_sum %.9f\n",
       static_cast<double>(latency_ns_sum_.load(std::memory_order_relaxed)) * 1e-9);
   add("ferry_serve_predict_seconds_count %llu\n", static_cast<unsigned long long>(cumulative));
-  s += "# HELP ferry_serve_model_version The model version serving new requests.\n";
-  s += "# TYPE ferry_serve_model_version gauge\n";
-  add("ferry_serve_model_version %llu\n",
-      static_cast<unsigned long long>(version_.load(std::memory_order_relaxed)));
-  s += "# HELP ferry_serve_model_swaps_total Versions swapped in after the first.\n";
-  s += "# TYPE ferry_serve_model_swaps_total counter\n";
-  add("ferry_serve_model_swaps_total %llu\n", static_cast<unsigned long long>(swaps()));
-  s += "# HELP ferry_serve_model_load_failures_total Versions refused (corrupt, truncated, "
-       "inconsistent).\n";
-  s += "# TYPE ferry_serve_model_load_failures_total counter\n";
-  add("ferry_serve_model_load_failures_total %llu\n",
-      static_cast<unsigned long long>(load_failures()));
-  s += "# HELP ferry_serve_model_load_seconds How long the last version took to load.\n";
-  s += "# TYPE ferry_serve_model_load_seconds gauge\n";
+  count("ferry_serve_model_version", "gauge", "The model version serving new requests.",
+        version_.load(std::memory_order_relaxed));
+  count("ferry_serve_model_swaps_total", "counter", "Versions swapped in after the first.",
+        swaps());
+  count("ferry_serve_model_load_failures_total", "counter",
+        "Versions refused (corrupt, truncated, inconsistent).", load_failures());
+  header("ferry_serve_model_load_seconds", "gauge", "How long the last version took to load.");
   add("ferry_serve_model_load_seconds %.6f\n",
       static_cast<double>(load_ns_.load(std::memory_order_relaxed)) * 1e-9);
   return s;

@@ -371,7 +371,7 @@ lines += [
     "## Why a goal is missed (profile)",
     "",
     ("No goal missed in this run." if not missed else
-     f"Missed: {', '.join(missed)}. TODO (whoever runs this): the reason, from `PROFILE=1 "
+     f"Missed: {', '.join(missed)}. The reason belongs here, from `PROFILE=1 "
      "perf/serving/run.sh` or `perf record -g -p $(pidof ferry-serve)` over a 100-instance wrk run "
      "against `perf record -g ferry-predict` on the same lines: JSON decoding, line parsing, "
      "scoring, encoding and the HTTP library's share of each."),
