@@ -12,7 +12,8 @@
 // The end. A worker at the end of its files (the dealer's --idle-exit) goes on making empty
 // clocks; every window's round (every ceil(window / (batch x workers)) clocks, the same clock on
 // every worker) and every kEndCheckClocks clocks between them ask who is at the end, and the job
-// ends once all are.
+// ends once all are. With --checkpoint-dir, one more (empty) clock asks for a checkpoint there
+// (CheckpointAtEnd): a stopped job resumes where it stopped.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -135,6 +136,23 @@ Status WorkerLoop::TrainLockstep() {
     }
     ShowProgress();
   }
+  return CheckpointAtEnd(clock);
+}
+
+Status WorkerLoop::CheckpointAtEnd(uint64_t clock) {
+  // The job ends cleanly here (every worker at the end of its files, or stopped by the
+  // launcher): one more clock, empty on every worker, asks the coordinator for a checkpoint with
+  // every worker's position, so a --resume goes on from the end of this run and not from the
+  // last periodic checkpoint (whose later files it would train again, to the same model). Every
+  // worker decides alike: the end is known to all at the same clock.
+  const ps::JobSpec& job = w_.job();
+  if (job.checkpoint_dir.empty() || job.checkpoint_every == 0 ||
+      clock % job.checkpoint_every == 0) {
+    return Status::Ok();  // none asked for, or the last clock has one already
+  }
+  FERRY_RETURN_IF_ERROR(w_.Clock(position_, /*checkpoint=*/true));
+  Log("ferry-train: checkpoint of the stream's end at clock " + std::to_string(clock + 1) + " in " +
+      job.checkpoint_dir);
   return Status::Ok();
 }
 

@@ -161,6 +161,9 @@ class WorkerLoop {
   // the checkpoint's clock.
   Status TrainLockstep();
   Result<uint64_t> SeekLockstep();
+  // A checkpoint at the end of a clean stop (an empty clock that asks for it), unless `clock`
+  // (the clocks made) has one already or none are asked for.
+  Status CheckpointAtEnd(uint64_t clock);
   // Next(want) of the reader; at the end (0) the dealer's error if it failed.
   Result<size_t> NextOwn(Batch* b, size_t want);
 

@@ -64,10 +64,12 @@ void Coordinator::Impl::CheckCheckpoints() {
 }
 
 void Coordinator::Impl::MaybeStartPeriodicCheckpoint() {
-  if (job.checkpoint_every == 0 || min_clock % job.checkpoint_every != 0 ||
-      phase != Phase::kRunning) {
-    return;
-  }
+  const bool scheduled = job.checkpoint_every != 0 && min_clock % job.checkpoint_every == 0;
+  // Asked for: every worker still running ended min_clock with kClockCheckpoint (the last clock
+  // of a stream stopped cleanly), so the stream's positions there are in the checkpoint.
+  bool asked = !job.checkpoint_dir.empty() && min_clock > 0;
+  for (int i : workers) asked = asked && conns[i].checkpoint_at == min_clock;
+  if (!(scheduled || asked) || phase != Phase::kRunning) return;
   PendingCheckpoint p;
   p.requester = kPeriodic;
   p.clock = min_clock;
@@ -115,6 +117,7 @@ void Coordinator::Impl::FinishCheckpoint(std::map<uint64_t, PendingCheckpoint>::
       std::fprintf(stderr, "ferry coordinator: checkpoint at clock %llu skipped: %s\n",
                    static_cast<unsigned long long>(p.clock), p.error.c_str());
       checkpoints.erase(it);
+      MaybeShutdown();
       return;
     }
   }
@@ -135,6 +138,7 @@ void Coordinator::Impl::FinishCheckpoint(std::map<uint64_t, PendingCheckpoint>::
                                                   " failed: " + p.error));
     }
     checkpoints.erase(it);
+    MaybeShutdown();
     return;
   }
   ControlMessage r;

@@ -19,11 +19,13 @@ void Coordinator::Impl::OnBarrier(const Member& m, const ControlMessage& msg) {
 }
 
 void Coordinator::Impl::OnClock(Member& m, const ControlMessage& msg) {
-  // msg.value: the clocks the worker completed; msg.value2: its data position there.
+  // msg.value: the clocks the worker completed; msg.value2: its data position there; msg.rank:
+  // kClockCheckpoint when it asks for a checkpoint at that clock.
   if (m.info.role != Role::kWorker) return;
   if (msg.value > m.clock) {
     m.clock = msg.value;
     m.position = msg.value2;
+    if (msg.rank == kClockCheckpoint) m.checkpoint_at = msg.value;
   }
   AdvanceClocks();
 }

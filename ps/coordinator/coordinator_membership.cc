@@ -104,7 +104,17 @@ void Coordinator::Impl::OnFinish(Member& m) {
   ++finished;
   AdvanceClocks();
   ReleaseBarriers();
+  MaybeShutdown();
+}
+
+void Coordinator::Impl::MaybeShutdown() {
   if (finished == workers.size() && phase == Phase::kRunning) {
+    // A periodic checkpoint still being written (the one a stream's last clock asks for, often):
+    // servers told to shut down now would leave before answering it, and its manifest would
+    // never be written. FinishCheckpoint calls again.
+    for (const auto& [key, p] : checkpoints) {
+      if (p.requester == kPeriodic) return;
+    }
     ControlMessage s;
     s.kind = ControlKind::kShutdown;
     s.text = "every worker finished";

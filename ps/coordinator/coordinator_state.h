@@ -37,11 +37,12 @@ struct CoordinatorState {
     bool registered = false;
     MemberInfo info;
     bool ready = false;
-    bool finished = false;  // worker sent kFinish
-    bool gone = false;      // connection closed or failed
-    bool removed = false;   // a server taken out of the job (replicas: kServerDown)
-    uint64_t clock = 0;     // workers: completed clocks
-    uint64_t position = 0;  // workers: the data position reported with that clock
+    bool finished = false;       // worker sent kFinish
+    bool gone = false;           // connection closed or failed
+    bool removed = false;        // a server taken out of the job (replicas: kServerDown)
+    uint64_t clock = 0;          // workers: completed clocks
+    uint64_t position = 0;       // workers: the data position reported with that clock
+    uint64_t checkpoint_at = 0;  // workers: the last clock they asked a checkpoint at
   };
 
   JobSpec job;
@@ -190,7 +191,11 @@ struct CoordinatorState {
   void OnGone(size_t ci, const Status& why);
   void AdvanceClocks();
   // BSP, JobSpec::checkpoint_every: at clock boundary min_clock, before the workers hear of it.
+  // Also off the schedule when every running worker asked for one at min_clock (kClockCheckpoint).
   void MaybeStartPeriodicCheckpoint();
+  // kShutdown to all once every worker finished, unless a periodic checkpoint is being written
+  // (then FinishCheckpoint calls it again).
+  void MaybeShutdown();
   void FinishCheckpoint(std::map<uint64_t, PendingCheckpoint>::iterator it);
   // Releases every barrier that all workers still running have entered.
   void ReleaseBarriers();

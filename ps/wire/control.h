@@ -9,7 +9,8 @@
 //                           kReject {text}         the member's job spec or identity is wrong
 //   member -> coordinator   kReady                 connections made; coordinator -> all kStart
 //   worker -> coordinator   kBarrier {value = id}; coordinator -> workers kBarrierRelease {id}
-//   worker -> coordinator   kClock {value = completed clocks}
+//   worker -> coordinator   kClock {value = completed clocks, value2 = data position,
+//                           rank = kClockCheckpoint or 0}
 //   coordinator -> servers  kApplyClock {value}    BSP: apply pushes staged for clocks < value
 //   server -> coordinator   kClockApplied {value}
 //   coordinator -> workers  kClockUpdate {value = min clock over workers (applied, under BSP)}
@@ -81,7 +82,8 @@ enum class ControlKind : uint8_t {
   kStart,         // coord -> all {}: every member is ready
   kBarrier,       // worker -> coord {value = barrier id}
   kBarrierRelease,  // coord -> workers {value = barrier id}
-  kClock,           // worker -> coord {value = completed clocks, value2 = its data position}
+  kClock,           // worker -> coord {value = completed clocks, value2 = its data position,
+                    //   rank = kClockCheckpoint: it asks for a checkpoint at this clock}
   kApplyClock,      // coord -> servers {value = clock}: BSP, apply the pushes of clocks < value
   kClockApplied,    // server -> coord {value = clock}
   kClockUpdate,     // coord -> workers (and servers with replicas) {value = the job's min clock}
@@ -108,6 +110,8 @@ inline constexpr uint64_t kCheckpointClear = 1;
 inline constexpr uint64_t kCheckpointStats = 2;
 // kGather's rank: relay the part to every worker (else to worker 0 only).
 inline constexpr uint32_t kGatherToAll = 1;
+// kClock's rank: the worker asks for a checkpoint at this clock (Worker::Clock's `checkpoint`).
+inline constexpr uint32_t kClockCheckpoint = 1;
 
 struct MemberInfo {
   uint32_t rank = 0;

@@ -447,7 +447,7 @@ Status Worker::Barrier() {
   return Status::Ok();
 }
 
-Status Worker::Clock(uint64_t position) {
+Status Worker::Clock(uint64_t position, bool checkpoint) {
   FERRY_RETURN_IF_ERROR(Usable());
   // Pushes of this clock must be applied (ASP/SSP) or staged (BSP) before the clock counts.
   FERRY_RETURN_IF_ERROR(WaitAllReplies("the pushes of clock " + std::to_string(clock_)));
@@ -457,6 +457,7 @@ Status Worker::Clock(uint64_t position) {
   m.kind = ControlKind::kClock;
   m.value = clock_;
   m.value2 = position;
+  m.rank = checkpoint ? kClockCheckpoint : 0;
   FERRY_RETURN_IF_ERROR(control_->Send(m));
   const ConsistencySpec& c = job_.consistency;
   if (c.kind == Consistency::kAsp) return Status::Ok();

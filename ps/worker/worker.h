@@ -216,8 +216,11 @@ class Worker {
   // Ends this worker's clock. `position` is the caller's data position after it (for example
   // the samples it has read): periodic checkpoints (JobSpec::checkpoint_every) record every
   // worker's position at their clock boundary, and a job restored from one hands it back
-  // (restored()).
-  Status Clock(uint64_t position = 0);
+  // (restored()). `checkpoint` (BSP, JobSpec::checkpoint_dir set): when every running worker
+  // asks at the same clock, the coordinator takes a periodic checkpoint there even off the
+  // checkpoint_every schedule (a stream's last clock: ferry-train's clean stop). A job whose
+  // workers all finish waits for the servers to have written it before it shuts down.
+  Status Clock(uint64_t position = 0, bool checkpoint = false);
   // A job restored from a checkpoint (JobSpec::restore_dir) starts at its clock; `position` is
   // this worker's recorded data position when the checkpoint has them (periodic ones do).
   struct Restored {

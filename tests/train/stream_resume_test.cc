@@ -159,11 +159,12 @@ std::pair<uint64_t, uint64_t> Positions(const std::string& checkpoint) {
 }
 
 // The first SIGINT stops every worker's following (the launcher closes their stop pipes): the
-// job ends cleanly with its model. Resumed from its newest checkpoint, the rest of the files is
-// trained exactly once: the samples of the resumed run and the positions the checkpoint
-// recorded add up to the lines of the folder.
+// job ends cleanly with its model and a final checkpoint at its last clock (off the
+// --checkpoint-every schedule), whose positions are every sample the run trained. Two more files
+// arrive; resumed from that checkpoint, the job trains the rest exactly once: the samples of the
+// resumed run and the positions the checkpoint recorded add up to the lines of the folder.
 TEST_F(FollowResume, SigintStopsFollowingCleanlyAndAResumeTrainsTheRestOnce) {
-  const std::string all = Folder("stopped", 4);
+  const std::string all = Folder("stopped", 2);
   const std::string ck = *dir_ / "stopped.ck";
   std::vector<std::string> job = Job(all, "tcp");
   for (size_t i = 0; i < job.size(); ++i) {
@@ -186,6 +187,11 @@ TEST_F(FollowResume, SigintStopsFollowingCleanlyAndAResumeTrainsTheRestOnce) {
   const std::string latest = ck + "/" + Lines(Slurp(ck + "/LATEST")).front();
   const auto [positions, clock] = Positions(latest);
   EXPECT_GT(clock, 0u);
+  const uint64_t trained = stopped.final_line.value("samples", uint64_t{0});
+  EXPECT_EQ(positions, trained) << "the newest checkpoint (clock " << clock
+                                << ") is not the stop's: its positions miss samples trained";
+  Place(all, 2);
+  Place(all, 3);
   TrainRun resumed =
       Train(*dir_, "stopped_resumed", Cat(Job(all, "ucx"), {"--resume", latest}), 60);
   ASSERT_TRUE(resumed.ok()) << resumed.proc.Describe();
