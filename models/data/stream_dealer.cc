@@ -15,16 +15,27 @@
 #include <csignal>
 #include <cstring>
 
+#include "models/data/stream_splice.h"
+
 namespace ferry::models {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The splice path (stream_splice.h). A sink gets a spliced block when its pipe has room for at
+// least kMinSplice more than kSpliceSlack (the half-filled pages a cut line leaves: a block's
+// first and last); a sink with less room that is not full is looked at again after
+// kRoomRetryMs (its POLLOUT would wake the dealer at every page the worker frees).
+constexpr size_t kMinSplice = 16 << 10;
+constexpr size_t kSpliceSlack = 8 << 10;
+constexpr int kRoomRetryMs = 1;
 
 // A worker's pipe and the block being written to it. The block's bytes are not copied: they
 // stay in the dealer's read buffer (`data` points there) until written, unless the buffer must
 // be compacted first (Keep) or the block is the input's last line given its '\n' (`own`).
 struct Sink {
   Fd fd;
+  size_t capacity = 0;  // of its pipe (F_GETPIPE_SZ), for the splice path
   const char* data = nullptr;
   size_t size = 0;  // 0: nothing to write
   size_t done = 0;  // bytes of it written
@@ -60,6 +71,91 @@ void Flush(Sink& s, DealerStats* stats) {
   s.data = nullptr;
   s.size = s.done = 0;
   s.own.clear();
+}
+
+// What the splice path waits for when it moved what it could.
+struct SpliceState {
+  enum class Wait {
+    kInput,  // the input pipe is empty
+    kRoom,   // no free sink has room for a block: `full` those with none, `retry` any other
+    kCopy,   // the next block's tail holds no line end: the copying path reads it (ReadCut)
+  } wait = Wait::kInput;
+  std::vector<size_t> full;
+  bool retry = false;
+};
+
+// Moves blocks from the input pipe into free sinks with room, round-robin from *next, while the
+// input holds whole lines; leaves in `st` what it waits for. The dealer's read buffer is empty
+// (its bytes would come first).
+//
+// A pipe's room is counted in bytes, but a pipe holds a number of pages, and a spliced block
+// cut inside pages takes a page slot per piece: a block may not fit where its bytes would. Its
+// rest is then read into the sink's own block (one copy, written when the sink drains), as the
+// copying path does with every block, so no other sink waits for this one.
+Status SpliceSome(PipeSplicer& sp, std::vector<Sink>& sinks, size_t block, size_t* next,
+                  SpliceState* st, DealerStats* stats) {
+  st->wait = SpliceState::Wait::kInput;
+  while (true) {
+    FERRY_ASSIGN_OR_RETURN(const size_t available, sp.Available());
+    if (available == 0) return Status::Ok();
+    size_t pick = sinks.size(), length = 0;
+    st->full.clear();
+    st->retry = false;
+    for (size_t k = 0; k < sinks.size(); ++k) {
+      const size_t i = (*next + k) % sinks.size();
+      if (!sinks[i].Free()) continue;
+      FERRY_ASSIGN_OR_RETURN(const size_t room, PipeRoom(sinks[i].fd.get(), sinks[i].capacity));
+      length = SpliceBlockLength(available, room, block, kSpliceSlack, kMinSplice);
+      if (length > 0) {
+        pick = i;
+        break;
+      }
+      if (room == 0) {
+        st->full.push_back(i);
+      } else {
+        st->retry = true;
+      }
+    }
+    if (pick == sinks.size()) {
+      // Every free sink is (nearly) full, or none is free (each writes a block of its own:
+      // the poll waits for those).
+      st->wait = SpliceState::Wait::kRoom;
+      return Status::Ok();
+    }
+    FERRY_ASSIGN_OR_RETURN(const size_t end, sp.LastLineEnd(length));
+    if (end == 0) {
+      st->wait = SpliceState::Wait::kCopy;
+      return Status::Ok();
+    }
+    Sink& s = sinks[pick];
+    *next = (pick + 1) % sinks.size();
+    stats->bytes += end;
+    size_t done = 0;
+    while (done < end) {
+      Result<size_t> moved = sp.Move(s.fd.get(), end - done);
+      if (!moved.ok() && moved.status().code() == Code::kPeerFailure) {
+        // Its reader is gone (its worker died; the launcher stops the job): the block is lost.
+        s.dead = true;
+        s.fd = Fd();
+        stats->lost_bytes += end - done;
+        FERRY_RETURN_IF_ERROR(sp.Discard(end - done));
+        done = end;
+        break;
+      }
+      FERRY_RETURN_IF_ERROR(moved.status());
+      if (*moved == 0) break;
+      done += *moved;
+      stats->spliced_bytes += *moved;
+    }
+    if (done < end) {
+      s.own.resize(end - done);
+      FERRY_RETURN_IF_ERROR(sp.ReadExact(s.own.data(), s.own.size()));
+      s.data = s.own.data();
+      s.size = s.own.size();
+      s.done = 0;
+      Flush(s, stats);
+    }
+  }
 }
 
 }  // namespace
@@ -135,6 +231,21 @@ Status StreamDealer::Run() {
   Result<std::unique_ptr<StreamInput>> opened = OpenStreamInput(o_.input, o_.follow, o_.share);
   if (!opened.ok()) return opened.status();
   StreamInput& in = **opened;
+  std::unique_ptr<PipeSplicer> splicer;
+  if (o_.splice && o_.max_lines == 0 && o_.block_bytes >= kMinSpliceBlock) {
+    // --max-samples counts lines, which splicing does not see.
+    Result<std::unique_ptr<PipeSplicer>> sp = PipeSplicer::Open(in.splice_fd(), o_.block_bytes);
+    if (!sp.ok()) return sp.status();
+    splicer = std::move(*sp);
+    for (Sink& s : sinks) {
+      const int cap = splicer ? ::fcntl(s.fd.get(), F_GETPIPE_SZ) : -1;
+      // A sink that is no pipe (a socket), or one too small ever to have room for a block:
+      // copy, as before splicing.
+      if (cap < static_cast<int>(2 * kMinSplice + kSpliceSlack)) splicer.reset();
+      s.capacity = static_cast<size_t>(std::max(cap, 0));
+    }
+  }
+  SpliceState sp;
   std::vector<char> buf(o_.read_bytes);
   size_t head = 0, tail = 0;
   bool reading = true;
@@ -211,6 +322,22 @@ Status StreamDealer::Run() {
         }
       }
     }
+    // The splice path, once the read buffer is empty (its bytes come first) and no line is cut
+    // open.
+    const bool splicing = splicer && reading && head == tail && sticky < 0;
+    if (splicing) {
+      const uint64_t before = stats_.bytes;
+      Status s = SpliceSome(*splicer, sinks, o_.block_bytes, &next, &sp, &stats_);
+      if (!s.ok()) {
+        failed = s;
+        end_input("input error");
+      }
+      // Input waiting for the workers is not idle input.
+      if (stats_.bytes != before || sp.wait != SpliceState::Wait::kInput) {
+        last_input = Clock::now();
+      }
+    }
+    const bool room_wait = splicing && reading && sp.wait == SpliceState::Wait::kRoom;
     bool in_buffer = false;
     for (const Sink& s : sinks) in_buffer |= s.InBuffer();
     if (head == tail && !in_buffer) head = tail = 0;
@@ -256,13 +383,16 @@ Status StreamDealer::Run() {
     // Index 1 when there is one; polled only while reading (it ends the input, nothing else).
     const bool stop_fd = reading && stop_fd_.get() >= 0;
     if (stop_fd) fds.push_back({stop_fd_.get(), POLLIN, 0});
-    const bool want_input = reading && tail < buf.size();
+    // Splicing waits for a sink with room before it looks at the input again.
+    const bool want_input = reading && tail < buf.size() && !room_wait;
     const bool input_fd = want_input && in.poll_fd() >= 0;
     if (input_fd) fds.push_back({in.poll_fd(), POLLIN, 0});
     const bool ready = want_input && in.ready();
     std::vector<size_t> who;
     for (size_t i = 0; i < sinks.size(); ++i) {
-      if (sinks[i].dead || sinks[i].size == 0) continue;
+      const bool splice_room =
+          room_wait && std::find(sp.full.begin(), sp.full.end(), i) != sp.full.end();
+      if (sinks[i].dead || (sinks[i].size == 0 && !splice_room)) continue;
       fds.push_back({sinks[i].fd.get(), POLLOUT, 0});
       who.push_back(i);
     }
@@ -275,6 +405,9 @@ Status StreamDealer::Run() {
         continue;
       }
       timeout = static_cast<int>(std::ceil(left * 1000));
+    }
+    if (!ready && room_wait && sp.retry) {
+      timeout = timeout < 0 ? kRoomRetryMs : std::min(timeout, kRoomRetryMs);
     }
     const int rc = ::poll(fds.data(), fds.size(), timeout);
     if (rc < 0 && errno != EINTR) {
@@ -303,9 +436,17 @@ Status StreamDealer::Run() {
       }
       ++k;
     }
+    if (readable && reading && splicing && sp.wait == SpliceState::Wait::kInput) {
+      // Bytes came: they are spliced at the top of the loop. Read only to see the end.
+      Result<size_t> available = splicer->Available();
+      if (available.ok() && *available > 0) readable = false;
+    }
     if (readable && reading) {
       bool ended = false;
-      Result<size_t> n = in.Read(buf.data() + tail, buf.size() - tail, &ended);
+      // Splicing: the copied bytes end at a line end where they can, so the buffer empties and
+      // splicing goes on.
+      Result<size_t> n = splicer ? splicer->ReadCut(buf.data() + tail, buf.size() - tail, &ended)
+                                 : in.Read(buf.data() + tail, buf.size() - tail, &ended);
       if (!n.ok()) {
         failed = n.status();
         end_input("input error");
@@ -317,6 +458,7 @@ Status StreamDealer::Run() {
       }
     }
     for (size_t j = 0; j < who.size(); ++j, ++k) {
+      // A sink polled only for splice room has no block of its own: Flush does nothing.
       if (fds[k].revents != 0) Flush(sinks[who[j]], &stats_);
     }
   }

@@ -10,6 +10,12 @@
 // waiting, taken round-robin: a worker that reads slower keeps its pipe full and is skipped, so
 // blocks go where they are consumed and no worker waits while another holds a backlog.
 //
+// Splicing. When the input is a pipe, a block moves from it into a sink without being copied
+// (splice(2); stream_splice.h: only the last 16 KiB of each block are read, to cut it after a
+// line), to a free sink whose pipe has room for it; the dealer's read buffer is used only for
+// what splicing cannot cut (a line longer than that at a block's end, a line still arriving),
+// and reads into it end at a line end, so splicing resumes once it is dealt.
+//
 // The end. The stream ends, for every sink, when the input ends (EOF: the last writer closed the
 // pipe), after max_lines lines (cut exactly there), after idle_exit_seconds without an input
 // byte, or at Stop() (the launcher's SIGINT/SIGTERM). What was read is dealt and flushed, then
@@ -49,13 +55,24 @@ struct DealerOptions {
   // whose writer, the launcher, closes it at its first SIGINT. Owned by the dealer from Start
   // on; -1: none.
   int stop_fd = -1;
+  // A pipe input's blocks move into the sinks (pipes) by splice(2) (stream_splice.h) instead of
+  // being read and written, unless max_lines is set (it counts lines, which splicing does not
+  // see) or block_bytes < kMinSpliceBlock. false: every byte is read and written (tests compare
+  // both ways).
+  bool splice = true;
 };
 
+// Smaller blocks are copied: a spliced block takes a slot of its sink's pipe per page it
+// touches, so small ones fill a pipe's slots long before its bytes, and a worker that is not
+// scheduled for a moment would find its pipe drained sooner (the others get its share).
+inline constexpr size_t kMinSpliceBlock = 64 << 10;
+
 struct DealerStats {
-  uint64_t lines = 0;  // lines dealt ('\n' written, the one added at the end included)
+  uint64_t lines = 0;  // lines dealt by copying ('\n' written, the one added at the end included)
   uint64_t bytes = 0;  // bytes dealt
-  std::vector<uint64_t> lines_per_sink;
-  uint64_t lost_bytes = 0;  // dealt to a sink that closed before taking them
+  uint64_t spliced_bytes = 0;  // of `bytes`: spliced, whose lines are not counted (not in `lines`)
+  std::vector<uint64_t> lines_per_sink;  // by copying
+  uint64_t lost_bytes = 0;               // dealt to a sink that closed before taking them
   // Why the stream ended: "end of input", "--max-samples", "idle", "stopped".
   std::string end;
   std::string where;  // where the input stood (StreamInput::Where)

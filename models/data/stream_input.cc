@@ -54,6 +54,7 @@ class PipeInput final : public StreamInput {
     return n;
   }
   std::string Where() const override { return InputName(path_); }
+  int splice_fd() const override { return fd_.get(); }
 
  private:
   Fd fd_;

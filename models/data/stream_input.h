@@ -38,6 +38,9 @@ class StreamInput {
   virtual Result<size_t> Read(char* dst, size_t cap, bool* ended) = 0;
   // Where the input stands, for messages: "stdin", "DIR/part-0003 (2 of 5 files read)".
   virtual std::string Where() const = 0;
+  // The descriptor Read reads when the input is one descriptor read in order (standard input, a
+  // named pipe): the dealer may splice(2) from it when it is a pipe. -1: none.
+  virtual int splice_fd() const { return -1; }
 };
 
 enum class FollowMode { kNone, kDir, kTail };

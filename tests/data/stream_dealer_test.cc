@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <charconv>
 #include <chrono>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "models/data/reader.h"
+#include "models/data/stream_splice.h"
 
 namespace ferry::models {
 namespace {
@@ -143,20 +145,67 @@ TEST(NextBlockEnd, WholeLinesWithinTheBoundAndALongLineAlone) {
   EXPECT_EQ(lines, 0u);
 }
 
-TEST(StreamDealer, EveryLineToExactlyOneSinkInOrderAndNoSinkStarves) {
-  DealerOptions o;
-  o.block_bytes = 512;
-  o.read_bytes = 4096;
-  const int n = 20000;
-  Dealt d = Deal(Lines(0, n), 3, o);
+TEST(SpliceBlockLength, TheBlockTheInputAndTheRoomBoundItAndSliversWait) {
+  // available, room, block, slack, min_block
+  EXPECT_EQ(SpliceBlockLength(1 << 20, 1 << 20, 256 << 10, 8 << 10, 16 << 10), 256u << 10);
+  EXPECT_EQ(SpliceBlockLength(100 << 10, 1 << 20, 256 << 10, 8 << 10, 16 << 10), 100u << 10);
+  EXPECT_EQ(SpliceBlockLength(1 << 20, 72 << 10, 256 << 10, 8 << 10, 16 << 10), 64u << 10);
+  // Room for a sliver only: wait; unless the input holds no more than that.
+  EXPECT_EQ(SpliceBlockLength(1 << 20, 20 << 10, 256 << 10, 8 << 10, 16 << 10), 0u);
+  EXPECT_EQ(SpliceBlockLength(10 << 10, 20 << 10, 256 << 10, 8 << 10, 16 << 10), 10u << 10);
+  EXPECT_EQ(SpliceBlockLength(1 << 20, 4 << 10, 256 << 10, 8 << 10, 16 << 10), 0u);
+  // Blocks smaller than min_block are not slivers.
+  EXPECT_EQ(SpliceBlockLength(1 << 20, 64 << 10, 512, 8 << 10, 16 << 10), 512u);
+}
+
+// The dealing tests over a pipe run both ways: spliced (the input pipe's blocks moved into the
+// sinks' pipes by splice(2), the default; stream_splice.h) and copied (read, then written).
+// Lines are counted only when copied; bytes both ways.
+class Dealing : public ::testing::TestWithParam<bool> {
+ protected:
+  static DealerOptions Options() {
+    DealerOptions o;
+    o.splice = GetParam();
+    return o;
+  }
+  // Block and buffer sizes of a test: as given when copying (small ones give many blocks), at
+  // least kMinSpliceBlock when splicing (smaller blocks are copied).
+  static size_t Bytes(size_t copied) {
+    return GetParam() ? std::max(copied, kMinSpliceBlock) : copied;
+  }
+  static void ExpectCounted(const Dealt& d, const std::string& input, uint64_t lines) {
+    EXPECT_EQ(d.stats.bytes, input.size());
+    if (GetParam()) {
+      // Nearly all spliced: the buffer takes only what splicing cannot cut.
+      EXPECT_GT(d.stats.spliced_bytes, input.size() / 2) << "the splice path was not taken";
+    } else {
+      EXPECT_EQ(d.stats.spliced_bytes, 0u);
+      EXPECT_EQ(d.stats.lines, lines);
+    }
+  }
+};
+INSTANTIATE_TEST_SUITE_P(StreamDealer, Dealing, ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool>& i) {
+                           return i.param ? "spliced" : "copied";
+                         });
+
+TEST_P(Dealing, EveryLineToExactlyOneSinkInOrderAndNoSinkStarves) {
+  DealerOptions o = Options();
+  o.block_bytes = Bytes(512);
+  o.read_bytes = Bytes(4096);
+  const int n = GetParam() ? 200000 : 20000;  // ~40 blocks either way
+  const std::string input = Lines(0, n);
+  Dealt d = Deal(input, 3, o);
   ASSERT_TRUE(d.status.ok()) << d.status.ToString();
   EXPECT_EQ(d.stats.end, "end of input");
-  EXPECT_EQ(d.stats.lines, static_cast<uint64_t>(n));
+  ExpectCounted(d, input, n);
   std::vector<int> seen(n, 0);
   for (size_t s = 0; s < d.per_sink.size(); ++s) {
     const std::vector<int>& ids = d.per_sink[s];
     EXPECT_GT(ids.size(), static_cast<size_t>(n) / 10) << "sink " << s << " starved";
-    EXPECT_EQ(ids.size(), d.stats.lines_per_sink[s]);
+    if (!GetParam()) {
+      EXPECT_EQ(ids.size(), d.stats.lines_per_sink[s]);
+    }
     for (size_t i = 0; i < ids.size(); ++i) {
       ASSERT_GE(ids[i], 0);
       ASSERT_LT(ids[i], n);
@@ -169,43 +218,94 @@ TEST(StreamDealer, EveryLineToExactlyOneSinkInOrderAndNoSinkStarves) {
   for (int i = 0; i < n; ++i) ASSERT_EQ(seen[i], 1) << "line " << i;
 }
 
-TEST(StreamDealer, ASlowReaderGetsLessAndTheOthersDoNotWaitForIt) {
-  DealerOptions o;
-  o.block_bytes = 1024;
-  o.read_bytes = 8192;
-  const int n = 60000;
+// Blocks of the default size over pipes of 1 MiB, the launcher's (tools/train/stream_launch.h):
+// whole pages moved, blocks cut inside pages, one sink slower than the other.
+TEST_P(Dealing, LargeBlocksIntoLargePipesKeepEveryLineWhole) {
+  DealerOptions o = Options();
+  const int n = 400000;
+  const std::string input = Lines(0, n);
+  Pipe in;
+  o.input = in.ReadPath();
+  std::vector<int> readers;
+  for (int i = 0; i < 2; ++i) {
+    Pipe p;
+    ASSERT_GE(::fcntl(p.w, F_SETPIPE_SZ, 1 << 20), 1 << 20);
+    o.sinks.push_back(p.w);
+    readers.push_back(p.r);
+  }
+  ASSERT_GE(::fcntl(in.w, F_SETPIPE_SZ, 1 << 20), 1 << 20);
+  auto dealer = StreamDealer::Start(o);
+  ASSERT_TRUE(dealer.ok());
+  std::thread writer([&] {
+    WriteAll(in.w, input);
+    ::close(in.w);
+  });
+  std::vector<std::vector<int>> got(2);
+  std::thread r0([&] { got[0] = Drain(readers[0], 0); });
+  std::thread r1([&] { got[1] = Drain(readers[1], 50); });  // slower: its pipe fills
+  Dealt d;
+  d.status = (*dealer)->Join();
+  d.stats = (*dealer)->stats();
+  writer.join();
+  r0.join();
+  r1.join();
+  ::close(in.r);
+  ASSERT_TRUE(d.status.ok()) << d.status.ToString();
+  ExpectCounted(d, input, n);
+  std::vector<int> seen(n, 0);
+  for (const auto& ids : got) {
+    EXPECT_GT(ids.size(), 0u);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      ASSERT_GE(ids[i], 0);
+      ASSERT_LT(ids[i], n);
+      ++seen[ids[i]];
+      if (i > 0) {
+        ASSERT_LT(ids[i - 1], ids[i]);
+      }
+    }
+  }
+  for (int i = 0; i < n; ++i) ASSERT_EQ(seen[i], 1) << "line " << i;
+}
+
+TEST_P(Dealing, ASlowReaderGetsLessAndTheOthersDoNotWaitForIt) {
+  DealerOptions o = Options();
+  o.block_bytes = Bytes(1024);
+  o.read_bytes = Bytes(8192);
+  const int n = GetParam() ? 600000 : 60000;
   Dealt d = Deal(Lines(0, n), 2, o, /*delay_us=*/{2000, 0});
   ASSERT_TRUE(d.status.ok());
   EXPECT_EQ(d.per_sink[0].size() + d.per_sink[1].size(), static_cast<size_t>(n));
   EXPECT_LT(d.per_sink[0].size() * 2, d.per_sink[1].size());
 }
 
-TEST(StreamDealer, MaxLinesCutsExactlyAndTheLastLineGetsItsNewline) {
-  DealerOptions o;
+TEST_P(Dealing, MaxLinesCutsExactlyAndTheLastLineGetsItsNewline) {
+  DealerOptions o = Options();  // max_lines: copied either way (splicing counts no lines)
   o.max_lines = 777;
   o.block_bytes = 100;
   o.read_bytes = 1000;
   Dealt d = Deal(Lines(0, 5000), 2, o);
   EXPECT_EQ(d.stats.end, "--max-samples");
   EXPECT_EQ(d.per_sink[0].size() + d.per_sink[1].size(), 777u);
+  EXPECT_EQ(d.stats.spliced_bytes, 0u);
 
-  DealerOptions plain;
+  DealerOptions plain = Options();
   Dealt e = Deal(Lines(0, 3) + "1 3:1", 1, plain);  // no '\n' at the end
   ASSERT_EQ(e.per_sink[0].size(), 4u);
   EXPECT_EQ(e.per_sink[0][3], 3);
 }
 
-TEST(StreamDealer, IdleInputEndsTheStreamAndStopEndsItAtOnce) {
-  DealerOptions o;
+TEST_P(Dealing, IdleInputEndsTheStreamAndStopEndsItAtOnce) {
+  DealerOptions o = Options();
   o.idle_exit_seconds = 0.3;
   const auto t0 = std::chrono::steady_clock::now();
   Dealt d = Deal(Lines(0, 10), 2, o, {}, /*keep_open=*/true);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_EQ(d.stats.end, "idle");
-  EXPECT_EQ(d.stats.lines, 10u);
+  EXPECT_EQ(d.per_sink[0].size() + d.per_sink[1].size(), 10u);
+  ExpectCounted(d, Lines(0, 10), 10);
   EXPECT_GE(s, 0.25);
 
-  DealerOptions forever;
+  DealerOptions forever = Options();
   Dealt e = Deal(Lines(0, 10), 2, forever, {}, /*keep_open=*/true, [](StreamDealer& dealer) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     dealer.Stop();
@@ -224,26 +324,29 @@ TEST(StreamDealer, IdleInputEndsTheStreamAndStopEndsItAtOnce) {
   EXPECT_EQ(f.per_sink[0].size() + f.per_sink[1].size(), 10u);
 }
 
-TEST(StreamDealer, ALineLongerThanTheBufferGoesWholeToOneSink) {
-  DealerOptions o;
-  o.block_bytes = 64;
-  o.read_bytes = 256;
-  std::string long_line = "1 " + std::string(2000, '9') + ":1\n";
+TEST_P(Dealing, ALineLongerThanTheBufferGoesWholeToOneSink) {
+  // Spliced, its block's tail holds no line end: the copying path takes it.
+  DealerOptions o = Options();
+  o.block_bytes = Bytes(64);
+  o.read_bytes = Bytes(256);
+  std::string long_line = "1 " + std::string(8 * o.read_bytes, '9') + ":1\n";
   Dealt d = Deal(Lines(0, 50) + long_line + Lines(50, 100), 3, o);
   ASSERT_TRUE(d.status.ok());
   size_t total = 0;
   for (const auto& ids : d.per_sink) total += ids.size();
   EXPECT_EQ(total, 101u);  // every sink's bytes were whole lines (Drain checks the ends)
-  EXPECT_EQ(d.stats.lines, 101u);
+  if (!GetParam()) {
+    EXPECT_EQ(d.stats.lines, 101u);
+  }
 }
 
-TEST(StreamDealer, AtTheEndEachSinkClosesOnceItsOwnLastBlockIsWritten) {
+TEST_P(Dealing, AtTheEndEachSinkClosesOnceItsOwnLastBlockIsWritten) {
   // Worker 1 reads only after worker 0 has seen the end of its share, as a worker waiting in a
   // collective for the other does. Its pipe is full, so its last block waits; worker 0's share
   // must end anyway, or neither ever goes on.
-  DealerOptions o;
-  o.block_bytes = 512;
-  o.read_bytes = 4096;
+  DealerOptions o = Options();
+  o.block_bytes = Bytes(512);
+  o.read_bytes = Bytes(4096);
   Pipe in;
   o.input = in.ReadPath();
   Pipe p0, p1;

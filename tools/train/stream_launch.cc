@@ -30,8 +30,12 @@ int ReportDealtStream(const models::TrainOptions& o, const models::StreamDealer&
                       const Status& dealt, int job_code) {
   const models::DealerStats& st = dealer.stats();
   if (!o.quiet) {
-    std::fprintf(stderr, "ferry-train: the stream gave %llu lines (%s; %s)%s\n",
-                 static_cast<unsigned long long>(st.lines), st.end.c_str(), st.where.c_str(),
+    // Spliced blocks are not read (stream_splice.h): their lines are counted by the workers
+    // (the job's "samples"), the stream by its bytes.
+    const std::string size = st.spliced_bytes > 0 ? std::to_string(st.bytes) + " bytes"
+                                                  : std::to_string(st.lines) + " lines";
+    std::fprintf(stderr, "ferry-train: the stream gave %s (%s; %s)%s\n", size.c_str(),
+                 st.end.c_str(), st.where.c_str(),
                  st.lost_bytes > 0 ? "; some were dealt to a worker that had stopped" : "");
   }
   if (dealt.ok()) return job_code;
