@@ -3,39 +3,16 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 namespace ferry::models {
 
 namespace {
 
 using nlohmann::json;
-
-// nlohmann's parser keeps its own stack, but a body of a million '[' still builds a value a
-// million levels deep before we look at it; a scan first refuses what no request needs.
-bool NestedDeeperThan(std::string_view body, size_t max_depth) {
-  size_t depth = 0;
-  bool in_string = false, escaped = false;
-  for (char c : body) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > max_depth) return true;
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
-    }
-  }
-  return false;
-}
 
 std::string Dump(const json& j) {
   std::string s = j.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -82,15 +59,20 @@ Result<std::string> LineOfFeatures(const json& features, Format format) {
   return line;
 }
 
-// One instance as the text of a line with label 0, in the model's format.
-Result<std::string> LineOf(const json& instance, Format format) {
-  if (instance.is_string()) {
-    const std::string& s = instance.get_ref<const std::string&>();
-    if (s.find_first_of("\n\r") != std::string::npos) {
-      return InvalidArgument("a line break inside the string: send one sample per instance");
-    }
-    return (format == Format::kCriteo ? "0\t" : "0 ") + s;
+// A string instance: a line's feature part, parsed as the line "0 <features>" (criteo: "0\t...")
+// by the format's parser. The label goes in front of the text in the lexer's own buffer (shifted
+// in place), so the text is not copied into a line of its own.
+Status ParseStringInstance(std::string& features, const InputSpec& spec, Batch* out) {
+  if (std::memchr(features.data(), '\n', features.size()) != nullptr ||
+      std::memchr(features.data(), '\r', features.size()) != nullptr) {
+    return InvalidArgument("a line break inside the string: send one sample per instance");
   }
+  features.insert(0, spec.format == Format::kCriteo ? "0\t" : "0 ");
+  return ParseLine(spec.format, features, spec.hash_seed, spec.hash_bits, out, spec.field_map);
+}
+
+// An instance that is not a string, as the text of a line with label 0, in the model's format.
+Result<std::string> LineOf(const json& instance, Format format) {
   if (instance.is_object()) {
     auto it = instance.find("features");
     if (it == instance.end() || instance.size() != 1) {
@@ -104,37 +86,223 @@ Result<std::string> LineOf(const json& instance, Format format) {
       Dump(instance));
 }
 
+// One instance that is not a string ({"features": ...}, or what is wrong), as the json value
+// json::parse would have built, from the parser's events. Pointers on the stack stay valid:
+// only the innermost open container grows, and none of its elements is on the stack.
+class ValueBuilder {
+ public:
+  void Add(json v) { Place(std::move(v)); }
+  void Open(json v) { stack_.push_back(Place(std::move(v))); }
+  // True when the instance is complete.
+  bool Close() {
+    stack_.pop_back();
+    return stack_.empty();
+  }
+  void Key(const std::string& k) { key_ = k; }
+  const json& value() const { return root_; }
+
+ private:
+  json* Place(json v) {
+    if (stack_.empty()) {
+      root_ = std::move(v);
+      return &root_;
+    }
+    json& top = *stack_.back();
+    if (top.is_array()) {
+      top.push_back(std::move(v));
+      return &top.back();
+    }
+    json& slot = top[key_];  // a repeated key: the last value, as json::parse keeps
+    slot = std::move(v);
+    return &slot;
+  }
+
+  json root_;
+  std::vector<json*> stack_;
+  std::string key_;
+};
+
+// nlohmann's SAX events for a predict body: the instances go into the batch as the parser meets
+// them, each string instance straight from the lexer's buffer; no DOM of the body is built.
+// Outcomes that depend on the whole body (malformed JSON, the instance count) are decided at the
+// end with the same precedence as decoding a parsed document: malformed JSON, not an object, no
+// "instances" array, empty, too many instances, then the first bad instance. Once an instance
+// failed or the count passed the limit, the rest are counted, not parsed. A repeated
+// "instances" key starts over (json::parse keeps the last).
+//
+//   depth_ 1: inside the body's object;  2: inside "instances" (in_instances_): each value there
+//   is an instance; build_depth_ > 0: inside an instance container (ValueBuilder).
+class RequestHandler {
+ public:
+  RequestHandler(const InputSpec& spec, const RequestLimits& limits, Batch* out)
+      : spec_(spec), limits_(limits), out_(out) {}
+
+  Status Finish(bool parsed) const {
+    if (too_deep_) {
+      return InvalidArgument("malformed JSON: nested deeper than " +
+                             std::to_string(limits_.max_depth) + " levels");
+    }
+    if (!parsed) return InvalidArgument("malformed JSON: " + json_error_);
+    if (!root_object_) return InvalidArgument("the body is not a JSON object");
+    if (!instances_array_) {
+      return InvalidArgument("the body has no \"instances\" array ({\"instances\": [...]})");
+    }
+    if (count_ == 0) return InvalidArgument("\"instances\" is empty");
+    if (count_ > limits_.max_instances) {
+      return InvalidArgument(std::to_string(count_) + " instances; at most " +
+                             std::to_string(limits_.max_instances) + " per request");
+    }
+    return error_;
+  }
+
+  // The SAX interface (nlohmann::json_sax).
+  bool null() { return Scalar(json(nullptr)); }
+  bool boolean(bool v) { return Scalar(json(v)); }
+  bool number_integer(json::number_integer_t v) { return Scalar(json(v)); }
+  bool number_unsigned(json::number_unsigned_t v) { return Scalar(json(v)); }
+  bool number_float(json::number_float_t v, const std::string&) { return Scalar(json(v)); }
+  bool binary(json::binary_t&) { return Scalar(json()); }  // not in JSON text
+  bool string(std::string& v) {
+    if (build_depth_ == 0 && At() == Slot::kInstance) {
+      if (Take()) Check(ParseStringInstance(v, spec_, out_));
+      return true;
+    }
+    return Scalar(json(v));
+  }
+  bool start_object(size_t) { return Open(json::object()); }
+  bool start_array(size_t) { return Open(json::array()); }
+  bool key(std::string& k) {
+    if (build_depth_ > 0) {
+      if (building_) builder_.Key(k);
+    } else if (depth_ == 1) {
+      instances_key_ = k == "instances";
+    }
+    return true;
+  }
+  bool end_object() { return Close(); }
+  bool end_array() { return Close(); }
+  bool parse_error(size_t, const std::string&, const json::exception& e) {
+    json_error_ = e.what();
+    return false;
+  }
+
+ private:
+  // Where the next value goes.
+  enum class Slot { kRoot, kInstances, kInstance, kOther };
+  Slot At() const {
+    if (depth_ == 0) return Slot::kRoot;
+    if (in_instances_ && depth_ == 2) return Slot::kInstance;
+    if (depth_ == 1 && instances_key_) return Slot::kInstances;
+    return Slot::kOther;
+  }
+
+  // The value of an "instances" key: an array to fill, or not.
+  void StartInstances(bool array) {
+    out_->Clear();
+    count_ = 0;
+    error_ = Status::Ok();
+    instances_array_ = array;
+    in_instances_ = array;
+  }
+
+  // Counts an instance; true when it is to be parsed.
+  bool Take() { return ++count_ <= limits_.max_instances && error_.ok(); }
+
+  void Check(Status s) {
+    if (!s.ok()) error_ = s.Annotate("instance " + std::to_string(count_ - 1));
+  }
+
+  // An instance that is not a string: its line through the format's parser.
+  void ParseValue(const json& instance) {
+    auto line = LineOf(instance, spec_.format);
+    Check(line.ok() ? ParseLine(spec_.format, *line, spec_.hash_seed, spec_.hash_bits, out_,
+                                spec_.field_map)
+                    : line.status());
+  }
+
+  bool Scalar(json v) {
+    if (build_depth_ > 0) {
+      if (building_) builder_.Add(std::move(v));
+      return true;
+    }
+    switch (At()) {
+      case Slot::kRoot:
+        root_object_ = false;
+        break;
+      case Slot::kInstances:
+        StartInstances(false);
+        break;
+      case Slot::kInstance:
+        if (Take()) ParseValue(v);
+        break;
+      case Slot::kOther:
+        break;
+    }
+    return true;
+  }
+
+  bool Open(json container) {
+    const Slot slot = build_depth_ > 0 ? Slot::kOther : At();
+    if (++depth_ > limits_.max_depth) {
+      too_deep_ = true;  // stops the parser before it holds a deep stack
+      return false;
+    }
+    if (build_depth_ > 0) {
+      ++build_depth_;
+      if (building_) builder_.Open(std::move(container));
+      return true;
+    }
+    switch (slot) {
+      case Slot::kRoot:
+        root_object_ = container.is_object();
+        break;
+      case Slot::kInstances:
+        StartInstances(container.is_array());
+        break;
+      case Slot::kInstance:
+        build_depth_ = 1;
+        building_ = Take();
+        if (building_) builder_.Open(std::move(container));
+        break;
+      case Slot::kOther:
+        break;
+    }
+    return true;
+  }
+
+  bool Close() {
+    if (build_depth_ > 0) {
+      --build_depth_;
+      if (building_ && builder_.Close()) ParseValue(builder_.value());
+    } else if (in_instances_ && depth_ == 2) {
+      in_instances_ = false;
+    }
+    --depth_;
+    return true;
+  }
+
+  const InputSpec& spec_;
+  const RequestLimits& limits_;
+  Batch* out_;
+  size_t depth_ = 0;
+  bool too_deep_ = false;
+  std::string json_error_;
+  bool root_object_ = false;
+  bool instances_key_ = false;    // the last key of the body's object is "instances"
+  bool instances_array_ = false;  // the (last) "instances" value is an array
+  bool in_instances_ = false;
+  size_t count_ = 0;
+  Status error_;  // the first bad instance's
+  size_t build_depth_ = 0;
+  bool building_ = false;
+  ValueBuilder builder_;
+};
+
 Status Decode(std::string_view body, const InputSpec& spec, Batch* out,
               const RequestLimits& limits) {
-  if (NestedDeeperThan(body, limits.max_depth)) {
-    return InvalidArgument("malformed JSON: nested deeper than " +
-                           std::to_string(limits.max_depth) + " levels");
-  }
-  json j;
-  try {
-    j = json::parse(body);
-  } catch (const json::exception& e) {
-    return InvalidArgument(std::string("malformed JSON: ") + e.what());
-  }
-  if (!j.is_object()) return InvalidArgument("the body is not a JSON object");
-  auto it = j.find("instances");
-  if (it == j.end() || !it->is_array()) {
-    return InvalidArgument("the body has no \"instances\" array ({\"instances\": [...]})");
-  }
-  const json& instances = *it;
-  if (instances.empty()) return InvalidArgument("\"instances\" is empty");
-  if (instances.size() > limits.max_instances) {
-    return InvalidArgument(std::to_string(instances.size()) + " instances; at most " +
-                           std::to_string(limits.max_instances) + " per request");
-  }
-  for (size_t i = 0; i < instances.size(); ++i) {
-    auto line = LineOf(instances[i], spec.format);
-    Status s = line.ok() ? ParseLine(spec.format, *line, spec.hash_seed, spec.hash_bits, out,
-                                     spec.field_map)
-                         : line.status();
-    if (!s.ok()) return s.Annotate("instance " + std::to_string(i));
-  }
-  return Status::Ok();
+  RequestHandler handler(spec, limits, out);
+  const bool parsed = json::sax_parse(body, &handler, json::input_format_t::json, true, false);
+  return handler.Finish(parsed);
 }
 
 }  // namespace

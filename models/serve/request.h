@@ -14,6 +14,10 @@
 // dummy label and goes through the format's own parser (models/data/parse.h), with the model's
 // hash seed, hash bits and field map. There is no second parser.
 //
+// Decoding is one pass of nlohmann-json's SAX parser: no DOM of the body is built; a string
+// instance goes to the format's parser from the lexer's buffer as soon as it is read, and only an
+// object instance ({"features": ...}) becomes a json value of its own.
+//
 // Thread-safety: pure functions. Ownership: nothing is kept.
 #pragma once
 

@@ -66,7 +66,9 @@ struct Server::Impl {
     if (Status s = scorer.Score(batch, probs, &scratch); !s.ok()) {
       return Fail(res, 500, "scoring failed: " + s.ToString());
     }
-    res.set_content(EncodePredictResponse(probs, m->version), kJson);
+    // Moved in, not copied (set_content copies its argument).
+    res.body = EncodePredictResponse(probs, m->version);
+    res.set_header("Content-Type", kJson);
     metrics.ObservePredict(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
         batch.size());

@@ -110,6 +110,49 @@ TEST(ServeRequest, EveryBadBodySaysWhatIsWrong) {
   }
 }
 
+// The decoder reads the body in one streaming pass (no DOM): what depends on the whole body is
+// decided as if the body had been parsed first.
+TEST(ServeRequest, StreamingDecodeDecidesAsAParsedBodyWould) {
+  struct Case {
+    std::string body, message;
+  };
+  const std::vector<Case> cases = {
+      // A bad instance, then the body turns out malformed: the JSON error wins.
+      {R"({"instances": ["3:x", "1:1")", "malformed JSON"},
+      // Too many instances wins over a bad one before the limit.
+      {R"({"instances": ["3:x", "1:1", "2:1"]})", "3 instances; at most 2"},
+      // The first bad instance is named, whatever follows.
+      {R"({"instances": ["1:1", {"features": [[1, "a"]]}]})", "instance 1: feature 0"},
+      {R"({"instances": [{"features": [[1, 1]]}, "2:x"]})", "instance 1: feature 1 '2:x'"},
+      // The last "instances" key counts, as json::parse keeps it.
+      {R"({"instances": ["1:1"], "instances": 3})", "no \"instances\" array"},
+      {R"({"instances": ["1:1"], "instances": []})", "\"instances\" is empty"},
+      {R"({"x": {"instances": ["1:1"]}})", "no \"instances\" array"},
+      {R"(["1:1"])", "not a JSON object"},
+      {R"("1:1")", "not a JSON object"},
+      {R"({"instances": ["1:1"]} [)", "malformed JSON"},
+      {R"({"instances": ["1:1"], "x": [[[[[[[[1]]]]]]]]})", "nested deeper than 8"},
+  };
+  for (const Case& c : cases) {
+    Batch b;
+    Status s = Decode(c.body, Format::kLibsvm, &b, RequestLimits{.max_instances = 2});
+    EXPECT_EQ(s.code(), Code::kInvalidArgument) << c.body;
+    EXPECT_THAT(s.message(), HasSubstr(c.message)) << c.body;
+    EXPECT_EQ(b.size(), 0u) << c.body;
+  }
+  // What is fine: other keys anywhere, a repeated key whose last value is good, nesting up to
+  // the limit elsewhere in the body.
+  Batch b;
+  ASSERT_TRUE(Decode(R"({"signature_name": "x", "instances": ["9:1"], "meta": {"a": [[1]]},
+                         "instances": ["3:1 17:0.5", {"features": [[3, 1], [17, 0.5]]}]})",
+                     Format::kLibsvm, &b)
+                  .ok());
+  ExpectSame(b, Parsed(Format::kLibsvm, {"0 3:1 17:0.5", "0 3:1 17:0.5"}));
+  // Escapes in a string instance are the JSON string's value.
+  ASSERT_TRUE(Decode(R"({"instances": ["3:1\t17:0.5", "\u0033:1"]})", Format::kLibsvm, &b).ok());
+  ExpectSame(b, Parsed(Format::kLibsvm, {"0 3:1\t17:0.5", "0 3:1"}));
+}
+
 TEST(ServeRequest, PredictionsReadBackAsTheSameFloats) {
   const std::vector<float> p = {
       0.1f, 1.0f / 3, 1e-30f, 0.99999994f, 0.0f, 1.0f, std::nextafter(0.5f, 1.0f)};
