@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <deque>
 
 namespace ferry::models {
@@ -152,10 +153,11 @@ class DirInput final : public StreamInput {
 
 class TailInput final : public StreamInput {
  public:
-  TailInput(Fd watch, Fd file, std::string path)
-      : watch_(std::move(watch)), file_(std::move(file)), path_(std::move(path)) {}
+  TailInput(Fd watch, Fd file, std::string path, FollowShare share)
+      : watch_(std::move(watch)), file_(std::move(file)), path_(std::move(path)), share_(share) {}
   int poll_fd() const override { return watch_.get(); }
   bool ready() override {
+    if (kept_.size() > given_) return true;
     struct stat st;
     return ::fstat(file_.get(), &st) == 0 && static_cast<uint64_t>(st.st_size) != offset_;
   }
@@ -172,17 +174,46 @@ class TailInput final : public StreamInput {
                              std::to_string(st.st_size) +
                              " bytes (truncated or rotated): --follow FILE tails one growing file");
     }
-    FERRY_ASSIGN_OR_RETURN(const size_t n, ReadSome(file_.get(), path_, dst, cap));
-    offset_ += n;
+    if (share_.count <= 1) {
+      FERRY_ASSIGN_OR_RETURN(const size_t n, ReadSome(file_.get(), path_, dst, cap));
+      offset_ += n;
+      return n;
+    }
+    // A share: the file's bytes go through raw_, this share's whole lines into kept_.
+    while (kept_.size() == given_) {
+      kept_.clear();
+      given_ = 0;
+      const size_t had = raw_.size();
+      raw_.resize(had + kShareReadBytes);
+      Result<size_t> n = ReadSome(file_.get(), path_, raw_.data() + had, kShareReadBytes);
+      raw_.resize(had + (n.ok() ? *n : 0));
+      FERRY_RETURN_IF_ERROR(n.status());
+      if (*n == 0) return size_t{0};
+      offset_ += *n;
+      raw_.erase(0, KeepSharedLines(raw_, share_, &line_, &kept_));
+    }
+    const size_t n = std::min(cap, kept_.size() - given_);
+    std::memcpy(dst, kept_.data() + given_, n);
+    given_ += n;
     return n;
   }
-  std::string Where() const override { return path_ + " at byte " + std::to_string(offset_); }
+  std::string Where() const override {
+    return path_ + " at byte " + std::to_string(offset_) +
+           (share_.count > 1 ? " (line " + std::to_string(line_) + ")" : "");
+  }
 
  private:
+  static constexpr size_t kShareReadBytes = 1 << 20;
   Fd watch_;
   Fd file_;
   std::string path_;
+  FollowShare share_;
   uint64_t offset_ = 0;
+  // A share's state: bytes read that do not end a line yet, the share's lines of what was read
+  // and how many of their bytes Read gave, the file's whole lines so far.
+  std::string raw_, kept_;
+  size_t given_ = 0;
+  uint64_t line_ = 0;
 };
 
 Result<std::unique_ptr<StreamInput>> OpenPipe(const std::string& path) {
@@ -197,6 +228,21 @@ Result<std::unique_ptr<StreamInput>> OpenPipe(const std::string& path) {
 }
 
 }  // namespace
+
+size_t KeepSharedLines(std::string_view data, FollowShare share, uint64_t* line, std::string* out) {
+  size_t pos = 0;
+  while (pos < data.size()) {
+    const void* nl = std::memchr(data.data() + pos, '\n', data.size() - pos);
+    if (nl == nullptr) break;
+    const size_t end = static_cast<size_t>(static_cast<const char*>(nl) - data.data()) + 1;
+    if ((*line / share.block_lines) % share.count == share.index) {
+      out->append(data.data() + pos, end - pos);
+    }
+    ++*line;
+    pos = end;
+  }
+  return pos;
+}
 
 std::vector<std::string> NewFollowedFiles(const std::vector<std::string>& listing,
                                           const std::set<std::string>& seen) {
@@ -234,8 +280,14 @@ Result<std::unique_ptr<StreamInput>> OpenStreamInput(const std::string& path, Fo
       if (::fstat(file.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
         return InvalidArgument("--follow " + path + " is neither a directory nor a regular file");
       }
+      if (share.count == 0 || share.index >= share.count || share.block_lines == 0) {
+        return InvalidArgument("--follow " + path + ": share " + std::to_string(share.index) +
+                               " of " + std::to_string(share.count) + " in blocks of " +
+                               std::to_string(share.block_lines) + " lines");
+      }
       FERRY_ASSIGN_OR_RETURN(Fd watch, WatchPath(path, IN_MODIFY));
-      return std::unique_ptr<StreamInput>(new TailInput(std::move(watch), std::move(file), path));
+      return std::unique_ptr<StreamInput>(
+          new TailInput(std::move(watch), std::move(file), path, share));
     }
   }
   return InvalidArgument("unknown follow mode");

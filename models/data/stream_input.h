@@ -18,6 +18,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "models/data/input.h"
@@ -45,14 +46,24 @@ class StreamInput {
 
 enum class FollowMode { kNone, kDir, kTail };
 
-// Which files of a followed directory one reader takes: of the files in name order, the
-// index-th, then every count-th after it (workers that follow one directory each, under bsp).
-// With count > 1 a file that appears after a name sorting after it was seen is an error: it
-// would move every later file to another share.
+// Which part of a followed input one reader takes (workers that each follow it, under bsp):
+// kDir: of the files in name order, the index-th, then every count-th after it. With count > 1 a
+// file that appears after a name sorting after it was seen is an error: it would move every
+// later file to another share.
+// kTail: of the file's lines in blocks of block_lines, the index-th block, then every count-th
+// (worker w's batches are blocks w, w + W, ...). Only whole lines are given: a last line without
+// '\n' is still arriving.
 struct FollowShare {
   uint32_t index = 0;
   uint32_t count = 1;
+  uint32_t block_lines = 1;  // kTail
 };
+
+// A tailed file's share (kTail, count > 1): appends to *out the whole lines of `data` that are
+// the share's; *line is the file's line index of data's first line, advanced past every whole
+// line. Returns the bytes of data that were whole lines (the rest is a line still arriving).
+// Pure.
+size_t KeepSharedLines(std::string_view data, FollowShare share, uint64_t* line, std::string* out);
 
 // kNone: `path` must be a stream (IsStreamInput); kDir: a directory (only the files of `share`);
 // kTail: a regular file. Errors name the path.

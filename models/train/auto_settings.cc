@@ -156,18 +156,17 @@ Result<TrainOptions> ResolveStreamSettings(const TrainOptions& o) {
   }
   if (r.refit == TrainOptions::Refit::kOn) return InvalidArgument(in + ": --refit needs files");
   const bool bsp = r.consistency.kind == ps::Consistency::kBsp;
-  struct stat st;
-  const bool dir =
-      !r.stream.follow.empty() && ::stat(r.stream.follow.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-  if (r.consistency.kind != ps::Consistency::kAsp && !(bsp && dir)) {
+  // --follow DIR or FILE: every worker can read it again (lockstep, trainer_lockstep.cc).
+  const bool followed = !r.stream.follow.empty();
+  if (r.consistency.kind != ps::Consistency::kAsp && !(bsp && followed)) {
     return InvalidArgument(
         in + ": it trains asp (--consistency " + ps::ConsistencyName(r.consistency) +
-        (bsp ? " works with --follow DIR, whose files every worker can read)"
+        (bsp ? " works with --follow DIR or FILE, which every worker can read)"
              : " needs every worker's step count, which a stream does not have)"));
   }
   if ((!r.checkpoint_dir.empty() || !r.resume.empty()) && !bsp) {
     return InvalidArgument(in + ": --checkpoint-dir and --resume need --consistency bsp and " +
-                           "--follow DIR (whose files can be read again from a checkpoint's " +
+                           "--follow DIR or FILE (which can be read again from a checkpoint's " +
                            "clock); a pipe is read once, so its job resumes at most once");
   }
   if (bsp && r.stream.max_samples > 0) {

@@ -56,8 +56,10 @@ void AddStreamFlags(CLI::App& app, StreamOptions* o) {
                  "tail a growing file. Instead of --train; ends with --idle-exit, --max-samples\n"
                  "or Ctrl-C. DIR with --consistency bsp: every worker follows DIR itself and\n"
                  "takes every W-th file (new names must sort after the old), one batch per\n"
-                 "clock, so --checkpoint-dir/--resume continue exactly once; other streams\n"
-                 "(pipes, stdin) resume at most once: what they gave is not read again")
+                 "clock, so --checkpoint-dir/--resume continue exactly once (a stop or\n"
+                 "--idle-exit ends with a checkpoint); FILE with bsp: every worker tails it and\n"
+                 "takes every W-th batch of lines, the same way; other streams (pipes,\n"
+                 "stdin) resume at most once: what they gave is not read again")
       ->group(group);
   app.add_option("--idle-exit", o->idle_exit_seconds,
                  "end the job after this many seconds without new input (0: never)")

@@ -164,7 +164,7 @@ void AddTrainFlags(CLI::App& app, TrainOptions* o, TrainFlagText* t) {
       ->group(ckpt);
   app.add_option("--resume", o->resume,
                  "restore from this checkpoint (or the newest in a --checkpoint-dir) and go on "
-                 "where it was taken (a stream: --follow DIR under bsp, see --follow)")
+                 "where it was taken (a stream: --follow DIR or FILE under bsp, see --follow)")
       ->group(ckpt);
   AddStreamFlags(app, &o->stream);
   AddFeatureFlags(app, &o->features);

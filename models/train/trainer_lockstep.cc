@@ -1,13 +1,15 @@
-// A followed directory trained in lockstep (auto_settings.h LockstepStream: --follow DIR with
-// --consistency bsp), the stream a checkpoint can resume exactly once.
+// A followed directory or file trained in lockstep (auto_settings.h LockstepStream: --follow DIR
+// or FILE with --consistency bsp), the stream a checkpoint can resume exactly once.
 //
 // Why no dealer here: a dealer gives blocks to whichever worker has room, so which lines a worker
 // trained by clock C depends on timing, and a checkpoint's clock would not say where the stream
 // stands. Here every worker follows DIR itself and takes every W-th file in name order
 // (stream_input.h FollowShare) through a dealer of its own with one sink (its reader's pipe),
-// one batch per clock. The lines behind clock C are then a function of the files alone: a
-// resumed worker reads its files again from the start up to the sample count it recorded at the
-// checkpoint and goes on; the model is the uninterrupted run's, bit for bit.
+// one batch per clock; a tailed FILE is read whole by every worker, which keeps the lines of
+// every W-th block of a batch of lines (FollowShare::block_lines). The lines behind clock C are
+// then a function of the files alone: a resumed worker reads its files again from the start up
+// to the sample count it recorded at the checkpoint and goes on; the model is the uninterrupted
+// run's, bit for bit.
 //
 // The end. A worker at the end of its files (the dealer's --idle-exit) goes on making empty
 // clocks; every window's round (every ceil(window / (batch x workers)) clocks, the same clock on
@@ -15,6 +17,7 @@
 // ends once all are. With --checkpoint-dir, one more (empty) clock asks for a checkpoint there
 // (CheckpointAtEnd): a stopped job resumes where it stopped.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -43,8 +46,12 @@ Result<std::string> WorkerLoop::StartOwnShare() {
   own_share_ = Fd(fds[0]);
   DealerOptions d;
   d.input = o_.stream.follow;
-  d.follow = FollowMode::kDir;
-  d.share = FollowShare{w_.index(), w_.num_workers()};
+  struct stat st;
+  const bool dir = ::stat(d.input.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+  d.follow = dir ? FollowMode::kDir : FollowMode::kTail;
+  // A tailed file: every worker reads it whole and keeps its batches' lines (blocks of a batch,
+  // every W-th): the lines behind a clock are again a function of the file alone.
+  d.share = FollowShare{w_.index(), w_.num_workers(), o_.batch_size};
   d.sinks = {fds[1]};
   d.idle_exit_seconds = o_.stream.idle_exit_seconds;
   if (StreamStopOnStdin()) {

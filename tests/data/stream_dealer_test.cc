@@ -493,6 +493,62 @@ TEST(StreamDealer, AShareOfAFollowedDirectoryTakesEveryNthFileInNameOrder) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(KeepSharedLines, EveryCountthBlockOfWholeLinesAcrossCalls) {
+  // Blocks of 2 lines, share 1 of 3: lines 2-3, 8-9, 14-15, ...
+  const FollowShare share{1, 3, 2};
+  uint64_t line = 0;
+  std::string out;
+  const std::string text = Lines(0, 20);
+  // Fed in pieces cut anywhere: a piece's unfinished line is given again with the next one.
+  std::string pending;
+  for (size_t at = 0; at < text.size(); at += 7) {
+    pending += text.substr(at, 7);
+    pending.erase(0, KeepSharedLines(pending, share, &line, &out));
+  }
+  EXPECT_TRUE(pending.empty());
+  EXPECT_EQ(line, 20u);
+  EXPECT_EQ(out, Lines(2, 4) + Lines(8, 10) + Lines(14, 16));
+  // A line still arriving is not counted.
+  line = 0;
+  out.clear();
+  EXPECT_EQ(KeepSharedLines("1 1:1\n1 2", FollowShare{0, 2, 1}, &line, &out), 6u);
+  EXPECT_EQ(line, 1u);
+  EXPECT_EQ(out, "1 1:1\n");
+}
+
+// Workers that each tail one file (lockstep): together they get every line once, each its own
+// blocks, also of lines appended later.
+TEST(StreamDealer, SharesOfATailedFileTakeEveryLineOnce) {
+  const std::string dir = TempDirPath();
+  const std::string file = dir + "/log";
+  Put(file, Lines(0, 150));
+  std::vector<int> all;
+  for (uint32_t w = 0; w < 2; ++w) {
+    DealerOptions o;
+    o.input = file;
+    o.follow = FollowMode::kTail;
+    o.share = FollowShare{w, 2, 10};
+    o.idle_exit_seconds = 0.4;
+    Dealt d = RunDealer(o, 1, {}, [&](StreamDealer&) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (w == 0) Put(file, Lines(150, 300), /*append=*/true);
+    });
+    ASSERT_TRUE(d.status.ok()) << d.status.ToString();
+    for (size_t i = 0; i < d.per_sink[0].size(); ++i) {
+      const int id = d.per_sink[0][i];
+      EXPECT_EQ(static_cast<uint32_t>((id / 10) % 2), w) << "line " << id << " in share " << w;
+      if (i > 0) {
+        EXPECT_LT(d.per_sink[0][i - 1], id);
+      }
+      all.push_back(id);
+    }
+  }
+  std::sort(all.begin(), all.end());
+  ASSERT_EQ(all.size(), 300u);
+  for (int i = 0; i < 300; ++i) ASSERT_EQ(all[i], i);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(StreamDealer, ATailedFileGivesWhatIsAppendedAndRefusesTruncation) {
   const std::string dir = TempDirPath();
   const std::string file = dir + "/log";

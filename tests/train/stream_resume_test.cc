@@ -6,8 +6,8 @@
 //   checkpoint (all files there), then `--resume` of its checkpoint directory over another
 //   transport.
 // So the files a worker trains by a clock do not depend on when they arrived, and no line is lost
-// or trained twice across a kill. The random moment comes from one seed, printed;
-// FERRY_RESUME_SEED=N replays it.
+// or trained twice across a kill. The same for one tailed file (--follow FILE) appended to. The
+// random moment comes from one seed, printed; FERRY_RESUME_SEED=N replays it.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -72,6 +72,55 @@ class FollowResume : public ::testing::Test {
             "1.5",          "--window",  "10000",    "--transport", transport};
   }
 
+  static void AppendText(const std::string& path, const std::string& text) {
+    std::FILE* f = std::fopen(path.c_str(), "ab");
+    ASSERT_NE(f, nullptr) << path;
+    std::fwrite(text.data(), 1, text.size(), f);
+    std::fclose(f);
+  }
+
+  // A run over `input` with checkpoints whose worker 1 (rank 3) is killed a random 0-200 ms after
+  // the first checkpoint, then `--resume` of its checkpoint directory over another transport:
+  // its model must be `want`, the uninterrupted run's.
+  static void KillAndResume(const std::string& input, const std::string& name,
+                            const std::string& want) {
+    ASSERT_FALSE(want.empty());
+    const std::string ck = *dir_ / (name + ".ck");
+    const int delay_ms = std::uniform_int_distribution<int>(0, 200)(rng_);
+    Clock::time_point first_checkpoint{};
+    pid_t killed = -1;
+    TrainRun crashed =
+        Train(*dir_, name + "_killed",
+              Cat(Job(input, "ucx"), {"--checkpoint-dir", ck, "--checkpoint-every", "40"}), 60,
+              [&](pid_t launcher) {
+                if (killed > 0) return;
+                if (first_checkpoint == Clock::time_point{}) {
+                  std::error_code ec;
+                  if (std::filesystem::exists(ck + "/LATEST", ec)) first_checkpoint = Clock::now();
+                  return;
+                }
+                if (Clock::now() - first_checkpoint < std::chrono::milliseconds(delay_ms)) return;
+                const pid_t pid = RankPid(launcher, 3);
+                if (pid > 0 && kill(pid, SIGKILL) == 0) killed = pid;
+              });
+    std::printf("seed %llu: %s: worker 1 killed %d ms after the first checkpoint; newest then: %s",
+                static_cast<unsigned long long>(seed_), name.c_str(), delay_ms,
+                Slurp(ck + "/LATEST").c_str());
+    ASSERT_GT(killed, 0) << "the job ended before the kill: " << crashed.proc.Describe();
+    EXPECT_NE(crashed.proc.exit_code, 0) << crashed.proc.Describe();
+    EXPECT_NE(crashed.proc.err.find("rank 3"), std::string::npos) << crashed.proc.Describe();
+
+    const std::string out = *dir_ / (name + "_resumed.bin");
+    TrainRun resumed = Train(*dir_, name + "_resumed",
+                             Cat(Job(input, "tcp"), {"--resume", ck, "--model-out", out}), 60);
+    ASSERT_TRUE(resumed.ok()) << resumed.proc.Describe();
+    // It went on from the checkpoint: fewer samples than the whole stream, not a fresh start.
+    const uint64_t after = resumed.final_line.value("samples", uint64_t{0});
+    EXPECT_GT(after, 0u) << resumed.proc.Describe();
+    EXPECT_LT(after, 40000u) << resumed.proc.Describe();
+    EXPECT_TRUE(Slurp(out) == want) << "the resumed model differs from the uninterrupted one";
+  }
+
   static TempDir* dir_;
   static std::vector<std::string> parts_;
   static uint64_t seed_;
@@ -108,42 +157,35 @@ TEST_F(FollowResume, KilledWorkerResumesToTheModelOfTheUninterruptedRun) {
   EXPECT_EQ(scored, 40000u);
   EXPECT_EQ(windows, 4u);
 
-  // Killed: worker 1 (rank 3) a random 0-200 ms after the first checkpoint.
-  const std::string all = Folder("all", 4);
-  const std::string ck = *dir_ / "ck";
-  const int delay_ms = std::uniform_int_distribution<int>(0, 200)(rng_);
-  Clock::time_point first_checkpoint{};
-  pid_t killed = -1;
-  TrainRun crashed = Train(
-      *dir_, "killed", Cat(Job(all, "ucx"), {"--checkpoint-dir", ck, "--checkpoint-every", "40"}),
-      60, [&](pid_t launcher) {
-        if (killed > 0) return;
-        if (first_checkpoint == Clock::time_point{}) {
-          std::error_code ec;
-          if (std::filesystem::exists(ck + "/LATEST", ec)) first_checkpoint = Clock::now();
-          return;
-        }
-        if (Clock::now() - first_checkpoint < std::chrono::milliseconds(delay_ms)) return;
-        const pid_t pid = RankPid(launcher, 3);
-        if (pid > 0 && kill(pid, SIGKILL) == 0) killed = pid;
-      });
-  std::printf("seed %llu: worker 1 killed %d ms after the first checkpoint; newest then: %s",
-              static_cast<unsigned long long>(seed_), delay_ms, Slurp(ck + "/LATEST").c_str());
-  ASSERT_GT(killed, 0) << "the job ended before the kill: " << crashed.proc.Describe();
-  EXPECT_NE(crashed.proc.exit_code, 0) << crashed.proc.Describe();
-  EXPECT_NE(crashed.proc.err.find("rank 3"), std::string::npos) << crashed.proc.Describe();
+  KillAndResume(Folder("all", 4), "all", Slurp(ref_out));
+}
 
-  const std::string out = *dir_ / "resumed.bin";
-  TrainRun resumed =
-      Train(*dir_, "resumed", Cat(Job(all, "tcp"), {"--resume", ck, "--model-out", out}), 60);
-  ASSERT_TRUE(resumed.ok()) << resumed.proc.Describe();
-  // It went on from the checkpoint: fewer samples than the whole stream, not a fresh start.
-  const uint64_t after = resumed.final_line.value("samples", uint64_t{0});
-  EXPECT_GT(after, 0u) << resumed.proc.Describe();
-  EXPECT_LT(after, 40000u) << resumed.proc.Describe();
-  const std::string ref_bytes = Slurp(ref_out);
-  ASSERT_FALSE(ref_bytes.empty());
-  EXPECT_TRUE(Slurp(out) == ref_bytes) << "the resumed model differs from the uninterrupted one";
+// A tailed file (--follow FILE) in lockstep: every worker reads it whole and keeps its batches'
+// lines. The reference: half the file there at the start, the rest appended while it runs; a run
+// over the whole file whose worker 1 is killed after its first checkpoint; its resume: the
+// reference's model, byte for byte.
+TEST_F(FollowResume, ATailedFileResumesToTheModelOfTheUninterruptedRun) {
+  auto part = [](int p) {
+    return parts_[p].back() == '\n' ? parts_[p] : parts_[p] + "\n";  // appended: whole lines
+  };
+  const std::string live = *dir_ / "live.svm";
+  WriteText(live, part(0) + part(1));
+  const std::string ref_out = *dir_ / "tail_ref.bin";
+  const Clock::time_point t0 = Clock::now();
+  int appended = 2;
+  TrainRun ref =
+      Train(*dir_, "tail_ref", Cat(Job(live, "tcp"), {"--model-out", ref_out}), 60, [&](pid_t) {
+        const auto ms =
+            std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+        if (appended < 4 && ms >= 300 * (appended - 1)) AppendText(live, part(appended++));
+      });
+  ASSERT_TRUE(ref.ok()) << ref.proc.Describe();
+  EXPECT_EQ(appended, 4);
+  EXPECT_EQ(ref.final_line.value("samples", 0), 40000) << ref.proc.Describe();
+
+  const std::string all = *dir_ / "all.tail.svm";
+  WriteText(all, part(0) + part(1) + part(2) + part(3));
+  KillAndResume(all, "tail", Slurp(ref_out));
 }
 
 // The sum of the worker positions a checkpoint recorded (ps/job/checkpoint.h: "position I P"
