@@ -22,12 +22,15 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The splice path (stream_splice.h). A sink gets a spliced block when its pipe has room for at
-// least kMinSplice more than kSpliceSlack (the half-filled pages a cut line leaves: a block's
-// first and last); a sink with less room that is not full is looked at again after
-// kRoomRetryMs (its POLLOUT would wake the dealer at every page the worker frees).
-constexpr size_t kMinSplice = 16 << 10;
-constexpr size_t kSpliceSlack = 8 << 10;
+// The splice path (stream_splice.h). A sink gets a spliced block, a whole one, when its pipe has
+// room for it and a slack; a sink with less room that is not full is looked at again after
+// kRoomRetryMs (its POLLOUT would wake the dealer at every page the worker frees). A pipe holds
+// page slots, not bytes: a block cut inside pages takes a slot for each of its partial first and
+// last pages, so a pipe of many blocks holds fewer bytes than its capacity. Whole blocks (at most
+// a quarter of the pipe, so one always fits) keep those pages few; the slack covers them:
+// kSpliceSlack and a 32nd of the pipe. A block planned by bytes that still does not fit waits for
+// POLLOUT, which counts slots.
+constexpr size_t kSpliceSlack = 16 << 10;
 constexpr int kRoomRetryMs = 1;
 
 // A worker's pipe and the block being written to it. The block's bytes are not copied: they
@@ -95,6 +98,8 @@ struct SpliceState {
 Status SpliceSome(PipeSplicer& sp, std::vector<Sink>& sinks, size_t block, size_t* next,
                   SpliceState* st, DealerStats* stats) {
   st->wait = SpliceState::Wait::kInput;
+  // Sinks that took no page of a block planned by their bytes of room: full by their slots.
+  std::vector<bool> no_slots(sinks.size(), false);
   while (true) {
     FERRY_ASSIGN_OR_RETURN(const size_t available, sp.Available());
     if (available == 0) return Status::Ok();
@@ -104,8 +109,14 @@ Status SpliceSome(PipeSplicer& sp, std::vector<Sink>& sinks, size_t block, size_
     for (size_t k = 0; k < sinks.size(); ++k) {
       const size_t i = (*next + k) % sinks.size();
       if (!sinks[i].Free()) continue;
-      FERRY_ASSIGN_OR_RETURN(const size_t room, PipeRoom(sinks[i].fd.get(), sinks[i].capacity));
-      length = SpliceBlockLength(available, room, block, kSpliceSlack, kMinSplice);
+      if (no_slots[i]) {
+        st->full.push_back(i);  // POLLOUT counts slots: it says when the pages fit
+        continue;
+      }
+      const size_t cap = sinks[i].capacity;
+      const size_t whole = std::min(block, cap / 4);
+      FERRY_ASSIGN_OR_RETURN(const size_t room, PipeRoom(sinks[i].fd.get(), cap));
+      length = SpliceBlockLength(available, room, whole, kSpliceSlack + cap / 32, whole);
       if (length > 0) {
         pick = i;
         break;
@@ -128,8 +139,6 @@ Status SpliceSome(PipeSplicer& sp, std::vector<Sink>& sinks, size_t block, size_
       return Status::Ok();
     }
     Sink& s = sinks[pick];
-    *next = (pick + 1) % sinks.size();
-    stats->bytes += end;
     size_t done = 0;
     while (done < end) {
       Result<size_t> moved = sp.Move(s.fd.get(), end - done);
@@ -147,6 +156,12 @@ Status SpliceSome(PipeSplicer& sp, std::vector<Sink>& sinks, size_t block, size_
       done += *moved;
       stats->spliced_bytes += *moved;
     }
+    if (done == 0) {
+      no_slots[pick] = true;  // nothing moved: the block waits for another sink or for slots
+      continue;
+    }
+    *next = (pick + 1) % sinks.size();
+    stats->bytes += end;
     if (done < end) {
       s.own.resize(end - done);
       FERRY_RETURN_IF_ERROR(sp.ReadExact(s.own.data(), s.own.size()));
@@ -239,9 +254,8 @@ Status StreamDealer::Run() {
     splicer = std::move(*sp);
     for (Sink& s : sinks) {
       const int cap = splicer ? ::fcntl(s.fd.get(), F_GETPIPE_SZ) : -1;
-      // A sink that is no pipe (a socket), or one too small ever to have room for a block:
-      // copy, as before splicing.
-      if (cap < static_cast<int>(2 * kMinSplice + kSpliceSlack)) splicer.reset();
+      // A sink that is no pipe (a socket), or a small pipe (kMinSplicePipe): copy.
+      if (cap < static_cast<int>(kMinSplicePipe)) splicer.reset();
       s.capacity = static_cast<size_t>(std::max(cap, 0));
     }
   }
@@ -383,8 +397,12 @@ Status StreamDealer::Run() {
     // Index 1 when there is one; polled only while reading (it ends the input, nothing else).
     const bool stop_fd = reading && stop_fd_.get() >= 0;
     if (stop_fd) fds.push_back({stop_fd_.get(), POLLIN, 0});
-    // Splicing waits for a sink with room before it looks at the input again.
-    const bool want_input = reading && tail < buf.size() && !room_wait;
+    // Splicing waits for a sink with room before it looks at the input again. And the buffer
+    // takes only what splicing could not cut: while it holds whole lines, nothing more is read
+    // into it (that would keep it from ever emptying, and every byte after would be copied);
+    // once they are dealt it is empty and splicing goes on. It reads on only to finish a line.
+    const bool buffered_lines = splicer && head < tail && buf[tail - 1] == '\n';
+    const bool want_input = reading && tail < buf.size() && !room_wait && !buffered_lines;
     const bool input_fd = want_input && in.poll_fd() >= 0;
     if (input_fd) fds.push_back({in.poll_fd(), POLLIN, 0});
     const bool ready = want_input && in.ready();
@@ -445,8 +463,10 @@ Status StreamDealer::Run() {
       bool ended = false;
       // Splicing: the copied bytes end at a line end where they can, so the buffer empties and
       // splicing goes on.
-      Result<size_t> n = splicer ? splicer->ReadCut(buf.data() + tail, buf.size() - tail, &ended)
-                                 : in.Read(buf.data() + tail, buf.size() - tail, &ended);
+      Result<size_t> n = splicer
+                             ? splicer->ReadCut(buf.data() + tail,
+                                                std::min(buf.size() - tail, o_.block_bytes), &ended)
+                             : in.Read(buf.data() + tail, buf.size() - tail, &ended);
       if (!n.ok()) {
         failed = n.status();
         end_input("input error");

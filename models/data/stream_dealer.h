@@ -66,6 +66,11 @@ struct DealerOptions {
 // touches, so small ones fill a pipe's slots long before its bytes, and a worker that is not
 // scheduled for a moment would find its pipe drained sooner (the others get its share).
 inline constexpr size_t kMinSpliceBlock = 64 << 10;
+// Nor is a stream spliced into sinks whose pipes hold less (F_GETPIPE_SZ): splicing keeps nothing
+// in the dealer, so the workers' pipes are all that stands between them and a writer that is not
+// scheduled for a moment. Copying keeps the read buffer (read_bytes) full ahead of them instead.
+// The launcher's pipes are 1 MiB (tools/train/stream_launch.h).
+inline constexpr size_t kMinSplicePipe = 512 << 10;
 
 struct DealerStats {
   uint64_t lines = 0;  // lines dealt by copying ('\n' written, the one added at the end included)
