@@ -228,7 +228,8 @@ class Launch {
   // Sets the cause of the job's end (the first one wins) and stops the running ranks with `sig`.
   void Fail(const std::string& report, const std::string& consequence, int exit_code, int sig);
   void OnSignal(int sig);
-  void OnExit(Rank& r, int wstatus);
+  // may_hold: a rank that exited with a failure status may be held back as the cause (held_).
+  void OnExit(Rank& r, int wstatus, bool may_hold = true);
   void CheckCoordinatorFile();
   void CheckDeadlines(Clock::time_point now);
   void Relay(Stream& s);
@@ -249,6 +250,17 @@ class Launch {
 
   Clock::time_point start_;
   bool cause_set_ = false;
+  // A rank that exited with a failure status while others run, held back as the job's cause for
+  // kCauseGrace: a rank killed by a signal meanwhile is named instead. A rank killed with SIGKILL
+  // takes longer to be reaped (its memory is torn down first) than a peer that saw its
+  // connections close and exited, and naming that peer would blame the wrong rank.
+  struct HeldExit {
+    Rank* rank = nullptr;
+    int wstatus = 0;
+    Clock::time_point until;
+  };
+  static constexpr std::chrono::milliseconds kCauseGrace{300};
+  std::optional<HeldExit> held_;
   bool intercepted_ = false;  // intercept_signal had its one call
   std::string consequence_;   // "rank 3 failed", for "stopped after ..."
   int exit_code_ = 0;
@@ -376,7 +388,7 @@ void Launch::OnSignal(int sig) {
   for (Rank& r : ranks_) Signal(r, sig);
 }
 
-void Launch::OnExit(Rank& r, int wstatus) {
+void Launch::OnExit(Rank& r, int wstatus, bool may_hold) {
   r.reaped = true;
   r.pidfd.Reset();
   // Rank 0 may have written the file and exited since the loop last looked.
@@ -402,7 +414,17 @@ void Launch::OnExit(Rank& r, int wstatus) {
       what += "; the program must find the coordinator (ps/launch/rendezvous.h) on every rank";
     }
   }
+  if (may_hold && !held_ && !ok && WIFEXITED(wstatus) && !before_address && RunningCount() > 0) {
+    held_ = HeldExit{&r, wstatus, Clock::now() + kCauseGrace};
+    return;
+  }
   Fail(what, "rank " + std::to_string(r.rank) + " failed", ok ? 1 : ExitCodeOf(wstatus), SIGTERM);
+  if (held_) {
+    // A rank killed by a signal came while one was held: the held one is its consequence.
+    const HeldExit h = *held_;
+    held_.reset();
+    OnExit(*h.rank, h.wstatus, /*may_hold=*/false);
+  }
 }
 
 void Launch::CheckCoordinatorFile() {
@@ -438,6 +460,12 @@ void Launch::CheckCoordinatorFile() {
 }
 
 void Launch::CheckDeadlines(Clock::time_point now) {
+  if (held_ && (now >= held_->until || RunningCount() == 0 || cause_set_)) {
+    // No rank died of a signal meanwhile (or the cause came another way): the held one is it.
+    const HeldExit h = *held_;
+    held_.reset();
+    OnExit(*h.rank, h.wstatus, /*may_hold=*/false);
+  }
   if (!cause_set_ && o_.timeout.count() > 0 && now >= start_ + o_.timeout) {
     Fail("the job is still running after the timeout of " + Seconds(o_.timeout) + " s; stopping it",
          "the timeout", 124, SIGTERM);
@@ -515,6 +543,7 @@ void Launch::PollOnce(Clock::time_point now) {
   for (const auto& t : {kill_at_, give_up_at_, drain_until_}) {
     if (t) wake = std::min(wake, *t);
   }
+  if (held_) wake = std::min(wake, held_->until);
   int timeout_ms = -1;
   if (wake != Clock::time_point::max()) {
     timeout_ms = static_cast<int>(std::clamp<int64_t>(
@@ -534,7 +563,7 @@ void Launch::PollOnce(Clock::time_point now) {
 
 bool Launch::Done(Clock::time_point now) {
   if (abandoned_) return true;
-  if (RunningCount() > 0) return false;
+  if (RunningCount() > 0 || held_) return false;
   // Everyone that will run has run: rank 0 alone when it failed before the others started.
   // Then drain the pipes to EOF, bounded: a rank's own child may still hold them open.
   if (!drain_until_) drain_until_ = now + std::chrono::seconds(2);
@@ -565,14 +594,21 @@ Result<int> Launch::Run() {
     if (Done(now)) break;
     PollOnce(now);
     CheckCoordinatorFile();  // before reaping: a fast rank 0 may write the file and exit
+    std::vector<std::pair<Rank*, int>> ended;
     for (Rank& r : ranks_) {
       if (!Running(r)) continue;
       int ws = 0;
       const pid_t got = waitpid(r.pid, &ws, WNOHANG);
-      if (got == r.pid) OnExit(r, ws);
+      if (got == r.pid) ended.emplace_back(&r, ws);
       // Reaped behind our back (another thread's waitpid(-1)): how it ended is lost.
-      if (got < 0 && errno == ECHILD) OnExit(r, 0);
+      if (got < 0 && errno == ECHILD) ended.emplace_back(&r, 0);
     }
+    // Ranks found ended in one scan: those a signal killed first. A rank that exits with a status
+    // because a peer's connection closed is the consequence of a killed one; in rank order it
+    // would be named the job's cause whenever its number is lower.
+    std::stable_partition(ended.begin(), ended.end(),
+                          [](const std::pair<Rank*, int>& e) { return WIFSIGNALED(e.second); });
+    for (const auto& [r, ws] : ended) OnExit(*r, ws);
     CheckDeadlines(Clock::now());
   }
   for (Rank& r : ranks_) {

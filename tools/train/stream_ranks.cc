@@ -238,22 +238,30 @@ void OnStopSignal(int) {
 
 }  // namespace
 
-Result<std::string> StreamDealerAddress(const std::string& coordinator, const char* port_override) {
+Result<std::vector<std::string>> StreamDealerAddresses(const std::string& coordinator,
+                                                       const char* port_override) {
   FERRY_ASSIGN_OR_RETURN(HostPort hp, SplitAddress(coordinator));
-  uint16_t port = 0;
+  std::vector<uint16_t> ports;
   if (port_override != nullptr && *port_override != '\0') {
     FERRY_ASSIGN_OR_RETURN(
-        port, ParsePort(port_override, std::string(kStreamPortEnv) + "='" + port_override + "'"));
+        const uint16_t port,
+        ParsePort(port_override, std::string(kStreamPortEnv) + "='" + port_override + "'"));
+    ports.push_back(port);
   } else if (hp.port == 65535) {
     return InvalidArgument(
         "the coordinator listens on port 65535, so the stream dealer has no "
         "port next to it: set " +
         std::string(kStreamPortEnv));
   } else {
-    port = static_cast<uint16_t>(hp.port + 1);
+    for (uint32_t p = hp.port + 1u; p <= 65535u && ports.size() < kStreamPortTries; ++p) {
+      ports.push_back(static_cast<uint16_t>(p));
+    }
   }
   const bool v6 = hp.host.find(':') != std::string::npos;
-  return (v6 ? "[" + hp.host + "]" : hp.host) + ":" + std::to_string(port);
+  std::vector<std::string> out;
+  for (uint16_t p : ports)
+    out.push_back((v6 ? "[" + hp.host + "]" : hp.host) + ":" + std::to_string(p));
+  return out;
 }
 
 RankStreamDealer::RankStreamDealer(std::unique_ptr<models::StreamDealer> dealer)
@@ -271,12 +279,19 @@ Result<std::unique_ptr<RankStreamDealer>> RankStreamDealer::Start(const models::
                            OwnWorkerPipe(&d.input, &saved_stdin));
   }
   if (own_worker < 0 || workers > 1) {
-    FERRY_ASSIGN_OR_RETURN(std::string address,
-                           StreamDealerAddress(coordinator, std::getenv(kStreamPortEnv)));
-    FERRY_ASSIGN_OR_RETURN(HostPort hp, SplitAddress(address));
-    FERRY_ASSIGN_OR_RETURN(models::Fd listener,
-                           Listen(hp, address, static_cast<int>(std::min(workers + 8, 4096u))));
-    FERRY_RETURN_IF_ERROR(AcceptWorkers(listener.get(), coordinator, address, &sinks));
+    FERRY_ASSIGN_OR_RETURN(std::vector<std::string> addresses,
+                           StreamDealerAddresses(coordinator, std::getenv(kStreamPortEnv)));
+    // The first candidate free: the workers try them in the same order.
+    Result<models::Fd> listener = Internal("no stream dealer address");
+    std::string address;
+    for (const std::string& a : addresses) {
+      FERRY_ASSIGN_OR_RETURN(HostPort hp, SplitAddress(a));
+      address = a;
+      listener = Listen(hp, a, static_cast<int>(std::min(workers + 8, 4096u)));
+      if (listener.ok()) break;
+    }
+    if (!listener.ok()) return listener.status();
+    FERRY_RETURN_IF_ERROR(AcceptWorkers(listener->get(), coordinator, address, &sinks));
   }
   for (models::Fd& s : sinks) d.sinks.push_back(s.release());
   FERRY_ASSIGN_OR_RETURN(std::unique_ptr<models::StreamDealer> dealer,
@@ -321,25 +336,26 @@ int RankStreamDealer::Finish(const models::TrainOptions& o, int job_code) {
 
 Status ReceiveDealtStream(const std::string& coordinator, uint32_t worker) {
   const std::string who = "worker " + std::to_string(worker) + ": ";
-  FERRY_ASSIGN_OR_RETURN(std::string address,
-                         StreamDealerAddress(coordinator, std::getenv(kStreamPortEnv)));
-  FERRY_ASSIGN_OR_RETURN(HostPort hp, SplitAddress(address));
+  FERRY_ASSIGN_OR_RETURN(std::vector<std::string> addresses,
+                         StreamDealerAddresses(coordinator, std::getenv(kStreamPortEnv)));
   const Clock::time_point deadline = Clock::now() + kStreamConnectTimeout;
   int last_error = 0;
+  std::string stranger;  // a candidate where something else answered
   while (true) {
-    FERRY_ASSIGN_OR_RETURN(AddrInfo ai, Resolve(hp.host.c_str(), hp.port, 0, address));
-    models::Fd fd;
-    for (const addrinfo* a = ai.get(); a != nullptr && fd.get() < 0; a = a->ai_next) {
-      last_error = -ConnectOnce(*a, deadline, &fd);
-    }
-    if (fd.get() >= 0) {
+    // Rank 0 listens on the first candidate it could take: each in turn, again until it does.
+    for (const std::string& address : addresses) {
+      FERRY_ASSIGN_OR_RETURN(HostPort hp, SplitAddress(address));
+      FERRY_ASSIGN_OR_RETURN(AddrInfo ai, Resolve(hp.host.c_str(), hp.port, 0, address));
+      models::Fd fd;
+      for (const addrinfo* a = ai.get(); a != nullptr && fd.get() < 0; a = a->ai_next) {
+        last_error = -ConnectOnce(*a, deadline, &fd);
+      }
+      if (fd.get() < 0) continue;
       const std::string hello =
           std::string(kHello) + coordinator + " " + std::to_string(worker) + "\n";
       if (!WriteAll(fd.get(), hello, deadline) || ReadLine(fd.get(), deadline) != kAnswer) {
-        return PeerFailure(who + "the stream dealer's address " + address +
-                           " did not answer as rank 0's dealer of this job: another program "
-                           "may listen there; set " +
-                           kStreamPortEnv + " to a free port, the same for every rank");
+        stranger = address;  // not this job's dealer: another program listens there
+        continue;
       }
       // The dealt share is read with blocking reads, as a pipe on standard input.
       const int flags = ::fcntl(fd.get(), F_GETFL);
@@ -352,9 +368,14 @@ Status ReceiveDealtStream(const std::string& coordinator, uint32_t worker) {
     if (Clock::now() >= deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // rank 0 not listening yet
   }
-  return Timeout(who + "could not reach rank 0's stream dealer at " + address + " within " +
-                 std::to_string(kStreamConnectTimeout.count()) + " s (" +
-                 std::strerror(last_error) + ")");
+  const std::string where =
+      addresses.size() == 1 ? addresses.front() : addresses.front() + " .. " + addresses.back();
+  return Timeout(
+      who + "could not reach rank 0's stream dealer at " + where + " within " +
+      std::to_string(kStreamConnectTimeout.count()) + " s (" + std::strerror(last_error) + ")" +
+      (stranger.empty() ? std::string()
+                        : "; " + stranger + " answered but not as rank 0's dealer of this job") +
+      ": set " + kStreamPortEnv + " to a free port, the same for every rank");
 }
 
 void DrainStandardInput() {

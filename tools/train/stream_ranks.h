@@ -10,9 +10,10 @@
 //   (EOF, --max-samples, --idle-exit, Stop)     as a dealt share (FERRY_TRAIN_STREAM=dealt)
 //
 // Where: every rank knows the coordinator's "host:port" (ps/launch/rendezvous.h), so the dealer
-// needs no exchange of its own: it listens on the coordinator's host at the coordinator's port
-// + 1, or at FERRY_STREAM_PORT when that is set (give every rank the same; the way out when the
-// port next to the coordinator's is taken, which fails the job at rank 0 naming the variable).
+// needs no exchange of its own: it listens on the coordinator's host at the first free port of
+// the kStreamPortTries after the coordinator's, which the workers try in the same order, or at
+// FERRY_STREAM_PORT when that is set (give every rank the same; the way out when all those are
+// taken, which fails the job at rank 0 naming the variable).
 // rank 0 binds the coordinator's host when it is a numeric address (127.0.0.1 on one host), the
 // wildcard when it is a host name (as the coordinator itself listens then). The coordinator's
 // address in the hello keeps apart two jobs whose dealer ports meet.
@@ -32,6 +33,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "models/data/stream_dealer.h"
 #include "models/train/train_options.h"
@@ -42,10 +44,16 @@ namespace ferry::train {
 inline constexpr char kStreamPortEnv[] = "FERRY_STREAM_PORT";
 inline constexpr std::chrono::seconds kStreamConnectTimeout{60};
 
-// The dealer's "host:port": the coordinator's host, and `port_override` (FERRY_STREAM_PORT's
-// value; nullptr or "" when unset) or the coordinator's port + 1. Pure; kInvalidArgument for a
-// bad address or port, naming it.
-Result<std::string> StreamDealerAddress(const std::string& coordinator, const char* port_override);
+// Ports after the coordinator's that rank 0's dealer tries, in order, without FERRY_STREAM_PORT.
+inline constexpr uint16_t kStreamPortTries = 8;
+
+// The dealer's "host:port" candidates, in the order rank 0 tries to listen and the workers to
+// connect: the coordinator's host with `port_override` (FERRY_STREAM_PORT's value; nullptr or ""
+// when unset) alone, or else the kStreamPortTries ports after the coordinator's (one of them may
+// be taken: the coordinator's port is an ephemeral one, and its neighbours are other sockets'
+// ephemeral ports). Pure; kInvalidArgument for a bad address or port, naming it.
+Result<std::vector<std::string>> StreamDealerAddresses(const std::string& coordinator,
+                                                       const char* port_override);
 
 // Rank 0's part.
 class RankStreamDealer {
