@@ -66,9 +66,9 @@ print(f"stream over verbs: {len(windows)} windows, AUC {windows[0]['auc']:.3f} -
 PY
 
 echo "== ferry-train over verbs: a followed directory in lockstep resumes from a checkpoint"
-# Each worker follows the folder itself (bsp, every 2nd file); resuming the run's clock-50
+# Each worker follows the folder itself (bsp, every 2nd file); resuming the run's clock-100
 # checkpoint (of ~125 clocks) reads the files again to that clock and ends with the same model
-# bytes.
+# bytes. The run keeps two checkpoints: clock-100 and the one its end (--idle-exit) takes.
 mkdir "$work/follow"
 "$ferry_gen" --samples 16000 --features 5000 --out "$work/all.svm" --seed 11 -q
 split -l 4000 -d "$work/all.svm" "$work/follow/part-"
@@ -76,10 +76,11 @@ lockstep=(--transport verbs --model ftrl --follow "$work/follow" --consistency b
   --batch-size 64 --idle-exit 0.5 --progress never -q)
 "$ferry_train" "${lockstep[@]}" --checkpoint-dir "$work/lock.ck" --checkpoint-every 50 \
   --model-out "$work/lock-ref.model"
-"$ferry_train" "${lockstep[@]}" --resume "$work/lock.ck/clock-50" \
+test "$(cat "$work/lock.ck/LATEST")" != clock-100 || { echo "no checkpoint at the end"; exit 1; }
+"$ferry_train" "${lockstep[@]}" --resume "$work/lock.ck/clock-100" \
   --model-out "$work/lock-resumed.model"
 cmp "$work/lock-ref.model" "$work/lock-resumed.model"
-echo "lockstep over verbs: resumed at clock 50, same model bytes"
+echo "lockstep over verbs: resumed at clock 100, same model bytes"
 
 echo "== ferry-train over verbs: kill -9 of server 1 after a checkpoint, --resume, same model bytes"
 "$ferry_gen" --samples 8000 --test-samples 100 --features 5000 --out "$work/ck.svm" \
