@@ -250,17 +250,20 @@ class Launch {
 
   Clock::time_point start_;
   bool cause_set_ = false;
-  // A rank that exited with a failure status while others run, held back as the job's cause for
-  // kCauseGrace: a rank killed by a signal meanwhile is named instead. A rank killed with SIGKILL
-  // takes longer to be reaped (its memory is torn down first) than a peer that saw its
-  // connections close and exited, and naming that peer would blame the wrong rank.
+  // Ranks that exited with a failure status while others ran, held back as the job's cause for
+  // up to kCauseGrace after the first (or until no rank runs): a rank killed by a signal
+  // meanwhile is named instead, else the first held. A rank killed with SIGKILL takes longer to
+  // be reaped (its memory is torn down first; longer on a loaded host) than the peers that saw
+  // its connections close and exited, and naming one of them would blame the wrong rank.
   struct HeldExit {
     Rank* rank = nullptr;
     int wstatus = 0;
-    Clock::time_point until;
   };
-  static constexpr std::chrono::milliseconds kCauseGrace{300};
-  std::optional<HeldExit> held_;
+  static constexpr std::chrono::milliseconds kCauseGrace{2000};
+  std::vector<HeldExit> held_;
+  std::optional<Clock::time_point> held_until_;
+  // Hands the held exits to OnExit in order: the first is the cause unless one is set already.
+  void ReleaseHeld();
   bool intercepted_ = false;  // intercept_signal had its one call
   std::string consequence_;   // "rank 3 failed", for "stopped after ..."
   int exit_code_ = 0;
@@ -414,17 +417,22 @@ void Launch::OnExit(Rank& r, int wstatus, bool may_hold) {
       what += "; the program must find the coordinator (ps/launch/rendezvous.h) on every rank";
     }
   }
-  if (may_hold && !held_ && !ok && WIFEXITED(wstatus) && !before_address && RunningCount() > 0) {
-    held_ = HeldExit{&r, wstatus, Clock::now() + kCauseGrace};
+  if (may_hold && !ok && WIFEXITED(wstatus) && !before_address &&
+      (RunningCount() > 0 || !held_.empty())) {
+    if (held_.empty()) held_until_ = Clock::now() + kCauseGrace;
+    held_.push_back(HeldExit{&r, wstatus});
+    if (RunningCount() == 0) ReleaseHeld();  // nobody left to die of a signal
     return;
   }
   Fail(what, "rank " + std::to_string(r.rank) + " failed", ok ? 1 : ExitCodeOf(wstatus), SIGTERM);
-  if (held_) {
-    // A rank killed by a signal came while one was held: the held one is its consequence.
-    const HeldExit h = *held_;
-    held_.reset();
-    OnExit(*h.rank, h.wstatus, /*may_hold=*/false);
-  }
+  ReleaseHeld();  // a rank killed by a signal came while some were held: they are consequences
+}
+
+void Launch::ReleaseHeld() {
+  std::vector<HeldExit> held;
+  held.swap(held_);
+  held_until_.reset();
+  for (const HeldExit& h : held) OnExit(*h.rank, h.wstatus, /*may_hold=*/false);
 }
 
 void Launch::CheckCoordinatorFile() {
@@ -460,11 +468,9 @@ void Launch::CheckCoordinatorFile() {
 }
 
 void Launch::CheckDeadlines(Clock::time_point now) {
-  if (held_ && (now >= held_->until || RunningCount() == 0 || cause_set_)) {
-    // No rank died of a signal meanwhile (or the cause came another way): the held one is it.
-    const HeldExit h = *held_;
-    held_.reset();
-    OnExit(*h.rank, h.wstatus, /*may_hold=*/false);
+  if (!held_.empty() && (now >= *held_until_ || RunningCount() == 0 || cause_set_)) {
+    // No rank died of a signal meanwhile (or the cause came another way): the first held is it.
+    ReleaseHeld();
   }
   if (!cause_set_ && o_.timeout.count() > 0 && now >= start_ + o_.timeout) {
     Fail("the job is still running after the timeout of " + Seconds(o_.timeout) + " s; stopping it",
@@ -543,7 +549,7 @@ void Launch::PollOnce(Clock::time_point now) {
   for (const auto& t : {kill_at_, give_up_at_, drain_until_}) {
     if (t) wake = std::min(wake, *t);
   }
-  if (held_) wake = std::min(wake, held_->until);
+  if (held_until_) wake = std::min(wake, *held_until_);
   int timeout_ms = -1;
   if (wake != Clock::time_point::max()) {
     timeout_ms = static_cast<int>(std::clamp<int64_t>(
@@ -563,7 +569,7 @@ void Launch::PollOnce(Clock::time_point now) {
 
 bool Launch::Done(Clock::time_point now) {
   if (abandoned_) return true;
-  if (RunningCount() > 0 || held_) return false;
+  if (RunningCount() > 0 || !held_.empty()) return false;
   // Everyone that will run has run: rank 0 alone when it failed before the others started.
   // Then drain the pipes to EOF, bounded: a rank's own child may still hold them open.
   if (!drain_until_) drain_until_ = now + std::chrono::seconds(2);
