@@ -45,6 +45,12 @@ struct Sink {
   std::string own;
   bool dead = false;
   bool Free() const { return !dead && size == 0 && fd.get() >= 0; }
+  // Its reader is gone (its worker died; the launcher stops the job): what it was owed is lost.
+  void Drop(uint64_t unwritten, DealerStats* stats) {
+    dead = true;
+    fd = Fd();
+    stats->lost_bytes += unwritten;
+  }
   bool InBuffer() const { return size > 0 && data != own.data(); }
   // Copies what is left of the block out of the read buffer, which is about to move.
   void Keep() {
@@ -66,9 +72,7 @@ void Flush(Sink& s, DealerStats* stats) {
     } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       return;
     } else {
-      s.dead = true;
-      stats->lost_bytes += s.size - s.done;
-      s.fd = Fd();
+      s.Drop(s.size - s.done, stats);
     }
   }
   s.data = nullptr;
@@ -143,10 +147,7 @@ Status SpliceSome(PipeSplicer& sp, std::vector<Sink>& sinks, size_t block, size_
     while (done < end) {
       Result<size_t> moved = sp.Move(s.fd.get(), end - done);
       if (!moved.ok() && moved.status().code() == Code::kPeerFailure) {
-        // Its reader is gone (its worker died; the launcher stops the job): the block is lost.
-        s.dead = true;
-        s.fd = Fd();
-        stats->lost_bytes += end - done;
+        s.Drop(end - done, stats);
         FERRY_RETURN_IF_ERROR(sp.Discard(end - done));
         done = end;
         break;

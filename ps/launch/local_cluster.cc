@@ -600,21 +600,14 @@ Result<int> Launch::Run() {
     if (Done(now)) break;
     PollOnce(now);
     CheckCoordinatorFile();  // before reaping: a fast rank 0 may write the file and exit
-    std::vector<std::pair<Rank*, int>> ended;
     for (Rank& r : ranks_) {
       if (!Running(r)) continue;
       int ws = 0;
       const pid_t got = waitpid(r.pid, &ws, WNOHANG);
-      if (got == r.pid) ended.emplace_back(&r, ws);
+      if (got == r.pid) OnExit(r, ws);
       // Reaped behind our back (another thread's waitpid(-1)): how it ended is lost.
-      if (got < 0 && errno == ECHILD) ended.emplace_back(&r, 0);
+      if (got < 0 && errno == ECHILD) OnExit(r, 0);
     }
-    // Ranks found ended in one scan: those a signal killed first. A rank that exits with a status
-    // because a peer's connection closed is the consequence of a killed one; in rank order it
-    // would be named the job's cause whenever its number is lower.
-    std::stable_partition(ended.begin(), ended.end(),
-                          [](const std::pair<Rank*, int>& e) { return WIFSIGNALED(e.second); });
-    for (const auto& [r, ws] : ended) OnExit(*r, ws);
     CheckDeadlines(Clock::now());
   }
   for (Rank& r : ranks_) {

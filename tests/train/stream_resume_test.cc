@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -79,6 +80,24 @@ class FollowResume : public ::testing::Test {
     std::fclose(f);
   }
 
+  // The uninterrupted run over `input` (tcp), its model to *dir_/NAME.bin: parts 2 and 3 arrive
+  // through `arrive` 300 and 600 ms into it (each worker waits for its next part while the other
+  // waits at the clock).
+  static TrainRun Reference(const std::string& name, const std::string& input,
+                            const std::function<void(int)>& arrive) {
+    const Clock::time_point t0 = Clock::now();
+    int next = 2;
+    TrainRun ref = Train(
+        *dir_, name, Cat(Job(input, "tcp"), {"--model-out", *dir_ / (name + ".bin")}), 60,
+        [&](pid_t) {
+          const auto ms =
+              std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+          if (next < 4 && ms >= 300 * (next - 1)) arrive(next++);
+        });
+    EXPECT_EQ(next, 4) << "the run ended before every part arrived";
+    return ref;
+  }
+
   // A run over `input` with checkpoints whose worker 1 (rank 3) is killed a random 0-200 ms after
   // the first checkpoint, then `--resume` of its checkpoint directory over another transport:
   // its model must be `want`, the uninterrupted run's.
@@ -132,20 +151,10 @@ uint64_t FollowResume::seed_ = 0;
 std::mt19937_64 FollowResume::rng_;
 
 TEST_F(FollowResume, KilledWorkerResumesToTheModelOfTheUninterruptedRun) {
-  // The reference: parts 2 and 3 arrive 300 and 600 ms into the run (each worker waits for its
-  // next file while the other waits at the clock).
+  // The reference: parts 2 and 3 renamed into the folder while it runs.
   const std::string live = Folder("live", 2);
-  const std::string ref_out = *dir_ / "ref.bin";
-  const Clock::time_point t0 = Clock::now();
-  int placed = 2;
-  TrainRun ref =
-      Train(*dir_, "ref", Cat(Job(live, "tcp"), {"--model-out", ref_out}), 60, [&](pid_t) {
-        const auto ms =
-            std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
-        if (placed < 4 && ms >= 300 * (placed - 1)) Place(live, placed++);
-      });
+  TrainRun ref = Reference("ref", live, [&](int p) { Place(live, p); });
   ASSERT_TRUE(ref.ok()) << ref.proc.Describe();
-  EXPECT_EQ(placed, 4);
   EXPECT_EQ(ref.final_line.value("samples", 0), 40000) << ref.proc.Describe();
   // Windows every ceil(10000 / 128) clocks, the last one partial: every sample scored once.
   uint64_t scored = 0, windows = 0;
@@ -157,7 +166,7 @@ TEST_F(FollowResume, KilledWorkerResumesToTheModelOfTheUninterruptedRun) {
   EXPECT_EQ(scored, 40000u);
   EXPECT_EQ(windows, 4u);
 
-  KillAndResume(Folder("all", 4), "all", Slurp(ref_out));
+  KillAndResume(Folder("all", 4), "all", Slurp(*dir_ / "ref.bin"));
 }
 
 // A tailed file (--follow FILE) in lockstep: every worker reads it whole and keeps its batches'
@@ -170,22 +179,13 @@ TEST_F(FollowResume, ATailedFileResumesToTheModelOfTheUninterruptedRun) {
   };
   const std::string live = *dir_ / "live.svm";
   WriteText(live, part(0) + part(1));
-  const std::string ref_out = *dir_ / "tail_ref.bin";
-  const Clock::time_point t0 = Clock::now();
-  int appended = 2;
-  TrainRun ref =
-      Train(*dir_, "tail_ref", Cat(Job(live, "tcp"), {"--model-out", ref_out}), 60, [&](pid_t) {
-        const auto ms =
-            std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
-        if (appended < 4 && ms >= 300 * (appended - 1)) AppendText(live, part(appended++));
-      });
+  TrainRun ref = Reference("tail_ref", live, [&](int p) { AppendText(live, part(p)); });
   ASSERT_TRUE(ref.ok()) << ref.proc.Describe();
-  EXPECT_EQ(appended, 4);
   EXPECT_EQ(ref.final_line.value("samples", 0), 40000) << ref.proc.Describe();
 
   const std::string all = *dir_ / "all.tail.svm";
   WriteText(all, part(0) + part(1) + part(2) + part(3));
-  KillAndResume(all, "tail", Slurp(ref_out));
+  KillAndResume(all, "tail", Slurp(*dir_ / "tail_ref.bin"));
 }
 
 // The sum of the worker positions a checkpoint recorded (ps/job/checkpoint.h: "position I P"
