@@ -48,8 +48,56 @@ struct Server::Impl {
     return false;
   }
 
-  void Predict(const httplib::Request& req, httplib::Response& res) {
+  // The body, read by the route itself rather than by the library: the library caps
+  // application/x-www-form-urlencoded bodies at 8 KiB (a constant of Debian's build) and parses
+  // them as a query string, and `curl -d` sends that type; TensorFlow Serving's clients post JSON
+  // under any type. Chunked bodies are held to --max-body here too. A refused body is still read
+  // to its end (a chunked one up to as much again, then the connection is closed), so that a
+  // client still sending gets the answer rather than a reset. False: `res` says why.
+  bool ReadBody(const httplib::Request& req, httplib::Response& res,
+                const httplib::ContentReader& read, std::string* body) const {
+    const uint64_t drain_limit = 2 * o.max_body;
+    if (req.is_multipart_form_data()) {
+      uint64_t seen = 0;
+      const bool drained = read([](const httplib::MultipartFormData&) { return true; },
+                                [&](const char*, size_t n) { return (seen += n) <= drain_limit; });
+      if (!drained) res.set_header("Connection", "close");
+      Fail(res, 415,
+           "a multipart/form-data body is not a predict request: post the JSON itself "
+           "(Content-Type: application/json)");
+      return false;
+    }
+    // Each thread keeps its buffer between requests, but not one a rare huge body grew.
+    if (body->capacity() > (size_t{1} << 20)) std::string().swap(*body);
+    body->clear();
+    uint64_t seen = 0;
+    const bool ok = read([&](const char* data, size_t n) {
+      seen += n;
+      if (seen <= o.max_body) body->append(data, n);
+      return seen <= drain_limit;
+    });
+    const bool over = seen > o.max_body;
+    if (ok && !over) return true;
+    if (over || res.status == 413) {  // 413 set by the library: a Content-Length over the limit
+      if (!ok) res.set_header("Connection", "close");  // the rest of the chunks is unread
+      Fail(res, 413, OverLimit());
+    } else {
+      Fail(res, 400, "the request body could not be read (truncated or malformed chunks)");
+    }
+    return false;
+  }
+
+  std::string OverLimit() const {
+    return "the request body is over the limit of " + std::to_string(o.max_body) +
+           " bytes (--max-body)";
+  }
+
+  void Predict(const httplib::Request& req, httplib::Response& res,
+               const httplib::ContentReader& read) {
     const auto start = std::chrono::steady_clock::now();
+    // The body first, whatever the answer: one left unread would be taken for the next request.
+    thread_local std::string body;
+    if (!ReadBody(req, res, read, &body)) return;
     if (!KnownModel(req.matches[1], res)) return;
     // One version from start to end: this pointer keeps it alive whatever swaps meanwhile.
     std::shared_ptr<const ServedModel> m = follower->Current();
@@ -59,7 +107,7 @@ struct Server::Impl {
     thread_local ScoreScratch scratch;
     const InputSpec spec{scorer.format(), scorer.hash_seed(), scorer.hash_bits(),
                          scorer.field_map()};
-    if (Status s = DecodePredictRequest(req.body, spec, &batch, o.limits); !s.ok()) {
+    if (Status s = DecodePredictRequest(body, spec, &batch, o.limits); !s.ok()) {
       return Fail(res, 400, s.message());
     }
     probs.resize(batch.size());
@@ -99,7 +147,8 @@ struct Server::Impl {
 
   void Routes() {
     http.Post(R"(/v1/models/([^/:]+):predict)",
-              [this](const httplib::Request& req, httplib::Response& res) { Predict(req, res); });
+              [this](const httplib::Request& req, httplib::Response& res,
+                     const httplib::ContentReader& read) { Predict(req, res, read); });
     http.Get(R"(/v1/models/([^/:]+))", [this](const httplib::Request& req, httplib::Response& res) {
       ModelStatus(req, res);
     });
@@ -115,17 +164,8 @@ struct Server::Impl {
         [this](const httplib::Request& req, httplib::Response& res) {
           if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
           std::string message;
-          const std::string type = req.get_header_value("Content-Type");
-          if (res.status == 413 && type.rfind("application/x-www-form-urlencoded", 0) == 0) {
-            // The library (compiled by Debian) caps form bodies at 8 KiB whatever --max-body says;
-            // curl -d sends this type unless told otherwise.
-            message =
-                "a body of Content-Type application/x-www-form-urlencoded is limited to "
-                "8192 bytes: send Content-Type: application/json (curl -H 'Content-Type: "
-                "application/json')";
-          } else if (res.status == 413) {
-            message = "the request body is over the limit of " + std::to_string(o.max_body) +
-                      " bytes (--max-body)";
+          if (res.status == 413) {
+            message = OverLimit();
           } else if (res.status == 404) {
             message = "no endpoint " + req.method + " " + req.path + "; " + kEndpointList;
           } else {
