@@ -14,7 +14,8 @@
 #         runs 6 of its 18 model x format pairs here and train_liblinear does not run here
 #         (tests/train/meson.build says which, and why).
 #   tsan  gcc, TSan: only the multi-threaded tests (progress threads, two threads posting on one
-#         transport, concurrent table readers, the pool), via gtest filters. Any report: fail.
+#         transport, concurrent table readers, the pool, ferry-serve's request threads during hot
+#         swaps), via gtest filters. Any report: fail.
 #   fuzz  clang, libFuzzer + ASan + UBSan: tests/fuzz/run.sh, FERRY_FUZZ_SECONDS (default 10)
 #         per target over its seed corpus. A crash: fail (inputs kept in build-fuzz/crash-*).
 #
@@ -220,7 +221,13 @@ FERRY_TSAN_RUNS=(
   "tests/topology/pool_test|*Concurrent*"
   # The progress thread, and the heartbeat thread that answers while the owner is stuck.
   "tests/ucx/ucx_test|*ProgressThread*:*OwnerStuck*"
+  # ferry-serve in process: request threads scoring while the follower swaps versions under
+  # continuous load, metrics, timeouts (exports made by this build's ferry-train; ~15 s).
+  "tests/serve/serve_test|*"
 )
+# The commands serve_test runs (its FERRY_* variables), built with TSan too.
+FERRY_TSAN_COMMANDS=(FERRY_TRAIN=tools/train/ferry-train FERRY_PREDICT=tools/train/ferry-predict
+  FERRY_GEN=tools/gen/ferry-gen FERRY_SERVE=tools/serve/ferry-serve)
 
 ferry_tsan_stage() {
   local build=${FERRY_TSAN_BUILD_DIR:-build-tsan} run exe filter targets=() rc=0
@@ -238,13 +245,18 @@ ferry_tsan_stage() {
     exe=${run%%|*}
     if grep -q "^$exe:" <<<"$all_targets"; then targets+=("$exe"); fi
   done
-  # Peers the conformance and netns harnesses spawn.
+  # Peers the conformance and netns harnesses spawn, and the commands serve_test runs.
   targets+=(tests/common/ferry_test_peer)
+  local command
+  for command in "${FERRY_TSAN_COMMANDS[@]}"; do targets+=("${command#*=}"); done
   ferry_ninja "$build" "${targets[@]}" || return 1
   local out=0
   (
     ferry_sanitizer_env
     ferry_tsan_ucx_env
+    local root
+    root=$(cd "$build" && pwd)
+    for command in "${FERRY_TSAN_COMMANDS[@]}"; do export "${command%%=*}=$root/${command#*=}"; done
     for run in "${FERRY_TSAN_RUNS[@]}"; do
       exe=${run%%|*}
       filter=${run#*|}

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <utility>
 
 #include "models/io/export_dir.h"
 #include "models/io/export_manifest.h"
@@ -43,7 +44,7 @@ Result<std::unique_ptr<ModelFollower>> ModelFollower::Open(FollowOptions o, Serv
                          LoadServedModel(o.dir, o.scorer));
   std::unique_ptr<ModelFollower> f(new ModelFollower(std::move(o), metrics));
   metrics->SetModel(first->version, first->load_seconds);
-  f->current_.store(std::move(first));
+  f->current_ = std::move(first);
   return f;
 }
 
@@ -67,8 +68,14 @@ void ModelFollower::Log(const std::string& line) const {
 void ModelFollower::Swap(std::shared_ptr<const ServedModel> next) {
   const uint64_t version = next->version;
   const double seconds = next->load_seconds;
-  // The old version is released here by this pointer; requests holding it keep it alive.
-  current_.store(std::move(next));
+  // The old version is released here, outside the lock, by this pointer; requests holding it
+  // keep it alive.
+  std::shared_ptr<const ServedModel> old;
+  {
+    std::lock_guard<std::mutex> lock(current_mu_);
+    old = std::exchange(current_, std::move(next));
+  }
+  old.reset();
   metrics_->SetModel(version, seconds);
   metrics_->CountSwap();
 }

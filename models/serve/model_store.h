@@ -5,8 +5,8 @@
 //                  rows per table. Shared as std::shared_ptr<const ServedModel>.
 //   ModelFollower  holds the current version and a thread that polls DIR/MANIFEST. A new version
 //                  is loaded off to the side (the newest base and the deltas after it,
-//                  LoadExportDir) and swapped in with one atomic store; requests never wait on a
-//                  load.
+//                  LoadExportDir) and swapped in under a mutex held for a pointer exchange;
+//                  requests never wait on a load.
 //
 // Lifetime: a request takes Current() once and scores with it from start to end; the version it
 // holds stays alive (its memory included) until its last holder drops it, however many swaps
@@ -15,13 +15,12 @@
 // counted (ServeMetrics::CountLoadFailure); the current version keeps serving, and the follower
 // tries again when the manifest names a newer version.
 //
-// Thread-safety: Current() from any thread; it never waits on a load (std::atomic of a
-// shared_ptr: libstdc++ guards the pointer with a spin bit held for a copy, never during a load).
+// Thread-safety: Current() from any thread; it never waits on a load (current_mu_ is held for a
+// shared_ptr copy or exchange only, never while a version loads or is freed).
 // PollOnce() from one thread at a time (the follower's own, or a test's before Start).
 // Blocking: Open and PollOnce read files; Stop joins the thread.
 #pragma once
 
-#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -67,7 +66,10 @@ class ModelFollower {
   static Result<std::unique_ptr<ModelFollower>> Open(FollowOptions o, ServeMetrics* metrics);
   ~ModelFollower();  // Stop()
 
-  std::shared_ptr<const ServedModel> Current() const { return current_.load(); }
+  std::shared_ptr<const ServedModel> Current() const {
+    std::lock_guard<std::mutex> lock(current_mu_);
+    return current_;
+  }
 
   // Reads the manifest once; a newer version is loaded and swapped in. True when it swapped.
   bool PollOnce();
@@ -81,7 +83,11 @@ class ModelFollower {
 
   FollowOptions o_;
   ServeMetrics* metrics_;  // borrowed; outlives this
-  std::atomic<std::shared_ptr<const ServedModel>> current_;
+  // Not std::atomic<std::shared_ptr>: GCC 12's load() releases its lock bit with a relaxed store,
+  // so a load's read of the pointer does not happen-before the next store's write (TSan reports
+  // it; google/sanitizers#1558). A request pays one uncontended lock.
+  mutable std::mutex current_mu_;
+  std::shared_ptr<const ServedModel> current_;
   uint64_t refused_version_ = 0;  // the newest version that failed: logged once, not retried
   std::mutex mu_;
   std::condition_variable cv_;
