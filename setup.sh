@@ -66,13 +66,7 @@ echo "== ferry-serve with the FM export: 5 test lines scored over HTTP"
   --listen 127.0.0.1:0 2>"$demo/serve.log" &
 serve_pid=$!
 trap 'kill "$serve_pid" 2>/dev/null; rm -rf "$demo"' EXIT
-port=
-for _ in $(seq 100); do
-  port=$(sed -n 's|.*http://127\.0\.0\.1:\([0-9]*\)/.*|\1|p' "$demo/serve.log")
-  [ -n "$port" ] && break
-  sleep 0.1
-done
-[ -n "$port" ] || { cat "$demo/serve.log" >&2; exit 1; }
+port=$(scripts/serve-port.sh "$demo/serve.log" "$serve_pid")
 python3 - "$port" "$demo/test.svm" <<'PY'
 import json, sys, urllib.request
 port, test = sys.argv[1], sys.argv[2]

@@ -3,10 +3,10 @@
 # over verbs on rxe0. The data transport listens on the rxe netdev's address (FERRY_DATA_HOST:
 # rdma_cm cannot use lo); the control plane stays on 127.0.0.1.
 #   vm-ps.sh PS_JOB_TEST FERRY_GEN FERRY_TRAIN FERRY_PREDICT PS_FAULT_TEST PS_REPLICA_TEST
-#            PS_FAILURE_TEST
+#            PS_FAILURE_TEST FERRY_SERVE
 set -euo pipefail
 ps_job_test=$1 ferry_gen=$2 ferry_train=$3 ferry_predict=$4 ps_fault_test=$5 ps_replica_test=$6
-ps_failure_test=$7
+ps_failure_test=$7 ferry_serve=$8
 export FERRY_DATA_HOST=${FERRY_RDMA_ADDR:?run me inside tools/softroce/ferry-vm}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -31,7 +31,8 @@ echo "== ferry-train over verbs: fm on 2 servers + 2 workers"
 "$ferry_gen" --samples 20000 --test-samples 4000 --out "$work/tr.svm" --test-out "$work/te.svm" \
   --truth fm --seed 5 -q
 "$ferry_train" --transport verbs --model fm --train "$work/tr.svm" --test "$work/te.svm" \
-  --metrics-json "$work/m.jsonl" --model-out "$work/fm.model" --progress never
+  --metrics-json "$work/m.jsonl" --model-out "$work/fm.model" --export-dir "$work/fm.export" \
+  --progress never
 final=$(tail -n1 "$work/m.jsonl")
 echo "$final"
 python3 - "$final" <<'PY'
@@ -43,6 +44,35 @@ assert m["auc"] > 0.6, f"AUC {m['auc']} over verbs is not a trained model"
 PY
 "$ferry_predict" "$work/fm.model" "$work/te.svm" -o "$work/p.txt" --summary
 test "$(wc -l <"$work/p.txt")" -eq 4000
+
+echo "== ferry-serve with the export of the job over verbs: 200 test lines scored over HTTP"
+# The export directory the verbs job wrote (base + deltas + MANIFEST) is what ferry-serve loads;
+# its answers must be ferry-predict's for the same version (predict prints 6 digits).
+"$ferry_predict" "$work/fm.export" <(head -n 200 "$work/te.svm") -o "$work/pe.txt"
+"$ferry_serve" --model-dir "$work/fm.export" --model-name ctr --listen 127.0.0.1:0 \
+  2>"$work/serve.log" &
+serve_pid=$!
+trap 'kill "$serve_pid" 2>/dev/null; rm -rf "$work"' EXIT
+port=$("$(dirname "$0")/../../scripts/serve-port.sh" "$work/serve.log" "$serve_pid" 60)
+python3 - "$port" "$work/te.svm" "$work/pe.txt" <<'PY'
+import json, sys, urllib.request
+port, test, expected = sys.argv[1], sys.argv[2], sys.argv[3]
+with open(test) as f:
+    lines = [next(f).rstrip("\n").split(" ", 1)[1] for _ in range(200)]
+want = [float(l) for l in open(expected)]
+got = []
+for part in (lines[:100], lines[100:]):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/models/ctr:predict",
+                                 json.dumps({"instances": part}).encode())
+    got += json.loads(urllib.request.urlopen(req, timeout=30).read())["predictions"]
+assert len(got) == 200, len(got)
+bad = [(i, g, w) for i, (g, w) in enumerate(zip(got, want)) if abs(g - w) > 1e-5 * max(w, 1e-3)]
+assert not bad, f"ferry-serve and ferry-predict differ: {bad[:5]}"
+print(f"ferry-serve over the verbs job's export: 200 predictions equal ferry-predict's")
+PY
+kill "$serve_pid"
+wait "$serve_pid" || true
+trap 'rm -rf "$work"' EXIT
 
 echo "== ferry-train over verbs from a stream: a pipe dealt to 2 workers, windows, a row bound"
 # 8 x 500 ids against a bound of 2 x 1800 rows: the rarest go at the bound (one-sided reads of
