@@ -147,14 +147,8 @@ start_server() {
     "$@" >"$log" 2>&1 &
   fi
   spid=$!
-  local port=
-  for _ in $(seq 300); do
-    port=$(sed -n 's#.*http://127\.0\.0\.1:\([0-9][0-9]*\)/v1/models/.*#\1#p' "$log" | head -1)
-    [ -n "$port" ] && break
-    kill -0 "$spid" 2>/dev/null || { cat "$log" >&2; echo "run.sh: the server did not start" >&2; exit 1; }
-    sleep 0.1
-  done
-  [ -n "$port" ] || { echo "run.sh: no port from the server" >&2; exit 1; }
+  local port
+  port=$("$root/scripts/serve-port.sh" "$log" "$spid") || exit 1
   url=http://127.0.0.1:$port
 }
 stop_server() {
@@ -362,21 +356,42 @@ lines += [
     "",
 ]
 prof = os.path.join(work, "profile.txt")
-if os.path.exists(prof) and os.path.getsize(prof) > 0:
+profile = open(prof).read().splitlines() if os.path.exists(prof) else []
+if profile:
     lines += ["## Where the server's time goes (100 instances, `perf record -g`)", "", "```"]
-    lines += [re.sub(r"(\s+-)*\s*$", "", l) for l in open(prof)]  # no empty IPC columns
+    lines += [re.sub(r"(\s+-)*\s*$", "", l) for l in profile]  # no empty IPC columns
     lines += ["```", ""]
+# Per instance on the server's CPU, from this run: ferry-serve, the library's floor at the same
+# body (HTTP and reading it), ferry-predict's whole sample; with a profile, the shares of JSON
+# decoding (nlohmann's lexer and the token buffer it fills a character at a time) and scoring.
+us_serve = 1e6 / med(inst)
+us_floor = 1e6 / (m("floor100", "rps") * 100)
+us_predict = 1e6 / med(predict)
+def share(pattern):
+    return sum(float(l.split("%")[0]) for l in profile
+               if re.match(r"\s*[0-9.]+%", l) and re.search(pattern, l)) / 100
 missed = [] if v_compute >= 0.7 else ["the compute limit"]
-lines += [
-    "## Why a goal is missed (profile)",
-    "",
-    ("No goal missed in this run." if not missed else
-     f"Missed: {', '.join(missed)}. The reason belongs here, from `PROFILE=1 "
-     "perf/serving/run.sh` or `perf record -g -p $(pidof ferry-serve)` over a 100-instance wrk run "
-     "against `perf record -g ferry-predict` on the same lines: JSON decoding, line parsing, "
-     "scoring, encoding and the HTTP library's share of each."),
-    "",
-]
+why = [f"Per instance on the server's one CPU: ferry-serve {us_serve:.2f} us "
+       f"({med(inst):,.0f} instances/s); the library's floor at the same 100-instance body "
+       f"{us_floor:.2f} us (HTTP and reading the body); ferry-predict {us_predict:.2f} us for a whole "
+       "sample (reading, parsing, scoring, writing)."]
+if profile:
+    json_share = share(r"nlohmann|basic_string<.*>::push_back")
+    score_share = share(r"ferry::models::(Scorer|UniqueIds|ModelTable)")
+    us_json = json_share * us_serve
+    ceiling = us_predict / (us_floor + us_json + us_predict)
+    why.append(
+        f"The profile puts {json_share:.0%} of the server's CPU in JSON decoding (nlohmann's lexer "
+        f"and the token buffer it fills one character at a time), {us_json:.2f} us an instance, and "
+        f"{score_share:.0%} in scoring ({score_share * us_serve:.2f} us, batches of 100 where "
+        "ferry-predict scores 4,096). The floor, the JSON decoding and ferry-predict's whole cost add "
+        f"up to {us_floor + us_json + us_predict:.2f} us: a ceiling of {ceiling:.2f}x while the JSON "
+        f"is nlohmann's; 0.7x ({us_predict / 0.7:.2f} us) would leave "
+        f"{us_predict / 0.7 - us_floor - us_json:.2f} us to parse and score an instance.")
+else:
+    why.append("Run with PROFILE=1 for the shares of JSON decoding and scoring.")
+lines += ["## Why a goal is missed (profile)" if missed else "## Per-instance costs", "",
+          (f"Missed: {', '.join(missed)}, {v_compute:.2f}x. " if missed else "") + " ".join(why), ""]
 with open(out, "w") as f:
     f.write("\n".join(lines))
 print("\n".join(lines))
