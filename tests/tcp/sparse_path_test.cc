@@ -137,6 +137,25 @@ TEST(TcpSparsePath, BounceThresholdBoundaries) {
   EXPECT_TRUE(ShouldBounce(1ull << 40, 2, ~0ull));
 }
 
+// The initiator's choice counts runs of touching source rows, not rows: packed rows are one
+// run (one iovec) whatever their number.
+TEST(TcpSparsePath, SourceGatherCountsRunsOfTouchingRows) {
+  std::vector<Segment> packed, scattered, pairs;
+  for (uint64_t i = 0; i < 10; ++i) {
+    packed.push_back({i * 64, i * 4096, 64});
+    scattered.push_back({i * 128, i * 4096, 64});
+    pairs.push_back({(i / 2) * 256 + (i % 2) * 64, i * 4096, 64});  // runs of 128 B
+  }
+  EXPECT_FALSE(ShouldGatherSource(packed.data(), packed.size(), 640, 512));
+  EXPECT_TRUE(ShouldGatherSource(scattered.data(), scattered.size(), 640, 512));
+  EXPECT_TRUE(ShouldGatherSource(scattered.data(), scattered.size(), 640, 64));
+  EXPECT_FALSE(ShouldGatherSource(scattered.data(), scattered.size(), 640, 63));
+  EXPECT_FALSE(ShouldGatherSource(scattered.data(), scattered.size(), 640, 0));  // disabled
+  EXPECT_TRUE(ShouldGatherSource(pairs.data(), pairs.size(), 640, 128));
+  EXPECT_FALSE(ShouldGatherSource(pairs.data(), pairs.size(), 640, 127));
+  EXPECT_FALSE(ShouldGatherSource(scattered.data(), 1, 64, 512));  // one row: one iovec
+}
+
 // The defaults docs/architecture.md ("Copies, per backend") states, decided by the same function:
 // the target of a sparse write receives through the scratch buffer when its rows average at most
 // 16 KiB, the target of a sparse read gathers its reply when they average at most 512 B. The
@@ -154,10 +173,13 @@ TEST(TcpSparsePath, DefaultThresholdsAsDocumented) {
 
 // Sparse writes of `rows` rows of `row` bytes into a permutation of slots (with every 7th row
 // adjacent to the previous one), then a sparse read of the same rows back, through a transport
-// pair configured with bounce_max_row = gather_max_row = max.
-void SparseRoundTrip(uint64_t max, uint64_t row, size_t rows) {
-  SCOPED_TRACE("bounce_max_row=gather_max_row=" + std::to_string(max) + " row=" +
-               std::to_string(row) + " rows=" + std::to_string(rows));
+// pair configured with bounce_max_row = gather_max_row = max. Packed source rows (local offsets
+// i * row) are sent as one run; scattered ones (every other slot of a buffer twice the size,
+// every 5th row touching the previous one) are gathered by the initiator below the threshold.
+void SparseRoundTrip(uint64_t max, uint64_t row, size_t rows, bool scattered_source = false) {
+  SCOPED_TRACE("bounce_max_row=gather_max_row=" + std::to_string(max) +
+               " row=" + std::to_string(row) + " rows=" + std::to_string(rows) +
+               (scattered_source ? " scattered source" : " packed source"));
   TransportOptions o;
   o.params["bounce_max_row"] = std::to_string(max);
   o.params["gather_max_row"] = std::to_string(max);
@@ -174,9 +196,15 @@ void SparseRoundTrip(uint64_t max, uint64_t row, size_t rows) {
     if (i % 7 == 6 && segs[i - 1].remote_offset / row + 1 < slots_n) {
       slot = segs[i - 1].remote_offset / row + 1;  // may collide with another row: still defined
     }
-    segs[i] = {i * row, slot * row, row};
+    const uint64_t local = !scattered_source ? i * row
+                           : i % 5 == 4      ? segs[i - 1].local_offset + row
+                                             : 2 * i * row;
+    segs[i] = {local, slot * row, row};
   }
-  std::vector<uint8_t> src(rows * row), dst(slots_n * row, 0xee);
+  const size_t src_rows = scattered_source ? 2 * rows : rows;
+  EXPECT_EQ(ShouldGatherSource(segs.data(), segs.size(), rows * row, max),
+            scattered_source && rows > 1 && max > 0 && row * 5 / 4 <= max);
+  std::vector<uint8_t> src(src_rows * row), dst(slots_n * row, 0xee);
   for (auto& b : src) b = static_cast<uint8_t>(rng());
   std::vector<uint8_t> want = dst;  // rows land in order, so a later duplicate slot wins
   for (const Segment& s : segs) std::memcpy(&want[s.remote_offset], &src[s.local_offset], row);
@@ -193,8 +221,9 @@ void SparseRoundTrip(uint64_t max, uint64_t row, size_t rows) {
   EXPECT_EQ(c->bytes, rows * row);
   EXPECT_TRUE(dst == want);
   // Back: each row from where it landed (a duplicate slot holds the later row).
-  std::vector<uint8_t> back(rows * row, 0), back_want(rows * row);
-  for (const Segment& s : segs) std::memcpy(&back_want[s.local_offset], &want[s.remote_offset], row);
+  std::vector<uint8_t> back(src_rows * row, 0), back_want(src_rows * row, 0);
+  for (const Segment& s : segs)
+    std::memcpy(&back_want[s.local_offset], &want[s.remote_offset], row);
   auto back_mr = Take(p.a->RegisterMemory(back.data(), back.size(), kAccessLocal));
   Op r = MakeOp(OpType::kSparseRead, p.ab.get(), back_mr.get(), 0, 0, 2, key.get());
   r.segments = segs.data();
@@ -209,7 +238,9 @@ void SparseRoundTrip(uint64_t max, uint64_t row, size_t rows) {
 TEST(TcpSparsePath, WritesAndReadsLandOnEitherSideOfTheThreshold) {
   for (uint64_t max : {0ull, 64ull, 1ull << 20}) {
     for (uint64_t row : {1ull, 63ull, 64ull, 65ull, 300ull}) {
-      SparseRoundTrip(max, row, 3000);  // > one 64 KiB bounce chunk for rows >= 22 B
+      for (bool scattered : {false, true}) {
+        SparseRoundTrip(max, row, 3000, scattered);  // > one 64 KiB chunk for rows >= 22 B
+      }
     }
     for (uint64_t row : {20000ull, 100000ull}) {  // rows near and above the 64 KiB scratch
       SparseRoundTrip(max, row, 40);

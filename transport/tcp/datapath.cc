@@ -154,6 +154,9 @@ void TcpTransport::PostRequest(Conn& c, const Op& op) {
   if (op.type == OpType::kWrite) item.data.SetContig(local + op.local_offset, op.length);
   if (op.type == OpType::kSparseWrite) {
     item.data.SetSegments(local, op.segments, op.num_segments, false, bytes);
+    // Small scattered rows: copied into the tx scratch and sent as one buffer (FlushTx).
+    item.gather =
+        ShouldGatherSource(op.segments, op.num_segments, bytes, params_.gather_max_row);
   }
 }
 
