@@ -56,19 +56,16 @@ for round in $(seq "$ROUNDS"); do
     >"$work/ref.log" 2>&1 || { cat "$work/ref.log" >&2; exit 1; }
 done
 
-python3 - "$work" "$ROUNDS" "$BACKEND" "$TITLE" "$OLD" "${NEW:-$BUILD}" "${DOC:-}" <<'PY'
-import datetime, json, statistics, sys
+PYTHONPATH="$ROOT/perf/psbench" python3 - "$work" "$ROUNDS" "$BACKEND" "$TITLE" "$OLD" \
+  "${NEW:-$BUILD}" "${DOC:-}" <<'PY'
+import datetime, statistics, sys
+from rounds import keys_per_sec, ratio as ratio_of
 work, rounds, backend, title, old, new, doc = sys.argv[1:]
 rounds = range(1, int(rounds) + 1)
 def keys(which, op):
-    out = []
-    for r in rounds:
-        j = json.load(open(f"{work}/{which}.{r}.json"))
-        out.append(next(x["keys_per_sec"] for x in j["results"] if x["op"] == op))
-    return out
+    return [keys_per_sec(f"{work}/{which}.{r}.json", op) for r in rounds]
 def ratio(a, b):
-    rs = [x / y for x, y in zip(a, b)]
-    return f"{statistics.median(rs):.2f}x [{min(rs):.2f}-{max(rs):.2f}]"
+    return ratio_of(a, b)[1]
 def mk(xs):
     return f"{statistics.median(xs) / 1e6:.2f} M"
 ref = {"pull": keys("ref", "gather"), "push": keys("ref", "adagrad")}

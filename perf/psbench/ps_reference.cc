@@ -15,7 +15,10 @@
 //            before the first is timed, so the rows are not cache-warm from the lookup);
 //   <opt>    per batch, in blocks of ps::kApplyBlock keys: FindBatch + MarkUpdated +
 //            ps::ApplyUpdate on each row with the gradients
-//            ferry-ps-bench pushes — what a server's push does without the transport.
+//            ferry-ps-bench pushes — what a server's push does without the transport (the SIMD
+//            kernels, rows prefetched kApplyAhead keys ahead);
+//   plain    (not in all) the same with the plain loops (ps::ApplyUpdateScalar) and no prefetch
+//            ahead: the update as first written, beside the new one (`--op update,plain`).
 // After the timed loops an untimed check compares a gathered batch with ps::InitWeights.
 //
 //   ps_reference --op all --keys 100000 --dim 16 --key-space 1000000 --iters 100 --json
@@ -182,9 +185,11 @@ Result<RefResult> MemcpyGather(const ps::ArrayHashMap& m, const BenchOptions& o)
 }
 
 // The optimizer applied in place, as a server applies a push.
-Result<RefResult> Update(ps::ArrayHashMap& m, const BenchOptions& o) {
+// plain: the update as it was first written, for comparison: one coordinate at a time
+// (ps::ApplyUpdateScalar) and no rows prefetched ahead.
+Result<RefResult> Update(ps::ArrayHashMap& m, const BenchOptions& o, bool plain) {
   RefResult r;
-  r.op = std::string(ps::OptimizerName(o.optimizer.kind));
+  r.op = std::string(ps::OptimizerName(o.optimizer.kind)) + (plain ? "-plain" : "");
   const uint64_t total = uint64_t{o.warmup} + o.iters;
   FERRY_ASSIGN_OR_RETURN(
       KeyBatches batches,
@@ -202,12 +207,20 @@ Result<RefResult> Update(ps::ArrayHashMap& m, const BenchOptions& o) {
         const uint32_t len = std::min<uint32_t>(ps::kApplyBlock, o.keys - i);
         FERRY_RETURN_IF_ERROR(m.FindBatch(keys.subspan(i, len), std::span(slots.data(), len)));
       }
+      // As the server: the rows kApplyAhead keys on (in this block) are prefetched whole.
+      const uint32_t block_end =
+          std::min(ps::kApplyBlock, o.keys - i / ps::kApplyBlock * ps::kApplyBlock);
+      const uint32_t ahead = i % ps::kApplyBlock + ps::kApplyAhead;
+      if (!plain && ahead < block_end && slots[ahead] != ps::ArrayHashMap::kNoSlot) {
+        m.PrefetchRowForUpdate(slots[ahead]);
+      }
       const uint32_t slot = slots[i % ps::kApplyBlock];
       if (slot == ps::ArrayHashMap::kNoSlot) continue;  // as the server skips refused keys
       uint8_t* row = m.Row(slot);
       ps::ArrayHashMap::MarkUpdated(row);
-      ps::ApplyUpdate(o.optimizer, o.dim, m.Embedding(row), m.State(row),
-                      grads.data() + size_t{i} * o.dim, ps::ArrayHashMap::Meta(row)->update_count);
+      const auto apply = plain ? ps::ApplyUpdateScalar : ps::ApplyUpdate;
+      apply(o.optimizer, o.dim, m.Embedding(row), m.State(row), grads.data() + size_t{i} * o.dim,
+            ps::ArrayHashMap::Meta(row)->update_count);
     }
     b = SteadyClock::now();
     if (it >= o.warmup) r.usec.push_back(MicrosBetween(a, b));
@@ -295,7 +308,7 @@ int Run(const RefFlags& f) {
   }
   o.optimizer.kind = *opt;
   o.optimizer.learning_rate = f.lr;
-  bool do_gather = false, do_memcpy = false, do_update = false;
+  bool do_gather = false, do_memcpy = false, do_update = false, do_plain = false;
   std::stringstream in(f.ops);
   for (std::string item; std::getline(in, item, ',');) {
     if (item == "all") {
@@ -306,8 +319,11 @@ int Run(const RefFlags& f) {
       do_memcpy = true;
     } else if (item == "update" || item == std::string(ps::OptimizerName(o.optimizer.kind))) {
       do_update = true;
+    } else if (item == "plain") {
+      do_plain = true;
     } else {
-      std::fprintf(stderr, "ps_reference: error: unknown --op '%s' (gather, memcpy, update, all)\n",
+      std::fprintf(stderr,
+                   "ps_reference: error: unknown --op '%s' (gather, memcpy, update, plain, all)\n",
                    item.c_str());
       return 2;
     }
@@ -339,8 +355,9 @@ int Run(const RefFlags& f) {
     if (!r.ok()) return fail(r.status());
     results.push_back(std::move(r).value());
   }
-  if (do_update) {  // last: it changes the rows the gathers check
-    auto r = Update(m, o);
+  for (bool plain : {false, true}) {  // last: they change the rows the gathers check
+    if (!(plain ? do_plain : do_update)) continue;
+    auto r = Update(m, o, plain);
     if (!r.ok()) return fail(r.status());
     results.push_back(std::move(r).value());
   }
@@ -414,7 +431,8 @@ int main(int argc, char** argv) {
       "ps_reference: ferry-ps-bench's in-process references (no transport, one thread):\n"
       "the memcpy gather limit of a pull and the optimizer rate of a push."};
   ferry::psbench::RefFlags f;
-  app.add_option("--op", f.ops, "gather, memcpy, update (the optimizer) or all")
+  app.add_option("--op", f.ops,
+                 "gather, memcpy, update (the optimizer), plain (its plain loops) or all")
       ->capture_default_str();
   app.add_option("-k,--keys", f.keys, "keys per batch")->capture_default_str();
   app.add_option("--dim", f.dim, "floats per row")->capture_default_str();

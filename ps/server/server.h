@@ -276,6 +276,7 @@ class Server {
   // Applies a push of `worker` (row records: a chain head logs and sends its decisions, a replica
   // follows them; server_records.cc).
   Status ApplyPush(Table& t, const RequestView& req, uint32_t worker);
+  void PrefetchAhead(const ArrayHashMap& m, bool leads, bool follows, uint32_t i, uint32_t n) const;
   Status ReplyRows(uint32_t w, const RequestView& req, Table& t);
   Status SendRecord(uint32_t w, uint32_t seq, const Status& status);
   // Slots of keys in table t, creating absent rows (with the initializer, subject to admission;

@@ -192,6 +192,24 @@ void Server::InitRow(Table& t, uint64_t key, uint8_t* row) {
   }
 }
 
+// The row kApplyAhead keys on, prefetched whole while key i is applied, when its slot is known
+// already: the head's resolved push, or the current block of slots (a replica finds its rows
+// one by one and prefetches nothing).
+void Server::PrefetchAhead(const ArrayHashMap& m, bool leads, bool follows, uint32_t i,
+                           uint32_t n) const {
+  const uint32_t ahead = i + kApplyAhead;
+  if (ahead >= n || follows) return;
+  uint32_t slot;
+  if (leads) {
+    slot = push_slots_[ahead];
+  } else if (ahead / kApplyBlock == i / kApplyBlock) {
+    slot = slots_[ahead % kApplyBlock];
+  } else {
+    return;
+  }
+  if (slot != ArrayHashMap::kNoSlot) m.PrefetchRowForUpdate(slot);
+}
+
 Status Server::ApplyPush(Table& t, const RequestView& req, uint32_t worker) {
   ArrayHashMap& m = *t.map;
   const uint32_t n = req.header.num_keys;
@@ -224,6 +242,7 @@ Status Server::ApplyPush(Table& t, const RequestView& req, uint32_t worker) {
       }
       slot = slots_[i % kApplyBlock];
     }
+    PrefetchAhead(m, leads, follows, i, n);
     if (slot == ArrayHashMap::kNoSlot) continue;
     uint8_t* row = m.Row(slot);
     const float* g;

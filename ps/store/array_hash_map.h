@@ -222,6 +222,15 @@ class ArrayHashMap {
     if (slot != kNoSlot) __builtin_prefetch(Row(slot), 1);
   }
   Result<Insertion> AccessWithFp(uint64_t key, uint32_t fp);
+  // Every cache line of `slot`'s row, for writing: a push's update prefetches the rows a few
+  // keys ahead of the one it applies, so their misses overlap the arithmetic (a lookup brings in
+  // only the row's first line, where the key is).
+  void PrefetchRowForUpdate(uint32_t slot) const {
+    const uintptr_t row = reinterpret_cast<uintptr_t>(Row(slot));
+    for (uintptr_t line = row & ~uintptr_t{63}; line < row + layout_.stride; line += 64) {
+      __builtin_prefetch(reinterpret_cast<const void*>(line), 1);
+    }
+  }
   // Bumps version and update_count (call after writing a row's weights). Needs metadata.
   static void MarkUpdated(uint8_t* row) {
     RowMeta* m = Meta(row);

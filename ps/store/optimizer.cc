@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "ps/store/row_update.h"
+
 namespace ferry::ps {
 
 Result<Optimizer> ParseOptimizer(std::string_view name) {
@@ -67,6 +69,11 @@ void InitState(const OptimizerSpec& spec, uint32_t dim, float* state) {
 
 void ApplyUpdate(const OptimizerSpec& spec, uint32_t dim, float* w, float* state, const float* g,
                  uint32_t step) {
+  ApplyUpdateWith(BestRowIsa(), spec, dim, w, state, g, step);
+}
+
+void ApplyUpdateScalar(const OptimizerSpec& spec, uint32_t dim, float* w, float* state,
+                       const float* g, uint32_t step) {
   const float lr = spec.learning_rate;
   switch (spec.kind) {
     case Optimizer::kNone:

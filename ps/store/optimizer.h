@@ -54,14 +54,23 @@ Status ValidateOptimizer(const OptimizerSpec& spec);
 // prefetched are still in cache when the update touches them (a whole request's lookups first
 // would have evicted them again at 100k keys).
 inline constexpr uint32_t kApplyBlock = 256;
+// Keys ahead of the one being updated whose rows are prefetched whole
+// (ArrayHashMap::PrefetchRowForUpdate): enough misses in flight to cover an update's arithmetic.
+inline constexpr uint32_t kApplyAhead = 8;
 
 // State floats a row of `dim` weights needs (= OptimizerStateFloats(spec.kind, dim)).
 uint32_t StateFloats(const OptimizerSpec& spec, uint32_t dim);
 // Writes the initial optimizer state of a new row.
 void InitState(const OptimizerSpec& spec, uint32_t dim, float* state);
 // One update of a row. `step` is the row's update count including this update (Adam's t >= 1).
+// Runs the SIMD kernels of row_update.h (AVX2 where the CPU has it, else SSE2), which give the
+// bytes of ApplyUpdateScalar.
 void ApplyUpdate(const OptimizerSpec& spec, uint32_t dim, float* w, float* state, const float* g,
                  uint32_t step);
+// The same update as plain loops, one coordinate at a time: the reference the kernels are tested
+// against and the benchmarks' baseline.
+void ApplyUpdateScalar(const OptimizerSpec& spec, uint32_t dim, float* w, float* state,
+                       const float* g, uint32_t step);
 
 struct InitializerSpec {
   enum class Kind : uint8_t { kZero, kUniform, kNormal };
