@@ -1,8 +1,9 @@
 // The SIMD row updates (row_update.h). row_update_kernels.inc holds the kernels once; it is
 // included below in one namespace per instruction set, after that set's vector operations (Vec)
-// and, for AVX2, under `#pragma GCC target("avx2")`, so each set's code is compiled for that set
-// only and nothing compiled for AVX2 can be picked where only SSE2 runs (no inline function is
-// shared between the namespaces; the AVX2 one holds nothing but these kernels).
+// and, for AVX2, under a target("avx2") region (GCC's pragma, clang's attribute), so each set's
+// code is compiled for that set only and nothing compiled for AVX2 can be picked where only SSE2
+// runs (no inline function is shared between the namespaces; the AVX2 one holds nothing but these
+// kernels).
 #include "ps/store/row_update.h"
 
 #include <cmath>
@@ -53,8 +54,14 @@ struct Vec {
 #include "ps/store/row_update_kernels.inc"
 }  // namespace sse2
 
+// GCC takes the target for a region by pragma; clang by applying the attribute to each function
+// of the region.
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2")
+#endif
 namespace avx2 {
 struct Vec {
   using V = __m256;
@@ -75,7 +82,11 @@ struct Vec {
 };
 #include "ps/store/row_update_kernels.inc"
 }  // namespace avx2
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 #endif  // __x86_64__
 
