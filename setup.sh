@@ -27,7 +27,7 @@ run() {  # run <title> <command...>
 }
 run "latency, tcp, loopback" "$bin/bench/ferry-lat" --transport tcp --local --size 8,4096 --iters 2000
 run "bandwidth, tcp, loopback" "$bin/bench/ferry-bw" --transport tcp --local --size 65536,1048576 --iters 500
-if "$bin/info/ferry-info" --backend ucx --json 2>/dev/null | grep -q '"available": *true'; then
+if grep -q '"available": *true' <<<"$("$bin/info/ferry-info" --backend ucx --json 2>/dev/null)"; then
   run "latency, ucx over shared memory" "$bin/bench/ferry-lat" --transport ucx --param UCX_TLS=shm,self --local --size 8,4096 --iters 2000
   run "bandwidth, ucx over shared memory" "$bin/bench/ferry-bw" --transport ucx --param UCX_TLS=shm,self --local --size 65536,1048576 --iters 500
   run "sparse write, ucx over shared memory: 10k rows of 64 B" "$bin/bench/ferry-bw" --transport ucx --param UCX_TLS=shm,self --local --op sparse_write --rows 10000 --row-size 64 --iters 50

@@ -30,7 +30,7 @@ FERRY_PACKAGES=(
 ferry_missing_packages() {
   local missing=() p
   for p in "$@"; do
-    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    if ! grep -q "install ok installed" <<<"$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)"; then
       missing+=("$p")
     fi
   done

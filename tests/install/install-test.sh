@@ -14,6 +14,9 @@
 #   lintian   lintian over the same packages: no error, no warning.
 # Exit 0 pass, 1 fail (every problem printed), 77 skip with the reason.
 set -uo pipefail
+# No `cmd | grep -q`: under pipefail grep -q quitting at its first match makes a cmd still
+# writing die of SIGPIPE and the pipeline fail (a CI run failed on ldd's that way); the output
+# is taken whole and searched (<<<).
 readonly case_name=$1 build=$2 src=$3 version=$4
 
 work=$(mktemp -d)
@@ -56,11 +59,11 @@ build_and_run_example() {
   unset PKG_CONFIG_LIBDIR PKG_CONFIG_SYSROOT_DIR
   libdir=$(dirname "$(find "$root" -name 'libferry.so.0' | head -1)")
   # The example must load libferry from ROOT, not from anywhere else on this machine.
-  if ! LD_LIBRARY_PATH=$libdir ldd "$ex/sparse_write" | grep -q "libferry.so.0 => $libdir/"; then
+  if ! grep -q "libferry.so.0 => $libdir/" <<<"$(LD_LIBRARY_PATH=$libdir ldd "$ex/sparse_write")"; then
     fail "sparse_write does not resolve libferry.so.0 in $libdir"
   fi
   local backends=(tcp)
-  if "$build/tools/info/ferry-info" --backend ucx --json 2>/dev/null | grep -q '"available": *true'; then
+  if grep -q '"available": *true' <<<"$("$build/tools/info/ferry-info" --backend ucx --json 2>/dev/null)"; then
     backends+=(ucx)
   fi
   local b out
@@ -148,7 +151,7 @@ case $case_name in
     [ -d "$mandir" ] && ok "man pages: $(ls "$mandir" | wc -l) in man1"
     # Nothing else (test or benchmark binaries) lands in bin/.
     for f in $installed; do
-      printf '%s\n' "${expected[@]}" | grep -qx "$f" || fail "unexpected file installed in bin/: $f"
+      grep -qx "$f" <<<"$(printf '%s\n' "${expected[@]}")" || fail "unexpected file installed in bin/: $f"
     done
     ;;
 
@@ -198,7 +201,7 @@ case $case_name in
     # Every dependency is satisfied here (the tools are about to run on this machine).
     for p in $(sed -n 's/^ Depends: //p' "$work"/*.info | tr ',|' '\n\n' | sed 's/(.*//; s/ //g' |
                grep -v '^libferry' | sort -u); do
-      dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+      grep -q "install ok installed" <<<"$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" ||
         fail "dependency $p is not installed on this machine"
     done
     # A clean root: an empty dpkg database, nothing else. The packages' own files only.
@@ -212,7 +215,7 @@ case $case_name in
       fail "dpkg -i into a clean root:"; sed 's/^/    /' "$work/dpkg.log"; exit 1
     fi
     for p in ferry libferry0 libferry-dev; do
-      dpkg --root="$root" -s "$p" 2>/dev/null | grep -q "^Status: install ok installed" ||
+      grep -q "^Status: install ok installed" <<<"$(dpkg --root="$root" -s "$p" 2>/dev/null)" ||
         fail "dpkg does not record $p as installed"
     done
     ok "dpkg --root: ferry, libferry0, libferry-dev installed"

@@ -61,7 +61,7 @@ fi
 [[ -r $state/cluster.env ]] || { echo "FAIL: no Slurm cluster in $state (slurm-cluster.sh up $state)" >&2; exit 1; }
 SLURM_CONF=$(sed -n 's/^SLURM_CONF=//p' "$state/cluster.env")
 export SLURM_CONF
-if ! srun --mpi=list 2>&1 | grep -qw -- "$mpi"; then
+if ! grep -qw -- "$mpi" <<<"$(srun --mpi=list 2>&1)"; then
   echo "SKIP: this Slurm has no MPI plugin '$mpi' (srun --mpi=list)"
   exit 77
 fi
