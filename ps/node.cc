@@ -175,15 +175,20 @@ Result<ControlClient*> Node::RegisterRole(const JobSpec& job, Role role, uint32_
 }
 
 Status Node::StartRoles(const JobSpec& job) {
-  // Bring both roles up to "registered" first: the coordinator publishes the membership only
-  // once every member of the job registered, and a colocated rank is two members.
+  // Bring every role up to "registered" first: the coordinator publishes the membership only
+  // once every member of the job registered, and a server rank is server_threads members (a
+  // colocated rank one more).
   if (roles_.server >= 0) {
-    const uint32_t i = static_cast<uint32_t>(roles_.server);
-    FERRY_ASSIGN_OR_RETURN(auto data, CreateDataTransport(job, Role::kServer, i));
-    FERRY_ASSIGN_OR_RETURN(server_, Server::Create(job, i, std::move(data), data_host_));
-    FERRY_RETURN_IF_ERROR(RegisterRole(job, Role::kServer, i, server_->data_address(),
-                                       server_->transport(), &server_control_)
-                              .status());
+    servers_ = std::vector<ShardServer>(job.server_threads);
+    for (uint32_t t = 0; t < job.server_threads; ++t) {
+      ShardServer& s = servers_[t];
+      s.index = ShardServerOf(job, static_cast<uint32_t>(roles_.server), t);
+      FERRY_ASSIGN_OR_RETURN(auto data, CreateDataTransport(job, Role::kServer, s.index));
+      FERRY_ASSIGN_OR_RETURN(s.server, Server::Create(job, s.index, std::move(data), data_host_));
+      FERRY_RETURN_IF_ERROR(RegisterRole(job, Role::kServer, s.index, s.server->data_address(),
+                                         s.server->transport(), &s.control)
+                                .status());
+    }
   }
   if (roles_.worker >= 0) {
     const uint32_t i = static_cast<uint32_t>(roles_.worker);
@@ -192,36 +197,10 @@ Status Node::StartRoles(const JobSpec& job) {
     FERRY_RETURN_IF_ERROR(
         RegisterRole(job, Role::kWorker, i, "", worker_->transport(), &worker_control_).status());
   }
-  // The server accepts on its own thread while this thread's worker (if any) connects.
-  if (server_ != nullptr) {
-    const std::string who = "server " + std::to_string(roles_.server);
-    server_thread_ = std::thread([this, who, timeout = job.startup_timeout] {
-      auto mem = Expect(server_control_.get(), ControlKind::kMembership, timeout, who, stopping_);
-      Status s = mem.status();
-      if (s.ok()) {
-        // With replicas every server also connects to its successors while it accepts its
-        // predecessors: the connections form a ring, so both happen at once (the transport is
-        // thread-safe).
-        Status connected;
-        std::thread successors([&] {
-          connected = server_->ConnectSuccessors(mem->members, timeout);
-          if (!connected.ok()) server_->RequestStop();  // ends AcceptWorkers' wait
-        });
-        s = server_->AcceptWorkers(server_control_.get(), timeout);
-        successors.join();
-        if (!connected.ok()) s = connected;
-      }
-      if (s.ok()) {
-        ControlMessage ready;
-        ready.kind = ControlKind::kReady;
-        s = server_control_->Send(ready);
-      }
-      if (s.ok())
-        s = Expect(server_control_.get(), ControlKind::kStart, timeout, who, stopping_).status();
-      server_started_.set_value(s);
-      if (s.ok()) s = server_->Serve(server_control_.get());
-      server_status_ = s.ok() ? s : s.Annotate(who + " (rank " + std::to_string(env_.rank) + ")");
-    });
+  // Each shard server accepts on its own thread while this thread's worker (if any) connects.
+  for (ShardServer& s : servers_) {
+    s.thread =
+        std::thread([this, &s, timeout = job.startup_timeout] { RunShardServer(&s, timeout); });
   }
   if (worker_ != nullptr) {
     const std::string who = "worker " + std::to_string(roles_.worker);
@@ -237,19 +216,51 @@ Status Node::StartRoles(const JobSpec& job) {
         Expect(worker_control_.get(), ControlKind::kStart, job.startup_timeout, who, stopping_)
             .status());
   }
-  if (server_ != nullptr) {
-    // The contract (node.h): Start returns once the whole job passed the start barrier, on a
-    // server-only rank too. (Measured without this: rank 0 = coordinator + server 0 returned
-    // at once, and a test that killed it "1 s into the job" killed it before the others joined.)
-    Status s = server_started_.get_future().get();
-    if (!s.ok()) return s.Annotate("server " + std::to_string(roles_.server));
+  // The contract (node.h): Start returns once the whole job passed the start barrier, on a
+  // server-only rank too. (Measured without this: rank 0 = coordinator + server 0 returned
+  // at once, and a test that killed it "1 s into the job" killed it before the others joined.)
+  for (ShardServer& s : servers_) {
+    Status st = s.started.get_future().get();
+    if (!st.ok()) return st.Annotate("server " + std::to_string(s.index));
   }
   return Status::Ok();
 }
 
+void Node::RunShardServer(ShardServer* ss, Millis timeout) {
+  const std::string who = "server " + std::to_string(ss->index);
+  Server* server = ss->server.get();
+  ControlClient* control = ss->control.get();
+  auto mem = Expect(control, ControlKind::kMembership, timeout, who, stopping_);
+  Status s = mem.status();
+  if (s.ok()) {
+    // With replicas every server also connects to its successors while it accepts its
+    // predecessors: the connections form a ring, so both happen at once (the transport is
+    // thread-safe).
+    Status connected;
+    std::thread successors([&] {
+      connected = server->ConnectSuccessors(mem->members, timeout);
+      if (!connected.ok()) server->RequestStop();  // ends AcceptWorkers' wait
+    });
+    s = server->AcceptWorkers(control, timeout);
+    successors.join();
+    if (!connected.ok()) s = connected;
+  }
+  if (s.ok()) {
+    ControlMessage ready;
+    ready.kind = ControlKind::kReady;
+    s = control->Send(ready);
+  }
+  if (s.ok()) s = Expect(control, ControlKind::kStart, timeout, who, stopping_).status();
+  ss->started.set_value(s);
+  if (s.ok()) s = server->Serve(control);
+  ss->status = s.ok() ? s : s.Annotate(who + " (rank " + std::to_string(env_.rank) + ")");
+}
+
 void Node::ReportStartFailure(const JobSpec& job, const Status& why) {
   // Without this the others would wait for this rank until the startup timeout.
-  ControlClient* c = worker_control_ ? worker_control_.get() : server_control_.get();
+  ControlClient* c = worker_control_     ? worker_control_.get()
+                     : !servers_.empty() ? servers_.front().control.get()
+                                         : nullptr;
   std::unique_ptr<ControlClient> own;
   if (c == nullptr) {
     auto fresh = ControlClient::Connect(coordinator_address_, job, nullptr, Millis(5000));
@@ -273,11 +284,13 @@ Status Node::Join() {
     Status s = worker_->Finish();
     if (!s.ok() && first.ok()) first = s;
   }
-  if (server_thread_.joinable()) server_thread_.join();
-  if (!server_status_.ok() && first.ok()) first = server_status_;
+  for (ShardServer& s : servers_) {
+    if (s.thread.joinable()) s.thread.join();
+    if (!s.status.ok() && first.ok()) first = s.status;
+  }
   // Leave the job: the coordinator ends once every member's control connection closed.
   worker_control_.reset();
-  server_control_.reset();
+  for (ShardServer& s : servers_) s.control.reset();
   if (coordinator_ != nullptr) {
     Status s = coordinator_->Join();
     if (!s.ok() && first.ok()) first = s;
@@ -286,28 +299,29 @@ Status Node::Join() {
 }
 
 Node::~Node() {
-  // A Node destroyed without Join (an error path): stop the server thread, then tear down in
+  // A Node destroyed without Join (an error path): stop the server threads, then tear down in
   // reverse order of creation.
   stopping_ = true;
-  if (server_ != nullptr) server_->RequestStop();
-  if (server_thread_.joinable()) server_thread_.join();
+  for (ShardServer& s : servers_) {
+    if (s.server != nullptr) s.server->RequestStop();
+  }
+  for (ShardServer& s : servers_) {
+    if (s.thread.joinable()) s.thread.join();
+  }
   // The control clients go first: their pump threads call into the roles' data transports
-  // (Wake on each message or failure, the idle hook), which die with the worker and the server.
+  // (Wake on each message or failure, the idle hook), which die with the worker and the servers.
   // Leaving the control plane first also tells the coordinator at once that this rank is gone.
   worker_control_.reset();
-  server_control_.reset();
-  // A colocated rank's worker and server are connected to each other: closing an endpoint
-  // (ucx) waits for the peer's transport to take part, and one destroyed after the other would
-  // wait its whole close timeout for a peer nobody drives any more. Both go down at once.
-  if (worker_ != nullptr && server_ != nullptr) {
-    std::thread server_end([this] { server_.reset(); });
-    worker_.reset();
-    server_end.join();
-  }
+  for (ShardServer& s : servers_) s.control.reset();
+  // A colocated rank's worker and servers are connected to each other, and a rank's shard
+  // servers to each other (replica chains): closing an endpoint (ucx) waits for the peer's
+  // transport to take part, and one destroyed after the other would wait its whole close
+  // timeout for a peer nobody drives any more. All go down at once.
+  std::vector<std::thread> ends;
+  for (ShardServer& s : servers_) ends.emplace_back([&s] { s.server.reset(); });
   worker_.reset();
-  worker_control_.reset();
-  server_.reset();
-  server_control_.reset();
+  for (std::thread& t : ends) t.join();
+  servers_.clear();
   coordinator_.reset();
 }
 

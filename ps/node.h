@@ -3,8 +3,9 @@
 // ps/launch/rendezvous.h), takes this rank's roles (JobSpec::role_rule), brings each role up and
 // returns once the whole job has passed the start barrier:
 //
-//   server role  tables + staging rings registered, listening; registers with the coordinator,
-//                accepts every worker's data connection, then serves on its own thread;
+//   server role  JobSpec::server_threads shard servers, each: tables + staging rings registered,
+//                listening; registers with the coordinator, accepts every worker's data
+//                connection, then serves on its own thread;
 //   worker role  arena registered; registers, connects to every server; then worker() is ready.
 //
 //   int main(int argc, char** argv) {
@@ -23,8 +24,8 @@
 // per role; it listens on FERRY_DATA_HOST, or else on the local address this host uses to reach
 // the coordinator. Control traffic always uses Ferry's tcp backend (ps/wire/control.h).
 //
-// Threading: Start, worker() and Join from one thread; the server and the coordinator run on
-// threads of their own.
+// Threading: Start, worker() and Join from one thread; each shard server and the coordinator
+// run on threads of their own.
 #pragma once
 
 #include <atomic>
@@ -32,6 +33,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "ps/coordinator/coordinator.h"
 #include "ps/job/job.h"
@@ -57,8 +59,12 @@ class Node {
   const std::string& coordinator_address() const { return coordinator_address_; }
   // This rank's worker, or nullptr.
   Worker* worker() { return worker_.get(); }
-  // This rank's server, or nullptr. Its tables may be read only after Join().
-  Server* server() { return server_.get(); }
+  // This rank's first shard server, or nullptr. Its tables may be read only after Join().
+  Server* server() { return servers_.empty() ? nullptr : servers_.front().server.get(); }
+  // This rank's shard servers (JobSpec::server_threads of them on a server rank; ps/job/job.h),
+  // in order of thread t: shard server ShardServerOf(job, roles().server, t).
+  size_t num_shard_servers() const { return servers_.size(); }
+  Server* shard_server(size_t t) { return servers_[t].server.get(); }
 
   // Waits for this rank's roles to end: the server serves until the job shuts down, the
   // coordinator (rank 0) until every member left. A worker must have called Finish() first
@@ -81,15 +87,22 @@ class Node {
   std::string coordinator_address_;
   std::string data_host_;
   std::unique_ptr<Coordinator> coordinator_;
-  std::unique_ptr<ControlClient> server_control_;
+  // One shard server: its control connection, the thread that starts and then serves it.
+  struct ShardServer {
+    uint32_t index = 0;  // shard server index
+    std::unique_ptr<ControlClient> control;
+    std::unique_ptr<Server> server;
+    std::thread thread;
+    Status status;
+    // Set by the thread once it passed the start barrier (or failed before): Start waits for
+    // it, so that a server-only rank also returns only when the whole job has started.
+    std::promise<Status> started;
+  };
+  void RunShardServer(ShardServer* s, Millis timeout);
+
   std::unique_ptr<ControlClient> worker_control_;
-  std::unique_ptr<Server> server_;
+  std::vector<ShardServer> servers_;  // sized once, before any thread starts
   std::unique_ptr<Worker> worker_;
-  std::thread server_thread_;
-  Status server_status_;
-  // Set by the server thread once it passed the start barrier (or failed before): Start waits
-  // for it, so that a server-only rank also returns only when the whole job has started.
-  std::promise<Status> server_started_;
   bool worker_finished_ = false;
   std::atomic<bool> stopping_{false};
 };

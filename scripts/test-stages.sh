@@ -190,7 +190,10 @@ ferry_asan_stage() {
   (
     ferry_sanitizer_env
     # Sanitized code runs 2-3x slower: give every test three times its timeout.
-    meson test -C "$build" --print-errorlogs --no-suite rdma --no-suite install --timeout-multiplier 3
+    # 'ps-threads' (the ps suites again with two shard servers per rank) runs in main and,
+    # for the tcp jobs, under TSan: the same code with more threads.
+    meson test -C "$build" --print-errorlogs --no-suite rdma --no-suite install \
+      --no-suite ps-threads --timeout-multiplier 3
   ) | tee "$FERRY_RESULTS_DIR/asan-meson.txt" || rc=1
   cp "$build/meson-logs/testlog.json" "$FERRY_RESULTS_DIR/asan-testlog.json" 2>/dev/null
   local log="$build/meson-logs/testlog.txt" summary passed reports
@@ -202,7 +205,8 @@ ferry_asan_stage() {
   return $rc
 }
 
-# Multi-threaded tests and the gtest filters that select them (binary relative to the build).
+# Multi-threaded tests and the gtest filters that select them (binary relative to the build),
+# optionally with one VAR=VALUE for the run after a second '|'.
 FERRY_TSAN_RUNS=(
   "tests/conformance/conformance|*TwoThreadsPostAndPollOneTransport*:*IntegrityWithTargetProgressThread*:*PeerKilled*:*CloseCancels*"
   "tests/tcp/tcp_test|TcpStream.TwoThreads*:TcpStream.Deregister*:TcpStream.SilentPeer*:TcpStream.CloseCancels*:TcpHostile.*"
@@ -217,6 +221,10 @@ FERRY_TSAN_RUNS=(
   # Replicated shards: forwards, acks and failovers between server threads, the coordinator's
   # accusation window, workers re-sending to new heads (tcp).
   "tests/ps/ps_replica_test|*/tcp"
+  # The same with two shard servers per server rank (JobSpec::server_threads): more threads per
+  # process, each with its own tables and transport.
+  "tests/ps/ps_job_test|*/tcp|FERRY_TEST_SERVER_THREADS=2"
+  "tests/ps/ps_replica_test|*/tcp|FERRY_TEST_SERVER_THREADS=2"
   "tests/fault/fault_test|*"
   "tests/topology/pool_test|*Concurrent*"
   # The progress thread, and the heartbeat thread that answers while the owner is stuck.
@@ -260,20 +268,30 @@ ferry_tsan_stage() {
     for run in "${FERRY_TSAN_RUNS[@]}"; do
       exe=${run%%|*}
       filter=${run#*|}
+      local var="" name
+      if [[ $filter == *"|"* ]]; then
+        var=${filter#*|}
+        filter=${filter%%|*}
+      fi
+      name=$(basename "$exe")${var:+ ($var)}
       if [ ! -x "$build/$exe" ]; then  # a backend this build lacks (e.g. no UCX)
-        echo "tsan $(basename "$exe"): skipped (not built here)"
+        echo "tsan $name: skipped (not built here)"
         continue
       fi
       local log
-      log="$build/tsan-$(basename "$exe").log"
-      timeout 900 "$build/$exe" --gtest_filter="$filter" >"$log" 2>&1
+      log="$build/tsan-$(basename "$exe")${var:+-${var//[^A-Za-z0-9]/_}}.log"
+      if [ -n "$var" ]; then
+        env "$var" timeout 900 "$build/$exe" --gtest_filter="$filter" >"$log" 2>&1
+      else
+        timeout 900 "$build/$exe" --gtest_filter="$filter" >"$log" 2>&1
+      fi
       local status=$?
       if [ $status -eq 0 ]; then
-        echo "tsan $(basename "$exe"): ok, $(grep -Eo '^\[  PASSED  \] [0-9]+' "$log" | grep -Eo '[0-9]+$') tests passed"
+        echo "tsan $name: ok, $(grep -Eo '^\[  PASSED  \] [0-9]+' "$log" | grep -Eo '[0-9]+$') tests passed"
       elif [ $status -eq 77 ]; then  # every case skipped (tests/common/skips.h): nothing ran
-        echo "tsan $(basename "$exe"): SKIPPED, every case skipped (log $log)"
+        echo "tsan $name: SKIPPED, every case skipped (log $log)"
       else
-        echo "tsan $(basename "$exe"): FAILED (log $log)"
+        echo "tsan $name: FAILED (log $log)"
         grep -E 'WARNING: ThreadSanitizer|SUMMARY: ThreadSanitizer|^\[  FAILED  \]' "$log" | head -20
         rc=1
       fi

@@ -28,6 +28,11 @@ void AddTrainFlags(CLI::App& app, TrainOptions* o, TrainFlagText* t) {
   app.add_option("--servers", o->servers, "servers of the local cluster (or of the launcher's job)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--server-threads", o->server_threads,
+                 "shard servers per server, each on its own thread (and core) with its own\n"
+                 "share of the keys, transport and progress")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   app.add_option("--replicas", o->replicas,
                  "copies of each server's shard (chain replication): with 2 or more a server\n"
                  "that dies fails over to its replicas while training goes on (1: off)")

@@ -13,7 +13,8 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd -P)
 BUILD=${BUILD:-$ROOT/obj-x86_64-linux-gnu}
 REF="$BUILD/perf/psbench/ps_reference"
 ROUNDS=${ROUNDS:-5}
-[ -x "$REF" ] || { echo "apply.sh: $REF missing" >&2; exit 1; }
+source "$ROOT/perf/psbench/backends.sh"
+need_bins apply.sh "$REF"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 for round in $(seq "$ROUNDS"); do
@@ -26,7 +27,7 @@ PYTHONPATH="$ROOT/perf/psbench" python3 - "$work" "$ROUNDS" \
   "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)" \
   "$(awk '/ avx2 /{print "avx2"; exit}' /proc/cpuinfo)" "${DOC:-}" <<'PY'
 import datetime, statistics, sys
-from rounds import keys_per_sec, ratio
+from rounds import emit, keys_per_sec, ratio
 work, rounds, cpu, avx2, doc = sys.argv[1:]
 rounds = range(1, int(rounds) + 1)
 def ks(opt, op):
@@ -50,8 +51,5 @@ lines += ["", "update: `ps::ApplyUpdate` (ps/store/row_update.h kernels) with th
           "`kApplyAhead` on prefetched whole (`ArrayHashMap::PrefetchRowForUpdate`), as the "
           "server's ApplyPush; plain: `ps::ApplyUpdateScalar`, no prefetch ahead (the update as "
           "first written). Both give the same bytes (tests/ps/row_update_test.cc)."]
-text = "\n".join(lines) + "\n"
-print(text)
-if doc:
-    open(doc, "w").write(text)
+emit(lines, doc)
 PY

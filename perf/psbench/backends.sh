@@ -1,4 +1,5 @@
-# Sourced by perf/psbench/run.sh and variants.sh (bash): the local backends' names and flags.
+# Sourced by the perf/psbench scripts (bash): the local backends' names and flags, and a check
+# for their binaries.
 
 # backend_args NAME: the transport flags of a backend name, for ferry-ps-bench and ferry-lat alike.
 backend_args() {
@@ -8,4 +9,13 @@ backend_args() {
     ucx-tcp) echo "--transport ucx --param UCX_TLS=tcp,self --param UCX_NET_DEVICES=lo" ;;
     *) echo "$(basename "$0"): unknown backend $1 (tcp, ucx-shm, ucx-tcp)" >&2; exit 2 ;;
   esac
+}
+
+# need_bins WHO FILE...: exits (1) naming the first FILE that is not an executable.
+need_bins() {
+  local who=$1 f
+  shift
+  for f in "$@"; do
+    [ -x "$f" ] || { echo "$who: $f missing" >&2; exit 1; }
+  done
 }

@@ -37,10 +37,8 @@ bin() {  # bin WHICH NAME: the binary of a build
     esac
   fi
 }
-for f in "$(bin old ferry-ps-bench)" "$(bin old ferry-launch)" "$(bin new ferry-ps-bench)" \
-         "$(bin new ferry-launch)" "$(bin new ps_reference)"; do
-  [ -x "$f" ] || { echo "builds.sh: $f missing" >&2; exit 1; }
-done
+need_bins builds.sh "$(bin old ferry-ps-bench)" "$(bin old ferry-launch)" \
+  "$(bin new ferry-ps-bench)" "$(bin new ferry-launch)" "$(bin new ps_reference)"
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -59,7 +57,7 @@ done
 PYTHONPATH="$ROOT/perf/psbench" python3 - "$work" "$ROUNDS" "$BACKEND" "$TITLE" "$OLD" \
   "${NEW:-$BUILD}" "${DOC:-}" <<'PY'
 import datetime, statistics, sys
-from rounds import keys_per_sec, ratio as ratio_of
+from rounds import emit, keys_per_sec, ratio as ratio_of
 work, rounds, backend, title, old, new, doc = sys.argv[1:]
 rounds = range(1, int(rounds) + 1)
 def keys(which, op):
@@ -84,8 +82,5 @@ for op in ("pull", "push", "push-pull"):
                  + (f"{ratio(o, r)} | {ratio(n, r)} | "
                     f"{'in-process gather (FindBatch + memcpy)' if op == 'pull' else 'Adagrad in process (FindBatch + ApplyUpdate)'} {mk(r)} |"
                     if r else "| | |"))
-text = "\n".join(lines) + "\n"
-print(text)
-if doc:
-    open(doc, "w").write(text)
+emit(lines, doc)
 PY

@@ -19,6 +19,10 @@
 //            kernels, rows prefetched kApplyAhead keys ahead);
 //   plain    (not in all) the same with the plain loops (ps::ApplyUpdateScalar) and no prefetch
 //            ahead: the update as first written, beside the new one (`--op update,plain`).
+// --threads T (T > 1) runs the update as T shard servers of one rank do (JobSpec::server_threads):
+// the keys partitioned over T tables by ps::Partition (as over shard servers), each table owned
+// and updated by its own thread, each batch's keys split by owner beforehand (a worker's job,
+// untimed) and the threads in step batch by batch (a batch's time: until the last one is done).
 // After the timed loops an untimed check compares a gathered batch with ps::InitWeights.
 //
 //   ps_reference --op all --keys 100000 --dim 16 --key-space 1000000 --iters 100 --json
@@ -26,6 +30,7 @@
 // Output: perftest-like text, or one JSON object (--json [FILE]) in ferry-ps-bench's style.
 // Exit codes: 0 ok, 1 failure (including the check), 2 bad usage.
 #include <CLI/CLI.hpp>
+#include <barrier>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -34,8 +39,10 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "ferry_config.h"
+#include "ps/job/partition.h"
 #include "ps/store/array_hash_map.h"
 #include "ps/store/optimizer.h"
 #include "tools/bench/stats.h"
@@ -63,12 +70,14 @@ struct Table {
   double populate_seconds = 0;
 };
 
-Result<Table> BuildTable(const BenchOptions& o) {
+// The table of partition `part` of `parts` (every key when parts == 1).
+Result<Table> BuildTable(const BenchOptions& o, const ps::Partition& partition, uint32_t part) {
+  const uint32_t parts = partition.servers();
   ps::TableOptions to;
   to.dim = o.dim;
   to.state_floats = ps::StateFloats(o.optimizer, o.dim);
   to.metadata = true;
-  to.initial_rows = std::max<size_t>(TableInitialRows(o), 64);
+  to.initial_rows = std::max<size_t>(TableInitialRows(o) / parts, 64);
   Table t;
   FERRY_ASSIGN_OR_RETURN(t.map, ps::ArrayHashMap::Create(to));
   ps::ArrayHashMap& m = *t.map;
@@ -82,8 +91,10 @@ Result<Table> BuildTable(const BenchOptions& o) {
   std::vector<uint32_t> slots(chunk);
   const SteadyClock::time_point start = SteadyClock::now();
   for (uint64_t b = 0; b < o.key_spec.space; b += chunk) {
-    const uint64_t n = std::min(chunk, o.key_spec.space - b);
-    for (uint64_t i = 0; i < n; ++i) keys[i] = KeyOf(b + i);
+    uint64_t n = 0;
+    for (uint64_t i = b; i < std::min(b + chunk, o.key_spec.space); ++i) {
+      if (parts == 1 || partition.ServerOf(KeyOf(i)) == part) keys[n++] = KeyOf(i);
+    }
     FERRY_RETURN_IF_ERROR(m.InsertBatch(std::span<const uint64_t>(keys.data(), n),
                                         std::span<uint32_t>(slots.data(), n)));
     for (uint64_t i = 0; i < n; ++i) {
@@ -184,9 +195,36 @@ Result<RefResult> MemcpyGather(const ps::ArrayHashMap& m, const BenchOptions& o)
   return r;
 }
 
-// The optimizer applied in place, as a server applies a push.
-// plain: the update as it was first written, for comparison: one coordinate at a time
+// One batch's update on `m`, as a server applies a push: in blocks of ps::kApplyBlock keys
+// (rows still cached), FindBatch + MarkUpdated + the optimizer, the rows kApplyAhead keys on
+// prefetched whole. plain: the update as first written, for comparison: one coordinate at a time
 // (ps::ApplyUpdateScalar) and no rows prefetched ahead.
+Status ApplyBatch(ps::ArrayHashMap& m, const BenchOptions& o, std::span<const uint64_t> keys,
+                  const float* grads, bool plain, std::vector<uint32_t>* slots) {
+  const uint32_t n = static_cast<uint32_t>(keys.size());
+  slots->resize(std::min<uint32_t>(n, ps::kApplyBlock));
+  const auto apply = plain ? ps::ApplyUpdateScalar : ps::ApplyUpdate;
+  for (uint32_t i = 0; i < n; ++i) {
+    if (i % ps::kApplyBlock == 0) {
+      const uint32_t len = std::min<uint32_t>(ps::kApplyBlock, n - i);
+      FERRY_RETURN_IF_ERROR(m.FindBatch(keys.subspan(i, len), std::span(slots->data(), len)));
+    }
+    const uint32_t block_end = std::min(ps::kApplyBlock, n - i / ps::kApplyBlock * ps::kApplyBlock);
+    const uint32_t ahead = i % ps::kApplyBlock + ps::kApplyAhead;
+    if (!plain && ahead < block_end && (*slots)[ahead] != ps::ArrayHashMap::kNoSlot) {
+      m.PrefetchRowForUpdate((*slots)[ahead]);
+    }
+    const uint32_t slot = (*slots)[i % ps::kApplyBlock];
+    if (slot == ps::ArrayHashMap::kNoSlot) continue;  // as the server skips refused keys
+    uint8_t* row = m.Row(slot);
+    ps::ArrayHashMap::MarkUpdated(row);
+    apply(o.optimizer, o.dim, m.Embedding(row), m.State(row), grads + size_t{i} * o.dim,
+          ps::ArrayHashMap::Meta(row)->update_count);
+  }
+  return Status::Ok();
+}
+
+// The optimizer applied in place, as a server applies a push.
 Result<RefResult> Update(ps::ArrayHashMap& m, const BenchOptions& o, bool plain) {
   RefResult r;
   r.op = std::string(ps::OptimizerName(o.optimizer.kind)) + (plain ? "-plain" : "");
@@ -195,37 +233,65 @@ Result<RefResult> Update(ps::ArrayHashMap& m, const BenchOptions& o, bool plain)
       KeyBatches batches,
       KeyBatches::Create(o.key_spec, o.keys, MeasureSeed(o, 0, BenchOp::kPush), total));
   const std::vector<float> grads = TimedGradients(o.keys, o.dim);
-  std::vector<uint32_t> slots(o.keys);
+  std::vector<uint32_t> slots;
   SteadyClock::time_point t0 = SteadyClock::now(), b = t0;
   for (uint64_t it = 0; it < total; ++it) {
     const std::span<const uint64_t> keys = batches.Next();
     if (it == o.warmup) t0 = SteadyClock::now();
     const SteadyClock::time_point a = SteadyClock::now();
-    // In blocks of ps::kApplyBlock keys, as the server applies a push (rows still cached).
-    for (uint32_t i = 0; i < o.keys; ++i) {
-      if (i % ps::kApplyBlock == 0) {
-        const uint32_t len = std::min<uint32_t>(ps::kApplyBlock, o.keys - i);
-        FERRY_RETURN_IF_ERROR(m.FindBatch(keys.subspan(i, len), std::span(slots.data(), len)));
-      }
-      // As the server: the rows kApplyAhead keys on (in this block) are prefetched whole.
-      const uint32_t block_end =
-          std::min(ps::kApplyBlock, o.keys - i / ps::kApplyBlock * ps::kApplyBlock);
-      const uint32_t ahead = i % ps::kApplyBlock + ps::kApplyAhead;
-      if (!plain && ahead < block_end && slots[ahead] != ps::ArrayHashMap::kNoSlot) {
-        m.PrefetchRowForUpdate(slots[ahead]);
-      }
-      const uint32_t slot = slots[i % ps::kApplyBlock];
-      if (slot == ps::ArrayHashMap::kNoSlot) continue;  // as the server skips refused keys
-      uint8_t* row = m.Row(slot);
-      ps::ArrayHashMap::MarkUpdated(row);
-      const auto apply = plain ? ps::ApplyUpdateScalar : ps::ApplyUpdate;
-      apply(o.optimizer, o.dim, m.Embedding(row), m.State(row), grads.data() + size_t{i} * o.dim,
-            ps::ArrayHashMap::Meta(row)->update_count);
-    }
+    FERRY_RETURN_IF_ERROR(ApplyBatch(m, o, keys, grads.data(), plain, &slots));
     b = SteadyClock::now();
     if (it >= o.warmup) r.usec.push_back(MicrosBetween(a, b));
   }
   r.seconds = MicrosBetween(t0, b) / 1e6;
+  r.iterations = o.iters;
+  r.keys = uint64_t{o.iters} * o.keys;
+  r.payload_bytes = r.keys * o.dim * 4;
+  return r;
+}
+
+// The update with one thread per partition table (--threads): the same batches, each split by
+// owner up front; per batch every thread applies its share to its own table, and the batch
+// ends when the last one is done.
+Result<RefResult> ThreadedUpdate(std::vector<Table>& tables, const ps::Partition& partition,
+                                 const BenchOptions& o) {
+  const uint32_t parts = static_cast<uint32_t>(tables.size());
+  RefResult r;
+  r.op = std::string(ps::OptimizerName(o.optimizer.kind)) + "-x" + std::to_string(parts);
+  const uint64_t total = uint64_t{o.warmup} + o.iters;
+  FERRY_ASSIGN_OR_RETURN(
+      KeyBatches batches,
+      KeyBatches::Create(o.key_spec, o.keys, MeasureSeed(o, 0, BenchOp::kPush), total));
+  // share[it][p]: batch it's keys owned by partition p (a worker's split, untimed).
+  std::vector<std::vector<std::vector<uint64_t>>> share(total,
+                                                        std::vector<std::vector<uint64_t>>(parts));
+  for (uint64_t it = 0; it < total; ++it) {
+    for (uint64_t k : batches.Next()) share[it][partition.ServerOf(k)].push_back(k);
+  }
+  const std::vector<float> grads = TimedGradients(o.keys, o.dim);
+  std::vector<SteadyClock::time_point> ends(total);
+  std::vector<Status> status(parts);
+  std::barrier step(static_cast<std::ptrdiff_t>(parts),
+                    [&, it = uint64_t{0}]() mutable noexcept { ends[it++] = SteadyClock::now(); });
+  const SteadyClock::time_point start = SteadyClock::now();
+  std::vector<std::thread> threads;
+  for (uint32_t p = 0; p < parts; ++p) {
+    threads.emplace_back([&, p] {
+      std::vector<uint32_t> slots;
+      for (uint64_t it = 0; it < total; ++it) {
+        if (status[p].ok()) {
+          status[p] = ApplyBatch(*tables[p].map, o, share[it][p], grads.data(), false, &slots);
+        }
+        step.arrive_and_wait();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const Status& st : status) FERRY_RETURN_IF_ERROR(st);
+  for (uint64_t it = o.warmup; it < total; ++it) {
+    r.usec.push_back(MicrosBetween(it == 0 ? start : ends[it - 1], ends[it]));
+  }
+  r.seconds = MicrosBetween(o.warmup == 0 ? start : ends[o.warmup - 1], ends[total - 1]) / 1e6;
   r.iterations = o.iters;
   r.keys = uint64_t{o.iters} * o.keys;
   r.payload_bytes = r.keys * o.dim * 4;
@@ -290,6 +356,7 @@ struct RefFlags {
   std::string optimizer = "adagrad";
   float lr = 0.05f;
   std::string json_path;
+  uint32_t threads = 1;
 };
 
 int Run(const RefFlags& f) {
@@ -336,8 +403,26 @@ int Run(const RefFlags& f) {
     std::fprintf(stderr, "ps_reference: error: %s\n", s.ToString().c_str());
     return 1;
   };
-  auto table = BuildTable(o);
-  if (!table.ok()) return fail(table.status());
+  if (f.threads == 0 || f.threads > 64) {
+    std::fprintf(stderr, "ps_reference: error: --threads must be 1..64\n");
+    return 2;
+  }
+  if (f.threads > 1 && (do_gather || do_memcpy || do_plain)) {
+    std::fprintf(stderr, "ps_reference: error: --threads applies to --op update only\n");
+    return 2;
+  }
+  auto partition = ps::Partition::Create(f.threads);
+  if (!partition.ok()) return fail(partition.status());
+  std::vector<Table> tables;
+  for (uint32_t p = 0; p < f.threads; ++p) {
+    auto t = BuildTable(o, *partition, p);
+    if (!t.ok()) return fail(t.status());
+    tables.push_back(std::move(t).value());
+  }
+  Table* table = &tables[0];
+  double populate_seconds = 0;
+  for (const Table& t : tables) populate_seconds += t.populate_seconds;
+  table->populate_seconds = populate_seconds;
   ps::ArrayHashMap& m = *table->map;
   std::vector<RefResult> results;
   uint64_t checked = 0;
@@ -357,7 +442,7 @@ int Run(const RefFlags& f) {
   }
   for (bool plain : {false, true}) {  // last: they change the rows the gathers check
     if (!(plain ? do_plain : do_update)) continue;
-    auto r = Update(m, o, plain);
+    auto r = f.threads > 1 ? ThreadedUpdate(tables, *partition, o) : Update(m, o, plain);
     if (!r.ok()) return fail(r.status());
     results.push_back(std::move(r).value());
   }
@@ -367,7 +452,7 @@ int Run(const RefFlags& f) {
   std::fprintf(
       text,
       "---------------------------------------------------------------------------------------\n"
-      "                In-process reference (no transport, one thread)\n"
+      "                In-process reference (no transport, %u thread%s)\n"
       " Table           : %u floats per row, %u B stride, %s, %llu keys inserted in %.3f s\n"
       " Keys per op     : %u, unique, the batches of ferry-ps-bench's worker 0\n"
       " Iterations      : %u (+%u warmup)\n"
@@ -375,7 +460,8 @@ int Run(const RefFlags& f) {
       "---------------------------------------------------------------------------------------\n"
       " #op        #keys    #iterations  Keys/s[M]   GB/s      t_typical[usec]  99%% "
       "percentile[usec]\n",
-      o.dim, m.layout().stride, std::string(ps::OptimizerName(o.optimizer.kind)).c_str(),
+      f.threads, f.threads == 1 ? "" : "s", o.dim, m.layout().stride,
+      std::string(ps::OptimizerName(o.optimizer.kind)).c_str(),
       static_cast<unsigned long long>(o.key_spec.space), table->populate_seconds, o.keys, o.iters,
       o.warmup, static_cast<unsigned long long>(checked));
   nlohmann::json jr = nlohmann::json::array();
@@ -405,7 +491,7 @@ int Run(const RefFlags& f) {
                           {"seed", o.seed},
                           {"row_bytes", o.dim * 4},
                           {"row_stride", m.layout().stride},
-                          {"threads", 1}}},
+                          {"threads", f.threads}}},
                         {"populate",
                          {{"rows", o.key_spec.space},
                           {"seconds", Finite(table->populate_seconds)},
@@ -443,6 +529,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--lr", f.lr, "learning rate")->capture_default_str();
   app.add_option("--seed", f.seed, "seed (as ferry-ps-bench's)")->capture_default_str();
+  app.add_option("--threads", f.threads,
+                 "update with T threads, each owning the table of one partition of the keys (as\n"
+                 "T shard servers: --server-threads)")
+      ->capture_default_str();
   app.add_option("--json", f.json_path, "write JSON to FILE (no FILE or -: stdout)")
       ->expected(0, 1)
       ->default_str("-");

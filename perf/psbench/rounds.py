@@ -1,4 +1,4 @@
-"""Per-round figures of the perf/psbench scripts (builds.sh, apply.sh): keys/s of one op from
+"""Per-round figures of the perf/psbench scripts (builds.sh, apply.sh, threads.sh): keys/s of one op from
 ferry-ps-bench's or ps_reference's JSON, and ratios taken round by round, then the median."""
 import json
 import statistics
@@ -14,3 +14,12 @@ def ratio(ours, reference):
     """(median, "median x [min-max]") of ours[i] / reference[i] over the rounds."""
     rs = [a / b for a, b in zip(ours, reference)]
     return statistics.median(rs), f"{statistics.median(rs):.2f}x [{min(rs):.2f}-{max(rs):.2f}]"
+
+
+def emit(lines, doc):
+    """Prints the report (lines joined) and writes it to `doc` too when given."""
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if doc:
+        with open(doc, "w") as f:
+            f.write(text)

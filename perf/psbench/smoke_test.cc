@@ -253,10 +253,12 @@ TEST(PsBenchTool, UnderTheLauncherTwoServersTwoWorkers) {
 TEST(PsBenchTool, UnderFerryLaunchJsonOnStdout) {
   if (g_ferry_launch.empty() || g_bench.empty()) GTEST_SKIP() << "ferry-launch is not built";
   const std::string out = "/tmp/psbench-launch-" + std::to_string(getpid()) + ".json";
-  // The shape comes from ferry-launch's variables; stdout carries the JSON alone.
+  // The shape comes from ferry-launch's variables (two shard servers per server rank too:
+  // FERRY_SERVER_THREADS); stdout carries the JSON alone.
   const std::string cmd = "'" + g_ferry_launch + "' --servers 2 --workers 2 --transport tcp " +
-                          "--timeout 120 -- '" + g_bench + "' --keys 1000 --key-space 10000 " +
-                          "--iters 3 --warmup 1 --json > '" + out + "'";
+                          "--server-threads 2 " + "--timeout 120 -- '" + g_bench +
+                          "' --keys 1000 --key-space 10000 " + "--iters 3 --warmup 1 --json > '" +
+                          out + "'";
   const int rc = std::system(cmd.c_str());
   ASSERT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << cmd;
   const nlohmann::json j = ReadJson(out);
@@ -264,6 +266,7 @@ TEST(PsBenchTool, UnderFerryLaunchJsonOnStdout) {
   ASSERT_FALSE(j.is_discarded()) << "stdout of `ferry-launch ... -- ferry-ps-bench --json` is not "
                                     "one valid JSON object";
   EXPECT_EQ(j["job"]["servers"], 2);
+  EXPECT_EQ(j["job"]["server_threads"], 2);
   EXPECT_EQ(j["job"]["workers"], 2);
   EXPECT_EQ(j["transport"], "tcp");
   EXPECT_EQ(j["results"].size(), 3u);
@@ -282,6 +285,18 @@ TEST(PsBenchTool, ReferenceProgram) {
   EXPECT_EQ(j["results"][0]["op"], "gather");
   EXPECT_EQ(j["results"][2]["op"], "adagrad");
   EXPECT_EQ(j["config"]["row_stride"], 152);  // 24 B metadata + 16 weights + 16 Adagrad floats
+  // The update by two threads, each owning one partition's table (as two shard servers).
+  ASSERT_EQ(RunCommand({g_reference, "--op", "update", "--threads", "2", "--keys", "1000",
+                        "--key-space", "10000", "--iters", "3", "--warmup", "1", "--json", out}),
+            0);
+  const nlohmann::json t = ReadJson(out);
+  std::remove(out.c_str());
+  ASSERT_FALSE(t.is_discarded());
+  ASSERT_EQ(t["results"].size(), 1u);
+  EXPECT_EQ(t["results"][0]["op"], "adagrad-x2");
+  EXPECT_EQ(t["config"]["threads"], 2);
+  EXPECT_GT(t["results"][0]["keys_per_sec"], 0);
+  EXPECT_NE(RunCommand({g_reference, "--op", "gather", "--threads", "2"}), 0);  // update only
 }
 
 }  // namespace

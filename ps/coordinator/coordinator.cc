@@ -150,20 +150,20 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Start(const JobSpec& job,
   auto impl = std::make_unique<Impl>();
   impl->job = job;
   impl->fingerprint = job.Fingerprint();
-  impl->servers.assign(job.servers, -1);
+  impl->servers.assign(job.shard_servers(), -1);
   impl->workers.assign(job.workers, -1);
-  impl->chain = ChainMap(job.servers, job.replicas);
-  impl->server_applied.assign(job.servers, 0);
+  impl->chain = ChainMap(job.shard_servers(), job.replicas);
+  impl->server_applied.assign(job.shard_servers(), 0);
   if (!job.restore_dir.empty()) {
     // A restored job goes on from the checkpoint's clock (the workers start there too).
     FERRY_ASSIGN_OR_RETURN(CheckpointManifest m, ReadManifest(job.restore_dir));
     impl->min_clock = m.clock;
   }
   TransportOptions o = ControlTransportOptions(job);
-  o.max_endpoints = job.servers + job.workers + 64;
+  o.max_endpoints = job.shard_servers() + job.workers + 64;
   FERRY_ASSIGN_OR_RETURN(impl->t, CreateTransport("tcp", o));
-  FERRY_ASSIGN_OR_RETURN(impl->mailbox,
-                         ControlMailbox::Create(impl->t.get(), 16 + job.servers + job.workers));
+  FERRY_ASSIGN_OR_RETURN(
+      impl->mailbox, ControlMailbox::Create(impl->t.get(), 16 + job.shard_servers() + job.workers));
   FERRY_RETURN_IF_ERROR(impl->mailbox->PostReceives());
   auto addr = impl->t->Listen(bind_address);
   if (!addr.ok()) return addr.status().Annotate("coordinator: listen on " + bind_address);

@@ -122,12 +122,26 @@ void Coordinator::Impl::ForgetAccusations(uint32_t server) {
   }
 }
 
+size_t Coordinator::Impl::AccuserRanks(const std::set<size_t>& accusers) const {
+  std::set<uint32_t> ranks;
+  for (size_t ci : accusers) ranks.insert(conns[ci].info.rank);
+  return ranks.size();
+}
+
 void Coordinator::Impl::Judge() {
   judge_at = Clock::time_point();
   while (!accused.empty() && phase == Phase::kRunning) {
+    // Measured with two shard servers per rank: both of a severed rank's servers accused
+    // server 0 within the window, outvoting the one survivor that had reported the severed
+    // rank yet, and a healthy server was removed. Accusations count per rank.
     auto most = accused.begin();
+    size_t most_ranks = AccuserRanks(most->second);
     for (auto it = accused.begin(); it != accused.end(); ++it) {
-      if (it->second.size() > most->second.size()) most = it;
+      const size_t n = AccuserRanks(it->second);
+      if (n > most_ranks) {
+        most = it;
+        most_ranks = n;
+      }
     }
     const uint32_t server = most->first;
     Status why = accused_why[server];

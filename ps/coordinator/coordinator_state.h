@@ -158,6 +158,9 @@ struct CoordinatorState {
   // connection fails is removed at once: OnGone.)
   void Accuse(size_t accuser, uint32_t server, const Status& why);
   void Judge();
+  // The processes (ranks) among a server's accusers: a rank's shard servers (server_threads)
+  // share its fate and its links, so they count once.
+  size_t AccuserRanks(const std::set<size_t>& accusers) const;
   void ForgetAccusations(uint32_t server);
   // A checkpoint is complete once every live server answered.
   void CheckCheckpoints();

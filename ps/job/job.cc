@@ -99,6 +99,7 @@ uint64_t JobSpec::Fingerprint() const {
   h.Add(consistency.staleness);
   h.Add(servers);
   h.Add(workers);
+  h.Add(server_threads);
   h.Add(role_rule);
   h.Add(transport);
   h.Add(uint64_t{transport_params.size()});
@@ -129,6 +130,14 @@ bool TableEvicts(const TableSpec& t) {
 
 bool TableTracksSightings(const TableSpec& t) {
   return t.admission.kind != AdmissionOptions::Kind::kAlways || TableEvicts(t);
+}
+
+TableSpec ShardServerTable(const TableSpec& t, uint32_t server_threads) {
+  TableSpec out = t;
+  const size_t n = std::max<uint32_t>(server_threads, 1);
+  out.initial_rows = (t.initial_rows + n - 1) / n;
+  out.max_rows = (t.max_rows + n - 1) / n;
+  return out;
 }
 
 Status ValidateJob(const JobSpec& job) {
@@ -162,6 +171,10 @@ Status ValidateJob(const JobSpec& job) {
   if (job.servers > 4096 || job.workers > 65535) {
     return InvalidArgument("at most 4096 servers and 65535 workers");
   }
+  if (job.server_threads == 0 || job.server_threads > 64) {
+    return InvalidArgument("server_threads " + std::to_string(job.server_threads) +
+                           " must be 1..64");
+  }
   if (job.transport != "auto" && job.transport != "tcp" && job.transport != "ucx" &&
       job.transport != "verbs") {
     return InvalidArgument("transport '" + job.transport + "' is not auto, verbs, ucx or tcp");
@@ -176,7 +189,9 @@ Status ValidateJob(const JobSpec& job) {
   if (!(job.push_filter >= 0.0f)) return InvalidArgument("push_filter must be >= 0");
   if (job.replicas == 0 || job.replicas > job.servers) {
     return InvalidArgument("replicas " + std::to_string(job.replicas) + " must be 1.." +
-                           std::to_string(job.servers) + " (the number of servers)");
+                           std::to_string(job.servers) +
+                           " (the number of server ranks: a chain never keeps two copies of a "
+                           "shard in one process)");
   }
   // Replicas with admission or eviction: the chain's head decides and the chain carries its
   // decisions (row records, ps/server/server_records.cc), so replicas keep the head's rows.

@@ -6,6 +6,13 @@
 // Roles: rank 0 always hosts the coordinator (a thread). Servers and workers by RoleRule:
 //   kServersFirst  size == servers + workers; ranks [0, S) are servers, [S, S+W) workers.
 //   kColocated     size == max(servers, workers); rank r is server r (r < S) and worker r (r < W).
+//
+// Server threads (JobSpec::server_threads = T): a server rank hosts T shard servers, each a whole
+// Server (its own tables, transport, progress and thread), so the keys are partitioned over
+// S*T shard servers and requests for different ones proceed in parallel with no shared lock.
+// Server rank r hosts shard servers r, r+S, ..., r+(T-1)*S (ShardServerOf): consecutive shard
+// indices sit on consecutive ranks, so a chain (ps/job/chain.h: s, s+1, ..., s+R-1 with
+// R <= S) never keeps two copies of a shard in one process.
 #pragma once
 
 #include <chrono>
@@ -45,8 +52,10 @@ struct TableSpec {
   // Keep a half-precision copy of the weights in each row (refreshed on every update) so that
   // pulls of this table ship 2 bytes per weight, still straight out of the rows.
   bool fp16_pull = false;
-  size_t initial_rows = 1u << 16;  // per server
-  size_t max_rows = 0;             // per server; 0 = unbounded
+  // Per server rank; its server_threads shard servers get an equal share each
+  // (ShardServerTable).
+  size_t initial_rows = 1u << 16;
+  size_t max_rows = 0;  // 0 = unbounded
   // Eviction on the servers' tick (JobSpec::evict_tick; docs/ps.md "Admission and eviction"):
   // every tick each server erases the rows of this table not seen (pulled or pushed) for more
   // than `evict_unseen_ticks` ticks (0: never), and those whose decayed score (sightings,
@@ -76,8 +85,15 @@ using DataTransportWrapper =
 struct JobSpec {
   std::vector<TableSpec> tables;
   ConsistencySpec consistency;
-  uint32_t servers = 1;
+  uint32_t servers = 1;  // server ranks
   uint32_t workers = 1;
+  // Shard servers per server rank (1..64; see the top of this file). A table's initial_rows
+  // and max_rows stay per server rank (split over its shard servers); staging_bytes is per
+  // (worker, shard server).
+  uint32_t server_threads = 1;
+  // The shard servers of the job: the count the partition, the chains, the coordinator's
+  // membership and the workers' connections use.
+  uint32_t shard_servers() const { return servers * server_threads; }
   RoleRule role_rule = RoleRule::kServersFirst;
   std::string transport = "auto";  // auto | verbs | ucx | tcp
   std::map<std::string, std::string> transport_params;
@@ -143,17 +159,28 @@ struct JobSpec {
   DataTransportWrapper wrap_data_transport;
 };
 
+// The table as one of `server_threads` shard servers of a rank holds it: initial_rows and
+// max_rows divided among them (rounded up, so a bound is never 0).
+TableSpec ShardServerTable(const TableSpec& t, uint32_t server_threads);
+
 // Checks ranges and consistency (names unique, dims > 0, sizes sane); names the bad field.
 Status ValidateJob(const JobSpec& job);
 
 struct RankRoles {
   bool coordinator = false;
-  int server = -1;  // server index, -1 if none
+  int server = -1;  // server rank index, -1 if none (its shard servers: ShardServerOf)
   int worker = -1;  // worker index, -1 if none
 };
 // The roles of `rank` in a job of `size` ranks; kInvalidArgument if size does not fit the rule.
 Result<RankRoles> RolesOf(const JobSpec& job, int rank, int size);
 // Ranks a job needs under its role rule.
 int RanksNeeded(const JobSpec& job);
+// The t-th shard server (t < server_threads) of server rank `server`, and back.
+inline uint32_t ShardServerOf(const JobSpec& job, uint32_t server, uint32_t t) {
+  return t * job.servers + server;
+}
+inline uint32_t ServerRankOf(const JobSpec& job, uint32_t shard_server) {
+  return shard_server % job.servers;
+}
 
 }  // namespace ferry::ps

@@ -275,6 +275,7 @@ Result<LaunchShape> ReadLaunchShape(const std::function<const char*(const char*)
   LaunchShape shape;
   FERRY_ASSIGN_OR_RETURN(shape.servers, ShapeCount(getenv_fn, kEnvServers));
   FERRY_ASSIGN_OR_RETURN(shape.workers, ShapeCount(getenv_fn, kEnvWorkers));
+  FERRY_ASSIGN_OR_RETURN(shape.server_threads, ShapeCount(getenv_fn, kEnvServerThreads));
   if (auto t = Get(getenv_fn, kEnvTransport)) {
     if (*t != "auto" && *t != "verbs" && *t != "ucx" && *t != "tcp") {
       return InvalidArgument(Quoted(kEnvTransport, *t) + " is not auto, verbs, ucx or tcp");
@@ -301,6 +302,7 @@ Status ApplyLaunchShape(const LaunchShape& shape, const LaunchEnv& env, JobSpec*
   }
   if (shape.servers > 0) job->servers = static_cast<uint32_t>(shape.servers);
   if (shape.workers > 0) job->workers = static_cast<uint32_t>(shape.workers);
+  if (shape.server_threads > 0) job->server_threads = static_cast<uint32_t>(shape.server_threads);
   // Where each count came from, for the messages.
   std::string servers_from = shape.servers > 0 ? kEnvServers : "job spec";
   std::string workers_from = shape.workers > 0 ? kEnvWorkers : "job spec";

@@ -98,19 +98,21 @@ inline constexpr const char* kEnvServers = "FERRY_SERVERS";
 inline constexpr const char* kEnvWorkers = "FERRY_WORKERS";
 inline constexpr const char* kEnvTransport = "FERRY_TRANSPORT";
 inline constexpr const char* kEnvRoleRule = "FERRY_ROLE_RULE";
+inline constexpr const char* kEnvServerThreads = "FERRY_SERVER_THREADS";
 
 // What the launcher says about the job's shape; each field is "not given" when its variable is
 // unset.
 struct LaunchShape {
-  int servers = -1;       // FERRY_SERVERS: a count >= 1, or -1
-  int workers = -1;       // FERRY_WORKERS: a count >= 1, or -1
-  std::string transport;  // FERRY_TRANSPORT: auto | verbs | ucx | tcp, or ""
-  std::string role_rule;  // FERRY_ROLE_RULE: servers-first | colocated, or ""
+  int servers = -1;         // FERRY_SERVERS: a count >= 1, or -1
+  int workers = -1;         // FERRY_WORKERS: a count >= 1, or -1
+  std::string transport;    // FERRY_TRANSPORT: auto | verbs | ucx | tcp, or ""
+  std::string role_rule;    // FERRY_ROLE_RULE: servers-first | colocated, or ""
+  int server_threads = -1;  // FERRY_SERVER_THREADS: shard servers per server rank >= 1, or -1
 };
 
-// Reads the four variables through `getenv_fn` (nullptr when unset). A value that is set but not
-// a decimal count >= 1 (servers, workers), not a transport name or not a role rule is
-// kInvalidArgument naming the variable and its value.
+// Reads the five variables through `getenv_fn` (nullptr when unset). A value that is set but not
+// a decimal count >= 1 (servers, workers, server threads), not a transport name or not a role rule
+// is kInvalidArgument naming the variable and its value.
 Result<LaunchShape> ReadLaunchShape(const std::function<const char*(const char*)>& getenv_fn);
 // The same, from the process environment.
 Result<LaunchShape> ReadLaunchShape();

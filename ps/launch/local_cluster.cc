@@ -121,8 +121,8 @@ std::atomic<bool> g_active{false};  // one local cluster per process at a time
 
 // The variables the launcher sets on every rank (options.env may not set them).
 constexpr const char* kLauncherVars[] = {
-    "FERRY_RANK", "FERRY_SIZE",  "FERRY_LOCAL_RANK", "FERRY_LOCAL_SIZE",      kEnvServers,
-    kEnvWorkers,  kEnvTransport, kEnvRoleRule,       "FERRY_COORDINATOR_FILE"};
+    "FERRY_RANK", "FERRY_SIZE",  "FERRY_LOCAL_RANK", "FERRY_LOCAL_SIZE", kEnvServers,
+    kEnvWorkers,  kEnvTransport, kEnvRoleRule,       kEnvServerThreads,  "FERRY_COORDINATOR_FILE"};
 constexpr const char* kCoordinatorVar = "FERRY_COORDINATOR";
 
 Status CheckOptions(const LocalClusterOptions& o) {
@@ -133,6 +133,10 @@ Status CheckOptions(const LocalClusterOptions& o) {
   }
   if (o.servers < 1 || o.servers > 4096) {
     return InvalidArgument("servers " + std::to_string(o.servers) + " must be 1..4096");
+  }
+  if (o.server_threads > 64) {
+    return InvalidArgument("server_threads " + std::to_string(o.server_threads) +
+                           " must be 1..64 (0: the program's own)");
   }
   if (o.workers < 1 || o.workers > 65535) {
     return InvalidArgument("workers " + std::to_string(o.workers) + " must be 1..65535");
@@ -319,6 +323,9 @@ Status Launch::StartRank(Rank& r) {
   // Only a transport the user chose: "auto" must not override a program's own --transport.
   if (o_.transport != "auto") env.push_back(std::string(kEnvTransport) + "=" + o_.transport);
   env.push_back(std::string(kEnvRoleRule) + "=" + std::string(RoleRuleName(o_.role_rule)));
+  if (o_.server_threads != 0) {
+    env.push_back(std::string(kEnvServerThreads) + "=" + std::to_string(o_.server_threads));
+  }
   if (!coordinator_.empty()) {
     env.push_back(std::string(kCoordinatorVar) + "=" + coordinator_);
   } else {

@@ -14,7 +14,8 @@
 //   2. Every rank gets the launcher's environment plus
 //        FERRY_RANK=r FERRY_SIZE=n FERRY_LOCAL_RANK=r FERRY_LOCAL_SIZE=n
 //        FERRY_SERVERS=S FERRY_WORKERS=W FERRY_TRANSPORT=t FERRY_ROLE_RULE=servers-first|colocated
-//      then options.env (which may not set those eight, nor FERRY_COORDINATOR_FILE). Inherited
+//        (and FERRY_SERVER_THREADS=T when options.server_threads is set)
+//      then options.env (which may not set those nine, nor FERRY_COORDINATOR_FILE). Inherited
 //      values of these variables are replaced. stdin is /dev/null (every rank), stdout and stderr
 //      are the launcher's, or pipes relayed line by line with tag_output.
 //   3. Rank 0 starts first with FERRY_COORDINATOR_FILE=<mkdtemp dir>/coordinator; once it has
@@ -106,7 +107,10 @@ struct LocalClusterOptions {
   Millis kill_grace{5000};  // SIGTERM -> SIGKILL grace for the ranks still running
   // Rank 0 must publish the coordinator address within it; 0 = for as long as rank 0 runs.
   Millis startup_timeout{120000};
-  uint32_t replicas = 1;              // the job's JobSpec::replicas (see 4)
+  uint32_t replicas = 1;  // the job's JobSpec::replicas (see 4)
+  // Shard servers per server rank (JobSpec::server_threads), passed as FERRY_SERVER_THREADS;
+  // 0: not set (the program's own flag decides).
+  uint32_t server_threads = 0;
   bool tag_output = false;            // prefix each line of a rank's stdout/stderr with "[rank R] "
   std::string name = "ferry-launch";  // how the launcher's own messages start
   // Empty, or one descriptor per worker: the standard input of the rank that holds worker w is

@@ -53,7 +53,7 @@ Result<std::unique_ptr<Server>> Server::Create(const JobSpec& job, uint32_t inde
                                                std::unique_ptr<Transport> data,
                                                const std::string& listen_host) {
   FERRY_RETURN_IF_ERROR(ValidateJob(job));
-  if (index >= job.servers) return InvalidArgument("server index out of range");
+  if (index >= job.shard_servers()) return InvalidArgument("server index out of range");
   std::unique_ptr<Server> s(new Server(job, index, std::move(data)));
   FERRY_RETURN_IF_ERROR(s->Init(listen_host));
   return s;
@@ -62,13 +62,13 @@ Result<std::unique_ptr<Server>> Server::Create(const JobSpec& job, uint32_t inde
 Status Server::Init(const std::string& listen_host) {
   const uint32_t workers = job_.workers;
   const uint32_t replicas = job_.replicas;
-  chain_ = ChainMap(job_.servers, replicas);
+  chain_ = ChainMap(job_.shard_servers(), replicas);
   // Tables, per hosted shard (one without replicas): rows registered for remote reads (one-sided
   // pulls); the rows buffer is the source of every pull reply.
   for (uint32_t k = 0; k < replicas; ++k) {
     const uint32_t shard = chain_.HostedShard(index_, k);
     for (size_t i = 0; i < job_.tables.size(); ++i) {
-      const TableSpec& spec = job_.tables[i];
+      const TableSpec spec = ShardServerTable(job_.tables[i], job_.server_threads);
       Table t;
       t.spec = spec;
       t.shard = shard;
@@ -280,8 +280,8 @@ Status Server::RestoreShard(size_t t, uint32_t shard, const TableOptions& option
     restore_manifest_ = std::make_unique<CheckpointManifest>(std::move(m));
   }
   const CheckpointManifest& m = *restore_manifest_;
-  FERRY_ASSIGN_OR_RETURN(Partition mine,
-                         Partition::Create(job_.servers, job_.virtual_nodes, job_.partition_seed));
+  FERRY_ASSIGN_OR_RETURN(Partition mine, Partition::Create(job_.shard_servers(), job_.virtual_nodes,
+                                                           job_.partition_seed));
   const std::string& name = job_.tables[t].name;
   size_t index = 0;
   while (m.tables[index].name != name) ++index;  // CheckManifestMatches found it
@@ -526,7 +526,7 @@ Status Server::ApplyStaged(uint32_t k, uint32_t w, const Staged& staged) {
     Link& l = links_[w];
     std::span<const uint8_t> ring(rings_ + w * job_.staging_bytes, job_.staging_bytes);
     RequestLimits limits{job_.staging_bytes, l.arena_bytes,
-                         ReplySlotsBytes(job_.servers, job_.max_outstanding),
+                         ReplySlotsBytes(job_.shard_servers(), job_.max_outstanding),
                          job_.max_keys_per_request};
     Status s = ParseRequest(ring, staged.offset, shapes_, limits, &req);
     if (s.ok() && req.type() != RequestType::kPush) {
@@ -542,7 +542,7 @@ Status Server::ApplyStaged(uint32_t k, uint32_t w, const Staged& staged) {
     std::span<const uint8_t> ring(pred_rings_ + size_t(staged.pred - 1) * forward_ring_bytes_,
                                   forward_ring_bytes_);
     const ForwardLimits limits{forward_ring_bytes_, job_.max_keys_per_request, job_.workers,
-                               job_.servers};
+                               job_.shard_servers()};
     FERRY_RETURN_IF_ERROR(ParseForward(ring, staged.offset, shapes_, limits, &fv));
     req = fv.push;
   }

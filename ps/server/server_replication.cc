@@ -27,7 +27,7 @@ Status Server::ConnectSuccessors(const std::vector<MemberInfo>& members, Millis 
   if (replicas == 1) return Status::Ok();
   const size_t expect = job_.workers + job_.tables.size() + (replicas - 1) + 1;
   for (uint32_t dist = 1; dist < replicas; ++dist) {
-    const uint32_t j = (index_ + dist) % job_.servers;
+    const uint32_t j = (index_ + dist) % job_.shard_servers();
     auto m = std::find_if(members.begin(), members.end(), [j](const MemberInfo& mi) {
       return mi.role == Role::kServer && mi.index == j;
     });
@@ -54,8 +54,10 @@ Status Server::ConnectSuccessors(const std::vector<MemberInfo>& members, Millis 
 }
 
 Status Server::AcceptPredecessor(uint32_t pred, std::shared_ptr<Endpoint> ep) {
-  const uint32_t dist = (index_ + job_.servers - pred % job_.servers) % job_.servers;
-  if (pred >= job_.servers || dist == 0 || dist >= job_.replicas || upstream_.count(pred) != 0) {
+  const uint32_t dist =
+      (index_ + job_.shard_servers() - pred % job_.shard_servers()) % job_.shard_servers();
+  if (pred >= job_.shard_servers() || dist == 0 || dist >= job_.replicas ||
+      upstream_.count(pred) != 0) {
     ep->Close();
     return ProtocolError("server " + std::to_string(pred) + " at " + ep->peer_address() +
                          " is no predecessor of server " + std::to_string(index_) +
@@ -294,7 +296,7 @@ void Server::Answer(const Forward& f) {
     // this answer).
     std::span<const uint8_t> ring(rings_ + w * job_.staging_bytes, job_.staging_bytes);
     const RequestLimits limits{job_.staging_bytes, links_[w].arena_bytes,
-                               ReplySlotsBytes(job_.servers, job_.max_outstanding),
+                               ReplySlotsBytes(job_.shard_servers(), job_.max_outstanding),
                                job_.max_keys_per_request};
     RequestView req;
     s = ParseRequest(ring, f.from_offset, shapes_, limits, &req);
@@ -339,7 +341,7 @@ void Server::HandleForward(uint32_t pred, uint32_t imm) {
   std::span<const uint8_t> ring(pred_rings_ + size_t{u.distance - 1} * forward_ring_bytes_,
                                 forward_ring_bytes_);
   const ForwardLimits limits{forward_ring_bytes_, job_.max_keys_per_request, job_.workers,
-                             job_.servers};
+                             job_.shard_servers()};
   ForwardView fv;
   Status status = ParseForward(ring, uint64_t{imm} * kRequestAlign, shapes_, limits, &fv);
   if (status.ok() && fv.header.seq != u.next_seq) {
@@ -414,7 +416,7 @@ void Server::HandleForward(uint32_t pred, uint32_t imm) {
 }
 
 Status Server::HandleServerDown(uint32_t dead, const std::string& why) {
-  if (dead >= job_.servers) return Status::Ok();
+  if (dead >= job_.shard_servers()) return Status::Ok();
   if (dead == index_) {
     return PeerFailure("server " + std::to_string(index_) +
                        " was removed from the job (its shards failed over): " + why);
@@ -477,7 +479,7 @@ Status Server::HandleServerDown(uint32_t dead, const std::string& why) {
 }
 
 void Server::Suspect(uint32_t server, const Status& why) {
-  if (server >= job_.servers || chain_.dead(server)) return;
+  if (server >= job_.shard_servers() || chain_.dead(server)) return;
   auto dit = downstream_.find(server);
   auto uit = upstream_.find(server);
   bool already = false;

@@ -15,7 +15,7 @@ void Server::HandleNotify(uint32_t w, uint32_t imm) {
   const uint64_t offset = uint64_t{imm} * kRequestAlign;
   std::span<const uint8_t> ring(rings_ + w * job_.staging_bytes, job_.staging_bytes);
   const RequestLimits limits{job_.staging_bytes, l.arena_bytes,
-                             ReplySlotsBytes(job_.servers, job_.max_outstanding),
+                             ReplySlotsBytes(job_.shard_servers(), job_.max_outstanding),
                              job_.max_keys_per_request};
   RequestView req;
   Status status = ParseRequest(ring, offset, shapes_, limits, &req);
@@ -101,25 +101,12 @@ Status Server::ResolveSlots(Table& t, const uint64_t* keys, uint32_t n,
   ArrayHashMap& m = *t.map;
   slots->resize(n);
   // Growth moves the rows buffer (mremap) and re-registers it: never with a reply in flight.
+  // And only for keys the table lacks: growing for a request whose keys are all present (a
+  // pull or push of known rows near capacity) would send every one-sided reader back to
+  // requests for nothing (measured: with 6 servers, reads refused as stale after a pull that
+  // created no row).
   const size_t room = (m.capacity() - m.high_water()) + m.free_slots();
   const bool bounded = t.spec.max_rows != 0;
-  // At the bound Access() may erase rows and hand their slots to other keys, but only to make
-  // room for keys the table lacks: a request whose keys are all present (a push after a pull)
-  // evicts nothing, and bumping for it would send every one-sided reader back to requests.
-  bool may_evict = false;
-  if (bounded && m.size() + n > t.spec.max_rows) {
-    size_t absent = 0;  // a repeated absent key counts twice: an over-estimate, never under
-    for (uint32_t i = 0; i < n; ++i) absent += m.FindSlot(keys[i]) == ArrayHashMap::kNoSlot;
-    may_evict = m.size() + absent > t.spec.max_rows;
-  }
-  if (room < n || may_evict) {
-    FERRY_RETURN_IF_ERROR(DrainTable(t));
-    // One-sided readers must see the bump before any slot changes hands (server_onesided.cc).
-    if (may_evict) BumpReuseGeneration(static_cast<size_t>(&t - tables_.data()));
-    if (room < n && !bounded) {
-      FERRY_RETURN_IF_ERROR(m.Reserve(std::max(2 * m.capacity(), m.size() + n)));
-    }
-  }
   auto init = [&](uint64_t key, uint8_t* row) { InitRow(t, key, row); };
   const bool plain = !TableTracksSightings(t.spec);
   if (plain) {
@@ -134,6 +121,10 @@ Status Server::ResolveSlots(Table& t, const uint64_t* keys, uint32_t n,
       absent_keys_.push_back(keys[i]);
     }
     if (absent_keys_.empty()) return Status::Ok();
+    if (room < absent_keys_.size()) {  // growth moves no row: the slots found stay valid
+      FERRY_RETURN_IF_ERROR(DrainTable(t));
+      FERRY_RETURN_IF_ERROR(m.Reserve(std::max(2 * m.capacity(), m.size() + absent_keys_.size())));
+    }
     absent_slots_.assign(absent_keys_.size(), ArrayHashMap::kNoSlot);
     absent_created_.assign(absent_keys_.size(), 0);
     const Status inserted = m.InsertBatch(absent_keys_, absent_slots_, absent_created_);
@@ -143,6 +134,22 @@ Status Server::ResolveSlots(Table& t, const uint64_t* keys, uint32_t n,
       (*slots)[absent_at_[j]] = absent_slots_[j];
     }
     return inserted;
+  }
+  // At the bound Access() may erase rows and hand their slots to other keys, but only to make
+  // room for keys the table lacks: a request whose keys are all present (a push after a pull)
+  // evicts nothing, and bumping for it would send every one-sided reader back to requests.
+  size_t absent = 0;  // a repeated absent key counts twice: an over-estimate, never under
+  if (room < n || (bounded && m.size() + n > t.spec.max_rows)) {
+    for (uint32_t i = 0; i < n; ++i) absent += m.FindSlot(keys[i]) == ArrayHashMap::kNoSlot;
+  }
+  const bool may_evict = bounded && m.size() + absent > t.spec.max_rows;
+  if (room < absent || may_evict) {
+    FERRY_RETURN_IF_ERROR(DrainTable(t));
+    // One-sided readers must see the bump before any slot changes hands (server_onesided.cc).
+    if (may_evict) BumpReuseGeneration(static_cast<size_t>(&t - tables_.data()));
+    if (room < absent && !bounded) {
+      FERRY_RETURN_IF_ERROR(m.Reserve(std::max(2 * m.capacity(), m.size() + absent)));
+    }
   }
   // Admission, a row bound or eviction: every sighting is recorded (last seen, scores,
   // count-min filter) and at the bound the table may evict; keys it refuses read as zeros (the

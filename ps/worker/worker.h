@@ -178,7 +178,7 @@ class Worker {
 
   uint32_t index() const { return index_; }
   uint32_t num_workers() const { return job_.workers; }
-  uint32_t num_servers() const { return job_.servers; }
+  uint32_t num_servers() const { return job_.shard_servers(); }  // shard servers
   const JobSpec& job() const { return job_; }
   Result<uint32_t> TableId(std::string_view name) const;
   const Partition& partition() const { return partition_; }

@@ -77,7 +77,7 @@ Result<Ticket> Worker::PullOneSided(uint32_t table, std::span<const uint64_t> ke
     return Pull(table, keys, plain);
   }
   if (st.slot_caches.empty()) {
-    st.slot_caches.assign(job_.tables.size(), std::vector<SlotCache>(job_.servers));
+    st.slot_caches.assign(job_.tables.size(), std::vector<SlotCache>(job_.shard_servers()));
   }
   LearnSlots();
   FERRY_ASSIGN_OR_RETURN(TicketState * tk, NewTicket(table, RequestType::kPull, false));
@@ -119,8 +119,8 @@ Result<Ticket> Worker::PullOneSided(uint32_t table, std::span<const uint64_t> ke
 
 std::vector<bool> Worker::PushesInFlight(uint32_t table) const {
   const State& st = *st_;
-  std::vector<bool> in_flight(job_.servers, false);
-  for (uint32_t srv = 0; srv < job_.servers; ++srv) {
+  std::vector<bool> in_flight(job_.shard_servers(), false);
+  for (uint32_t srv = 0; srv < job_.shard_servers(); ++srv) {
     for (const RingSlot& r : st.servers[srv].slots) {
       if (r.replied) continue;
       auto it = st.tickets.find(r.ticket);
@@ -141,7 +141,7 @@ void Worker::LookUpSlots(uint32_t table, const SendData& send, std::span<const u
   // acknowledged goes through the request path, which orders the pull behind the push.
   const std::vector<bool> push_in_flight = PushesInFlight(table);
   st.slot_of.assign(send.n, kNoSlotValue);
-  for (uint32_t srv = 0; srv < job_.servers; ++srv) {
+  for (uint32_t srv = 0; srv < job_.shard_servers(); ++srv) {
     const SlotCache& c = st.slot_caches[table][srv];
     const RemoteRows& r = c.remote;
     if (r.rows == nullptr || c.disabled || (r.may_reuse && !r.status) || push_in_flight[srv]) {

@@ -72,7 +72,7 @@ Status Worker::PrepareKeys(TicketState& tk, std::span<const uint64_t> keys, bool
   const uint32_t m = static_cast<uint32_t>(uniq.size());
   auto send = std::make_shared<SendData>();
   send->n = m;
-  const uint32_t servers = job_.servers;
+  const uint32_t servers = job_.shard_servers();
   send->begin.assign(servers + 1, 0);
   FERRY_RETURN_IF_ERROR(
       FitsAtAll(st.send_alloc, uint64_t{m} * 8, std::to_string(m) + " keys", "send_bytes"));
@@ -194,8 +194,8 @@ Result<std::shared_ptr<SendData>> Worker::PushData(const std::shared_ptr<SendDat
   std::vector<uint32_t> keep;
   keep.reserve(src->n);
   auto out = std::make_shared<SendData>();
-  out->begin.assign(job_.servers + 1, 0);
-  for (uint32_t s = 0; s < job_.servers; ++s) {
+  out->begin.assign(job_.shard_servers() + 1, 0);
+  for (uint32_t s = 0; s < job_.shard_servers(); ++s) {
     for (uint32_t p = src->begin[s]; p < src->begin[s + 1]; ++p) {
       bool significant = thr <= 0.0f;
       for (uint32_t d = 0; d < dim && !significant; ++d) {
@@ -457,7 +457,7 @@ Status Worker::PostRequests(TicketState& tk, const std::vector<RangePlan>* range
   if (tk.read_only) flags |= kFlagReadOnly;
   std::vector<RangePlan> all;
   if (ranges == nullptr) {
-    for (uint32_t s = 0; s < job_.servers; ++s) {
+    for (uint32_t s = 0; s < job_.shard_servers(); ++s) {
       all.push_back(RangePlan{s, data->begin[s], data->begin[s + 1], false});
     }
     ranges = &all;

@@ -380,12 +380,18 @@ TEST(LaunchShapeTest, WhatFerryLaunchSets) {
   auto shape = Shape({{"FERRY_SERVERS", "2"},
                       {"FERRY_WORKERS", "3"},
                       {"FERRY_TRANSPORT", "tcp"},
-                      {"FERRY_ROLE_RULE", "colocated"}});
+                      {"FERRY_ROLE_RULE", "colocated"},
+                      {"FERRY_SERVER_THREADS", "4"}});
   ASSERT_TRUE(shape.ok()) << shape.status().ToString();
   EXPECT_EQ(shape->servers, 2);
   EXPECT_EQ(shape->workers, 3);
   EXPECT_EQ(shape->transport, "tcp");
   EXPECT_EQ(shape->role_rule, "colocated");
+  EXPECT_EQ(shape->server_threads, 4);
+  JobSpec job = Job(2, 3);
+  ASSERT_TRUE(ApplyLaunchShape(*shape, Env(Launcher::kFerry, 3), &job).ok());
+  EXPECT_EQ(job.server_threads, 4u);
+  EXPECT_EQ(job.shard_servers(), 8u);
 }
 
 struct BadShape {
@@ -409,7 +415,8 @@ INSTANTIATE_TEST_SUITE_P(
                       BadShape{{{"FERRY_WORKERS", ""}}, "FERRY_WORKERS=''"},
                       BadShape{{{"FERRY_WORKERS", "3x"}}, "FERRY_WORKERS='3x'"},
                       BadShape{{{"FERRY_TRANSPORT", "rdma"}}, "FERRY_TRANSPORT='rdma'"},
-                      BadShape{{{"FERRY_ROLE_RULE", "sideways"}}, "FERRY_ROLE_RULE='sideways'"}));
+                      BadShape{{{"FERRY_ROLE_RULE", "sideways"}}, "FERRY_ROLE_RULE='sideways'"},
+                      BadShape{{{"FERRY_SERVER_THREADS", "0"}}, "FERRY_SERVER_THREADS='0'"}));
 
 TEST(ApplyLaunchShapeTest, TheShapeOverridesTheJob) {
   LaunchShape shape;

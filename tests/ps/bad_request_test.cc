@@ -255,7 +255,9 @@ class RawWorker {
     return r;
   }
   const uint8_t* arena() const { return arena_mem_.data(); }
-  uint64_t rows_begin() const { return ReplySlotsBytes(job_.servers, job_.max_outstanding); }
+  uint64_t rows_begin() const {
+    return ReplySlotsBytes(job_.shard_servers(), job_.max_outstanding);
+  }
 
   uint64_t ring_bytes = 0;
   uint32_t next_seq = 0;

@@ -41,12 +41,25 @@ std::string RankOutcome::ToString() const {
   return "ok";
 }
 
-std::vector<RankOutcome> RunJob(const JobSpec& job, const std::function<Status(Node&)>& body,
+uint32_t TestServerThreads() {
+  const char* v = std::getenv("FERRY_TEST_SERVER_THREADS");
+  if (v == nullptr || *v == '\0') return 1;
+  const long t = std::strtol(v, nullptr, 10);
+  if (t < 1 || t > 64) {
+    std::fprintf(stderr, "FERRY_TEST_SERVER_THREADS=%s is not 1..64\n", v);
+    std::abort();
+  }
+  return static_cast<uint32_t>(t);
+}
+
+std::vector<RankOutcome> RunJob(const JobSpec& spec, const std::function<Status(Node&)>& body,
                                 Millis deadline) {
+  JobSpec job = spec;
+  job.server_threads = TestServerThreads();
   const int size = RanksNeeded(job);
   static std::atomic<int> counter{0};
-  const std::string file = "/tmp/ferry-test-coordinator-" + std::to_string(getpid()) + "-" +
-                           std::to_string(counter++);
+  const std::string file =
+      "/tmp/ferry-test-coordinator-" + std::to_string(getpid()) + "-" + std::to_string(counter++);
   ::unlink(file.c_str());
   std::vector<RankOutcome> out(size);
   std::mutex mu;

@@ -58,6 +58,18 @@ extern char** environ;
 namespace ferry::ps {
 namespace {
 
+// Shard servers per server rank for every job here: FERRY_TEST_SERVER_THREADS (the suites run
+// with 1 and 2: meson.build), else 1.
+std::string ServerThreads() {
+  const char* v = std::getenv("FERRY_TEST_SERVER_THREADS");
+  return v != nullptr && *v != '\0' ? v : "1";
+}
+
+// A RELIABILITY line's backend: "tcp", or "tcp/server-threads=2" in the T = 2 runs.
+std::string BackendLabel(const std::string& backend) {
+  return ServerThreads() == "1" ? backend : backend + "/server-threads=" + ServerThreads();
+}
+
 using Clock = std::chrono::steady_clock;
 
 constexpr Millis kPeerTimeout{2000};
@@ -349,7 +361,8 @@ JobResult RunJob(const JobOptions& o, const TempDir& dir, Millis deadline) {
         "FERRY_RANK=" + std::to_string(r),           "FERRY_SIZE=" + std::to_string(kRanks),
         "FERRY_LOCAL_RANK=" + std::to_string(r),     "FERRY_LOCAL_SIZE=" + std::to_string(kRanks),
         "FERRY_SERVERS=" + std::to_string(kServers), "FERRY_WORKERS=" + std::to_string(kWorkers),
-        "FERRY_TRANSPORT=" + o.transport.backend,    "FERRY_ROLE_RULE=servers-first"};
+        "FERRY_TRANSPORT=" + o.transport.backend,    "FERRY_ROLE_RULE=servers-first",
+        "FERRY_SERVER_THREADS=" + ServerThreads()};
   };
   std::vector<std::unique_ptr<Child>> kids(kRanks);
   auto spawn = [&](int r, std::vector<std::string> env) -> Status {
@@ -536,8 +549,9 @@ TEST_P(PsFailure, EverySurvivorFailsNamingTheDeadRankInBound) {
   const int64_t elapsed = MsBetween(res.started, Clock::now());
   uint64_t ops = 0;
   for (const RankResult& r : res.ranks) ops += r.line.iterations;
-  ReportLine("RELIABILITY scenario=" + scenario + " backend=" + c.transport.name + " outcome=" +
-             outcome + " ops=" + std::to_string(ops) + " errors=" + std::to_string(failed) +
+  ReportLine("RELIABILITY scenario=" + scenario + " backend=" + BackendLabel(c.transport.name) +
+             " outcome=" + outcome + " ops=" + std::to_string(ops) +
+             " errors=" + std::to_string(failed) +
              " bytes=- detect_ms=" + (worst_exit < 0 ? "-" : std::to_string(worst_exit)) +
              " drain_ms=- elapsed_ms=" + std::to_string(elapsed) +
              " proxy_bytes=- note=victim=rank" + std::to_string(o.die_rank) +
@@ -627,7 +641,7 @@ TEST_P(PsRun, EveryRankEndsOk) {
       EXPECT_LE(other.iterations, slow.iterations + 2) << "the fast worker did not wait: " << note;
     }
   }
-  ReportLine("RELIABILITY scenario=" + c.scenario + " backend=" + c.transport.name +
+  ReportLine("RELIABILITY scenario=" + c.scenario + " backend=" + BackendLabel(c.transport.name) +
              " outcome=" + outcome + " ops=" + std::to_string(ops) +
              " errors=" + std::to_string(errors) + " bytes=- detect_ms=- drain_ms=- elapsed_ms=" +
              std::to_string(MsBetween(res.started, Clock::now())) + " proxy_bytes=- note=" + note +
@@ -664,6 +678,8 @@ TEST(PsFailureLaunch, FerryLaunchNamesTheKilledWorker) {
                                    "40",
                                    "--kill-grace",
                                    "2",
+                                   "--server-threads",
+                                   ServerThreads(),
                                    "--",
                                    PsRankPath(),
                                    "--transport",
@@ -707,10 +723,10 @@ TEST(PsFailureLaunch, FerryLaunchNamesTheKilledWorker) {
       }
     }
   }
-  ReportLine(
-      "RELIABILITY scenario=ps-launch-worker-sigkill backend=tcp outcome=" + outcome +
-      " ops=- errors=- bytes=- detect_ms=- drain_ms=- elapsed_ms=" + std::to_string(elapsed) +
-      " proxy_bytes=- note=exit=" + Word(c.Describe()) + " error=" + OneLine(first) + "\n");
+  ReportLine("RELIABILITY scenario=ps-launch-worker-sigkill backend=" + BackendLabel("tcp") +
+             " outcome=" + outcome + " ops=- errors=- bytes=- detect_ms=- drain_ms=- elapsed_ms=" +
+             std::to_string(elapsed) + " proxy_bytes=- note=exit=" + Word(c.Describe()) +
+             " error=" + OneLine(first) + "\n");
   EXPECT_FALSE(hung) << "ferry-launch still running after 45 s";
   EXPECT_TRUE(code) << "ferry-launch " << c.Describe() << "; stderr:\n" << Tail(err, 4000);
   EXPECT_TRUE(named) << "stderr:\n" << Tail(err, 4000);

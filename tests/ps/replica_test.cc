@@ -22,6 +22,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "tests/ps/job_util.h"
@@ -36,6 +37,24 @@ constexpr uint32_t kServers = 3, kWorkers = 2, kDim = 4;
 // Ranks under servers-first: servers 0..2 are ranks 0..2 (rank 0 hosts the coordinator), workers
 // 0..1 are ranks 3..4.
 constexpr int kServerRank1 = 1;
+
+// The shard servers of a job with kServers server ranks (RunJob sets server_threads).
+uint32_t ShardServers() {
+  return kServers * TestServerThreads();
+}
+
+// Severs every shard server of server rank `victim` after `after` operations each, as a killed
+// process loses all of them; the reports in thread order.
+std::vector<std::shared_ptr<FaultReport>> SeverServerRank(JobSpec* job, uint32_t victim,
+                                                          uint64_t after) {
+  std::vector<std::shared_ptr<FaultReport>> reports;
+  for (uint32_t t = 0; t < TestServerThreads(); ++t) {
+    FaultPlan plan;
+    plan.sever_after_ops = after;
+    reports.push_back(InjectFaults(job, Role::kServer, t * kServers + victim, plan));
+  }
+  return reports;
+}
 
 bool Mentions(const RankOutcome& o, std::string_view text) {
   return o.ToString().find(text) != std::string::npos;
@@ -73,13 +92,13 @@ class PsReplica : public ::testing::TestWithParam<BackendConfig> {
     return run.final_rows;
   }
 
-  // Runs `job` with server `victim` severed after `after` operations: the victim's rank must
-  // fail naming its removal, every other rank end ok, and the rows equal `want`.
+  // Runs `job` with server rank `victim` severed after `after` operations (each of its shard
+  // servers): the victim's rank must fail naming its removal, every other rank end ok, and the
+  // rows equal `want`.
   void RunSevered(JobSpec job, const TrainingSpec& spec, uint32_t victim, uint64_t after,
                   const std::vector<float>& want) {
-    FaultPlan plan;
-    plan.sever_after_ops = after;
-    auto report = InjectFaults(&job, Role::kServer, victim, plan);
+    auto reports = SeverServerRank(&job, victim, after);
+    const FaultReport* report = reports.front().get();
     TrainingRun run = RunTraining(job, spec);
     const std::string all = DescribeOutcomes(run.outcomes);
     ASSERT_TRUE(report->wrapped);
@@ -231,11 +250,12 @@ Status TrainWindow(Node& node, const WindowSpec& spec, uint32_t dim, Copies* cop
   }
   // The tables may be read once the server stopped serving (Node::server()).
   FERRY_RETURN_IF_ERROR(node.Join());
-  if (Server* s = node.server()) {
+  for (size_t t = 0; t < node.num_shard_servers(); ++t) {
+    Server* s = node.shard_server(t);
     std::lock_guard<std::mutex> lock(copies->mu);
     copies->records_applied += s->stats().records_applied;
     copies->rows_created += s->stats().rows_created;
-    for (uint32_t shard = 0; shard < kServers; ++shard) {
+    for (uint32_t shard = 0; shard < ShardServers(); ++shard) {
       if (const ArrayHashMap* m = s->HostedTable(shard, 0)) {
         copies->of_shard[shard][s->index()] = CopyRows(*m);
       }
@@ -246,7 +266,7 @@ Status TrainWindow(Node& node, const WindowSpec& spec, uint32_t dim, Copies* cop
 
 // Every copy of a shard held by a server in `live` equals the others (at least `min_copies`).
 void ExpectReplicasEqual(const Copies& copies, const std::vector<bool>& live, size_t min_copies) {
-  ASSERT_EQ(copies.of_shard.size(), size_t{kServers});
+  ASSERT_EQ(copies.of_shard.size(), size_t{ShardServers()});
   for (const auto& [shard, by_server] : copies.of_shard) {
     const RowsCopy* first = nullptr;
     uint32_t first_server = 0;
@@ -295,7 +315,7 @@ class PsReplicaRows : public PsReplica {
     SCOPED_TRACE(what);
     DynamicRun run = RunWindow(job, spec);
     ASSERT_TRUE(AllOk(run.outcomes).ok()) << DescribeOutcomes(run.outcomes);
-    ExpectReplicasEqual(*run.copies, std::vector<bool>(kServers, true), job.replicas);
+    ExpectReplicasEqual(*run.copies, std::vector<bool>(ShardServers(), true), job.replicas);
     EXPECT_GT(run.copies->records_applied, 0u) << "no row record reached a replica";
     if (TableEvicts(job.tables[0])) {
       size_t live = 0;
@@ -347,16 +367,17 @@ TEST_P(PsReplicaRows, SurvivorsOfAFailoverKeepTheSameRows) {
     job.tables[0].evict_unseen_ticks = 3;
     job.tables[0].admission.kind = AdmissionOptions::Kind::kFrequency;
     job.tables[0].admission.min_count = 2;
-    FaultPlan plan;
-    plan.sever_after_ops = 60;
-    auto report = InjectFaults(&job, Role::kServer, kServerRank1, plan);
+    auto reports = SeverServerRank(&job, kServerRank1, 60);
+    const FaultReport* report = reports.front().get();
     DynamicRun run = RunWindow(job, spec);
     const std::string all = DescribeOutcomes(run.outcomes);
     SCOPED_TRACE(std::string(c == Consistency::kBsp ? "BSP" : "ASP") + ", replicas " +
                  std::to_string(replicas));
     ASSERT_GT(report->counters.connections_severed, 0u) << all;
-    std::vector<bool> live(kServers, true);
-    live[kServerRank1] = false;
+    std::vector<bool> live(ShardServers(), true);
+    for (size_t t = 0; t < reports.size(); ++t) {
+      if (reports[t]->counters.connections_severed > 0) live[t * kServers + kServerRank1] = false;
+    }
     for (size_t r = 0; r < run.outcomes.size(); ++r) {
       if (r != size_t{kServerRank1}) {
         EXPECT_TRUE(run.outcomes[r].ok()) << "rank " << r << all;
@@ -390,6 +411,46 @@ TEST(PsReplicaSpec, RefusesReplicasBeyondTheServersAndTakesDynamicTables) {
   job.tables[0].admission.kind = AdmissionOptions::Kind::kFrequency;
   job.tables[0].admission.min_count = 2;
   EXPECT_TRUE(ValidateJob(job).ok());
+}
+
+// Server threads: shard server t of server rank r is t * S + r, so the R <= S members of a chain
+// (s, s+1, ..., s+R-1 over S*T shard servers) sit on R distinct ranks; a table's row counts are
+// split over a rank's shard servers; T is 1..64.
+TEST(PsReplicaSpec, ShardServersOfARankNeverHoldTwoCopiesOfAShard) {
+  JobSpec job;
+  TableSpec t;
+  t.name = "t";
+  t.initial_rows = 1000;
+  t.max_rows = 301;
+  job.tables.push_back(t);
+  job.servers = 3;
+  job.server_threads = 4;
+  job.replicas = 3;
+  ASSERT_TRUE(ValidateJob(job).ok());
+  EXPECT_EQ(job.shard_servers(), 12u);
+  for (uint32_t r = 0; r < job.servers; ++r) {
+    for (uint32_t th = 0; th < job.server_threads; ++th) {
+      EXPECT_EQ(ServerRankOf(job, ShardServerOf(job, r, th)), r);
+    }
+  }
+  const ChainMap chain(job.shard_servers(), job.replicas);
+  for (uint32_t shard = 0; shard < job.shard_servers(); ++shard) {
+    std::set<uint32_t> ranks;
+    for (uint32_t k = 0; k < job.replicas; ++k)
+      ranks.insert(ServerRankOf(job, chain.Member(shard, k)));
+    EXPECT_EQ(ranks.size(), size_t{job.replicas}) << "shard " << shard;
+  }
+  const TableSpec each = ShardServerTable(t, job.server_threads);
+  EXPECT_EQ(each.initial_rows, 250u);
+  EXPECT_EQ(each.max_rows, 76u);  // rounded up: 4 x 76 >= 301
+  EXPECT_EQ(ShardServerTable(t, 1).max_rows, 301u);
+  job.server_threads = 0;
+  EXPECT_EQ(ValidateJob(job).code(), Code::kInvalidArgument);
+  job.server_threads = 65;
+  EXPECT_EQ(ValidateJob(job).code(), Code::kInvalidArgument);
+  job.server_threads = 2;
+  job.replicas = 4;  // more than the 3 server ranks, though there are 6 shard servers
+  EXPECT_EQ(ValidateJob(job).code(), Code::kInvalidArgument);
 }
 
 // Row records (protocol.h "Row records") parse like forwards: checked, never read outside.

@@ -65,9 +65,11 @@ class Replicas : public ::testing::Test {
 
   // Runs the job with --replicas 2 over `transport` and SIGKILLs `rank` (a server-only rank) a
   // random 0-500 ms after the first streaming evaluation line appeared. Returns the model file.
-  static std::string KillOneServer(const std::string& model, const std::string& transport,
-                                   int rank) {
-    const std::string tag = model + "_" + transport + "_rank" + std::to_string(rank);
+  // `extra`: more ferry-train flags (a tag suffix names them).
+  static std::string KillOneServer(const std::string& model, const std::string& transport, int rank,
+                                   const std::vector<std::string>& extra = {},
+                                   const std::string& suffix = "") {
+    const std::string tag = model + "_" + transport + "_rank" + std::to_string(rank) + suffix;
     const std::string metrics = *dir_ / (tag + ".jsonl");
     const int delay_ms = std::uniform_int_distribution<int>(0, 500)(rng_);
     Clock::time_point training{};
@@ -84,9 +86,9 @@ class Replicas : public ::testing::Test {
     };
     const std::string out = *dir_ / (tag + ".model");
     // Train() names its own metrics file <dir>/<tag>.jsonl: the killer watches that one.
-    TrainRun run =
-        Train(*dir_, tag, Cat(Job(model, transport), {"--replicas", "2", "--model-out", out}), 180,
-              killer);
+    TrainRun run = Train(
+        *dir_, tag, Cat(Cat(Job(model, transport), extra), {"--replicas", "2", "--model-out", out}),
+        180, killer);
     const std::string bytes = Slurp(out);
     Report(tag, transport, run, bytes == reference_[model], killed > 0);
     std::printf(
@@ -216,6 +218,17 @@ TEST_F(Replicas, FtrlSurvivesAKilledServerWithTheSameModelBytes) {
   ASSERT_FALSE(ref.empty());
   EXPECT_EQ(KillOneServer("ftrl", "tcp", 1), ref) << "server 1 killed over tcp";
   EXPECT_EQ(KillOneServer("ftrl", "ucx", 2), ref) << "server 2 killed over ucx";
+}
+
+// Two shard servers per server rank (--server-threads 2): the shares only decide where a row
+// lives, so the model is the reference's byte for byte; and a killed rank takes both of its
+// shard servers down at once, which fail over together (their chains' next copies are on other
+// ranks).
+TEST_F(Replicas, ServerThreadsKeepTheModelBytesThroughAKilledRank) {
+  const std::string ref = Reference("ftrl");
+  ASSERT_FALSE(ref.empty());
+  EXPECT_EQ(KillOneServer("ftrl", "tcp", 1, {"--server-threads", "2"}, "_threads2"), ref)
+      << "server rank 1 (shard servers 1 and 4) killed over tcp";
 }
 
 TEST_F(Replicas, MlpSurvivesAKilledServerWithTheSameModelBytes) {

@@ -37,6 +37,10 @@ void AddFlags(CLI::App& app, LaunchFlags& f) {
                  "rank that is only a server (not rank 0) may die without stopping the job")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
+  app.add_option("--server-threads", o.server_threads,
+                 "shard servers per server rank, each on its own thread with its own share of\n"
+                 "the keys (FERRY_SERVER_THREADS; default: the program's own flag)")
+      ->check(CLI::Range(1, 64));
   app.add_option("--transport", o.transport, "data transport: auto, verbs, ucx or tcp")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "verbs", "ucx", "tcp"}));

@@ -85,6 +85,10 @@ void AddFlags(CLI::App& app, CliOptions& c) {
       ->capture_default_str();
   app.add_option("--servers", c.servers, "servers (default: FERRY_SERVERS, else from the ranks)");
   app.add_option("--workers", c.workers, "workers (default: FERRY_WORKERS, else from the ranks)");
+  app.add_option("--server-threads", c.server_threads,
+                 "shard servers per server rank, each on its own thread with its own share of "
+                 "the keys (default: FERRY_SERVER_THREADS, else 1)")
+      ->check(CLI::Range(1, 64));
   app.add_option("--replicas", c.direct.replicas,
                  "copies of each server's shard (chain replication: pushes are acknowledged by "
                  "the chain's tail)")
@@ -106,7 +110,7 @@ void AddFlags(CLI::App& app, CliOptions& c) {
 namespace {
 
 // The job's shape, field by field: the flags, then the launcher's variables, then the rank count
-// (cli.h). Fills o->servers, workers, role_rule and transport.
+// (cli.h). Fills o->servers, workers, server_threads, role_rule and transport.
 Status ResolveShape(const CliOptions& c, const ps::LaunchEnv& env,
                     const ps::LaunchShape& launch_shape, BenchOptions* o) {
   ps::LaunchShape shape = launch_shape;
@@ -135,6 +139,10 @@ Status ResolveShape(const CliOptions& c, const ps::LaunchEnv& env,
   if (!s.ok()) return s.Annotate("pass --servers/--workers that fit the launch");
   o->servers = job.servers;
   o->workers = job.workers;
+  o->server_threads = c.server_threads != 0 ? c.server_threads
+                      : launch_shape.server_threads > 0
+                          ? static_cast<uint32_t>(launch_shape.server_threads)
+                          : 1;
   o->role_rule = job.role_rule;
   o->transport = job.transport;
   return Status::Ok();

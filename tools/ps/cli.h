@@ -44,6 +44,7 @@ struct CliOptions {
   std::string optimizer = "adagrad";
   float learning_rate = 0.05f;
   uint32_t servers = 0, workers = 0;  // 0: from the launcher or the rank count
+  uint32_t server_threads = 0;        // 0: FERRY_SERVER_THREADS, else 1
   std::string role_rule = "auto";
   std::string transport;  // empty: FERRY_TRANSPORT, else auto
   std::vector<std::string> params;

@@ -58,7 +58,8 @@ bool KeysUniqueHint(const BenchOptions& o) {
 size_t TableInitialRows(const BenchOptions& o) {
   // Consistent hashing with 128 virtual nodes leaves shards within a few percent of N / S;
   // 25% slack keeps populate free of table growth.
-  const uint64_t share = (o.key_spec.space + o.servers - 1) / o.servers;
+  const uint64_t shards = uint64_t{o.servers} * o.server_threads;
+  const uint64_t share = (o.key_spec.space + shards - 1) / shards;
   return static_cast<size_t>(share + share / 4 + 1024);
 }
 
@@ -118,6 +119,7 @@ ps::JobSpec BuildJob(const BenchOptions& o) {
   job.servers = o.servers;
   job.workers = o.workers;
   job.replicas = o.replicas;
+  job.server_threads = o.server_threads;
   job.role_rule = o.role_rule;
   job.transport = o.transport;
   job.transport_params = o.transport_params;
@@ -131,14 +133,15 @@ ps::JobSpec BuildJob(const BenchOptions& o) {
   const uint64_t batch = MaxBatch(o);
   const uint64_t inflight = o.latency ? 1 : o.pipeline;
   const uint64_t row = ps::RowWireBytes(o.dim, false);
-  const uint64_t slots = ps::ReplySlotsBytes(o.servers, job.max_outstanding);
+  const uint64_t slots = ps::ReplySlotsBytes(job.shard_servers(), job.max_outstanding);
   // One-sided pulls: each arena row carries the key word and metadata (24 B), and a request that
   // teaches slots gets 4 B per key back.
   const uint64_t arena_row = row + (o.one_sided ? 32 : 0);
   job.arena_bytes = std::max<uint64_t>(
       job.arena_bytes, RoundUpMiB(slots + 2 * inflight * batch * arena_row + 4 * kMiB));
   // Keys, gradients and request headers of a push-pull.
-  const uint64_t per_op = batch * (8 + row) + (batch / kMaxKeysPerRequest + o.servers) * 64;
+  const uint64_t per_op =
+      batch * (8 + row) + (batch / kMaxKeysPerRequest + job.shard_servers()) * 64;
   // A filtered or fp16 push also holds its copy of the keys and gradients while it is made.
   const uint64_t copies = (o.fp16_push || o.push_filter > 0) ? 2 : 1;
   job.send_bytes =

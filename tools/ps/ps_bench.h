@@ -84,7 +84,8 @@ struct BenchOptions {
   // The job (every rank must agree: BuildJob is a function of these fields only).
   uint32_t servers = 1;
   uint32_t workers = 1;
-  uint32_t replicas = 1;  // JobSpec::replicas: pushes pay for the chain
+  uint32_t replicas = 1;        // JobSpec::replicas: pushes pay for the chain
+  uint32_t server_threads = 1;  // JobSpec::server_threads: shard servers per server rank
   ps::RoleRule role_rule = ps::RoleRule::kServersFirst;
   std::string transport = "auto";
   std::map<std::string, std::string> transport_params;

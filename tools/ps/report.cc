@@ -207,11 +207,13 @@ std::string FormatText(const BenchReport& r) {
       o.latency ? "Ferry parameter-server latency test" : "Ferry parameter-server throughput test");
   const std::string params = Params(o.transport_params);
   out += ReportLine("Transport", r.transport + (params.empty() ? "" : " (" + params + ")"));
-  out += ReportLine("Job",
-                    Printf("%u server%s, %u worker%s (%s, %d rank%s, launcher %s), asp", o.servers,
-                           o.servers == 1 ? "" : "s", o.workers, o.workers == 1 ? "" : "s",
-                           std::string(ps::RoleRuleName(o.role_rule)).c_str(), r.ranks,
-                           r.ranks == 1 ? "" : "s", r.launcher.c_str()));
+  out += ReportLine(
+      "Job", Printf("%u server%s%s, %u worker%s (%s, %d rank%s, launcher %s), asp", o.servers,
+                    o.servers == 1 ? "" : "s",
+                    o.server_threads == 1 ? "" : Printf(" x %u threads", o.server_threads).c_str(),
+                    o.workers, o.workers == 1 ? "" : "s",
+                    std::string(ps::RoleRuleName(o.role_rule)).c_str(), r.ranks,
+                    r.ranks == 1 ? "" : "s", r.launcher.c_str()));
   out +=
       ReportLine("Table", Printf("%u floats per row (%u B of payload, %u B stride on a server), %s",
                                  o.dim, o.dim * 4, r.row_stride,
@@ -370,6 +372,7 @@ std::string FormatJson(const BenchReport& r) {
       {"transport_params", params},
       {"job",
        {{"servers", o.servers},
+        {"server_threads", o.server_threads},
         {"workers", o.workers},
         {"ranks", r.ranks},
         {"role_rule", ps::RoleRuleName(o.role_rule)},
