@@ -133,7 +133,10 @@ PY
 # ucxref SECTION TEST SIZE PAIR ITERS   (env UCX_TLS etc. already exported)
 ucxref() {
   local section=$1 test=$2 size=$3 pair=$4 iters=$5 attempt out srv
-  note_cmd "UCX_TLS=$UCX_TLS ${UCX_NET_DEVICES:+UCX_NET_DEVICES=$UCX_NET_DEVICES }ucx_perftest -p PORT -t $test -s $size -n $iters  &  ucx_perftest 127.0.0.1 -p PORT -t $test -s $size -n $iters"
+  # Both processes run with the variables (they are exported): the note says so on both sides,
+  # since a reader pasting it with them on the server alone runs the client with every transport.
+  local vars="UCX_TLS=$UCX_TLS${UCX_NET_DEVICES:+ UCX_NET_DEVICES=$UCX_NET_DEVICES}"
+  note_cmd "$vars ucx_perftest -p PORT -t $test -s $size -n $iters  &  $vars ucx_perftest 127.0.0.1 -p PORT -t $test -s $size -n $iters"
   for attempt in 1 2 3; do
     next_port
     timeout 60 ucx_perftest -p "$PORT" -t "$test" -s "$size" -n "$iters" >/dev/null 2>&1 & srv=$!
