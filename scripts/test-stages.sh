@@ -8,14 +8,16 @@
 #         With FERRY_REQUIRE_ALL=1 (a plain ./test.sh, CI's run, sets it) it also fails when a
 #         test CI must run skipped: the launchers (mpirun, srun), LIBLINEAR, netns, the VM
 #         (scripts/check-must-run.py has the list).
-#   asan  gcc, ASan+UBSan, no jemalloc, no benchmarks, no verbs backend: every suite but 'rdma' and 'install'
+#   asan  gcc, ASan+UBSan, no jemalloc, no benchmarks, no verbs backend: every suite but 'rdma',
+#         'install' and 'ps-threads' (the ps suites again with two shard servers a rank)
 #         (the VM's time budget: verbs in the VM run without sanitizers, and the host has no
 #         RDMA device for verbs code to run on). Any report aborts the test: fail. train_formats
-#         runs 6 of its 18 model x format pairs here and train_liblinear does not run here
-#         (tests/train/meson.build says which, and why).
+#         runs 6 of its 18 model x format pairs here, train_ranking its ModelRanking cases, and
+#         train_liblinear does not run here (tests/train/meson.build says which, and why).
 #   tsan  gcc, TSan: only the multi-threaded tests (progress threads, two threads posting on one
 #         transport, concurrent table readers, the pool, ferry-serve's request threads during hot
-#         swaps), via gtest filters. Any report: fail.
+#         swaps, ps jobs with one and two shard servers a rank), via gtest filters. Any report:
+#         fail.
 #   fuzz  clang, libFuzzer + ASan + UBSan: tests/fuzz/run.sh, FERRY_FUZZ_SECONDS (default 10)
 #         per target over its seed corpus. A crash: fail (inputs kept in build-fuzz/crash-*).
 #
