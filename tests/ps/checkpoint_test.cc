@@ -125,10 +125,14 @@ TEST_F(Checkpoints, RestoreIntoMoreAndFewerServersKeepsRowsAndOptimizerState) {
   ASSERT_TRUE(manifest.ok()) << manifest.status().ToString();
   EXPECT_EQ(manifest->servers, 2u * TestServerThreads());  // one shard file per shard server
   ASSERT_EQ(manifest->tables.size(), 2u);
-  for (int servers : {3, 1}) {
-    SCOPED_TRACE("restored into " + std::to_string(servers) + " servers");
+  // Into 3 and 1 server ranks, and into 2 ranks of 3 shard servers each (server_threads: the
+  // checkpoint was written with 1, or 2 in the *_threads2 run).
+  for (auto [servers, threads] : {std::pair{3u, 1u}, std::pair{1u, 1u}, std::pair{2u, 3u}}) {
+    SCOPED_TRACE("restored into " + std::to_string(servers) + " servers x " +
+                 std::to_string(threads) + " threads");
     // Restored: the same bits as pulled right after the checkpoint (zero more rounds)...
-    JobSpec job = Job(static_cast<uint32_t>(servers));
+    JobSpec job = Job(servers);
+    job.server_threads = threads;  // 1: RunJob's (FERRY_TEST_SERVER_THREADS)
     job.restore_dir = dir_.string();
     std::map<uint64_t, std::vector<float>> after;
     s = Train(job, keys, 3, 0, "", &after);

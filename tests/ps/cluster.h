@@ -27,7 +27,8 @@ struct RankOutcome {
 
 // Runs every rank of `job`; body(node) runs on each rank after Start (on every rank, whatever
 // its roles: check node.worker()). With FERRY_TEST_SERVER_THREADS=T in the environment every
-// job runs with JobSpec::server_threads = T (the ps suites run with 1 and 2: meson.build). A rank
+// job that leaves JobSpec::server_threads at 1 runs with T (the ps suites run with 1 and 2:
+// meson.build). A rank
 // whose body returns an error still joins. Aborts the process with a message if the job is not over
 // within `deadline` (a hang is a failure).
 std::vector<RankOutcome> RunJob(const JobSpec& job, const std::function<Status(Node&)>& body,
