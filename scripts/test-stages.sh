@@ -225,7 +225,7 @@ FERRY_TSAN_RUNS=(
   "tests/ps/ps_replica_test|*/tcp"
   # The same with two shard servers per server rank (JobSpec::server_threads): more threads per
   # process, each with its own tables and transport.
-  "tests/ps/ps_job_test|*/tcp|FERRY_TEST_SERVER_THREADS=2"
+  "tests/ps/ps_job_test|*/tcp:*/tcp_*|FERRY_TEST_SERVER_THREADS=2"
   "tests/ps/ps_replica_test|*/tcp|FERRY_TEST_SERVER_THREADS=2"
   "tests/fault/fault_test|*"
   "tests/topology/pool_test|*Concurrent*"
