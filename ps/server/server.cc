@@ -434,7 +434,14 @@ void Server::HandleCompletion(const Completion& c, bool defer_notifies) {
   }
   // A reply write finished: release what it held.
   if (c.context >= replies_.size() || !replies_[c.context].busy) return;
-  Reply& r = replies_[c.context];
+  const uint32_t worker = replies_[c.context].worker;
+  const SlotsFollowUp slots = ReleaseReply(static_cast<uint32_t>(c.context));
+  if (!c.ok()) FailWorker(worker, Status(c.code, c.error));
+  FinishSlotsFollowUp(slots, c.ok());  // last: it may grow replies_
+}
+
+Server::SlotsFollowUp Server::ReleaseReply(uint32_t index) {
+  Reply& r = replies_[index];
   if (r.table >= 0) --tables_[r.table].inflight;
   if (r.scratch >= 0) links_[r.worker].free_scratch.push_back(static_cast<uint32_t>(r.scratch));
   const SlotsFollowUp slots = TakeSlotsFollowUp(r);  // one-sided pulls (server_onesided.cc)
@@ -442,15 +449,15 @@ void Server::HandleCompletion(const Completion& c, bool defer_notifies) {
   r.table = -1;
   r.scratch = -1;
   r.segments.clear();
-  free_replies_.push_back(static_cast<uint32_t>(c.context));
-  if (!c.ok()) FailWorker(r.worker, Status(c.code, c.error));
-  FinishSlotsFollowUp(slots, c.ok());  // last: it may grow replies_ (r is dangling then)
+  free_replies_.push_back(index);
+  return slots;
 }
 
 Status Server::DrainTable(Table& t) {
   Completion comps[64];
   const auto deadline = Clock::now() + job_.peer_timeout * 2;
   while (t.inflight > 0) {
+    FlushReplies();  // a queued reply never completes
     const size_t n = data_->Poll(comps);
     for (size_t i = 0; i < n; ++i) HandleCompletion(comps[i], /*defer_notifies=*/true);
     if (n == 0) {
@@ -574,9 +581,13 @@ Status Server::ServeLoop(ControlClient* control) {
     for (size_t i = 0; i < n; ++i) {
       if (comps[i].type != OpType::kNotify) HandleCompletion(comps[i], false);
     }
+    // The requests' replies go out as one Post (FlushReplies: one sendmsg per worker on tcp).
+    batching_ = true;
     for (size_t i = 0; i < n; ++i) {
       if (comps[i].type == OpType::kNotify) HandleCompletion(comps[i], false);
     }
+    batching_ = false;
+    FlushReplies();
     for (auto& [j, d] : downstream_) {
       if (!d.queue.empty()) PostForwards(j);
     }

@@ -279,6 +279,17 @@ class Server {
   void PrefetchAhead(const ArrayHashMap& m, bool leads, bool follows, uint32_t i, uint32_t n) const;
   Status ReplyRows(uint32_t w, const RequestView& req, Table& t);
   Status SendRecord(uint32_t w, uint32_t seq, const Status& status);
+  // Reply writes of one Poll batch's requests go out as one Post (server_replies.cc): tcp sends
+  // them in one sendmsg per worker, verbs in one ibv_post_send. PostReply posts `op` (a reply
+  // write whose Reply `op.context` is filled in) now, or queues it while batching_; FlushReplies
+  // posts the queue. Every wait for completions flushes first: a queued write never completes.
+  // A write that fails to post is answered there (ReplyPostFailed), so PostReply returns Ok.
+  Status PostReply(const Op& op);
+  void FlushReplies();
+  void ReplyPostFailed(uint32_t r, const Status& why);
+  // Frees what reply r held (its table's in-flight count, a scratch record) and returns its
+  // SlotReply follow-up for FinishSlotsFollowUp.
+  SlotsFollowUp ReleaseReply(uint32_t r);
   // Slots of keys in table t, creating absent rows (with the initializer, subject to admission;
   // refused keys get kNoSlot). Grows the table first if needed (draining its replies).
   Status ResolveSlots(Table& t, const uint64_t* keys, uint32_t n, std::vector<uint32_t>* slots);
@@ -430,6 +441,8 @@ class Server {
   std::vector<uint32_t> push_slots_;  // a head's slots for a whole push (row records)
   std::vector<Reply> replies_;
   std::vector<uint32_t> free_replies_;
+  std::vector<Op> queued_replies_;  // PostReply while batching_ (a Poll batch's requests)
+  bool batching_ = false;
   std::deque<Completion> deferred_;  // notifications that arrived during a drain
   std::vector<uint32_t> slots_;      // scratch for ResolveSlots
   // ResolveSlots' absent keys (their positions in the request and the keys themselves), and

@@ -1,9 +1,8 @@
-// The request path of a server: parse in place, resolve slots, apply, reply (see server.h and
-// protocol.h).
+// The request path of a server: parse in place, resolve slots, apply (see server.h and
+// protocol.h); the replies are server_replies.cc.
 #include <algorithm>
 #include <cstdio>
 
-#include "ps/server/reply_plan.h"
 #include "ps/server/server.h"
 #include "ps/store/optimizer.h"
 
@@ -264,124 +263,6 @@ Status Server::ApplyPush(Table& t, const RequestView& req, uint32_t worker) {
     ApplyUpdate(t.spec.optimizer, dim, m.Embedding(row), m.State(row), g,
                 ArrayHashMap::Meta(row)->update_count);
     if (t.mirror_offset != 0) WriteMirror(m, t.mirror_offset, row);
-  }
-  return Status::Ok();
-}
-
-Status Server::ReplyRows(uint32_t w, const RequestView& req, Table& t) {
-  Link& l = links_[w];
-  ArrayHashMap& m = *t.map;
-  const uint32_t n = req.header.num_keys;
-  if ((req.header.flags & kFlagReadOnly) != 0) {
-    // Scoring reads (evaluation, prediction): absent keys stay kNoSlot and read as zeros; the
-    // table neither grows nor counts them (a test set's features must not enter the model).
-    slots_.resize(n);
-    FERRY_RETURN_IF_ERROR(m.FindBatch(std::span<const uint64_t>(req.keys, n), slots_));
-  } else if (LeadsRows(t)) {
-    // A chain head's creations and evictions go down the chain (server_records.cc).
-    BeginRowLog(t);
-    const Status resolved = ResolveSlots(t, req.keys, n, &slots_);
-    EndRowLog(t, 0, 0, 0, 0);
-    FERRY_RETURN_IF_ERROR(resolved);
-  } else {
-    FERRY_RETURN_IF_ERROR(ResolveSlots(t, req.keys, n, &slots_));
-  }
-  const bool fp16 = (req.header.flags & kFlagFp16Rows) != 0;
-  const ReplyRowShape shape{m.layout().stride, fp16 ? t.mirror_offset : m.layout().embedding_offset,
-                            RowWireBytes(t.spec.dim, fp16)};
-  const uint32_t r = AllocReply();
-  Reply& reply = replies_[r];
-  reply.worker = w;
-  std::vector<Segment>& segs = reply.segments;
-  // Keys refused by admission have no slot: their rows stay zero.
-  PlanReplySegments(std::span<const uint32_t>(slots_.data(), n), ArrayHashMap::kNoSlot, shape,
-                    req.header.dest_offset, req.header.dest_stride, &segs);
-  if (segs.empty()) {  // every key refused: acknowledge without data
-    reply.busy = false;
-    free_replies_.push_back(r);
-    return SendRecord(w, req.header.seq, Status::Ok());
-  }
-  // A pull that wants slots: the rows go unnotified, the SlotReply follows them once they have
-  // landed and carries the notification (server_onesided.cc).
-  uint32_t slots_len = 0;
-  const int64_t slots_at =
-      (req.header.flags & kFlagWantSlots) != 0 ? StageSlotReply(req, t, slots_, &slots_len) : -1;
-  Op op;
-  op.type = OpType::kSparseWrite;
-  op.flags = slots_at >= 0 ? kOpNone : kOpNotify;
-  op.imm = slots_at >= 0 ? 0 : ReplyImm(ReplyKind::kOk, req.header.seq);
-  op.ep = l.ep.get();
-  op.context = r;
-  op.local = m.region();
-  op.remote = l.arena.get();
-  op.segments = segs.data();
-  op.num_segments = segs.size();
-  Status status = data_->Post(std::span<const Op>(&op, 1));
-  if (!status.ok()) {
-    reply.busy = false;
-    segs.clear();
-    free_replies_.push_back(r);
-    FreeSlotReply(slots_at, slots_len);
-    return status.Annotate("post the rows reply");
-  }
-  reply.slots_at = slots_at;
-  reply.slots_len = slots_len;
-  reply.seq = req.header.seq;
-  reply.slots_dest = req.header.slots_offset;
-  reply.slots_follow = slots_at >= 0;
-  reply.table = static_cast<int>(&t - tables_.data());
-  ++t.inflight;
-  return Status::Ok();
-}
-
-Status Server::SendRecord(uint32_t w, uint32_t seq, const Status& status) {
-  Link& l = links_[w];
-  // A scratch record stays untouched until its write completes.
-  Completion comps[64];
-  const auto deadline = std::chrono::steady_clock::now() + job_.peer_timeout * 2;
-  while (l.free_scratch.empty()) {
-    const size_t n = data_->Poll(comps);
-    for (size_t i = 0; i < n; ++i) HandleCompletion(comps[i], /*defer_notifies=*/true);
-    if (n == 0) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        return Timeout("reply records to worker " + std::to_string(w) + " never completed");
-      }
-      (void)data_->Wait(Millis(10));
-    }
-    if (l.failed) return PeerFailure("worker " + std::to_string(w) + " failed");
-  }
-  const uint32_t s = l.free_scratch.back();
-  l.free_scratch.pop_back();
-  ReplyRecord& rec = scratch_[s];
-  uint64_t length = 8;
-  if (status.ok()) {
-    rec.magic = kReplyMagic;
-    rec.seq = seq;
-  } else {
-    MakeErrorRecord(seq, status, &rec);
-    length = sizeof(ReplyRecord);
-  }
-  const uint32_t r = AllocReply();
-  replies_[r].worker = w;
-  replies_[r].scratch = static_cast<int>(s);
-  Op op;
-  op.type = OpType::kWrite;
-  op.flags = kOpNotify;
-  op.imm = ReplyImm(status.ok() ? ReplyKind::kOk : ReplyKind::kError, seq);
-  op.ep = l.ep.get();
-  op.context = r;
-  op.local = scratch_region_.get();
-  op.local_offset = uint64_t{s} * sizeof(ReplyRecord);
-  op.length = length;
-  op.remote = l.arena.get();
-  op.remote_offset = ReplySlotOffset(index_, seq, job_.max_outstanding);
-  Status posted = data_->Post(std::span<const Op>(&op, 1));
-  if (!posted.ok()) {
-    replies_[r].busy = false;
-    replies_[r].scratch = -1;
-    free_replies_.push_back(r);
-    l.free_scratch.push_back(s);
-    return posted.Annotate("post a reply record");
   }
   return Status::Ok();
 }
