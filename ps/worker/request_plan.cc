@@ -10,15 +10,20 @@ namespace ferry::ps {
 
 std::vector<RequestChunk> PlanRequests(std::span<const RangePlan> ranges, uint32_t cap) {
   std::vector<RequestChunk> plan;
+  PlanRequests(ranges, cap, &plan);
+  return plan;
+}
+
+void PlanRequests(std::span<const RangePlan> ranges, uint32_t cap, std::vector<RequestChunk>* out) {
+  out->clear();
   uint64_t total = 0;
   for (const RangePlan& r : ranges) total += RequestsFor(r.end - r.begin, cap);
-  plan.reserve(total);
+  out->reserve(total);
   for (const RangePlan& r : ranges) {
     for (uint32_t b = r.begin; b < r.end; b += cap) {
-      plan.push_back(RequestChunk{r.shard, b, std::min(cap, r.end - b), r.want_slots});
+      out->push_back(RequestChunk{r.shard, b, std::min(cap, r.end - b), r.want_slots});
     }
   }
-  return plan;
 }
 
 CacheSplit SplitByCache(std::span<const uint32_t> group_begin, std::span<uint64_t> keys,

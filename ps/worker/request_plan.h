@@ -42,6 +42,8 @@ inline uint64_t RequestsFor(uint64_t keys, uint32_t cap) {
 
 // The requests of `ranges`, in order: each range cut into chunks of at most `cap` (> 0) keys.
 std::vector<RequestChunk> PlanRequests(std::span<const RangePlan> ranges, uint32_t cap);
+// The same into `out` (cleared first): no allocation once `out` has grown to the plan's size.
+void PlanRequests(std::span<const RangePlan> ranges, uint32_t cap, std::vector<RequestChunk>* out);
 
 // How a one-sided pull splits its keys between the request path and sparse reads.
 struct CacheSplit {

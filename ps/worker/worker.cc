@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 
 #include "ps/job/checkpoint.h"
@@ -22,7 +23,7 @@ Worker::~Worker() {
   for (ServerLink& l : st_->servers) {
     if (l.ep) l.ep->Close();
   }
-  st_->tickets.clear();
+  st_->tickets.Clear();
   st_->slot_caches.clear();  // one-sided pulls' remote keys (worker_onesided.cc)
   for (ServerLink& l : st_->servers) l.ring.reset();
   st_->arena.reset();
@@ -195,14 +196,14 @@ void Worker::DrainControl() {
 }
 
 void Worker::FreeRingSlots(ServerLink& l) {
-  while (!l.slots.empty() && l.slots.front().free) l.slots.pop_front();
+  while (!l.slots.empty() && l.slots.front().free) l.slots.pop();
 }
 
 void Worker::Retire(Ticket t) {
-  auto it = st_->tickets.find(t);
-  if (it == st_->tickets.end()) return;
-  const TicketState& tk = *it->second;
-  if (tk.released && tk.unreplied == 0 && tk.unsent == 0) st_->tickets.erase(it);
+  TicketState* it = st_->tickets.Find(t);
+  if (it == nullptr) return;
+  const TicketState& tk = *it;
+  if (tk.released && tk.unreplied == 0 && tk.unsent == 0) st_->tickets.Erase(t);
 }
 
 void Worker::OnNotify(uint32_t s, uint32_t imm) {
@@ -222,9 +223,9 @@ void Worker::OnNotify(uint32_t s, uint32_t imm) {
   }
   slot->replied = true;
   --l.unreplied;
-  auto it = st.tickets.find(slot->ticket);
-  if (it != st.tickets.end()) {
-    TicketState& tk = *it->second;
+  TicketState* it = st.tickets.Find(slot->ticket);
+  if (it != nullptr) {
+    TicketState& tk = *it;
     if (ReplyImmKind(imm) == ReplyKind::kError) {
       ReplyRecord rec;
       std::memcpy(&rec, st.arena->data() + ReplySlotOffset(s, slot->seq, job_.max_outstanding),
@@ -257,9 +258,9 @@ void Worker::OnNotify(uint32_t s, uint32_t imm) {
 
 void Worker::OnRequestWritten(const Completion& c) {
   const Ticket t = c.context >> kContextShift;
-  auto it = st_->tickets.find(t);
-  if (it == st_->tickets.end()) return;
-  TicketState& tk = *it->second;
+  TicketState* it = st_->tickets.Find(t);
+  if (it == nullptr) return;
+  TicketState& tk = *it;
   --tk.unsent;
   const uint64_t index = c.context & ((uint64_t{1} << kContextShift) - 1);
   if (!c.ok() && job_.replicas > 1 && index < tk.requests.size()) {
@@ -375,34 +376,37 @@ Status Worker::WaitFor(const std::function<bool()>& pred, Millis timeout, std::s
 }
 
 Status Worker::Wait(Ticket t, Millis timeout) {
-  auto it = st_->tickets.find(t);
-  if (it == st_->tickets.end() || it->second->released) {
+  TicketState* it = st_->tickets.Find(t);
+  if (it == nullptr || it->released) {
     return InvalidArgument("ticket " + std::to_string(t) + " is unknown or released");
   }
-  TicketState* tk = it->second.get();
-  FERRY_RETURN_IF_ERROR(
-      WaitFor([tk] { return tk->unreplied == 0; }, timeout,
-              std::string(RequestTypeName(tk->type)) + " ticket " + std::to_string(t)));
+  TicketState* tk = it;
+  // Named on the stack: a wait allocates nothing (a small request's cost, worker_state.h).
+  const std::string_view type = RequestTypeName(tk->type);
+  char what[64];
+  std::snprintf(what, sizeof what, "%.*s ticket %llu", static_cast<int>(type.size()), type.data(),
+                static_cast<unsigned long long>(t));
+  FERRY_RETURN_IF_ERROR(WaitFor([tk] { return tk->unreplied == 0; }, timeout, what));
   return tk->error;
 }
 
 bool Worker::Test(Ticket t) {
   Progress();
-  auto it = st_->tickets.find(t);
-  return it != st_->tickets.end() && it->second->unreplied == 0;
+  TicketState* it = st_->tickets.Find(t);
+  return it != nullptr && it->unreplied == 0;
 }
 
 Result<PulledRows> Worker::Rows(Ticket t) const {
-  auto it = st_->tickets.find(t);
-  if (it == st_->tickets.end() || it->second->released) {
+  TicketState* it = st_->tickets.Find(t);
+  if (it == nullptr || it->released) {
     return InvalidArgument("ticket " + std::to_string(t) + " is unknown or released");
   }
-  const TicketState& tk = *it->second;
-  if (tk.rows == nullptr) return InvalidArgument("ticket " + std::to_string(t) + " has no rows");
+  const TicketState& tk = *it;
+  if (!tk.rows) return InvalidArgument("ticket " + std::to_string(t) + " has no rows");
   if (tk.unreplied != 0) return InvalidArgument("ticket " + std::to_string(t) + " is not done");
   FERRY_RETURN_IF_ERROR(tk.error);
   PulledRows r;
-  r.base_ = st_->arena->data() + tk.rows->offset + tk.row_prefix;
+  r.base_ = st_->arena->data() + tk.rows.offset + tk.row_prefix;
   r.pos_ = tk.pos.data();
   r.n_ = tk.pos.size();
   r.unique_ = tk.send->n;
@@ -413,11 +417,11 @@ Result<PulledRows> Worker::Rows(Ticket t) const {
 }
 
 void Worker::Release(Ticket t) {
-  auto it = st_->tickets.find(t);
-  if (it == st_->tickets.end()) return;
-  it->second->released = true;
+  TicketState* it = st_->tickets.Find(t);
+  if (it == nullptr) return;
+  it->released = true;
   // Replies still on their way write into the rows: those stay allocated until Retire.
-  if (it->second->unreplied == 0) it->second->rows.reset();
+  if (it->unreplied == 0) it->rows.reset();
   Retire(t);
 }
 

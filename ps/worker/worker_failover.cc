@@ -48,9 +48,9 @@ void Worker::OnServerDown(uint32_t server) {
   // Every request it has not answered, in the order they were posted.
   for (const RingSlot& r : l.slots) {
     if (r.replied) continue;
-    auto it = st.tickets.find(r.ticket);
-    if (it == st.tickets.end()) continue;
-    TicketState& tk = *it->second;
+    TicketState* it = st.tickets.Find(r.ticket);
+    if (it == nullptr) continue;
+    TicketState& tk = *it;
     for (uint32_t i = 0; i < tk.requests.size(); ++i) {
       Request& q = tk.requests[i];
       if (q.server == server && q.seq == r.seq && !q.abandoned) {
@@ -68,12 +68,12 @@ void Worker::PostReroutes() {
   State& st = *st_;
   while (!st.reroutes.empty()) {
     const Reroute r = st.reroutes.front();
-    auto it = st.tickets.find(r.ticket);
-    if (it == st.tickets.end()) {
+    TicketState* it = st.tickets.Find(r.ticket);
+    if (it == nullptr) {
       st.reroutes.pop_front();
       continue;
     }
-    TicketState& tk = *it->second;
+    TicketState& tk = *it;
     const Request q = tk.requests[r.request];  // a copy: BuildRequest grows the deque
     const uint32_t head = HeadOf(q.shard);
     if (chain_.dead(head)) {

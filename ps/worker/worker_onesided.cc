@@ -88,7 +88,7 @@ Result<Ticket> Worker::PullOneSided(uint32_t table, std::span<const uint64_t> ke
   Status s = PrepareKeys(*tk, keys, options.keys_unique);
   if (!s.ok()) return Issued(*tk, s);
   const SendData& send = *tk->send;
-  std::span<uint64_t> pulled(reinterpret_cast<uint64_t*>(st.send->data() + send.keys->offset),
+  std::span<uint64_t> pulled(reinterpret_cast<uint64_t*>(st.send->data() + send.keys.offset),
                              send.n);
   LookUpSlots(table, send, pulled, read_len);
   CacheSplit plan = SplitByCache(send.begin, pulled, st.slot_of);
@@ -123,9 +123,8 @@ std::vector<bool> Worker::PushesInFlight(uint32_t table) const {
   for (uint32_t srv = 0; srv < job_.shard_servers(); ++srv) {
     for (const RingSlot& r : st.servers[srv].slots) {
       if (r.replied) continue;
-      auto it = st.tickets.find(r.ticket);
-      if (it != st.tickets.end() && it->second->table == table &&
-          it->second->type != RequestType::kPull) {
+      TicketState* it = st.tickets.Find(r.ticket);
+      if (it != nullptr && it->table == table && it->type != RequestType::kPull) {
         in_flight[srv] = true;
       }
     }
@@ -184,7 +183,7 @@ void Worker::PlanReads(TicketState& tk, const std::vector<RangePlan>& cached,
       }
       rd.generation_word = std::make_unique<Block>(&st.rows_alloc, *at, 8);
     }
-    rd.segments = ReadSegments(st.slot_of, r.begin, r.end, tk.rows->offset, tk.row_bytes,
+    rd.segments = ReadSegments(st.slot_of, r.begin, r.end, tk.rows.offset, tk.row_bytes,
                                c.row_stride, read_len);
     tk.reads.push_back(std::move(rd));
   }
@@ -242,8 +241,8 @@ void Worker::LearnSlots() {
   for (auto e = st.learning.begin(); e != st.learning.end();) {
     // Every reply of the ticket is in (or the ticket is gone, which needs them all): the
     // SlotReply, written before its request's notification, is complete.
-    auto t = st.tickets.find(e->ticket);
-    if (t != st.tickets.end() && t->second->unreplied != 0) {
+    TicketState* t = st.tickets.Find(e->ticket);
+    if (t != nullptr && t->unreplied != 0) {
       ++e;
       continue;
     }
@@ -300,7 +299,7 @@ void Worker::Learn(const SlotLearning& e, const SlotReplyView& v, SlotCache& c) 
   if (h.generation != r.generation) return;
   if (c.slots.size() + e.n > kMaxCachedSlots) c.slots.clear();
   const uint64_t* keys =
-      reinterpret_cast<const uint64_t*>(st.send->data() + e.send->keys->offset) + e.begin;
+      reinterpret_cast<const uint64_t*>(st.send->data() + e.send->keys.offset) + e.begin;
   for (uint32_t i = 0; i < e.n; ++i) {
     const uint32_t slot = v.slot(i);
     if (slot == kNoSlotValue) {
@@ -316,9 +315,9 @@ void Worker::OnReadDone(const Completion& c) {
   State& st = *st_;
   const Ticket t = (c.context & ~kReadContextBit) >> kContextShift;
   const size_t i = c.context & kReadIndexMask;
-  auto it = st.tickets.find(t);
-  if (it == st.tickets.end() || i >= it->second->reads.size()) return;  // unreachable
-  TicketState& tk = *it->second;
+  TicketState* it = st.tickets.Find(t);
+  if (it == nullptr || i >= it->reads.size()) return;  // unreachable
+  TicketState& tk = *it;
   OneSidedRead& rd = tk.reads[i];
   if (!c.ok() && rd.error.ok()) rd.error = Status(c.code, c.error);
   if (rd.ops_left == 0 || --rd.ops_left > 0) return;
@@ -399,8 +398,8 @@ bool Worker::ReadRowsValid(TicketState& tk, const OneSidedRead& rd) {
       return false;
     }
   }
-  const uint64_t* keys = reinterpret_cast<const uint64_t*>(st.send->data() + tk.send->keys->offset);
-  const uint8_t* rows = st.arena->data() + tk.rows->offset;
+  const uint64_t* keys = reinterpret_cast<const uint64_t*>(st.send->data() + tk.send->keys.offset);
+  const uint8_t* rows = st.arena->data() + tk.rows.offset;
   bool valid = true;
   for (uint32_t p = rd.begin; p < rd.end; ++p) {
     uint64_t k;
@@ -417,7 +416,7 @@ void Worker::FallBack(TicketState& tk, const OneSidedRead& rd) {
   State& st = *st_;
   // The read left bytes where the request path writes nothing for a key the table refuses
   // (admission, or evicted within its own batch at a max_rows bound): such rows read as zeros.
-  std::memset(st.arena->data() + tk.rows->offset + uint64_t{rd.begin} * tk.row_bytes, 0,
+  std::memset(st.arena->data() + tk.rows.offset + uint64_t{rd.begin} * tk.row_bytes, 0,
               uint64_t{rd.end - rd.begin} * tk.row_bytes);
   stats_.one_sided_fallbacks += rd.end - rd.begin;
   st.fallbacks.push_back(Fallback{tk.id, rd.server, rd.begin, rd.end});
@@ -427,12 +426,12 @@ void Worker::FallBack(TicketState& tk, const OneSidedRead& rd) {
 void Worker::PostFallbacks() {
   State& st = *st_;
   for (auto f = st.fallbacks.begin(); f != st.fallbacks.end();) {
-    auto it = st.tickets.find(f->ticket);
-    if (it == st.tickets.end()) {  // unreachable: the fallback holds a reply count
+    TicketState* it = st.tickets.Find(f->ticket);
+    if (it == nullptr) {  // unreachable: the fallback holds a reply count
       f = st.fallbacks.erase(f);
       continue;
     }
-    TicketState& tk = *it->second;
+    TicketState& tk = *it;
     Status why;
     bool waiting = false;
     const uint32_t dim = job_.tables[tk.table].dim;

@@ -17,9 +17,13 @@ constexpr uint64_t kMaxRequestsPerTicket = (uint64_t{1} << kContextShift) - 1;
 
 // Space that no amount of waiting can provide: more than the whole buffer. Checked before
 // waiting for space, which would otherwise end only in a timeout that blames the wrong thing.
-Status FitsAtAll(const RangeAllocator& a, uint64_t bytes, const std::string& what,
+// `describe` names what needs the bytes; called only on failure (a small request's path
+// allocates nothing).
+template <typename Describe>
+Status FitsAtAll(const RangeAllocator& a, uint64_t bytes, const Describe& describe,
                  const char* option) {
   if ((bytes + 63) / 64 * 64 <= a.capacity()) return Status::Ok();
+  const std::string what = describe();
   return ResourceExhausted(
       what + " need " + std::to_string(bytes) + " bytes, more than the whole " +
       std::string(option) + " (" + std::to_string(a.capacity()) +
@@ -37,15 +41,12 @@ Result<TicketState*> Worker::NewTicket(uint32_t table, RequestType type, bool fp
     return InvalidArgument("table '" + job_.tables[table].name +
                            "' keeps no fp16 mirror (TableSpec::fp16_pull)");
   }
-  auto tk = std::make_unique<TicketState>();
-  tk->id = st_->next_ticket++;
+  TicketState* tk = st_->tickets.Create();  // a recycled state: no allocation once warm
   tk->table = table;
   tk->type = type;
   tk->fp16_rows = fp16_rows;
   tk->clock = clock_;
-  TicketState* raw = tk.get();
-  st_->tickets.emplace(raw->id, std::move(tk));
-  return raw;
+  return tk;
 }
 
 // Dedupe (unless `unique`), then counting-sort the unique keys by server straight into the
@@ -70,12 +71,14 @@ Status Worker::PrepareKeys(TicketState& tk, std::span<const uint64_t> keys, bool
     uniq = st.unique_keys;
   }
   const uint32_t m = static_cast<uint32_t>(uniq.size());
-  auto send = std::make_shared<SendData>();
+  // The ticket's own SendData when it kept one (TicketState::Recycle): no allocation.
+  std::shared_ptr<SendData> send = std::move(tk.send);
+  if (send == nullptr) send = std::make_shared<SendData>();
   send->n = m;
   const uint32_t servers = job_.shard_servers();
   send->begin.assign(servers + 1, 0);
-  FERRY_RETURN_IF_ERROR(
-      FitsAtAll(st.send_alloc, uint64_t{m} * 8, std::to_string(m) + " keys", "send_bytes"));
+  FERRY_RETURN_IF_ERROR(FitsAtAll(
+      st.send_alloc, uint64_t{m} * 8, [m] { return std::to_string(m) + " keys"; }, "send_bytes"));
   auto at = st.send_alloc.Allocate(uint64_t{m} * 8);
   while (!at) {  // send space returns when older tickets' sends complete and they are released
     stats_.waits_for_space++;
@@ -83,9 +86,9 @@ Status Worker::PrepareKeys(TicketState& tk, std::span<const uint64_t> keys, bool
         WaitFor([&] { return (at = st.send_alloc.Allocate(uint64_t{m} * 8)).has_value(); },
                 job_.peer_timeout * 4, "send-buffer space (release tickets?)"));
   }
-  send->keys = std::make_unique<Block>(&st.send_alloc, *at, uint64_t{m} * 8);
+  send->keys = Block(&st.send_alloc, *at, uint64_t{m} * 8);
   uint64_t* out = reinterpret_cast<uint64_t*>(st.send->data() + *at);
-  std::vector<uint32_t>& pos_of_unique = st.fill;  // reused below as per-server cursors too
+  std::vector<uint32_t>& pos_of_unique = st.fill;
   if (servers == 1) {
     if (uint64_t{m} * 8 != 0)
       std::memcpy(out, uniq.data(), uint64_t{m} * 8);  // data() may be null when empty
@@ -105,7 +108,8 @@ Status Worker::PrepareKeys(TicketState& tk, std::span<const uint64_t> keys, bool
       ++send->begin[s + 1];
     }
     for (uint32_t s = 0; s < servers; ++s) send->begin[s + 1] += send->begin[s];
-    std::vector<uint32_t> cursor(send->begin.begin(), send->begin.end() - 1);
+    std::vector<uint32_t>& cursor = st.cursor;
+    cursor.assign(send->begin.begin(), send->begin.end() - 1);
     pos_of_unique.resize(m);
     for (uint32_t u = 0; u < m; ++u) {
       const uint32_t p = cursor[st.server_of[u]]++;
@@ -129,8 +133,10 @@ Status Worker::AllocRows(TicketState& tk) {
   const TableSpec& t = job_.tables[tk.table];
   if (tk.row_bytes == 0) tk.row_bytes = RowWireBytes(t.dim, tk.fp16_rows);  // one-sided: set
   const uint64_t bytes = uint64_t{tk.send->n} * tk.row_bytes;
+  const uint32_t keys = tk.send->n;
   FERRY_RETURN_IF_ERROR(FitsAtAll(
-      st.rows_alloc, bytes, "the rows of " + std::to_string(tk.send->n) + " keys", "arena_bytes"));
+      st.rows_alloc, bytes, [keys] { return "the rows of " + std::to_string(keys) + " keys"; },
+      "arena_bytes"));
   auto at = st.rows_alloc.Allocate(bytes);
   if (!at) {
     stats_.waits_for_space++;
@@ -139,7 +145,7 @@ Status Worker::AllocRows(TicketState& tk) {
                                   "arena space for " + std::to_string(bytes) +
                                       " bytes of rows (release tickets, or raise arena_bytes)"));
   }
-  tk.rows = std::make_unique<Block>(&st.rows_alloc, *at, bytes);
+  tk.rows = Block(&st.rows_alloc, *at, bytes);
   // Keys a table may refuse (admission, a row bound) or not hold (a read-only pull) read as
   // zeros: the server skips them.
   if (TableTracksSightings(t) || tk.read_only) {
@@ -152,16 +158,18 @@ Status Worker::AllocGrads(SendData& send, uint32_t dim) {
   State& st = *st_;
   const uint64_t bytes = uint64_t{send.n} * dim * 4;
   // The keys are held meanwhile: both must fit together.
-  FERRY_RETURN_IF_ERROR(FitsAtAll(st.send_alloc, bytes + uint64_t{send.n} * 8,
-                                  "the keys and gradients of " + std::to_string(send.n) + " keys",
-                                  "send_bytes"));
+  const uint32_t keys = send.n;
+  FERRY_RETURN_IF_ERROR(FitsAtAll(
+      st.send_alloc, bytes + uint64_t{keys} * 8,
+      [keys] { return "the keys and gradients of " + std::to_string(keys) + " keys"; },
+      "send_bytes"));
   auto at = st.send_alloc.Allocate(bytes);
   if (!at) {
     stats_.waits_for_space++;
     FERRY_RETURN_IF_ERROR(WaitFor([&] { return (at = st.send_alloc.Allocate(bytes)).has_value(); },
                                   job_.peer_timeout * 4, "send-buffer space for gradients"));
   }
-  send.grads = std::make_unique<Block>(&st.send_alloc, *at, bytes);
+  send.grads = Block(&st.send_alloc, *at, bytes);
   std::memset(st.send->data() + *at, 0, bytes);
   return Status::Ok();
 }
@@ -174,7 +182,7 @@ Status Worker::AggregateGrads(TicketState& tk, std::span<const float> grads) {
                            " gradient floats, got " + std::to_string(grads.size()));
   }
   FERRY_RETURN_IF_ERROR(AllocGrads(*tk.send, dim));
-  float* g = reinterpret_cast<float*>(st_->send->data() + tk.send->grads->offset);
+  float* g = reinterpret_cast<float*>(st_->send->data() + tk.send->grads.offset);
   for (size_t i = 0; i < tk.pos.size(); ++i) {
     float* dst = g + size_t{tk.pos[i]} * dim;
     const float* src = grads.data() + i * dim;
@@ -188,8 +196,8 @@ Result<std::shared_ptr<SendData>> Worker::PushData(const std::shared_ptr<SendDat
   const float thr = job_.push_filter;
   if (thr <= 0.0f && !job_.fp16_push) return src;
   State& st = *st_;
-  const float* g = reinterpret_cast<const float*>(st.send->data() + src->grads->offset);
-  const uint64_t* k = reinterpret_cast<const uint64_t*>(st.send->data() + src->keys->offset);
+  const float* g = reinterpret_cast<const float*>(st.send->data() + src->grads.offset);
+  const uint64_t* k = reinterpret_cast<const uint64_t*>(st.send->data() + src->keys.offset);
   // Which rows survive the significance filter (largest |g| >= threshold).
   std::vector<uint32_t> keep;
   keep.reserve(src->n);
@@ -216,11 +224,13 @@ Result<std::shared_ptr<SendData>> Worker::PushData(const std::shared_ptr<SendDat
   const uint64_t kbytes = uint64_t{out->n} * 8, gbytes = uint64_t{out->n} * dim * elem;
   // The copy is made while `src` is held: both must fit together. Space held by earlier
   // tickets' sends comes back as they complete, so wait for it as the other allocations do.
-  FERRY_RETURN_IF_ERROR(
-      FitsAtAll(st.send_alloc, kbytes + gbytes + src->keys->bytes + src->grads->bytes,
-                "a " + std::string(out->fp16 ? "fp16" : "filtered") + " copy of " +
-                    std::to_string(out->n) + " gradient rows (and the rows it is made from)",
-                "send_bytes"));
+  FERRY_RETURN_IF_ERROR(FitsAtAll(
+      st.send_alloc, kbytes + gbytes + src->keys.bytes + src->grads.bytes,
+      [&] {
+        return "a " + std::string(out->fp16 ? "fp16" : "filtered") + " copy of " +
+               std::to_string(out->n) + " gradient rows (and the rows it is made from)";
+      },
+      "send_bytes"));
   std::optional<uint64_t> ka, ga;
   auto take = [&] {
     if (!ka) ka = st.send_alloc.Allocate(kbytes);
@@ -235,8 +245,8 @@ Result<std::shared_ptr<SendData>> Worker::PushData(const std::shared_ptr<SendDat
       return s;
     }
   }
-  out->keys = std::make_unique<Block>(&st.send_alloc, *ka, kbytes);
-  out->grads = std::make_unique<Block>(&st.send_alloc, *ga, gbytes);
+  out->keys = Block(&st.send_alloc, *ka, kbytes);
+  out->grads = Block(&st.send_alloc, *ga, gbytes);
   uint64_t* ko = reinterpret_cast<uint64_t*>(st.send->data() + *ka);
   uint8_t* go = st.send->data() + *ga;
   for (uint32_t j = 0; j < out->n; ++j) {
@@ -279,7 +289,7 @@ std::optional<uint64_t> Worker::TryReserveRing(uint32_t server, uint64_t bytes, 
   slot.bytes = bytes;
   slot.seq = l.next_seq++;
   slot.ticket = ticket;
-  l.slots.push_back(slot);
+  l.slots.push(slot);
   ++l.unreplied;
   *seq = slot.seq;
   return at;
@@ -359,7 +369,7 @@ Op Worker::BuildRequest(TicketState& tk, const SendData& data, uint32_t shard, u
   const bool pushes = tk.type != RequestType::kPull;
   const uint64_t grad_elem = (flags & kFlagFp16Grads) ? 2 : 4;
   if (header_at == UINT64_MAX) {
-    header_at = tk.headers->offset + tk.headers_used++ * sizeof(RequestHeader);
+    header_at = tk.headers.offset + tk.headers_used++ * sizeof(RequestHeader);
   }
   RequestHeader* hdr = reinterpret_cast<RequestHeader*>(st.send->data() + header_at);
   *hdr = RequestHeader{};
@@ -375,10 +385,10 @@ Op Worker::BuildRequest(TicketState& tk, const SendData& data, uint32_t shard, u
     if (push_id == 0) push_id = ++st.push_ids[shard];
     hdr->push_id = push_id;
   }
-  if (tk.rows != nullptr) {
+  if (tk.rows) {
     // One-sided pulls keep a prefix (key word, metadata) before each embedding: the request
     // path's rows land after it, where PulledRows points.
-    hdr->dest_offset = tk.rows->offset + uint64_t{b} * tk.row_bytes + tk.row_prefix;
+    hdr->dest_offset = tk.rows.offset + uint64_t{b} * tk.row_bytes + tk.row_prefix;
     hdr->dest_stride = tk.row_bytes;
   }
   if ((flags & kFlagWantSlots) != 0 && !PlanSlotReply(tk, s, b, n, seq, hdr)) {
@@ -397,11 +407,11 @@ Op Worker::BuildRequest(TicketState& tk, const SendData& data, uint32_t shard, u
   r.push_id = push_id;
   r.segs[0] = Segment{header_at, at, sizeof(RequestHeader)};
   r.segs[1] =
-      Segment{data.keys->offset + uint64_t{b} * 8, at + sizeof(RequestHeader), uint64_t{n} * 8};
+      Segment{data.keys.offset + uint64_t{b} * 8, at + sizeof(RequestHeader), uint64_t{n} * 8};
   r.nsegs = 2;
   if (pushes) {
     r.segs[2] =
-        Segment{data.grads->offset + uint64_t{b} * dim * grad_elem,
+        Segment{data.grads.offset + uint64_t{b} * dim * grad_elem,
                 at + sizeof(RequestHeader) + uint64_t{n} * 8, uint64_t{n} * dim * grad_elem};
     r.nsegs = 3;
   }
@@ -430,7 +440,7 @@ Status Worker::AllocHeaders(TicketState& tk, uint64_t headers) {
         [&] { return (hat = st.send_alloc.Allocate(headers * sizeof(RequestHeader))).has_value(); },
         job_.peer_timeout * 4, "send-buffer space for request headers"));
   }
-  tk.headers = std::make_unique<Block>(&st.send_alloc, *hat, headers * sizeof(RequestHeader));
+  tk.headers = Block(&st.send_alloc, *hat, headers * sizeof(RequestHeader));
   tk.headers_used = 0;
   tk.headers_cap = headers;
   return Status::Ok();
@@ -455,27 +465,29 @@ Status Worker::PostRequests(TicketState& tk, const std::vector<RangePlan>* range
   if (pushes && data->fp16) flags |= kFlagFp16Grads;
   if (tk.fp16_rows) flags |= kFlagFp16Rows;
   if (tk.read_only) flags |= kFlagReadOnly;
-  std::vector<RangePlan> all;
+  // Scratch lent for this call (a nested call, from Progress inside a wait, takes its own).
+  ScratchStack<RangePlan>::Lease all(st_->range_scratch);
   if (ranges == nullptr) {
     for (uint32_t s = 0; s < job_.shard_servers(); ++s) {
-      all.push_back(RangePlan{s, data->begin[s], data->begin[s + 1], false});
+      all->push_back(RangePlan{s, data->begin[s], data->begin[s + 1], false});
     }
-    ranges = &all;
+    ranges = &*all;
   }
-  const std::vector<RequestChunk> plan = PlanRequests(*ranges, KeysPerRequest(tk, pushes));
-  const uint64_t nreq = plan.size();
+  ScratchStack<RequestChunk>::Lease plan(st_->plan_scratch);
+  PlanRequests(*ranges, KeysPerRequest(tk, pushes), &*plan);
+  const uint64_t nreq = plan->size();
   if (nreq + spare_headers > kMaxRequestsPerTicket) {
     return InvalidArgument("too many requests in one call");
   }
-  if (tk.headers == nullptr) {
+  if (!tk.headers) {
     FERRY_RETURN_IF_ERROR(AllocHeaders(tk, nreq + spare_headers));
   } else if (tk.headers_cap - tk.headers_used < nreq) {
     return Internal("request headers set aside too early are too few");
   }
   if (nreq == 0) return Status::Ok();  // every gradient filtered out: nothing to send
-  std::vector<Op> ops;
-  ops.reserve(std::min<uint64_t>(nreq, 16));
-  for (const RequestChunk& c : plan) {
+  ScratchStack<Op>::Lease lease(st_->op_scratch);
+  std::vector<Op>& ops = *lease;
+  for (const RequestChunk& c : *plan) {
     const uint8_t f = flags | (c.want_slots ? kFlagWantSlots : 0);
     uint32_t seq = 0, server = 0;
     auto at =
@@ -549,25 +561,25 @@ Result<Ticket> Worker::PushPull(uint32_t table, std::span<const uint64_t> keys,
 }
 
 Result<GradRows> Worker::Gradients(Ticket pulled) {
-  auto it = st_->tickets.find(pulled);
-  if (it == st_->tickets.end() || it->second->released) {
+  TicketState* it = st_->tickets.Find(pulled);
+  if (it == nullptr || it->released) {
     return InvalidArgument("ticket " + std::to_string(pulled) + " is unknown or released");
   }
-  TicketState& tk = *it->second;
+  TicketState& tk = *it;
   if (tk.type != RequestType::kPull) return InvalidArgument("Gradients needs a pull ticket");
   if (tk.grads_pushed) {
     return InvalidArgument("the gradients of ticket " + std::to_string(pulled) +
                            " were pushed: they are the push's source until it completes");
   }
   const uint32_t dim = job_.tables[tk.table].dim;
-  if (tk.send->grads == nullptr) {
+  if (!tk.send->grads) {
     FERRY_RETURN_IF_ERROR(AllocGrads(*tk.send, dim));
   } else if (!tk.grads_ready) {
-    std::memset(st_->send->data() + tk.send->grads->offset, 0, tk.send->grads->bytes);
+    std::memset(st_->send->data() + tk.send->grads.offset, 0, tk.send->grads.bytes);
   }
   tk.grads_ready = true;
   GradRows g;
-  g.base_ = reinterpret_cast<float*>(st_->send->data() + tk.send->grads->offset);
+  g.base_ = reinterpret_cast<float*>(st_->send->data() + tk.send->grads.offset);
   g.pos_ = tk.pos.data();
   g.n_ = tk.pos.size();
   g.dim_ = dim;
@@ -575,11 +587,11 @@ Result<GradRows> Worker::Gradients(Ticket pulled) {
 }
 
 Result<Ticket> Worker::PushGradients(Ticket pulled) {
-  auto it = st_->tickets.find(pulled);
-  if (it == st_->tickets.end() || it->second->released) {
+  TicketState* it = st_->tickets.Find(pulled);
+  if (it == nullptr || it->released) {
     return InvalidArgument("ticket " + std::to_string(pulled) + " is unknown or released");
   }
-  TicketState& src = *it->second;
+  TicketState& src = *it;
   if (!src.grads_ready) return InvalidArgument("call Gradients() before PushGradients()");
   if (src.grads_pushed) {
     return InvalidArgument("the gradients of ticket " + std::to_string(pulled) +

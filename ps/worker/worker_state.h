@@ -15,36 +15,57 @@
 #include <optional>
 #include <set>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "ps/job/partition.h"
 #include "ps/store/range_allocator.h"
+#include "ps/wire/control.h"
 #include "ps/wire/protocol.h"
 #include "ps/worker/dedupe_map.h"
 #include "ps/worker/request_plan.h"
 #include "ps/worker/ticket.h"
+#include "transport/common/ring.h"
 #include "transport/pool.h"
 #include "transport/transport.h"
 
 namespace ferry::ps {
 
-// A range of a RangeAllocator, returned on destruction.
+// A range of a RangeAllocator, returned on destruction (or reset); empty when default-made.
+// Movable, held inline by the pooled ticket states (no allocation per request).
 struct Block {
   RangeAllocator* alloc = nullptr;
   uint64_t offset = 0;
   uint64_t bytes = 0;
+  Block() = default;
   Block(RangeAllocator* a, uint64_t o, uint64_t b) : alloc(a), offset(o), bytes(b) {}
-  ~Block() { alloc->Free(offset, bytes); }
+  ~Block() { reset(); }
+  Block(Block&& o) noexcept
+      : alloc(std::exchange(o.alloc, nullptr)), offset(o.offset), bytes(o.bytes) {}
+  Block& operator=(Block&& o) noexcept {
+    if (this != &o) {
+      reset();
+      alloc = std::exchange(o.alloc, nullptr);
+      offset = o.offset;
+      bytes = o.bytes;
+    }
+    return *this;
+  }
   Block(const Block&) = delete;
   Block& operator=(const Block&) = delete;
+  void reset() {
+    if (alloc != nullptr) alloc->Free(offset, bytes);
+    alloc = nullptr;
+  }
+  explicit operator bool() const { return alloc != nullptr; }
 };
 
 // Keys (and gradients) of one ticket's requests, grouped by server: the unique keys of server s
 // are at positions [begin[s], begin[s+1]).
 struct SendData {
-  std::unique_ptr<Block> keys;   // uint64_t[n]
-  std::unique_ptr<Block> grads;  // float[n][dim] (or half when fp16)
-  std::vector<uint32_t> begin;   // servers + 1
+  Block keys;                   // uint64_t[n]
+  Block grads;                  // float[n][dim] (or half when fp16)
+  std::vector<uint32_t> begin;  // servers + 1
   uint32_t n = 0;
   bool fp16 = false;
 };
@@ -136,8 +157,8 @@ struct TicketState {
   uint64_t clock = 0;         // worker clock when posted (BSP pushes are held until applied)
   std::vector<uint32_t> pos;  // input key i -> position among the unique keys
   std::shared_ptr<SendData> send;
-  std::unique_ptr<Block> rows;     // arena rows (pull types)
-  std::unique_ptr<Block> headers;  // RequestHeader per request
+  Block rows;     // arena rows (pull types)
+  Block headers;  // RequestHeader per request
   uint64_t headers_used = 0, headers_cap = 0;
   std::vector<std::unique_ptr<Block>> reroute_headers;  // one per re-sent request
   uint32_t row_bytes = 0;                               // arena stride of the rows
@@ -150,6 +171,49 @@ struct TicketState {
   bool released = false;
   bool grads_ready = false;   // Gradients() handed out the area
   bool grads_pushed = false;  // PushGradients() sent it: the area is a push's source now
+
+  // Frees what the ticket holds (its arena and send-buffer ranges) and resets every field, but
+  // keeps the containers' capacity, and the SendData when no other ticket shares it, for the
+  // next ticket made from this state (TicketTable).
+  void Recycle();
+};
+
+// The worker's tickets by id, made from a pool of TicketStates: a retired ticket's state is
+// recycled for a later one, and the index is open addressing over power-of-two slots, so a
+// steady stream of requests allocates nothing (only growth does: more tickets alive at once
+// than ever before). Ids are never reused: a released ticket stays unknown.
+//
+// Threading: none (the worker's thread). Pointers returned stay valid until that ticket's Erase.
+class TicketTable {
+ public:
+  TicketTable() = default;
+  TicketTable(const TicketTable&) = delete;
+  TicketTable& operator=(const TicketTable&) = delete;
+
+  // A new ticket with the next id, its state reset (TicketState::Recycle).
+  TicketState* Create();
+  // The live ticket `t`, or nullptr.
+  TicketState* Find(Ticket t) const;
+  // Retires `t` (no-op when unknown): its state is recycled.
+  void Erase(Ticket t);
+  // Retires every ticket.
+  void Clear();
+  size_t size() const { return live_; }
+
+ private:
+  struct Entry {
+    Ticket id = 0;  // 0: empty
+    TicketState* state = nullptr;
+  };
+  size_t SlotOf(Ticket t) const { return static_cast<size_t>(t) & (index_.size() - 1); }
+  void Insert(TicketState* s);
+  void Grow();
+
+  std::vector<Entry> index_;  // size 0 or a power of two, at most half full
+  size_t live_ = 0;
+  Ticket next_ = 1;
+  std::vector<std::unique_ptr<TicketState>> states_;  // every state made, live or pooled
+  std::vector<TicketState*> pool_;                    // recycled, ready for Create
 };
 
 struct RingSlot {
@@ -169,11 +233,41 @@ struct ServerLink {
   uint64_t ring_bytes = 0;
   uint32_t next_seq = 0;
   uint32_t unreplied = 0;
-  std::deque<RingSlot> slots;
+  common::Ring<RingSlot> slots;  // reuses its storage: no allocation per request
   Status failed;
   std::chrono::steady_clock::time_point failed_at;  // when `failed` was first seen waiting
   bool dead = false;       // removed from the job (replicas): its shards moved on
   bool suspected = false;  // its failure was reported to the coordinator (kSuspect)
+};
+
+// Vectors lent per call depth: the request path re-enters itself from Progress inside a wait
+// (fallbacks, re-routes), and a nested call must not take its caller's scratch. A lease hands out
+// an empty vector that keeps its capacity for the next call at that depth: no allocation once
+// warm.
+template <typename T>
+class ScratchStack {
+ public:
+  class Lease {
+   public:
+    explicit Lease(ScratchStack& s) : stack_(s) {
+      if (stack_.depth_ == stack_.vectors_.size()) stack_.vectors_.emplace_back();
+      v_ = &stack_.vectors_[stack_.depth_++];  // a deque: earlier leases' vectors stay put
+      v_->clear();
+    }
+    ~Lease() { --stack_.depth_; }
+    Lease(const Lease&) = delete;
+    Lease& operator=(const Lease&) = delete;
+    std::vector<T>& operator*() { return *v_; }
+    std::vector<T>* operator->() { return v_; }
+
+   private:
+    ScratchStack& stack_;
+    std::vector<T>* v_;
+  };
+
+ private:
+  std::deque<std::vector<T>> vectors_;
+  size_t depth_ = 0;
 };
 
 // Where a request of `bytes` fits in the staging ring `l` (FIFO of slots), or nullopt while it
@@ -190,13 +284,16 @@ struct WorkerState {
   RangeAllocator send_alloc;
   std::vector<ServerLink> servers;
   std::unordered_map<uint64_t, uint32_t> server_of_ep;
-  std::unordered_map<Ticket, std::unique_ptr<TicketState>> tickets;
-  Ticket next_ticket = 1;
+  TicketTable tickets;
   DedupeMap<> dedupe;
-  std::vector<uint64_t> unique_keys;  // scratch
-  std::vector<uint32_t> unique_of;    // scratch: input -> unique
-  std::vector<uint32_t> server_of;    // scratch: unique -> server
-  std::vector<uint32_t> fill;         // scratch: per-server cursor
+  std::vector<uint64_t> unique_keys;      // scratch
+  std::vector<uint32_t> unique_of;        // scratch: input -> unique
+  std::vector<uint32_t> server_of;        // scratch: unique -> server
+  std::vector<uint32_t> fill;             // scratch: unique -> position
+  std::vector<uint32_t> cursor;           // scratch: per-server cursor
+  ScratchStack<RangePlan> range_scratch;  // PostRequests' ranges, plan and ops
+  ScratchStack<RequestChunk> plan_scratch;
+  ScratchStack<Op> op_scratch;
   // One-sided pulls (worker_onesided.cc).
   std::vector<std::vector<SlotCache>> slot_caches;  // [table][server]
   std::deque<SlotLearning> learning;

@@ -1,31 +1,13 @@
 // The happy path of ValidateOp (transport/backend.h), which every backend runs on every posted
 // op, allocates nothing: error text is built only on failure. Its own binary, because it replaces
-// the global operator new to count allocations.
+// the global operator new to count allocations (tests/common/count_allocs.cc).
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-#include <new>
 #include <vector>
 
+#include "tests/common/count_allocs.h"
 #include "tests/core/fakes.h"
 #include "transport/backend.h"
-
-namespace {
-thread_local bool g_counting = false;
-thread_local uint64_t g_allocs = 0;
-}  // namespace
-
-void* operator new(size_t n) {
-  if (g_counting) ++g_allocs;
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
-  throw std::bad_alloc();
-}
-// gcc cannot see that this file's operator new is malloc underneath.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
-#pragma GCC diagnostic pop
 
 namespace ferry {
 namespace {
@@ -61,22 +43,20 @@ TEST(NoAlloc, ValidOpsOfEveryTypeAllocateNothingAndErrorsDo) {
   }
   // A large op index: its name ("op 123456789 (write)") does not fit a short string in place.
   for (const Op& op : ops) {
-    g_allocs = 0;
-    g_counting = true;
+    testing::CountAllocs count;
     const bool ok = ValidateOp(op, caps, 1000, 123456789).ok();
-    g_counting = false;
+    const uint64_t allocs = count.Stop();
     EXPECT_TRUE(ok) << OpTypeName(op.type);
-    EXPECT_EQ(g_allocs, 0u) << OpTypeName(op.type) << " allocated on the happy path";
+    EXPECT_EQ(allocs, 0u) << OpTypeName(op.type) << " allocated on the happy path";
   }
   // The counter works: a refused op builds its message.
   Op bad = ops[2];
   bad.remote_offset = 1ull << 40;
-  g_allocs = 0;
-  g_counting = true;
+  testing::CountAllocs count;
   const Status s = ValidateOp(bad, caps, 1000, 123456789);
-  g_counting = false;
+  const uint64_t allocs = count.Stop();
   EXPECT_FALSE(s.ok());
-  EXPECT_GT(g_allocs, 0u);
+  EXPECT_GT(allocs, 0u);
 }
 
 }  // namespace

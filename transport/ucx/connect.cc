@@ -529,8 +529,20 @@ void UcxTransport::CheckLiveness(Clock::time_point now) {
   next_liveness_ = now + std::clamp<Clock::duration>(timeout / 8, std::chrono::milliseconds(1),
                                                      std::chrono::milliseconds(50));
   PollSockets();  // handshakes; adopts the connections of endpoints that became ready
+  // A snapshot (FailEndpoint changes live_), in a vector kept for its capacity: this runs inside
+  // Poll and Wait, which allocate nothing once warm. Taken out, so a nested call gets its own.
   std::vector<UcxEndpoint*> eps;
+  eps.swap(liveness_eps_);
+  eps.clear();
   for (auto& [id, ep] : live_) eps.push_back(ep);
+  CheckEndpointsLiveness(eps, now);
+  eps.clear();
+  liveness_eps_.swap(eps);
+}
+
+void UcxTransport::CheckEndpointsLiveness(const std::vector<UcxEndpoint*>& eps,
+                                          Clock::time_point now) {
+  const auto timeout = options_.peer_timeout;
   for (UcxEndpoint* ep : eps) {
     if (ep->state_ == UcxEndpoint::State::kHandshaking) {
       if (now <= ep->handshake_deadline_) continue;

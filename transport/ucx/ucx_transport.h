@@ -124,7 +124,9 @@ namespace ferry::ucx {
 
 using Clock = std::chrono::steady_clock;
 // A write (contiguous or sparse) as opposed to a read, for the one-sided paths.
-inline bool IsWrite(OpType t) { return t == OpType::kWrite || t == OpType::kSparseWrite; }
+inline bool IsWrite(OpType t) {
+  return t == OpType::kWrite || t == OpType::kSparseWrite;
+}
 
 // The transport lock (a no-op under ThreadMode::kSingle) and its guards.
 using Guard = std::lock_guard<common::MaybeMutex>;
@@ -303,6 +305,7 @@ class UcxTransport final : public Transport {
   void FailEndpoint(UcxEndpoint* ep, Status why, bool graceful);
   void CloseEndpoint(UcxEndpoint* ep);
   void CheckLiveness(Clock::time_point now);
+  void CheckEndpointsLiveness(const std::vector<UcxEndpoint*>& eps, Clock::time_point now);
   // Hands the control connections of endpoints that became ready to liveness_. Called where no
   // socket read is in progress (the end of PollSockets, CheckLiveness).
   void AdoptReadySockets();
@@ -419,6 +422,7 @@ class UcxTransport final : public Transport {
   std::vector<OpState*> op_free_;
   uint32_t tick_ = 0;
   Clock::time_point next_liveness_;
+  std::vector<UcxEndpoint*> liveness_eps_;  // CheckLiveness' snapshot, kept for its capacity
   Clock::time_point next_socket_poll_;
 
   // The heartbeat of ready control connections (liveness.h); stopped before the worker goes.
