@@ -396,7 +396,7 @@ uint32_t Server::AllocReply() {
 void Server::HandleCompletion(const Completion& c, bool defer_notifies) {
   if (c.type == OpType::kNotify) {
     if (defer_notifies) {
-      deferred_.push_back(c);
+      deferred_.push(c);
       return;
     }
     auto it = c.ep != nullptr ? peer_of_ep_.find(c.ep->id()) : peer_of_ep_.end();
@@ -568,8 +568,7 @@ Status Server::ServeLoop(ControlClient* control) {
   for (auto& [j, d] : downstream_) peer_of_ep_[d.ep->id()] = Peer{PeerKind::kDownstream, j};
   while (true) {
     while (!deferred_.empty()) {
-      Completion c = std::move(deferred_.front());
-      deferred_.pop_front();
+      Completion c = deferred_.pop();
       HandleCompletion(c, false);
     }
     if (stop_) return Cancelled("server " + std::to_string(index_) + ": stopped");

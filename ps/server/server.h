@@ -65,6 +65,7 @@
 #include "ps/store/range_allocator.h"
 #include "ps/wire/control.h"
 #include "ps/wire/protocol.h"
+#include "transport/common/ring.h"
 #include "transport/transport.h"
 
 namespace ferry::ps {
@@ -443,8 +444,8 @@ class Server {
   std::vector<uint32_t> free_replies_;
   std::vector<Op> queued_replies_;  // PostReply while batching_ (a Poll batch's requests)
   bool batching_ = false;
-  std::deque<Completion> deferred_;  // notifications that arrived during a drain
-  std::vector<uint32_t> slots_;      // scratch for ResolveSlots
+  common::Ring<Completion> deferred_;  // notifications that arrived during a drain
+  std::vector<uint32_t> slots_;        // scratch for ResolveSlots
   // ResolveSlots' absent keys (their positions in the request and the keys themselves), and
   // InsertBatch's slots and created-row flags for them.
   std::vector<uint32_t> absent_at_;

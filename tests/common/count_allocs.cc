@@ -2,16 +2,23 @@
 // while this thread counts.
 #include "tests/common/count_allocs.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <new>
 
 namespace {
 thread_local bool g_counting = false;
 thread_local uint64_t g_allocs = 0;
+std::atomic<bool> g_others_counting{false};
+std::atomic<uint64_t> g_others{0};
 }  // namespace
 
 void* operator new(size_t n) {
-  if (g_counting) ++g_allocs;
+  if (g_counting) {
+    ++g_allocs;
+  } else if (g_others_counting.load(std::memory_order_relaxed)) {
+    g_others.fetch_add(1, std::memory_order_relaxed);
+  }
   if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
   throw std::bad_alloc();
 }
@@ -30,12 +37,19 @@ namespace ferry::testing {
 
 CountAllocs::CountAllocs() {
   g_allocs = 0;
+  g_others.store(0);
+  g_others_counting.store(true);
   g_counting = true;
 }
 
 uint64_t CountAllocs::Stop() {
   g_counting = false;
+  g_others_counting.store(false);
   return g_allocs;
+}
+
+uint64_t CountAllocs::others() const {
+  return g_others.load();
 }
 
 }  // namespace ferry::testing

@@ -9,15 +9,19 @@
 
 namespace ferry::testing {
 
-// operator new calls on this thread between construction and Stop() (or destruction).
+// operator new calls on this thread between construction and Stop() (or destruction), and on
+// every other thread meanwhile (others(): a server's or a progress thread's, in-process jobs).
+// One counter at a time.
 class CountAllocs {
  public:
   CountAllocs();
   ~CountAllocs() { Stop(); }
   CountAllocs(const CountAllocs&) = delete;
   CountAllocs& operator=(const CountAllocs&) = delete;
-  // Stops counting and returns the count.
+  // Stops counting and returns this thread's count.
   uint64_t Stop();
+  // The other threads' count (final after Stop()).
+  uint64_t others() const;
 };
 
 }  // namespace ferry::testing

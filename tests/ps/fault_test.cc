@@ -98,6 +98,41 @@ TEST_P(PsFault, SlowWorkerIsNotDeclaredDeadAndChangesNothing) {
   EXPECT_EQ(slow.final_rows, clean.final_rows);
 }
 
+// The requests of one Poll batch are answered with one Post (server_replies.cc): with the
+// server's completions held back 5 ms, a worker's 16 pipelined pulls reach the server together
+// and their 16 replies leave in few Posts (answered one Post each, they would take 16).
+TEST_P(PsFault, ServerAnswersABatchOfRequestsWithOnePost) {
+  JobSpec job = SmallJob(GetParam(), 1, 1, kDim);
+  job.peer_timeout = kPeerTimeout;
+  FaultPlan plan;
+  plan.delay = Millis(5);
+  auto report = InjectFaults(&job, Role::kServer, 0, plan);
+  auto outcomes = RunJob(job, [&](Node& node) -> Status {
+    Worker* w = node.worker();
+    if (w == nullptr) return Status::Ok();
+    std::vector<Ticket> tickets;
+    for (int round = 0; round < 10; ++round) {
+      tickets.clear();
+      for (uint64_t i = 0; i < 16; ++i) {
+        const std::vector<uint64_t> keys = {i * 8 + 1, i * 8 + 2};
+        FERRY_ASSIGN_OR_RETURN(Ticket t, w->Pull(0, keys));
+        tickets.push_back(t);
+      }
+      for (Ticket t : tickets) {
+        FERRY_RETURN_IF_ERROR(w->Wait(t));
+        w->Release(t);
+      }
+    }
+    return Status::Ok();
+  });
+  ASSERT_TRUE(AllOk(outcomes).ok()) << DescribeOutcomes(outcomes);
+  ASSERT_TRUE(report->wrapped);
+  EXPECT_GE(report->counters.largest_post, 4u);
+  EXPECT_GE(report->counters.ops_posted, 80u);  // a reply per pull (of this shard server)
+  EXPECT_LT(report->counters.posts * 2, report->counters.ops_posted)
+      << report->counters.posts << " Posts for " << report->counters.ops_posted << " ops";
+}
+
 TEST_P(PsFault, ServerCompletionErrorsFailTheJobCleanly) {
   JobSpec job = Job();
   FaultPlan plan;

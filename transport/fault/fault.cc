@@ -1,5 +1,7 @@
 #include "transport/fault/fault.h"
 
+#include <algorithm>
+
 #include "transport/backend.h"
 
 namespace ferry {
@@ -71,6 +73,8 @@ Status FaultTransport::PostValidated(std::span<const Op> ops) {
   }
   if (sever) Sever();  // the N-th op finds its connections already closed, as every later one
   std::lock_guard<std::mutex> lock(mu_);
+  ++counters_.posts;
+  counters_.largest_post = std::max<uint64_t>(counters_.largest_post, ops.size());
   std::vector<Op> forward;
   forward.reserve(ops.size());
   std::vector<uint64_t> tags;

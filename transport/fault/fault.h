@@ -48,6 +48,8 @@ struct FaultPlan {
 
 struct FaultCounters {
   uint64_t ops_posted = 0;
+  uint64_t posts = 0;                  // Post calls (a batch of ops each)
+  uint64_t largest_post = 0;           // the most ops one Post carried
   uint64_t ops_failed_injected = 0;    // by fail_after_ops
   uint64_t completions_corrupted = 0;  // by error_rate
   uint64_t short_reads = 0;

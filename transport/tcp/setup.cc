@@ -25,8 +25,8 @@ int64_t Ns(Clock::time_point t) {
 constexpr int kMaxEvents = 64;
 
 Result<Params> ParseParams(const TransportOptions& options) {
-  static const char* const kKnown[] = {"sndbuf", "rcvbuf", "max_unexpected_bytes",
-                                       "bounce_max_row", "gather_max_row"};
+  static const char* const kKnown[] = {"sndbuf", "rcvbuf", "max_unexpected_bytes", "bounce_max_row",
+                                       "gather_max_row"};
   for (const auto& [key, value] : options.params) {
     bool known = false;
     for (const char* k : kKnown) known = known || key == k;
@@ -309,7 +309,7 @@ Status TcpTransport::Wait(Millis timeout) {
         })) {
       return Status::Ok();
     }
-    return Timeout("no completion within " + std::to_string(timeout.count()) + " ms");
+    return Timeout("wait timed out");  // short: no allocation (transport.h)
   }
   // No non-blocking round first: a blocking epoll_wait returns at once when a socket is ready.
   if (DriveUntil(lk, deadline, [&] {
@@ -317,7 +317,7 @@ Status TcpTransport::Wait(Millis timeout) {
       })) {
     return Status::Ok();
   }
-  return Timeout("no completion within " + std::to_string(timeout.count()) + " ms");
+  return Timeout("wait timed out");  // short: no allocation (transport.h)
 }
 
 void TcpTransport::Wake() {

@@ -499,7 +499,7 @@ Status UcxTransport::Wait(Millis timeout) {
     if (cv_.wait_until(lock, deadline, [&] { return !done_.empty() || woken(); })) {
       return Status::Ok();
     }
-    return Timeout("ucx: no completion within " + std::to_string(timeout.count()) + " ms");
+    return Timeout("wait timed out");  // short: no allocation (transport.h)
   }
   // Spin briefly (cheap for short waits), then sleep on the worker's event fd.
   const auto spin_until = Clock::now() + std::chrono::microseconds(50);
@@ -508,7 +508,7 @@ Status UcxTransport::Wait(Millis timeout) {
     if (!done_.empty() || woken()) return Status::Ok();
     const auto now = Clock::now();
     if (now >= deadline) {
-      return Timeout("ucx: no completion within " + std::to_string(timeout.count()) + " ms");
+      return Timeout("wait timed out");  // short: no allocation (transport.h)
     }
     if (now < spin_until) continue;
     SleepOnWorker(lock, deadline);
