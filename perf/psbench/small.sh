@@ -10,8 +10,12 @@
 # With PROFILE=1 a last run per backend is profiled (perf record -a) and the server process's
 # share of the samples is split by symbol into the report, with the cost per request it implies.
 #
-# Usage: [ROUNDS=5] [BACKENDS="ucx-shm tcp"] [PROFILE=0] [BUILD=obj-x86_64-linux-gnu] [DOC=FILE]
-#        perf/psbench/small.sh
+# With OLD=DIR (a folder holding an older build's ferry-ps-bench and ferry-launch, as builds.sh
+# takes) the older build's pulls run in every round too, alternated, and the report gains its
+# column and the new / old ratio.
+#
+# Usage: [ROUNDS=5] [BACKENDS="ucx-shm tcp"] [PROFILE=0] [OLD=DIR] [BUILD=obj-x86_64-linux-gnu]
+#        [DOC=FILE] perf/psbench/small.sh
 # Run it on an IDLE machine (2 cores here: nothing else compiling).
 set -euo pipefail
 
@@ -27,16 +31,21 @@ need_bins small.sh "$BENCH" "$LAUNCH" "$BW"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-pulls() {  # pulls BACKEND ITERS JSON
+[ -n "${OLD:-}" ] && need_bins small.sh "$OLD/ferry-ps-bench" "$OLD/ferry-launch"
+
+pulls() {  # pulls BACKEND ITERS JSON [DIR holding ferry-ps-bench and ferry-launch]
   local -a bargs
   read -r -a bargs <<<"$(backend_args "$1")"
-  timeout 300 "$LAUNCH" --servers 1 --workers 2 -- "$BENCH" --servers 1 --workers 2 "${bargs[@]}" \
+  local bench=$BENCH launch=$LAUNCH
+  if [ -n "${4:-}" ]; then bench=$4/ferry-ps-bench launch=$4/ferry-launch; fi
+  timeout 300 "$launch" --servers 1 --workers 2 -- "$bench" --servers 1 --workers 2 "${bargs[@]}" \
     --op pull --keys 8 --key-space 100000 --iters "$2" --warmup 1000 --pipeline 32 \
     --json "$3" >"$work/pulls.log" 2>&1 || { cat "$work/pulls.log" >&2; exit 1; }
 }
 for round in $(seq "$ROUNDS"); do
   for backend in $BACKENDS; do
     read -r -a bargs <<<"$(backend_args "$backend")"
+    [ -n "${OLD:-}" ] && pulls "$backend" 200000 "$work/old.$backend.$round.json" "$OLD"
     pulls "$backend" 200000 "$work/ps.$backend.$round.json"
     timeout 120 "$BW" "${bargs[@]}" --local --op write_imm -s 8 -n 400000 --check ref \
       --json "$work/bw.$backend.$round.json" >/dev/null 2>&1
@@ -57,10 +66,10 @@ if [ "${PROFILE:-0}" = 1 ]; then
 fi
 
 PYTHONPATH="$ROOT/perf/psbench" python3 - "$work" "$ROUNDS" "$BACKENDS" "${PROFILE:-0}" \
-  "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)" "${DOC:-}" <<'PY'
+  "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)" "${DOC:-}" "${OLD:-}" <<'PY'
 import collections, datetime, json, re, statistics, sys
 from rounds import emit, ratio
-work, rounds, backends, profile, cpu, doc = sys.argv[1:]  # profile: "1" or "0"
+work, rounds, backends, profile, cpu, doc, old = sys.argv[1:]  # profile: "1" or "0"
 rounds = range(1, int(rounds) + 1)
 def ops(path):
     return next(r["ops_per_sec"] for r in json.load(open(path))["results"] if r["op"] == "pull")
@@ -76,11 +85,20 @@ lines = ["# Small requests: 8-key pulls per server thread against the transport'
          "between two processes. Ratios per round, median [min-max].", "",
          "| backend | 8-key pulls/s (one server thread) | write_imm messages/s | ratio | goal |",
          "|---|---:|---:|---:|---|"]
+if old:
+    lines[-2:] = [f"The older build (`{old}`) ran its pulls in every round too, before ours.", "",
+                  "| backend | 8-key pulls/s (one server thread) | older build | new / old "
+                  "| write_imm messages/s | ratio | goal |", "|---|---:|---:|---:|---:|---:|---|"]
 for b in backends.split():
     ours = [ops(f"{work}/ps.{b}.{r}.json") for r in rounds]
     ref = [rate(f"{work}/bw.{b}.{r}.json") for r in rounds]
     med, text = ratio(ours, ref)
-    lines.append(f"| {b} | {statistics.median(ours) / 1e6:.3f} M | {statistics.median(ref) / 1e6:.3f} M "
+    then = ""
+    if old:
+        before = [ops(f"{work}/old.{b}.{r}.json") for r in rounds]
+        then = f"{statistics.median(before) / 1e6:.3f} M | {ratio(ours, before)[1]} | "
+    lines.append(f"| {b} | {statistics.median(ours) / 1e6:.3f} M | {then}"
+                 f"{statistics.median(ref) / 1e6:.3f} M "
                  f"| {text} | >= 0.50x {'met' if med >= 0.5 else '**missed**'} |")
 def analyse(b):
     shares = collections.Counter()
