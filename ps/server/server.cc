@@ -396,7 +396,7 @@ uint32_t Server::AllocReply() {
 void Server::HandleCompletion(const Completion& c, bool defer_notifies) {
   if (c.type == OpType::kNotify) {
     if (defer_notifies) {
-      deferred_.push(c);
+      deferred_.push_back(c);
       return;
     }
     auto it = c.ep != nullptr ? peer_of_ep_.find(c.ep->id()) : peer_of_ep_.end();
@@ -567,10 +567,12 @@ Status Server::ServeLoop(ControlClient* control) {
   control_ = control;
   for (auto& [j, d] : downstream_) peer_of_ep_[d.ep->id()] = Peer{PeerKind::kDownstream, j};
   while (true) {
-    while (!deferred_.empty()) {
-      Completion c = deferred_.pop();
+    // By index: handling one may defer more (a drain inside it), appended behind.
+    for (size_t i = 0; i < deferred_.size(); ++i) {
+      Completion c = std::move(deferred_[i]);
       HandleCompletion(c, false);
     }
+    deferred_.clear();
     if (stop_) return Cancelled("server " + std::to_string(index_) + ": stopped");
     const size_t n = data_->Poll(comps);
     // Reply-write completions first, then the requests. Handling a request may wait for reply

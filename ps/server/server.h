@@ -65,7 +65,6 @@
 #include "ps/store/range_allocator.h"
 #include "ps/wire/control.h"
 #include "ps/wire/protocol.h"
-#include "transport/common/ring.h"
 #include "transport/transport.h"
 
 namespace ferry::ps {
@@ -444,8 +443,10 @@ class Server {
   std::vector<uint32_t> free_replies_;
   std::vector<Op> queued_replies_;  // PostReply while batching_ (a Poll batch's requests)
   bool batching_ = false;
-  common::Ring<Completion> deferred_;  // notifications that arrived during a drain
-  std::vector<uint32_t> slots_;        // scratch for ResolveSlots
+  // Notifications that arrived during a drain, handled in order at the top of the serve loop
+  // and then cleared (the vector keeps its capacity: no allocation once warm).
+  std::vector<Completion> deferred_;
+  std::vector<uint32_t> slots_;  // scratch for ResolveSlots
   // ResolveSlots' absent keys (their positions in the request and the keys themselves), and
   // InsertBatch's slots and created-row flags for them.
   std::vector<uint32_t> absent_at_;
