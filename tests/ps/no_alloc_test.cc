@@ -5,8 +5,11 @@
 // flight reuses its slots. What may still allocate is growth: a pool meeting a depth it never had
 // (ucx's reply pool when more replies are in flight than during the warm-up), bounded by the
 // depth and not by the calls (seen: up to 5 in 300 calls over ucx-tcp on a busy machine), so the
-// bound is one allocation per 30 calls (before the pools: one to three per call). Its own binary:
-// it replaces the global operator new to count (tests/common/count_allocs.cc).
+// worker's bound is one allocation per 30 calls (before the pools: one to three per call). The
+// other threads (servers, coordinator, ucx's liveness and control pumps) also do timed work whose
+// count grows with the window on a loaded machine (seen: 12 in 300 calls beside a TSan run):
+// their bound is one per 5 calls, which an allocation per request still fails. Its own binary: it
+// replaces the global operator new to count (tests/common/count_allocs.cc).
 #include <gtest/gtest.h>
 
 #include <random>
@@ -63,7 +66,7 @@ TEST_P(PsNoAlloc, SmallRequestsAllocateNothingOnTheWorkerOnceWarm) {
       for (int i = 0; i < 300 && s.ok(); ++i) s = OneCall(w, kind, rng, keys, grads, &sink);
       const uint64_t allocs = count.Stop();
       FERRY_RETURN_IF_ERROR(s);
-      if (allocs > 10 || count.others() > 10) {
+      if (allocs > 10 || count.others() > 60) {
         failures.push_back("call " + std::to_string(static_cast<int>(kind)) + ": " +
                            std::to_string(allocs) + " allocations on the worker and " +
                            std::to_string(count.others()) +
@@ -92,7 +95,7 @@ TEST_P(PsNoAlloc, SmallRequestsAllocateNothingOnTheWorkerOnceWarm) {
     ferry::testing::CountAllocs count;
     pipelined(100);
     const uint64_t allocs = count.Stop();
-    if (allocs > 24 || count.others() > 24) {
+    if (allocs > 24 || count.others() > 160) {
       failures.push_back("pipelined pulls: " + std::to_string(allocs) + " allocations on the " +
                          "worker and " + std::to_string(count.others()) + " on the others in 800");
     }
