@@ -112,15 +112,9 @@ Status Server::SendRecord(uint32_t w, uint32_t seq, const Status& status) {
 }
 
 Status Server::PostReply(const Op& op) {
-  if (batching_) {
-    queued_replies_.push_back(op);
-    return Status::Ok();
-  }
-  const Status posted = data_->Post(std::span<const Op>(&op, 1));
-  if (!posted.ok()) {
-    // Nothing was posted: the worker hears of it as it would of a failed write.
-    ReplyPostFailed(static_cast<uint32_t>(op.context), posted);
-  }
+  // One path for both: outside a batch the queue holds this one write and is flushed at once.
+  queued_replies_.push_back(op);
+  if (!batching_) FlushReplies();
   return Status::Ok();
 }
 
