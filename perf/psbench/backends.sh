@@ -7,7 +7,8 @@ backend_args() {
     tcp) echo "--transport tcp" ;;
     ucx-shm) echo "--transport ucx --param UCX_TLS=shm,self" ;;
     ucx-tcp) echo "--transport ucx --param UCX_TLS=tcp,self --param UCX_NET_DEVICES=lo" ;;
-    *) echo "$(basename "$0"): unknown backend $1 (tcp, ucx-shm, ucx-tcp)" >&2; exit 2 ;;
+    verbs) echo "--transport verbs" ;;  # inside tools/softroce/ferry-vm (or on an RDMA host)
+    *) echo "$(basename "$0"): unknown backend $1 (tcp, ucx-shm, ucx-tcp, verbs)" >&2; exit 2 ;;
   esac
 }
 

@@ -2,7 +2,7 @@
 # perf/psbench/small.sh — small requests: 8-key pulls per second of one server thread against
 # the transport's message rate (#30 goal 4: >= 0.5x ferry-bw's write_imm rate, the PS's message
 # shape: a pull is a write with notification each way), alternated round by round, over each
-# backend in BACKENDS (default "ucx-shm tcp").
+# backend in BACKENDS (default "ucx-shm tcp"; "verbs" inside tools/softroce/ferry-vm run -- ...).
 #   ours       ferry-ps-bench, 1 server, 2 workers, --op pull --keys 8 (unique, a 100k-key
 #              table), 32 pulls in flight per worker: the server's requests/s (the sum of the
 #              workers' ops/s);

@@ -108,6 +108,32 @@ verbs::Stats StatsOf(const Transport& t) {
   return *verbs::VerbsStats(t);
 }
 
+// The one-sided tests' setup: a connected pair, `local` (filled from `seed`) registered on the
+// client, `remote` registered for remote access on the server and imported by the client.
+struct OneSided {
+  Pair p;
+  std::vector<uint8_t> local, remote;
+  std::unique_ptr<MemoryRegion> lmr, rmr;
+  std::unique_ptr<RemoteKey> key;
+  bool ok() const { return p.c_ep && lmr && rmr && key; }
+};
+std::unique_ptr<OneSided> MakeOneSided(size_t local_bytes, size_t remote_bytes, uint8_t seed,
+                                       Params client_params = {}) {
+  auto s = std::make_unique<OneSided>();
+  s->p = Connect(Opts({}), Opts(std::move(client_params)));
+  if (!s->p.c_ep) return s;
+  s->local.resize(local_bytes);
+  s->remote.resize(remote_bytes);
+  Fill(s->local, seed);
+  s->lmr = Reg(s->p.client.get(), s->local, kAccessLocal);
+  s->rmr = Reg(s->p.server.get(), s->remote, kAccessRemote);
+  if (!s->rmr) return s;
+  auto key = s->p.c_ep->Import(s->rmr->descriptor());
+  EXPECT_TRUE(key.ok()) << key.status().ToString();
+  if (key.ok()) s->key = std::move(key).value();
+  return s;
+}
+
 class VerbsModes : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(VerbsModes, SendRecvWriteReadNotify) {
@@ -324,16 +350,11 @@ TEST(Verbs, OpsBeyondTheDevicesMaxMessageSizeAreSplit) {
 // More WRs than the send queue holds: split into several post-lists, each signaled at its end.
 TEST(Verbs, PostListBatchingThroughSmallSendQueue) {
   REQUIRE_RDMA();
-  Pair p = Connect(Opts({}), Opts({{"sq_depth", "8"}}));
-  ASSERT_TRUE(p.c_ep);
-  EXPECT_EQ(StatsOf(*p.client).sq_depth, 8u);
   const size_t n = 500;
-  std::vector<uint8_t> local(n * 8), remote(n * 16);
-  Fill(local, 1);
-  auto lmr = Reg(p.client.get(), local, kAccessLocal);
-  auto rmr = Reg(p.server.get(), remote, kAccessRemote);
-  auto key = p.c_ep->Import(rmr->descriptor());
-  ASSERT_TRUE(key.ok());
+  auto one = MakeOneSided(n * 8, n * 16, 1, {{"sq_depth", "8"}});
+  ASSERT_TRUE(one->ok());
+  auto& [p, local, remote, lmr, rmr, key] = *one;
+  EXPECT_EQ(StatsOf(*p.client).sq_depth, 8u);
   std::vector<Segment> segs;
   for (size_t i = 0; i < n; ++i) segs.push_back({i * 8, i * 16, 8});  // gaps: one WR each
   std::vector<Op> ops;
@@ -341,7 +362,7 @@ TEST(Verbs, PostListBatchingThroughSmallSendQueue) {
                    .ep = p.c_ep.get(),
                    .context = 1,
                    .local = lmr.get(),
-                   .remote = key->get(),
+                   .remote = key.get(),
                    .segments = segs.data(),
                    .num_segments = segs.size()});
   for (uint64_t i = 0; i < 40; ++i) {  // and many small ops behind it, in one Post
@@ -351,7 +372,7 @@ TEST(Verbs, PostListBatchingThroughSmallSendQueue) {
                      .local = lmr.get(),
                      .local_offset = i * 8,
                      .length = 8,
-                     .remote = key->get(),
+                     .remote = key.get(),
                      .remote_offset = i * 16 + 8});
   }
   const auto before = StatsOf(*p.client);
@@ -366,12 +387,90 @@ TEST(Verbs, PostListBatchingThroughSmallSendQueue) {
   EXPECT_EQ(after.wrs_posted - before.wrs_posted, n + 40);
   EXPECT_GE(after.post_calls - before.post_calls, (n + 40) / 8);
   EXPECT_GT(after.backlog_waits, before.backlog_waits);
+  // Each post-list signals its last WR only, and that completion retires the whole list.
+  EXPECT_EQ(after.signaled_wrs - before.signaled_wrs, after.post_calls - before.post_calls);
   for (size_t i = 0; i < n; ++i) {
     ASSERT_EQ(std::memcmp(remote.data() + i * 16, local.data() + i * 8, 8), 0) << i;
   }
   for (size_t i = 0; i < 40; ++i) {
     ASSERT_EQ(std::memcmp(remote.data() + i * 16 + 8, local.data() + i * 8, 8), 0) << i;
   }
+}
+
+// Small writes posted to one peer in one Post: one post-list, a signaled WR per 16 (not per Op),
+// and every Op completes, in order.
+TEST(Verbs, OnePostOfSmallOpsIsOneListSignaledEverySixteenWrs) {
+  REQUIRE_RDMA();
+  const size_t n = 32;
+  auto one = MakeOneSided(n * 8, n * 8, 3);
+  ASSERT_TRUE(one->ok());
+  auto& [p, local, remote, lmr, rmr, key] = *one;
+  std::vector<Op> ops;
+  for (uint64_t i = 0; i < n; ++i) {
+    ops.push_back(Op{.type = OpType::kWrite,
+                     .ep = p.c_ep.get(),
+                     .context = 10 + i,
+                     .local = lmr.get(),
+                     .local_offset = i * 8,
+                     .length = 8,
+                     .remote = key.get(),
+                     .remote_offset = (n - 1 - i) * 8});
+  }
+  const auto before = StatsOf(*p.client);
+  ASSERT_OK(p.client->Post(ops));
+  const auto posted = StatsOf(*p.client);
+  EXPECT_EQ(posted.post_calls - before.post_calls, 1u);
+  EXPECT_EQ(posted.wrs_posted - before.wrs_posted, n);
+  EXPECT_EQ(posted.signaled_wrs - before.signaled_wrs, n / 16);
+  auto cc = Drain(p.client.get(), n);
+  ASSERT_EQ(cc.size(), n);
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_TRUE(cc[i].ok()) << cc[i].error;
+    EXPECT_EQ(cc[i].context, 10 + i);
+    EXPECT_EQ(cc[i].bytes, 8u);
+    ASSERT_EQ(std::memcmp(remote.data() + (n - 1 - i) * 8, local.data() + i * 8, 8), 0) << i;
+  }
+}
+
+// An error in the middle of a post-list: the Ops before it completed on the wire without a
+// completion of their own and succeed; the refused one and those after it fail.
+TEST(Verbs, ErrorInsideAPostListSucceedsTheOpsBeforeIt) {
+  REQUIRE_RDMA();
+  auto one = MakeOneSided(64, 64, 4);
+  ASSERT_TRUE(one->ok());
+  auto& [p, local, remote, lmr, rmr, key] = *one;
+  RemoteRegion forged = rmr->descriptor();
+  forged.rkey[0] ^= 0x5a;
+  forged.rkey[2] ^= 0x11;
+  auto bad = p.c_ep->Import(forged);
+  ASSERT_TRUE(bad.ok());
+  std::vector<Op> ops;
+  for (uint64_t i = 0; i < 5; ++i) {
+    ops.push_back(Op{.type = OpType::kWrite,
+                     .ep = p.c_ep.get(),
+                     .context = i,
+                     .local = lmr.get(),
+                     .local_offset = i * 8,
+                     .length = 8,
+                     .remote = i == 2 ? bad->get() : key.get(),
+                     .remote_offset = i * 8});
+  }
+  const auto before = StatsOf(*p.client);
+  ASSERT_OK(p.client->Post(ops));
+  EXPECT_EQ(StatsOf(*p.client).signaled_wrs - before.signaled_wrs, 1u);
+  auto cc = Drain(p.client.get(), ops.size());
+  ASSERT_EQ(cc.size(), ops.size());
+  for (size_t i = 0; i < cc.size(); ++i) {
+    EXPECT_EQ(cc[i].context, i);
+    if (i < 2) {
+      EXPECT_TRUE(cc[i].ok()) << i << ": " << cc[i].error;
+      EXPECT_EQ(std::memcmp(remote.data() + i * 8, local.data() + i * 8, 8), 0) << i;
+    } else {
+      EXPECT_FALSE(cc[i].ok()) << i;
+    }
+  }
+  EXPECT_EQ(cc[2].code, Code::kPermissionDenied) << cc[2].error;
+  EXPECT_FALSE(p.c_ep->status().ok());
 }
 
 TEST(Verbs, InlineBelowMaxInlineOnly) {

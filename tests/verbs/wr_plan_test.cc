@@ -99,7 +99,7 @@ TEST(WrPlan, FurthestWrGoesFirst) {
 std::vector<BatchPiece> Batch(std::span<const size_t> remaining, size_t sq_free, size_t cq_budget,
                               size_t max_batch) {
   std::vector<BatchPiece> out;
-  PlanPostBatch(remaining, sq_free, cq_budget, max_batch, &out);
+  PlanPostBatch(remaining, sq_free, cq_budget, max_batch, 16, &out);
   return out;
 }
 
@@ -144,7 +144,7 @@ TEST(SendWr, InlineUpToMaxInlineAndNeverForReads) {
   }
 }
 
-TEST(PostBatch, FillsSqAndSignalsEachPiece) {
+TEST(PostBatch, FillsSqUpToAPartialOp) {
   std::vector<size_t> remaining = {3, 5, 100, 2};
   auto pieces = Batch(remaining, 20, 100, 64);
   ASSERT_EQ(pieces.size(), 3u);
@@ -156,26 +156,46 @@ TEST(PostBatch, FillsSqAndSignalsEachPiece) {
   EXPECT_EQ(total, 20u);
 }
 
-TEST(PostBatch, LimitedByCqBudgetAndBatchSize) {
+// Signaled WRs are every 16th and the last, whatever Ops they belong to: a CQ entry per 16 WRs,
+// not per Op.
+TEST(PostBatch, TakesACqEntryPerSixteenWrsAndIsLimitedByBatchSize) {
   std::vector<size_t> remaining(10, 1);
-  EXPECT_EQ(Batch(remaining, 100, 4, 64).size(), 4u);
+  EXPECT_EQ(Batch(remaining, 100, 1, 64).size(), 10u);
   EXPECT_EQ(Batch(remaining, 100, 100, 6).size(), 6u);
+  const std::vector<size_t> forty(40, 1);
+  EXPECT_EQ(Batch(forty, 100, 1, 64).size(), 16u);
+  EXPECT_EQ(Batch(forty, 100, 2, 64).size(), 32u);
+  EXPECT_EQ(Batch(forty, 100, 3, 64).size(), 40u);
   EXPECT_TRUE(Batch(remaining, 0, 100, 64).empty());
   EXPECT_TRUE(Batch(remaining, 100, 0, 64).empty());
+}
+
+TEST(PostBatch, SignalsEverySixteenthWrAndTheLast) {
+  std::vector<size_t> signaled;
+  for (size_t k = 0; k < 40; ++k) {
+    if (IsSignaled(k, 40, 16)) signaled.push_back(k);
+  }
+  EXPECT_EQ(signaled, (std::vector<size_t>{15, 31, 39}));
+  EXPECT_EQ(SignaledWrs(40, 16), 3u);
+  EXPECT_EQ(SignaledWrs(32, 16), 2u);
+  EXPECT_TRUE(IsSignaled(31, 32, 16));
+  EXPECT_EQ(SignaledWrs(1, 16), 1u);
+  EXPECT_TRUE(IsSignaled(0, 1, 16));
+  EXPECT_FALSE(IsSignaled(0, 2, 16));
 }
 
 // The data path reuses one vector for every batch: a reused one holds exactly the new batch.
 TEST(PostBatch, ReusedOutputIsReplaced) {
   std::vector<BatchPiece> out;
   const std::vector<size_t> many(10, 1);
-  PlanPostBatch(many, 100, 100, 64, &out);
+  PlanPostBatch(many, 100, 100, 64, 16, &out);
   ASSERT_EQ(out.size(), 10u);
   const std::vector<size_t> one = {0, 7};
-  PlanPostBatch(one, 100, 100, 64, &out);
+  PlanPostBatch(one, 100, 100, 64, 16, &out);
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].op, 1u);
   EXPECT_EQ(out[0].count, 7u);
-  PlanPostBatch(one, 0, 100, 64, &out);
+  PlanPostBatch(one, 0, 100, 64, 16, &out);
   EXPECT_TRUE(out.empty());
 }
 

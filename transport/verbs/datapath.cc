@@ -1,8 +1,8 @@
 // Data path: Post (validation, WR planning, post-lists), CQ polling, receive matching.
 //
 // wr_id layout:
-//   send side:    [63] 0 | [62..16] OpRecord id | [15..0] SQ slots released by this WR
-//                 (non-zero only on signaled WRs)
+//   send side:    [63] 0 | [62..16] OpRecord id | [15..0] WRs its completion retires: on a
+//                 signaled WR, it and the unsignaled ones before it in its post-list; else 0
 //   receive side: [63] 1 | [31..0] receive-pool buffer index
 // OpRecord id (47 bits): [46..24] generation of the slot | [23..0] slot in the record pool.
 #include <arpa/inet.h>
@@ -24,6 +24,7 @@ constexpr uint64_t kSlotBits = 24;
 constexpr uint64_t kSlotMask = (1ull << kSlotBits) - 1;
 constexpr uint64_t kGenMask = (1ull << (47 - kSlotBits)) - 1;
 constexpr size_t kMaxPostList = 64;
+constexpr size_t kSignalEvery = 16;  // wr_plan.h: at most 4 completions per full post-list
 constexpr int kPollBatch = 32;
 
 const char* WrName(OpType t, OpRecord::Kind kind) {
@@ -136,9 +137,20 @@ Status VerbsTransport::CheckOwnership(const Op& op, size_t index) const {
 
 Status VerbsTransport::PostValidated(std::span<const Op> ops) {
   std::lock_guard<common::MaybeMutex> lock(mu_);
-  for (const Op& op : ops) FERRY_RETURN_IF_ERROR(PostOneLocked(op));
+  Status st = Status::Ok();
+  for (const Op& op : ops) {
+    st = PostOneLocked(op);
+    if (!st.ok()) break;
+  }
+  // Each endpoint's new work goes out once all of the call's Ops are queued: the Ops of one Post
+  // to one peer share post-lists (one ibv_post_send and one signaled completion per list).
+  for (VerbsEndpoint* ep : pump_queue_) {
+    ep->pump_queued_ = false;
+    PumpLocked(ep);
+  }
+  pump_queue_.clear();
   FlushRepostsLocked();
-  return Status::Ok();
+  return st;
 }
 
 Status VerbsTransport::PostOneLocked(const Op& op) {
@@ -183,7 +195,10 @@ Status VerbsTransport::PostOneLocked(const Op& op) {
     return Status::Ok();
   }
   ep->backlog_.push(rec.id);
-  PumpLocked(ep);
+  if (!ep->pump_queued_) {
+    ep->pump_queued_ = true;
+    pump_queue_.push_back(ep);
+  }
   return Status::Ok();
 }
 
@@ -237,7 +252,8 @@ void VerbsTransport::PumpLocked(VerbsEndpoint* ep) {
       const OpRecord& rec = *RecordLocked(ep->backlog_[i]);
       remaining.push_back(rec.plan.wrs.size() - rec.next_wr);
     }
-    PlanPostBatch(remaining, ep->sq_depth_ - ep->sq_used_, cq_budget_, kMaxPostList, &pieces);
+    PlanPostBatch(remaining, ep->sq_depth_ - ep->sq_used_, cq_budget_, kMaxPostList, kSignalEvery,
+                  &pieces);
     if (pieces.empty()) {
       stats_.backlog_waits++;
       return;
@@ -253,14 +269,17 @@ void VerbsTransport::PumpLocked(VerbsEndpoint* ep) {
   }
 }
 
-// Fills pump_wrs_ with the batch's WRs, linked in order; each piece's last WR is signaled and
-// carries in its wr_id the number of SQ slots its completion releases.
+// Fills pump_wrs_ with the batch's WRs, linked in order; every kSignalEvery-th and the last are
+// signaled (wr_plan.h), each carrying in its wr_id the number of WRs (SQ slots) its completion
+// retires. Fewer completions is the point: on a real HCA each is a CQE written over PCIe and
+// polled, now per list of small Ops instead of per Op.
 size_t VerbsTransport::BuildPostListLocked(VerbsEndpoint* ep, std::span<const BatchPiece> pieces) {
   std::vector<ibv_send_wr>& wrs = pump_wrs_;
   size_t total = 0;
   for (const BatchPiece& p : pieces) total += p.count;
   wrs.assign(total, ibv_send_wr{});
   size_t k = 0;
+  size_t retired = 0;  // WRs retired by the list's signaled WRs so far
   for (const BatchPiece& p : pieces) {
     OpRecord& rec = *RecordLocked(ep->backlog_[p.op]);
     for (size_t j = 0; j < p.count; ++j, ++k) {
@@ -270,9 +289,10 @@ size_t VerbsTransport::BuildPostListLocked(VerbsEndpoint* ep, std::span<const Ba
       wr.wr_id = rec.id << 16;
       if (wr.send_flags & IBV_SEND_INLINE) stats_.inline_wrs++;
       if (pw.opcode == IBV_WR_RDMA_READ) stats_.rdma_reads++;
-      if (j + 1 == p.count) {
+      if (IsSignaled(k, total, kSignalEvery)) {
         wr.send_flags |= IBV_SEND_SIGNALED;
-        wr.wr_id |= p.count;
+        wr.wr_id |= k + 1 - retired;
+        retired = k + 1;
         stats_.signaled_wrs++;
       }
       stats_.max_sges_in_wr = std::max<uint64_t>(stats_.max_sges_in_wr, pw.num_sge);
@@ -316,11 +336,12 @@ void VerbsTransport::CommitPostedLocked(VerbsEndpoint* ep, std::span<const Batch
   stats_.wrs_posted += total;
   if (ep->sq_used_ == 0) ep->last_ack_ = common::CoarseNow();
   ep->sq_used_ += static_cast<uint32_t>(total);
-  cq_budget_ -= static_cast<uint32_t>(pieces.size());
+  cq_budget_ -= static_cast<uint32_t>(SignaledWrs(total, kSignalEvery));
   for (const BatchPiece& p : pieces) {
     OpRecord& rec = *RecordLocked(ep->backlog_[p.op]);
     rec.next_wr += p.count;
     rec.unreleased += p.count;
+    ep->posted_.push() = PostedPiece{rec.id, static_cast<uint32_t>(p.count)};
   }
   while (!ep->backlog_.empty()) {
     const OpRecord& rec = *RecordLocked(ep->backlog_.front());
@@ -362,13 +383,19 @@ void VerbsTransport::PollCqLocked() {
 
 void VerbsTransport::OnSendCompletionLocked(const ibv_wc& wc) {
   const uint64_t id = wc.wr_id >> 16;
-  const uint32_t release = static_cast<uint32_t>(wc.wr_id & 0xffff);
-  if (release > 0) cq_budget_++;
+  const uint32_t retired = static_cast<uint32_t>(wc.wr_id & 0xffff);
+  if (retired > 0) cq_budget_++;
   OpRecord* found = RecordLocked(id);
   if (found == nullptr) return;  // its endpoint already failed; nothing left to report
-  OpRecord& rec = *found;
-  VerbsEndpoint* ep = rec.ep;
+  VerbsEndpoint* ep = found->ep;
   if (wc.status != IBV_WC_SUCCESS) {
+    // The WRs posted before the failed one completed (RC executes and completes them in order),
+    // though no signaled completion said so: their Ops succeeded. The failed WR's Op and every
+    // later one fail with the endpoint.
+    while (!ep->posted_.empty() && ep->posted_.front().record != id) {
+      RetireOldestLocked(ep, ep->posted_.front().count);
+    }
+    OpRecord& rec = *found;
     Status st = CompletionError(WrName(rec.type, rec.kind), wc.status, wc.vendor_err, wc.qp_num);
     if (wc.status == IBV_WC_WR_FLUSH_ERR) {
       st = PeerFailure("queue pair flushed: " + st.message());
@@ -387,15 +414,29 @@ void VerbsTransport::OnSendCompletionLocked(const ibv_wc& wc) {
   }
   ep->last_heard_ = common::CoarseNow();
   ep->last_ack_ = ep->last_heard_;
-  if (release > 0) {
-    // The released WRs are the oldest posted ones of this record.
-    const size_t first = rec.next_wr - rec.unreleased;
-    for (size_t i = first; i < first + release && i < rec.plan.wrs.size(); ++i) {
-      ep->inflight_bytes_ -= std::min(ep->inflight_bytes_, rec.plan.wrs[i].bytes);
-    }
-    ep->sq_used_ -= std::min(ep->sq_used_, release);
-    rec.unreleased -= std::min<size_t>(rec.unreleased, release);
+  // The retired WRs are the oldest posted ones: earlier completions came first.
+  for (uint32_t left = retired; left > 0 && !ep->posted_.empty();) {
+    left -= RetireOldestLocked(ep, left);
   }
+  PumpLocked(ep);
+}
+
+uint32_t VerbsTransport::RetireOldestLocked(VerbsEndpoint* ep, uint32_t most) {
+  PostedPiece& piece = ep->posted_.front();
+  const uint32_t n = std::min(most, piece.count);
+  const uint64_t id = piece.record;
+  piece.count -= n;
+  if (piece.count == 0) ep->posted_.pop();
+  ep->sq_used_ -= std::min(ep->sq_used_, n);
+  OpRecord* found = RecordLocked(id);
+  if (found == nullptr) return n;  // failed and freed with its endpoint
+  OpRecord& rec = *found;
+  // They are the oldest posted WRs of its record.
+  const size_t first = rec.next_wr - rec.unreleased;
+  for (size_t i = first; i < first + n && i < rec.plan.wrs.size(); ++i) {
+    ep->inflight_bytes_ -= std::min(ep->inflight_bytes_, rec.plan.wrs[i].bytes);
+  }
+  rec.unreleased -= std::min<size_t>(rec.unreleased, n);
   if (rec.next_wr == rec.plan.wrs.size() && rec.unreleased == 0) {
     if (rec.kind == OpRecord::Kind::kUser) {
       PushCompletionLocked(rec.context, rec.type, rec.completion_ep, rec.plan.bytes);
@@ -403,7 +444,7 @@ void VerbsTransport::OnSendCompletionLocked(const ibv_wc& wc) {
     if (rec.kind == OpRecord::Kind::kHeartbeat) ep->hb_outstanding_ = false;
     FreeRecordLocked(&rec);
   }
-  PumpLocked(ep);
+  return n;
 }
 
 void VerbsTransport::OnRecvCompletionLocked(const ibv_wc& wc) {

@@ -23,8 +23,9 @@
 //    empty the sender is held back by RNR retries (rnr_retry = 7, unlimited) until receives are
 //    posted: that is the flow control.
 //  - One-sided: WRITE / READ / WRITE_WITH_IMM (kOpNotify), sparse lists planned by wr_plan.h,
-//    one signaled completion per Op, post-lists bounded by SQ depth and CQ budget; the rest waits
-//    in a per-endpoint backlog that Poll() drains.
+//    a signaled completion per post-list and every 16th WR (RC completes in order: it retires
+//    every WR before it, whatever Op), post-lists bounded by SQ depth and CQ budget; the rest
+//    waits in a per-endpoint backlog that Poll() drains.
 //  - Registration (memory.h, reg_cache.h): remote-access regions get their own MR; local-access
 //    ones lease a refcounted cached MR (params reg_cache=on|off, reg_cache_max_bytes).
 //  - Failures: error completions, async events (events.cc), rdma_cm DISCONNECTED, control-socket
@@ -196,6 +197,13 @@ struct OpRecord {
   MemoryRegistration owned_mr;
 };
 
+// WRs of one record posted in one post-list (a BatchPiece once posted), kept per endpoint in post
+// order until the list's signaled completion (or an error) retires them.
+struct PostedPiece {
+  uint64_t record = 0;  // OpRecord id
+  uint32_t count = 0;
+};
+
 struct PendingRecv {
   uint64_t seq = 0;
   uint64_t context = 0;
@@ -250,6 +258,8 @@ class VerbsEndpoint final : public Endpoint {
   uint32_t sq_depth_ = 0;
   uint32_t sq_used_ = 0;
   common::Ring<uint64_t> backlog_;         // OpRecord ids with WRs still to post, in order
+  common::Ring<PostedPiece> posted_;       // posted, not yet completed, in post order
+  bool pump_queued_ = false;               // in the transport's pump_queue_ (PostValidated)
   common::Ring<PendingRecv> recvs_;        // kRecv ops naming this endpoint
   common::Ring<Fragment> unexpected_;      // arrived fragments not yet copied out
   std::optional<PendingRecv> assembling_;  // the recv the current message is copied into
@@ -336,6 +346,8 @@ class VerbsTransport final : public Transport {
   Status StepOobSessionLocked(OobSession* s, bool* refused);
 
   // ---- datapath.cc ----
+  // Validated Op: fails it now, or queues its WRs on its endpoint's backlog (and the endpoint on
+  // pump_queue_: PostValidated pumps each once).
   Status PostOneLocked(const Op& op);
   bool PlanUserOp(const Op& op, WrPlan* plan) const;
   // Posts what the backlog's head allows (SQ and CQ room), in post-lists of up to 64 WRs.
@@ -345,6 +357,10 @@ class VerbsTransport final : public Transport {
   void CommitPostedLocked(VerbsEndpoint* ep, std::span<const BatchPiece> pieces, size_t total);
   void PollCqLocked();
   void OnSendCompletionLocked(const ibv_wc& wc);
+  // Up to `most` of the oldest posted piece's WRs completed (returns how many, at least one):
+  // their SQ slots and bytes come back, and a record with every WR posted and completed reports
+  // its completion and is freed. posted_ must not be empty.
+  uint32_t RetireOldestLocked(VerbsEndpoint* ep, uint32_t most);
   void OnRecvCompletionLocked(const ibv_wc& wc);
   void DeliverLocked(VerbsEndpoint* ep);
   bool TakeRecvLocked(VerbsEndpoint* ep, PendingRecv* out);
@@ -420,6 +436,7 @@ class VerbsTransport final : public Transport {
   std::vector<size_t> pump_remaining_;
   std::vector<BatchPiece> pump_pieces_;
   std::vector<ibv_send_wr> pump_wrs_;
+  std::vector<VerbsEndpoint*> pump_queue_;  // endpoints PostValidated queued work on
   std::vector<ibv_sge> repost_sges_;
   std::vector<ibv_recv_wr> repost_wrs_;
   std::deque<std::shared_ptr<VerbsEndpoint>> accepted_;

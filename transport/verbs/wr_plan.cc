@@ -99,15 +99,15 @@ ibv_send_wr MakeSendWr(const PlannedWr& pw, ibv_sge* sges, uint32_t max_inline) 
 }
 
 void PlanPostBatch(std::span<const size_t> remaining, size_t sq_free, size_t cq_budget,
-                   size_t max_batch, std::vector<BatchPiece>* out) {
+                   size_t max_batch, size_t signal_every, std::vector<BatchPiece>* out) {
   out->clear();
-  size_t room = std::min(sq_free, max_batch);
-  for (size_t i = 0; i < remaining.size() && room > 0 && cq_budget > 0; ++i) {
+  if (signal_every == 0) signal_every = 1;
+  size_t room = std::min({sq_free, max_batch, cq_budget * signal_every});
+  for (size_t i = 0; i < remaining.size() && room > 0; ++i) {
     if (remaining[i] == 0) continue;
     size_t take = std::min(remaining[i], room);
     out->push_back(BatchPiece{i, take});
     room -= take;
-    cq_budget -= 1;
     if (take < remaining[i]) break;  // keep per-endpoint order: nothing may overtake this op
   }
 }

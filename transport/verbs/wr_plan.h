@@ -7,10 +7,14 @@
 //   segments (local, remote, len): (0,100,8) (64,108,8) (32,116,8) (0,500,8)
 //   WRs:  [remote 100, 24 bytes, SGEs {0+8, 64+8, 32+8}]  [remote 500, 8 bytes, SGE {0+8}]
 //
-// Post batches: the send queue has `sq_free` slots and the CQ `cq_budget` spare entries. Each
-// Op's last WR is signaled (one completion per Op); a batch that ends in the middle of an Op
-// also signals its last WR there, so the slots it holds are released even if the Op's remaining
-// WRs have to wait (an SQ full of unsignaled WRs would never drain).
+// Post batches: the send queue has `sq_free` slots and the CQ `cq_budget` spare entries. A
+// batch's WRs are signaled every `signal_every`-th and at its end, whatever Ops they belong to:
+// an RC QP completes its WRs in order, so a completion retires every WR posted before it, and a
+// batch that ends in the middle of an Op still releases the slots it holds (an SQ full of
+// unsignaled WRs would never drain). One completion per list of small Ops instead of one per Op;
+// the periodic ones keep progress visible while a long list crawls (RNR retries against a peer
+// that posts receives slowly: the liveness backstop counts from the last completion). An error
+// completes the failed WR whether signaled or not.
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -67,7 +71,7 @@ void AddNotify(uint32_t imm, uint64_t remote_addr, uint32_t rkey, WrPlan* plan);
 
 struct BatchPiece {
   size_t op = 0;     // index into the `remaining` span
-  size_t count = 0;  // WRs of that op in this batch (its next ones); the last one is signaled
+  size_t count = 0;  // WRs of that op in this batch (its next ones)
 };
 
 // The ibv_send_wr of a planned WR (sges: its plan's SGE array): opcode, immediate (network
@@ -78,9 +82,19 @@ ibv_send_wr MakeSendWr(const PlannedWr& pw, ibv_sge* sges, uint32_t max_inline);
 
 // Which WRs go into the next post-list. remaining[i] = WRs op i still has to post, in queue
 // order; stops at the first op that does not fit entirely only after taking what fits of it.
+// A batch of n WRs holds SignaledWrs(n, signal_every) CQ entries, within cq_budget.
 // Replaces *out (its capacity is reused: the data path plans a batch per post without
 // allocating once warm).
 void PlanPostBatch(std::span<const size_t> remaining, size_t sq_free, size_t cq_budget,
-                   size_t max_batch, std::vector<BatchPiece>* out);
+                   size_t max_batch, size_t signal_every, std::vector<BatchPiece>* out);
+
+// Whether the k-th WR (from 0) of a post-list of `total` is signaled, and how many WRs of the list
+// a list of `total` signals.
+inline bool IsSignaled(size_t k, size_t total, size_t signal_every) {
+  return k + 1 == total || (k + 1) % signal_every == 0;
+}
+inline size_t SignaledWrs(size_t total, size_t signal_every) {
+  return (total + signal_every - 1) / signal_every;
+}
 
 }  // namespace ferry::verbs
