@@ -7,7 +7,8 @@
 #   main  the Debian packages (dpkg-buildpackage -b, -Dwerror=true), then every meson suite in
 #         their build tree (obj-x86_64-linux-gnu), 'install' checking the packages and lintian;
 #   asan  ASan+UBSan build, every suite but 'rdma', 'install' and 'ps-threads' (train_formats: 6 of 18 pairs;
-#         train_ranking: ModelRanking only; train_liblinear in main only);
+#         train_ranking: ModelRanking only; train_consistency: no bsp determinism runs;
+#         train_liblinear in main only);
 #   tsan  TSan build, the multi-threaded tests;
 #   fuzz  each libFuzzer target for FERRY_FUZZ_SECONDS (default 10) seconds.
 # A failing stage does not stop the later ones; the script exits non-zero if any failed and ends
