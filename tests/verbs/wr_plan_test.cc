@@ -214,5 +214,53 @@ TEST(PostBatch, LongListDrainsThroughSmallQueue) {
   EXPECT_EQ(batches, (1000u + 15) / 16);
 }
 
+// What completions retire, oldest first: record 1 (3 WRs), 2 (1), 3 (20, posted as 12 then 8 in
+// two lists), 4 (5).
+using Retired = std::vector<std::pair<uint64_t, uint32_t>>;
+PostedWrs FourRecords() {
+  PostedWrs p;
+  p.Posted(1, 3);
+  p.Posted(2, 1);
+  p.Posted(3, 12);
+  p.Posted(3, 8);
+  p.Posted(4, 5);
+  return p;
+}
+
+TEST(PostedWrs, ACompletionRetiresTheOldestWrsAcrossRecordsAndInParts) {
+  PostedWrs p = FourRecords();
+  Retired got;
+  auto log = [&](uint64_t r, uint32_t n) { got.emplace_back(r, n); };
+  p.Retire(16, log);  // the 16th WR was signaled
+  EXPECT_EQ(got, (Retired{{1, 3}, {2, 1}, {3, 12}}));
+  got.clear();
+  p.Retire(4, log);  // part of a piece
+  p.Retire(5, log);  // the rest of it, and one WR of the next record
+  EXPECT_EQ(got, (Retired{{3, 4}, {3, 4}, {4, 1}}));
+  got.clear();
+  p.Retire(100, log);  // more than is posted: what there is
+  EXPECT_EQ(got, (Retired{{4, 4}}));
+  EXPECT_TRUE(p.empty());
+}
+
+TEST(PostedWrs, AnErrorRetiresWhatWasPostedBeforeTheFailedRecord) {
+  PostedWrs p = FourRecords();
+  Retired got;
+  auto log = [&](uint64_t r, uint32_t n) { got.emplace_back(r, n); };
+  p.Retire(2, log);  // record 1 partly retired by an earlier completion
+  got.clear();
+  p.RetireBefore(3, log);
+  EXPECT_EQ(got, (Retired{{1, 1}, {2, 1}}));
+  got.clear();
+  p.RetireBefore(3, log);  // the failed record is first now: nothing more
+  EXPECT_TRUE(got.empty());
+  p.RetireBefore(9, log);  // a record never posted here: everything
+  EXPECT_EQ(got, (Retired{{3, 12}, {3, 8}, {4, 5}}));
+  EXPECT_TRUE(p.empty());
+  p.Posted(5, 1);
+  p.Clear();
+  EXPECT_TRUE(p.empty());
+}
+
 }  // namespace
 }  // namespace ferry::verbs

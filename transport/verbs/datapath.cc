@@ -341,7 +341,7 @@ void VerbsTransport::CommitPostedLocked(VerbsEndpoint* ep, std::span<const Batch
     OpRecord& rec = *RecordLocked(ep->backlog_[p.op]);
     rec.next_wr += p.count;
     rec.unreleased += p.count;
-    ep->posted_.push() = PostedPiece{rec.id, static_cast<uint32_t>(p.count)};
+    ep->posted_.Posted(rec.id, static_cast<uint32_t>(p.count));
   }
   while (!ep->backlog_.empty()) {
     const OpRecord& rec = *RecordLocked(ep->backlog_.front());
@@ -392,9 +392,7 @@ void VerbsTransport::OnSendCompletionLocked(const ibv_wc& wc) {
     // The WRs posted before the failed one completed (RC executes and completes them in order),
     // though no signaled completion said so: their Ops succeeded. The failed WR's Op and every
     // later one fail with the endpoint.
-    while (!ep->posted_.empty() && ep->posted_.front().record != id) {
-      RetireOldestLocked(ep, ep->posted_.front().count);
-    }
+    ep->posted_.RetireBefore(id, [&](uint64_t done, uint32_t n) { RetireLocked(ep, done, n); });
     OpRecord& rec = *found;
     Status st = CompletionError(WrName(rec.type, rec.kind), wc.status, wc.vendor_err, wc.qp_num);
     if (wc.status == IBV_WC_WR_FLUSH_ERR) {
@@ -415,21 +413,14 @@ void VerbsTransport::OnSendCompletionLocked(const ibv_wc& wc) {
   ep->last_heard_ = common::CoarseNow();
   ep->last_ack_ = ep->last_heard_;
   // The retired WRs are the oldest posted ones: earlier completions came first.
-  for (uint32_t left = retired; left > 0 && !ep->posted_.empty();) {
-    left -= RetireOldestLocked(ep, left);
-  }
+  ep->posted_.Retire(retired, [&](uint64_t done, uint32_t n) { RetireLocked(ep, done, n); });
   PumpLocked(ep);
 }
 
-uint32_t VerbsTransport::RetireOldestLocked(VerbsEndpoint* ep, uint32_t most) {
-  PostedPiece& piece = ep->posted_.front();
-  const uint32_t n = std::min(most, piece.count);
-  const uint64_t id = piece.record;
-  piece.count -= n;
-  if (piece.count == 0) ep->posted_.pop();
+void VerbsTransport::RetireLocked(VerbsEndpoint* ep, uint64_t id, uint32_t n) {
   ep->sq_used_ -= std::min(ep->sq_used_, n);
   OpRecord* found = RecordLocked(id);
-  if (found == nullptr) return n;  // failed and freed with its endpoint
+  if (found == nullptr) return;  // failed and freed with its endpoint
   OpRecord& rec = *found;
   // They are the oldest posted WRs of its record.
   const size_t first = rec.next_wr - rec.unreleased;
@@ -444,7 +435,6 @@ uint32_t VerbsTransport::RetireOldestLocked(VerbsEndpoint* ep, uint32_t most) {
     if (rec.kind == OpRecord::Kind::kHeartbeat) ep->hb_outstanding_ = false;
     FreeRecordLocked(&rec);
   }
-  return n;
 }
 
 void VerbsTransport::OnRecvCompletionLocked(const ibv_wc& wc) {

@@ -139,7 +139,7 @@ void VerbsTransport::TearDownLocked(VerbsEndpoint* ep) {
     if (owned->in_use && owned->ep == ep) FreeRecordLocked(owned.get());
   }
   ep->backlog_.clear();
-  ep->posted_.clear();
+  ep->posted_.Clear();
   ep->sq_used_ = 0;
   ep->inflight_bytes_ = 0;
   if (ep->qp_) {

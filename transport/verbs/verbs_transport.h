@@ -197,13 +197,6 @@ struct OpRecord {
   MemoryRegistration owned_mr;
 };
 
-// WRs of one record posted in one post-list (a BatchPiece once posted), kept per endpoint in post
-// order until the list's signaled completion (or an error) retires them.
-struct PostedPiece {
-  uint64_t record = 0;  // OpRecord id
-  uint32_t count = 0;
-};
-
 struct PendingRecv {
   uint64_t seq = 0;
   uint64_t context = 0;
@@ -258,7 +251,7 @@ class VerbsEndpoint final : public Endpoint {
   uint32_t sq_depth_ = 0;
   uint32_t sq_used_ = 0;
   common::Ring<uint64_t> backlog_;         // OpRecord ids with WRs still to post, in order
-  common::Ring<PostedPiece> posted_;       // posted, not yet completed, in post order
+  PostedWrs posted_;                       // posted, not yet retired (wr_plan.h)
   bool pump_queued_ = false;               // in the transport's pump_queue_ (PostValidated)
   common::Ring<PendingRecv> recvs_;        // kRecv ops naming this endpoint
   common::Ring<Fragment> unexpected_;      // arrived fragments not yet copied out
@@ -357,10 +350,10 @@ class VerbsTransport final : public Transport {
   void CommitPostedLocked(VerbsEndpoint* ep, std::span<const BatchPiece> pieces, size_t total);
   void PollCqLocked();
   void OnSendCompletionLocked(const ibv_wc& wc);
-  // Up to `most` of the oldest posted piece's WRs completed (returns how many, at least one):
-  // their SQ slots and bytes come back, and a record with every WR posted and completed reports
-  // its completion and is freed. posted_ must not be empty.
-  uint32_t RetireOldestLocked(VerbsEndpoint* ep, uint32_t most);
+  // `count` WRs of record `id`, its oldest posted ones, completed (PostedWrs says which): their
+  // SQ slots and bytes come back, and a record with every WR posted and completed reports its
+  // completion and is freed.
+  void RetireLocked(VerbsEndpoint* ep, uint64_t id, uint32_t count);
   void OnRecvCompletionLocked(const ibv_wc& wc);
   void DeliverLocked(VerbsEndpoint* ep);
   bool TakeRecvLocked(VerbsEndpoint* ep, PendingRecv* out);

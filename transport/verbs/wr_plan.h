@@ -24,6 +24,7 @@
 #include <span>
 #include <vector>
 
+#include "transport/common/ring.h"
 #include "transport/transport.h"
 
 namespace ferry::verbs {
@@ -96,5 +97,46 @@ inline bool IsSignaled(size_t k, size_t total, size_t signal_every) {
 inline size_t SignaledWrs(size_t total, size_t signal_every) {
   return (total + signal_every - 1) / signal_every;
 }
+
+// The WRs posted on one QP and not yet retired, as pieces (record id, WR count) in post order.
+// An RC QP completes its WRs in order, so a completion retires the OLDEST posted WRs, and an
+// error completion tells that every WR posted before the failed one completed. The retire
+// callbacks get (record id, WRs of that record retired now), oldest first; a piece may be
+// retired in parts. No device, no allocation once the ring has grown.
+class PostedWrs {
+ public:
+  bool empty() const { return pieces_.empty(); }
+  void Posted(uint64_t record, uint32_t count) { pieces_.push() = Piece{record, count}; }
+  void Clear() { pieces_.clear(); }
+
+  // A signaled WR's completion: its `count` WRs (it and the unsignaled ones before it).
+  template <typename F>
+  void Retire(uint32_t count, F&& retire) {
+    while (count > 0 && !pieces_.empty()) {
+      Piece& p = pieces_.front();
+      const uint32_t n = count < p.count ? count : p.count;
+      const uint64_t record = p.record;
+      p.count -= n;
+      count -= n;
+      if (p.count == 0) pieces_.pop();
+      retire(record, n);
+    }
+  }
+  // A WR of `record` failed: every piece posted before that record's first retires whole.
+  template <typename F>
+  void RetireBefore(uint64_t record, F&& retire) {
+    while (!pieces_.empty() && pieces_.front().record != record) {
+      const Piece p = pieces_.pop();
+      retire(p.record, p.count);
+    }
+  }
+
+ private:
+  struct Piece {
+    uint64_t record = 0;
+    uint32_t count = 0;
+  };
+  common::Ring<Piece> pieces_;
+};
 
 }  // namespace ferry::verbs
