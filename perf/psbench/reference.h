@@ -7,10 +7,12 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ps/job/partition.h"
 #include "ps/store/array_hash_map.h"
+#include "tools/ps/keys.h"
 #include "tools/ps/ps_bench.h"
 
 namespace ferry::psbench {
@@ -24,6 +26,24 @@ struct RefResult {
   uint64_t payload_bytes = 0;
   std::vector<double> usec;
 };
+
+// A measured loop's result named `op`, with its totals for o.iters timed batches of o.keys rows
+// of o.dim floats; the loop fills in seconds and latencies.
+inline RefResult StartResult(std::string op, const BenchOptions& o) {
+  RefResult r;
+  r.op = std::move(op);
+  r.iterations = o.iters;
+  r.keys = uint64_t{o.iters} * o.keys;
+  r.payload_bytes = r.keys * o.dim * 4;
+  return r;
+}
+
+// The batches worker 0 of ferry-ps-bench uses for `op` (tools/ps/keys.h, MeasureSeed): o.warmup
+// untimed ones, then o.iters timed ones.
+inline Result<KeyBatches> Worker0Batches(const BenchOptions& o, BenchOp op) {
+  return KeyBatches::Create(o.key_spec, o.keys, MeasureSeed(o, 0, op),
+                            uint64_t{o.warmup} + o.iters);
+}
 
 struct Table {
   std::unique_ptr<ps::ArrayHashMap> map;

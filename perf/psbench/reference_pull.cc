@@ -60,12 +60,9 @@ Result<Table> BuildTable(const BenchOptions& o, const ps::Partition& partition, 
 // gather: FindBatch + memcpy per batch. Leaves the last batch's rows in `dense` for the check.
 Result<RefResult> Gather(const ps::ArrayHashMap& m, const BenchOptions& o,
                          std::vector<float>* dense, std::vector<uint64_t>* last_keys) {
-  RefResult r;
-  r.op = "gather";
+  RefResult r = StartResult("gather", o);
   const uint64_t total = uint64_t{o.warmup} + o.iters;
-  FERRY_ASSIGN_OR_RETURN(
-      KeyBatches batches,
-      KeyBatches::Create(o.key_spec, o.keys, MeasureSeed(o, 0, BenchOp::kPull), total));
+  FERRY_ASSIGN_OR_RETURN(KeyBatches batches, Worker0Batches(o, BenchOp::kPull));
   std::vector<uint32_t> slots(o.keys);
   dense->assign(size_t{o.keys} * o.dim, 0.0f);
   const size_t row = size_t{o.dim} * 4;
@@ -94,20 +91,14 @@ Result<RefResult> Gather(const ps::ArrayHashMap& m, const BenchOptions& o,
       r.seconds = MicrosBetween(t0, b) / 1e6;
     }
   }
-  r.iterations = o.iters;
-  r.keys = uint64_t{o.iters} * o.keys;
-  r.payload_bytes = r.keys * row;
   return r;
 }
 
 // memcpy: the same batches, slots resolved for all of them first.
 Result<RefResult> MemcpyGather(const ps::ArrayHashMap& m, const BenchOptions& o) {
-  RefResult r;
-  r.op = "memcpy";
+  RefResult r = StartResult("memcpy", o);
   const uint64_t total = uint64_t{o.warmup} + o.iters;
-  FERRY_ASSIGN_OR_RETURN(
-      KeyBatches batches,
-      KeyBatches::Create(o.key_spec, o.keys, MeasureSeed(o, 0, BenchOp::kPull), total));
+  FERRY_ASSIGN_OR_RETURN(KeyBatches batches, Worker0Batches(o, BenchOp::kPull));
   std::vector<uint32_t> slots(total * o.keys);
   for (uint64_t it = 0; it < total; ++it) {
     std::span<uint32_t> s(slots.data() + it * o.keys, o.keys);
@@ -132,9 +123,6 @@ Result<RefResult> MemcpyGather(const ps::ArrayHashMap& m, const BenchOptions& o)
   }
   if (!std::isfinite(sum)) return Internal("gathered rows are not finite");
   r.seconds = MicrosBetween(t0, b) / 1e6;
-  r.iterations = o.iters;
-  r.keys = uint64_t{o.iters} * o.keys;
-  r.payload_bytes = r.keys * row;
   return r;
 }
 

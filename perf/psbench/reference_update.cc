@@ -44,12 +44,10 @@ Status ApplyBatch(ps::ArrayHashMap& m, const BenchOptions& o, std::span<const ui
 
 // The optimizer applied in place, as a server applies a push.
 Result<RefResult> Update(ps::ArrayHashMap& m, const BenchOptions& o, bool plain) {
-  RefResult r;
-  r.op = std::string(ps::OptimizerName(o.optimizer.kind)) + (plain ? "-plain" : "");
+  RefResult r =
+      StartResult(std::string(ps::OptimizerName(o.optimizer.kind)) + (plain ? "-plain" : ""), o);
   const uint64_t total = uint64_t{o.warmup} + o.iters;
-  FERRY_ASSIGN_OR_RETURN(
-      KeyBatches batches,
-      KeyBatches::Create(o.key_spec, o.keys, MeasureSeed(o, 0, BenchOp::kPush), total));
+  FERRY_ASSIGN_OR_RETURN(KeyBatches batches, Worker0Batches(o, BenchOp::kPush));
   const std::vector<float> grads = TimedGradients(o.keys, o.dim);
   std::vector<uint32_t> slots;
   SteadyClock::time_point t0 = SteadyClock::now(), b = t0;
@@ -62,9 +60,6 @@ Result<RefResult> Update(ps::ArrayHashMap& m, const BenchOptions& o, bool plain)
     if (it >= o.warmup) r.usec.push_back(MicrosBetween(a, b));
   }
   r.seconds = MicrosBetween(t0, b) / 1e6;
-  r.iterations = o.iters;
-  r.keys = uint64_t{o.iters} * o.keys;
-  r.payload_bytes = r.keys * o.dim * 4;
   return r;
 }
 
@@ -74,12 +69,10 @@ Result<RefResult> Update(ps::ArrayHashMap& m, const BenchOptions& o, bool plain)
 Result<RefResult> ThreadedUpdate(std::vector<Table>& tables, const ps::Partition& partition,
                                  const BenchOptions& o) {
   const uint32_t parts = static_cast<uint32_t>(tables.size());
-  RefResult r;
-  r.op = std::string(ps::OptimizerName(o.optimizer.kind)) + "-x" + std::to_string(parts);
+  RefResult r = StartResult(
+      std::string(ps::OptimizerName(o.optimizer.kind)) + "-x" + std::to_string(parts), o);
   const uint64_t total = uint64_t{o.warmup} + o.iters;
-  FERRY_ASSIGN_OR_RETURN(
-      KeyBatches batches,
-      KeyBatches::Create(o.key_spec, o.keys, MeasureSeed(o, 0, BenchOp::kPush), total));
+  FERRY_ASSIGN_OR_RETURN(KeyBatches batches, Worker0Batches(o, BenchOp::kPush));
   // share[it][p]: batch it's keys owned by partition p (a worker's split, untimed).
   std::vector<std::vector<std::vector<uint64_t>>> share(total,
                                                         std::vector<std::vector<uint64_t>>(parts));
@@ -110,9 +103,6 @@ Result<RefResult> ThreadedUpdate(std::vector<Table>& tables, const ps::Partition
     r.usec.push_back(MicrosBetween(it == 0 ? start : ends[it - 1], ends[it]));
   }
   r.seconds = MicrosBetween(o.warmup == 0 ? start : ends[o.warmup - 1], ends[total - 1]) / 1e6;
-  r.iterations = o.iters;
-  r.keys = uint64_t{o.iters} * o.keys;
-  r.payload_bytes = r.keys * o.dim * 4;
   return r;
 }
 
