@@ -65,6 +65,8 @@ class Node {
   // in order of thread t: shard server ShardServerOf(job, roles().server, t).
   size_t num_shard_servers() const { return servers_.size(); }
   Server* shard_server(size_t t) { return servers_[t].server.get(); }
+  // Rank 0's coordinator, or nullptr.
+  const Coordinator* coordinator() const { return coordinator_.get(); }
 
   // Waits for this rank's roles to end: the server serves until the job shuts down, the
   // coordinator (rank 0) until every member left. A worker must have called Finish() first

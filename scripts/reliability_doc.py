@@ -91,6 +91,8 @@ def family(s):
     name = s.get("scenario", "")
     if name.startswith("train-replicas"):
         return "replicas"
+    if name.startswith("train-straggler"):
+        return "stragglers"
     if name.startswith("train-"):
         return "train"
     if name.startswith("ps-"):
@@ -192,6 +194,13 @@ sections = [
      "between two streaming evaluations beyond the run's median gap (what the failover cost). "
      "In-process cases (a server whose connections all close: head, tail, middle of a chain; "
      "both replicas lost) are in tests/ps/replica_test.cc, listed under the tests below."),
+    ("stragglers", "A straggler under bsp, with and without backup workers (ferry-train --backup-workers)",
+     "3 workers, 2 servers, bsp, fixed seeds; worker 1 slowed 5x by a real sleep in its loop "
+     "(tests/train/backup_workers_test.cc). Without backup workers every clock waits for it: `ok` = "
+     "the model file equals the run without the straggler, byte for byte; `wall` is the job's wall "
+     "time over that run's (the stall the straggler costs). With `--backup-workers 1` its clocks "
+     "complete without it: `ok` = wall within 1.2x of the run without a straggler; the note has the "
+     "test logloss and its cost, and the clocks completed without the straggler."),
     ("train", "Training under network faults (tests/netns/train-faults.sh)",
      "ferry-train over tcp, servers in one network namespace and workers in another. Loss and "
      "rate limits must end with the fault-free model bytes; a black hole or a link down must end "

@@ -38,6 +38,11 @@ void AddTrainFlags(CLI::App& app, TrainOptions* o, TrainFlagText* t) {
                  "that dies fails over to its replicas while training goes on (1: off)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--backup-workers", o->backup_workers,
+                 "bsp: a batch's clock completes once all workers but this many pushed for it;\n"
+                 "the late workers' pushes for it are dropped and they skip to the job's clock\n"
+                 "(stragglers cost no time; 0: every worker, every batch)")
+      ->capture_default_str();
   app.add_option("--peer-timeout", o->peer_timeout_s,
                  "seconds: a dead or silent rank is reported to every other within it")
       ->check(CLI::Range(0.1, 3600.0))

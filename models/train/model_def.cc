@@ -187,6 +187,24 @@ Status ValidateTrainOptions(const TrainOptions& o) {
         "--checkpoint-dir needs --consistency bsp (only a bsp clock boundary "
         "is the same point on every server)");
   }
+  if (o.backup_workers > 0) {
+    if (o.consistency.kind != ps::Consistency::kBsp) {
+      return InvalidArgument(
+          "--backup-workers needs --consistency bsp (only a bsp clock waits "
+          "for the workers)");
+    }
+    if (o.backup_workers >= o.workers) {
+      return InvalidArgument(
+          "--backup-workers must be less than --workers (a clock needs at "
+          "least one worker's pushes)");
+    }
+    if (StreamTraining(o)) {
+      return InvalidArgument(
+          "--backup-workers trains passes over files: a stream or a followed "
+          "directory is read by every worker in step, and a worker left "
+          "behind could not skip its share");
+    }
+  }
   return ValidateFeatureOptions(o.features);
 }
 
@@ -362,6 +380,7 @@ Result<ps::JobSpec> MakeJob(const TrainOptions& o, const ModelDef& def) {
   job.servers = o.servers;
   job.workers = o.workers;
   job.replicas = o.replicas;
+  job.backup_workers = o.backup_workers;
   job.server_threads = o.server_threads;
   job.peer_timeout = ps::Millis(static_cast<int64_t>(o.peer_timeout_s * 1000));
   job.transport = o.transport;

@@ -192,6 +192,7 @@ Status WorkerLoop::Run(TrainReport* report) {
   FERRY_RETURN_IF_ERROR(OpenExportDir());
   if (StreamTraining(o_)) return RunStream(report);
   FERRY_RETURN_IF_ERROR(Setup());
+  FERRY_RETURN_IF_ERROR(ReadStraggler());
   FERRY_ASSIGN_OR_RETURN(const ResumePoint at, Resume());
   start_ = TrainClock::now();
   FERRY_ASSIGN_OR_RETURN(const uint32_t last_epoch, RunEpochs(at));
@@ -246,6 +247,7 @@ void WorkerLoop::LogStop(uint32_t last_epoch) {
 
 Status WorkerLoop::Finish(uint32_t last_epoch, TrainReport* report) {
   FERRY_RETURN_IF_ERROR(step_.Drain());
+  ReportSkipped();
   const double train_seconds = SecondsSince(start_);
   // Every worker's pushes are applied before anyone evaluates the final model.
   FERRY_RETURN_IF_ERROR(w_.Barrier());

@@ -2,7 +2,9 @@
 // pass, streaming evaluation (worker_loop.h).
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "models/eval/metrics.h"
 #include "models/train/gather_sums.h"
@@ -104,19 +106,65 @@ Status WorkerLoop::TrainSequential(uint32_t epoch, uint64_t first_step) {
     batch.Clear();
     FERRY_ASSIGN_OR_RETURN(size_t n, reader_->Next(o_.batch_size, &batch));
     position_ += n;
+    if (clocks_to_skip_ > 0) {
+      // Backup workers: the job completed this batch's clock without this worker; its place
+      // in the data moves on with the job's clock (a resumed job finds it there too).
+      --clocks_to_skip_;
+      ++skipped_batches_;
+      skipped_samples_ += n;
+      continue;
+    }
+    const TrainClock::time_point began = TrainClock::now();
     if (n > 0) {
       FERRY_RETURN_IF_ERROR(step_.Begin(batch, &slot, Stepper::Use::kTrain));
       FERRY_ASSIGN_OR_RETURN(double loss, step_.Finish(&slot, true, nullptr));
       Account(loss, n);
     }
+    Straggle(began);
     // An empty step still counts: every worker makes steps_per_epoch clocks.
+    const uint64_t skipped = w_.skipped_clocks();
     FERRY_RETURN_IF_ERROR(w_.Clock(position_));
+    clocks_to_skip_ += w_.skipped_clocks() - skipped;
     FERRY_RETURN_IF_ERROR(MaybeEvaluate(epoch));
     // At the clock boundary: under bsp the version is the model of these clocks exactly.
     FERRY_RETURN_IF_ERROR(MaybeExportAtClock((epoch - 1) * steps_per_epoch_ + step + 1));
     ShowProgress();
   }
   return Status::Ok();
+}
+
+Status WorkerLoop::ReadStraggler() {
+  // A test hook, for the backup-workers tests (tests/train/backup_workers_test.cc): a real
+  // straggler, without a slow machine.
+  const char* env = std::getenv("FERRY_TEST_SLOW_WORKER");
+  if (env == nullptr || *env == '\0') return Status::Ok();
+  unsigned worker = 0;
+  double factor = 0;
+  char end = 0;
+  if (std::sscanf(env, "%u:%lf%c", &worker, &factor, &end) != 2 ||
+      !(factor >= 1 && factor <= 100)) {
+    return InvalidArgument("FERRY_TEST_SLOW_WORKER='" + std::string(env) +
+                           "' is not WORKER:FACTOR (a worker index, a factor 1..100)");
+  }
+  if (worker == w_.index()) straggle_factor_ = factor;
+  return Status::Ok();
+}
+
+void WorkerLoop::Straggle(TrainClock::time_point began) {
+  if (straggle_factor_ <= 1) return;
+  const auto took = TrainClock::now() - began;
+  std::this_thread::sleep_for(
+      std::chrono::duration_cast<TrainClock::duration>(took * (straggle_factor_ - 1)));
+}
+
+void WorkerLoop::ReportSkipped() const {
+  if (skipped_batches_ == 0) return;
+  // Every worker that skipped says so, --quiet or not: these samples were not trained on.
+  std::fprintf(stderr,
+               "ferry-train: worker %u skipped %llu batches (%llu samples): backup workers "
+               "completed their clocks without it\n",
+               w_.index(), static_cast<unsigned long long>(skipped_batches_),
+               static_cast<unsigned long long>(skipped_samples_));
 }
 
 Status WorkerLoop::TrainPipelined(uint32_t epoch) {

@@ -129,6 +129,11 @@ class WorkerLoop {
   Status CountSteps(bool share);
   Result<uint64_t> SeekToCheckpoint();
   Status TrainSequential(uint32_t epoch, uint64_t first_step);
+  // Backup workers: FERRY_TEST_SLOW_WORKER=W:F makes worker W sleep F - 1 times each batch's
+  // own time (Straggle); ReportSkipped says which batches this worker skipped.
+  Status ReadStraggler();
+  void Straggle(TrainClock::time_point began);
+  void ReportSkipped() const;
   Status TrainPipelined(uint32_t epoch);
   void Account(double loss, size_t n);
   Status MaybeEvaluate(uint32_t epoch);
@@ -192,6 +197,11 @@ class WorkerLoop {
   uint64_t total_samples_ = 0;    // all workers, one epoch (0: unknown)
   uint64_t batches_ = 0;          // this worker's batches so far
   uint64_t samples_ = 0;          // this worker's trained samples so far
+  // Backup workers: batches whose clocks the job completed without this worker, still to skip,
+  // and those skipped so far; the slowdown FERRY_TEST_SLOW_WORKER gives this worker (0: none).
+  uint64_t clocks_to_skip_ = 0;
+  uint64_t skipped_batches_ = 0, skipped_samples_ = 0;
+  double straggle_factor_ = 0;
   double loss_sum_ = 0;
   double epoch_loss_ = 0;  // this pass
   uint64_t epoch_n_ = 0;

@@ -152,6 +152,7 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Start(const JobSpec& job,
   impl->fingerprint = job.Fingerprint();
   impl->servers.assign(job.shard_servers(), -1);
   impl->workers.assign(job.workers, -1);
+  impl->completed_without.assign(job.workers, 0);
   impl->chain = ChainMap(job.shard_servers(), job.replicas);
   impl->server_applied.assign(job.shard_servers(), 0);
   if (!job.restore_dir.empty()) {
@@ -182,6 +183,11 @@ Status Coordinator::Join() {
   if (impl_->thread.joinable()) impl_->thread.join();
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->result;
+}
+
+std::vector<uint64_t> Coordinator::ClocksCompletedWithout() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->result_without;
 }
 
 }  // namespace ferry::ps

@@ -18,6 +18,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ps/job/job.h"
 #include "transport/status.h"
@@ -39,6 +40,9 @@ class Coordinator {
   const std::string& address() const;
   // Blocks until the job ended: Ok after a clean shutdown, the first failure otherwise.
   Status Join();
+  // Backup workers (JobSpec::backup_workers): how many clocks completed without each worker (its
+  // pushes for them dropped), as of the shutdown. Empty before the job ended. Any thread.
+  std::vector<uint64_t> ClocksCompletedWithout() const;
 
   using Impl = CoordinatorState;  // coordinator_state.h
 

@@ -4,8 +4,14 @@
 // relays gather parts (Worker::GatherFromWorkers).
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <mutex>
+#include <optional>
+#include <string>
 #include <utility>
+#include <vector>
 
+#include "ps/coordinator/clock_plan.h"
 #include "ps/coordinator/coordinator.h"
 #include "ps/coordinator/coordinator_state.h"
 
@@ -70,6 +76,24 @@ void Coordinator::Impl::CheckApplied() {
   AdvanceClocks();
 }
 
+void Coordinator::Impl::ReportBackupWorkers() {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    result_without = completed_without;
+  }
+  if (job.backup_workers == 0) return;
+  std::string who;
+  for (size_t w = 0; w < completed_without.size(); ++w) {
+    if (completed_without[w] == 0) continue;
+    who += (who.empty() ? "" : ", ") + std::string("worker ") + std::to_string(w) + ": " +
+           std::to_string(completed_without[w]);
+  }
+  std::fprintf(stderr,
+               "ferry coordinator: backup workers: by clock %llu, clocks completed without a "
+               "worker: %s (its pushes for them were dropped)\n",
+               static_cast<unsigned long long>(min_clock), who.empty() ? "none" : who.c_str());
+}
+
 void Coordinator::Impl::ReleaseBarriers() {
   const size_t running = workers.size() - finished;
   for (auto it = barriers.begin(); it != barriers.end();) {
@@ -92,16 +116,30 @@ void Coordinator::Impl::AdvanceClocks() {
   for (int i : workers) {
     if (!conns[i].finished) lo = std::min(lo, conns[i].clock);
   }
-  if (lo == UINT64_MAX || lo <= min_clock) return;
   if (job.consistency.kind == Consistency::kBsp) {
     if (applying != 0) return;  // one clock at a time; the next is checked once this is applied
-    applying = min_clock + 1;   // workers wait for each update, so lo == min_clock + 1
+    std::vector<std::optional<uint64_t>> clocks(workers.size());
+    for (size_t w = 0; w < workers.size(); ++w) {
+      const int i = workers[w];
+      if (i >= 0 && !conns[i].finished) clocks[w] = conns[i].clock;
+    }
+    // A periodic checkpoint's boundary waits for every worker even with backup workers: the
+    // checkpoint needs each worker's data position there, and a worker left behind has none.
+    const bool checkpoint_next =
+        job.checkpoint_every != 0 && (min_clock + 1) % job.checkpoint_every == 0;
+    const ClockCompletion plan =
+        PlanClockCompletion(clocks, min_clock, checkpoint_next ? 0 : job.backup_workers);
+    if (!plan.complete) return;
+    applying = min_clock + 1;  // workers wait for each update: none is past min_clock + 1
+    for (uint32_t w : plan.without) ++completed_without[w];
     ControlMessage a;
     a.kind = ControlKind::kApplyClock;
     a.value = applying;
+    a.data = EncodeWorkerSet(plan.without);
     SendToRole(Role::kServer, a);
     return;
   }
+  if (lo == UINT64_MAX || lo <= min_clock) return;
   min_clock = lo;
   ControlMessage u;
   u.kind = ControlKind::kClockUpdate;

@@ -115,6 +115,7 @@ void Coordinator::Impl::MaybeShutdown() {
     for (const auto& [key, p] : checkpoints) {
       if (p.requester == kPeriodic) return;
     }
+    ReportBackupWorkers();
     ControlMessage s;
     s.kind = ControlKind::kShutdown;
     s.text = "every worker finished";

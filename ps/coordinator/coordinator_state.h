@@ -5,8 +5,8 @@
 // coordinator_clocks.cc (barriers, clocks, gathers), coordinator_failover.cc (failure notices,
 // removing a replicated server, weighing accusations), coordinator_checkpoints.cc (worker-asked
 // and periodic checkpoints).
-// Threading: every member is used by the coordinator's thread alone, but `result` and `ended`
-// (guarded by mu).
+// Threading: every member is used by the coordinator's thread alone, but `result`,
+// `result_without` and `ended` (guarded by mu).
 #pragma once
 
 #include <atomic>
@@ -89,13 +89,15 @@ struct CoordinatorState {
   static constexpr uint64_t kPeriodicKey = uint64_t{1} << 63;  // worker keys use 56 bits
   std::map<uint64_t, PendingCheckpoint> checkpoints;           // by the requester's id
   uint64_t applying = 0;                                       // BSP: clock being applied (0: none)
+  std::vector<uint64_t> completed_without;  // backup workers: clocks applied without worker w
   Clock::time_point finish_deadline;
   ControlMessage failure_notice;  // sent to members that register after the job failed
   Clock::time_point failed_at;
   std::deque<std::pair<std::shared_ptr<Endpoint>, ControlMessage>> outbox;
 
-  std::mutex mu;
+  mutable std::mutex mu;
   Status result;
+  std::vector<uint64_t> result_without;  // completed_without at the shutdown (guarded by mu)
   bool ended = false;
   std::atomic<bool> stop{false};
   std::thread thread;
@@ -200,6 +202,8 @@ struct CoordinatorState {
   // (then FinishCheckpoint calls it again).
   void MaybeShutdown();
   void FinishCheckpoint(std::map<uint64_t, PendingCheckpoint>::iterator it);
+  // Backup workers: the clocks completed without each worker, on stderr and in result_without.
+  void ReportBackupWorkers();
   // Releases every barrier that all workers still running have entered.
   void ReleaseBarriers();
 };

@@ -117,6 +117,7 @@ uint64_t JobSpec::Fingerprint() const {
   h.Add(push_filter);
   h.Add(fp16_push);
   h.Add(replicas);
+  h.Add(backup_workers);
   h.Add(static_cast<uint64_t>(evict_tick.count()));
   h.Add(checkpoint_dir);
   h.Add(checkpoint_every);
@@ -195,6 +196,17 @@ Status ValidateJob(const JobSpec& job) {
   }
   // Replicas with admission or eviction: the chain's head decides and the chain carries its
   // decisions (row records, ps/server/server_records.cc), so replicas keep the head's rows.
+  if (job.backup_workers > 0) {
+    if (job.consistency.kind != Consistency::kBsp) {
+      return InvalidArgument("backup workers need bsp consistency (under " +
+                             ConsistencyName(job.consistency) + " no clock waits for a worker)");
+    }
+    if (job.backup_workers >= job.workers) {
+      return InvalidArgument("backup_workers " + std::to_string(job.backup_workers) +
+                             " must be less than the workers (" + std::to_string(job.workers) +
+                             "): a clock needs at least one worker's pushes");
+    }
+  }
   if (job.peer_timeout.count() <= 0) return InvalidArgument("peer_timeout must be > 0");
   if (job.evict_tick.count() <= 0) return InvalidArgument("evict_tick must be > 0");
   if (job.checkpoint_every > 0) {

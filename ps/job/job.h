@@ -147,6 +147,13 @@ struct JobSpec {
   float push_filter = 0.0f;
   bool fp16_push = false;
 
+  // Backup workers (BSP only; TensorFlow's SyncReplicas semantics, docs/ps.md "Backup workers"):
+  // a clock completes once all running workers but `backup_workers` of them ended it; the pushes
+  // of the workers it completed without are dropped (counted by the servers, never applied), and
+  // those workers skip ahead to the job's clock (Worker::Clock). 0: every worker, as always.
+  // Less than `workers`.
+  uint32_t backup_workers = 0;
+
   // Hash of everything above that must match across ranks.
   uint64_t Fingerprint() const;
 

@@ -115,6 +115,7 @@ Status Server::Init(const std::string& listen_host) {
     advertised.push_back(ack_region_->descriptor());
   }
   staged_.resize(size_t{replicas} * workers);
+  dropped_clocks_.resize(workers);
   if (replicas > 1) seen_.resize(size_t{replicas} * workers);
   scratch_.resize(size_t{workers} * 2 * job_.max_outstanding);
   FERRY_ASSIGN_OR_RETURN(
@@ -471,11 +472,23 @@ Status Server::DrainTable(Table& t) {
   return Status::Ok();
 }
 
-Status Server::ApplyClock(uint64_t clock) {
+bool Server::DroppedClock(uint32_t w, uint64_t clock) const {
+  return !dropped_clocks_[w].empty() && dropped_clocks_[w].count(clock) != 0;
+}
+
+void Server::ForgetDroppedClocks(uint32_t w, uint64_t before) {
+  std::set<uint64_t>& d = dropped_clocks_[w];
+  d.erase(d.begin(), d.lower_bound(before));
+}
+
+Status Server::ApplyClock(uint64_t clock, std::span<const uint32_t> without) {
   // Every worker's staged pushes of clocks < `clock`, shard by shard, in worker order, then in
   // each worker's push order: the same order in every run, on every replica, and after a
-  // failover (a push may have reached a new head twice; it was staged once).
+  // failover (a push may have reached a new head twice; it was staged once). The coordinator
+  // sends every server the same `without`, so every copy drops the same pushes, whether they
+  // arrived before this (here) or after it (AcceptPush).
   const uint32_t workers = job_.workers;
+  for (uint32_t w : without) dropped_clocks_[w].insert(clock - 1);
   for (uint32_t k = 0; k < job_.replicas; ++k) {
     for (uint32_t w = 0; w < workers; ++w) {
       std::vector<Staged>& list = staged_[size_t{k} * workers + w];
@@ -489,6 +502,10 @@ Status Server::ApplyClock(uint64_t clock) {
       std::vector<Staged> kept;  // a replica's pushes to tables whose head decides their rows
       while (done < list.size() && list[done].clock < clock) {
         const Staged staged = list[done++];
+        if (DroppedClock(w, staged.clock)) {
+          ++stats_.late_pushes_dropped;
+          continue;
+        }
         if (FollowsRows(tables_[size_t{k} * job_.tables.size() + staged.table])) {
           kept.push_back(staged);  // applied when the head's record says (server_records.cc)
           continue;
@@ -605,7 +622,9 @@ Status Server::ServeLoop(ControlClient* control) {
           FreeHeldForwards(m->value);
           break;
         case ControlKind::kApplyClock: {
-          FERRY_RETURN_IF_ERROR(ApplyClock(m->value));
+          Result<std::vector<uint32_t>> without = DecodeWorkerSet(m->data, job_.workers);
+          if (!without.ok()) return without.status().Annotate("the coordinator's apply-clock");
+          FERRY_RETURN_IF_ERROR(ApplyClock(m->value, *without));
           if (records_) {  // answered once the heads of the shards followed here applied it
             pending_clock_ = m->value;
             FERRY_RETURN_IF_ERROR(MaybeAnswerClock());

@@ -54,6 +54,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -89,6 +90,9 @@ struct ServerStats {
   uint64_t forwards_rerouted = 0;  // forwards re-sent to a new successor, or acked as a new tail
   uint64_t records_sent = 0;       // row records a head sent down its chains (server_records.cc)
   uint64_t records_applied = 0;    // row records received and applied (duplicates not counted)
+  // Backup workers (JobSpec::backup_workers): pushes dropped because their clock completed
+  // without their worker; every server holding a copy of the shard counts its copy.
+  uint64_t late_pushes_dropped = 0;
 };
 
 class Server {
@@ -321,7 +325,14 @@ class Server {
   bool ChainsQuiet() const;
   // The most entries one record carries (within the forwards' key limit).
   uint32_t RecordKeys() const { return std::min<uint32_t>(job_.max_keys_per_request, 16384); }
-  Status ApplyClock(uint64_t clock);
+  // BSP: applies the staged pushes of clocks < `clock`, dropping those of the workers the clock
+  // completed `without` (backup workers: the pushes of clock - 1 they made or will make).
+  Status ApplyClock(uint64_t clock, std::span<const uint32_t> without);
+  // Backup workers: whether worker w's pushes of `clock` are dropped (its clock completed
+  // without it). `Forget` drops what no push can ask any more: a worker's pushes arrive in clock
+  // order (each is acknowledged by the chain's tail before the worker's next clock).
+  bool DroppedClock(uint32_t w, uint64_t clock) const;
+  void ForgetDroppedClocks(uint32_t w, uint64_t before);
   Status ApplyStaged(uint32_t k, uint32_t w, const Staged& staged);
   Status ServeLoop(ControlClient* control);
   // Replication (server_replication.cc).
@@ -403,7 +414,8 @@ class Server {
   // Completion contexts of writes that are not replies (replies use their index).
   static constexpr uint64_t kForwardContext = uint64_t{1} << 62;  // | forward id
   static constexpr uint64_t kAckContext = uint64_t{1} << 61;      // | predecessor index
-  std::vector<std::vector<Staged>> staged_;  // [k * W + w]: BSP pushes, in push_id order
+  std::vector<std::vector<Staged>> staged_;         // [k * W + w]: BSP pushes, in push_id order
+  std::vector<std::set<uint64_t>> dropped_clocks_;  // [w]: clocks completed without worker w
   // Replication state (empty without replicas).
   ChainMap chain_;
   ControlClient* control_ = nullptr;  // Serve's, for kSuspect

@@ -92,8 +92,13 @@ Status Server::AcceptPush(Forward f, const RequestView& req, int32_t pred) {
   const uint32_t k = HostedSlot(*t);
   if (FirstSight(k, f.worker, f.push_id)) {
     if (job_.consistency.kind == Consistency::kBsp) {
-      staged_[size_t{k} * job_.workers + f.worker].push_back(
-          Staged{f.push_id, req.offset, f.clock, pred, f.table});
+      ForgetDroppedClocks(f.worker, f.clock);
+      if (DroppedClock(f.worker, f.clock)) {
+        ++stats_.late_pushes_dropped;  // its clock completed without it: acknowledged, not kept
+      } else {
+        staged_[size_t{k} * job_.workers + f.worker].push_back(
+            Staged{f.push_id, req.offset, f.clock, pred, f.table});
+      }
     } else {
       FERRY_RETURN_IF_ERROR(ApplyPush(*t, req, f.worker));
     }

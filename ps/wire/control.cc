@@ -81,6 +81,33 @@ TableStats& TableStats::operator+=(const TableStats& o) {
   return *this;
 }
 
+std::vector<uint8_t> EncodeWorkerSet(std::span<const uint32_t> workers) {
+  std::vector<uint8_t> out;
+  out.reserve(workers.size() * 4);
+  for (uint32_t w : workers) {
+    for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(w >> (8 * i)));
+  }
+  return out;
+}
+
+Result<std::vector<uint32_t>> DecodeWorkerSet(std::span<const uint8_t> bytes, uint32_t workers) {
+  if (bytes.size() % 4 != 0) {
+    return ProtocolError("a worker set of " + std::to_string(bytes.size()) +
+                         " bytes (not a multiple of 4)");
+  }
+  std::vector<uint32_t> out;
+  for (size_t at = 0; at < bytes.size(); at += 4) {
+    const uint32_t w = uint32_t{bytes[at]} | uint32_t{bytes[at + 1]} << 8 |
+                       uint32_t{bytes[at + 2]} << 16 | uint32_t{bytes[at + 3]} << 24;
+    if (w >= workers) {
+      return ProtocolError("worker " + std::to_string(w) + " in a worker set of a job " + "of " +
+                           std::to_string(workers) + " workers");
+    }
+    out.push_back(w);
+  }
+  return out;
+}
+
 std::vector<uint8_t> EncodeControl(const ControlMessage& m) {
   flatbuffers::FlatBufferBuilder b(256 + m.data.size() + m.text.size());
   std::vector<flatbuffers::Offset<wire::Member>> members;

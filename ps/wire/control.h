@@ -11,7 +11,9 @@
 //   worker -> coordinator   kBarrier {value = id}; coordinator -> workers kBarrierRelease {id}
 //   worker -> coordinator   kClock {value = completed clocks, value2 = data position,
 //                           rank = kClockCheckpoint or 0}
-//   coordinator -> servers  kApplyClock {value}    BSP: apply pushes staged for clocks < value
+//   coordinator -> servers  kApplyClock {value, data = workers}  BSP: apply pushes staged for
+//                           clocks < value; drop those of `workers` (EncodeWorkerSet: the
+//                           clock completed without them, JobSpec::backup_workers) for value - 1
 //   server -> coordinator   kClockApplied {value}
 //   coordinator -> workers  kClockUpdate {value = min clock over workers (applied, under BSP)}
 //   worker -> coordinator   kGather {value = id, value2 = total bytes, index = chunk offset,
@@ -84,7 +86,9 @@ enum class ControlKind : uint8_t {
   kBarrierRelease,  // coord -> workers {value = barrier id}
   kClock,           // worker -> coord {value = completed clocks, value2 = its data position,
                     //   rank = kClockCheckpoint: it asks for a checkpoint at this clock}
-  kApplyClock,      // coord -> servers {value = clock}: BSP, apply the pushes of clocks < value
+  kApplyClock,      // coord -> servers {value = clock, data = EncodeWorkerSet(the workers the
+                    //   clock completed without)}: BSP, apply the pushes of clocks < value and
+                    //   drop those workers' pushes of clock value - 1
   kClockApplied,    // server -> coord {value = clock}
   kClockUpdate,     // coord -> workers (and servers with replicas) {value = the job's min clock}
   kGather,          // worker -> coord {value = id, value2 = total bytes, index = chunk offset,
@@ -157,6 +161,11 @@ inline constexpr size_t kGatherChunk = 192u << 10;
 std::vector<uint8_t> EncodeControl(const ControlMessage& m);
 // Verifies the buffer; kProtocol on malformed, truncated or unknown-kind input. Never crashes.
 Result<ControlMessage> DecodeControl(std::span<const uint8_t> bytes);
+
+// kApplyClock's data: worker indices as 4-byte little-endian numbers. DecodeWorkerSet checks the
+// length and that each index is below `workers` (kProtocol otherwise).
+std::vector<uint8_t> EncodeWorkerSet(std::span<const uint32_t> workers);
+Result<std::vector<uint32_t>> DecodeWorkerSet(std::span<const uint8_t> bytes, uint32_t workers);
 
 // Options of the control transports (client and coordinator).
 TransportOptions ControlTransportOptions(const JobSpec& job);

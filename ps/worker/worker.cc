@@ -466,9 +466,18 @@ Status Worker::Clock(uint64_t position, bool checkpoint) {
   const ConsistencySpec& c = job_.consistency;
   if (c.kind == Consistency::kAsp) return Status::Ok();
   const uint64_t bound = c.kind == Consistency::kBsp ? 0 : c.staleness;
-  return WaitFor([this, bound] { return clock_ <= min_clock_ + bound; }, Millis(3600000),
-                 "clock " + std::to_string(clock_) + " (the slowest worker is at " +
-                     std::to_string(min_clock_) + ")");
+  FERRY_RETURN_IF_ERROR(WaitFor([this, bound] { return clock_ <= min_clock_ + bound; },
+                                Millis(3600000),
+                                "clock " + std::to_string(clock_) + " (the slowest worker is at " +
+                                    std::to_string(min_clock_) + ")"));
+  if (min_clock_ > clock_) {
+    // Backup workers: the job's clocks completed without this worker's last ones (their pushes
+    // were dropped); it goes on at the job's clock, as a SyncReplicas worker takes the global
+    // step, or every push it made would arrive late again.
+    skipped_clocks_ += min_clock_ - clock_;
+    clock_ = min_clock_;
+  }
+  return Status::Ok();
 }
 
 Result<std::vector<std::vector<uint8_t>>> Worker::GatherFromWorkers(std::span<const uint8_t> mine,

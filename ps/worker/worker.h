@@ -32,6 +32,8 @@
 //   ssp:S  waits until no worker is more than S clocks behind this one.
 //   bsp    waits until every worker finished the clock and every server applied its pushes
 //          (pushes are applied only at clock boundaries, in worker order: runs are reproducible).
+//          With backup_workers b it waits for all but b workers; a worker the job's clock left
+//          behind returns from Clock() at the job's clock (skipped_clocks()).
 // Clock(), Barrier() and Finish() first wait for this worker's pushes to be acknowledged.
 //
 // Failures: a dead server, or any member the coordinator reports dead, makes every waiting
@@ -230,6 +232,10 @@ class Worker {
   const std::optional<Restored>& restored() const { return restored_; }
   uint64_t clock() const { return clock_; }
   uint64_t min_clock() const { return min_clock_; }
+  // Backup workers (JobSpec::backup_workers): the clocks this worker skipped because the job
+  // completed them without it (Clock() returned with clock() that much further on; the caller
+  // skips their work: ferry-train skips their batches).
+  uint64_t skipped_clocks() const { return skipped_clocks_; }
   // Worker 0 receives every worker's bytes (indexed by worker); the others get an empty list.
   // With `to_all`, every worker receives them (an all-gather). Every worker makes the same
   // sequence of calls with the same `to_all`. The bytes travel on the control plane: meant for
@@ -384,6 +390,7 @@ class Worker {
   std::unique_ptr<State> st_;
   uint64_t clock_ = 0;
   uint64_t min_clock_ = 0;
+  uint64_t skipped_clocks_ = 0;
   uint64_t pushes_since_clock_ = 0;  // BSP: Finish() clocks once more if pushes are pending
   std::optional<Restored> restored_;
   WorkerStats stats_;

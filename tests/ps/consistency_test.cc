@@ -320,6 +320,81 @@ TEST_P(PsConsistency, AFinishedWorkerDoesNotHoldTheOthersBack) {
   }
 }
 
+// Backup workers (JobSpec::backup_workers = 1 of 3): the napping worker's clocks complete without
+// it. Its pushes for them are dropped, before the apply or on arrival after it (it naps on both
+// sides of each push), and counted by the servers; every other push is applied exactly once; it
+// skips ahead to the job's clock instead of waiting, and nobody deadlocks.
+TEST_P(PsConsistency, BackupWorkersDropAndCountTheLatePushes) {
+  JobSpec job = ClockJob(GetParam(), "bsp");
+  job.backup_workers = 1;
+  constexpr uint64_t kClocks = 10;
+  std::mutex mu;
+  uint64_t dropped = 0, slow_skipped = 0;
+  uint64_t posted[kWorkers] = {};
+  float applied[kWorkers] = {};
+  std::vector<uint64_t> without;  // the coordinator's count per worker
+  auto outcomes = RunJob(
+      job,
+      [&](Node& node) -> Status {
+        if (Worker* w = node.worker()) {
+          const bool slow = w->index() == kSlow;
+          uint64_t mine = 0;
+          const std::vector<uint64_t> key = {100 + w->index()};  // each worker its own row
+          while (w->clock() < kClocks) {
+            if (slow) std::this_thread::sleep_for(Millis(40));
+            FERRY_RETURN_IF_ERROR(PushAndWait(*w, 0, key, std::vector<float>(4, 1.0f)));
+            ++mine;
+            if (slow) std::this_thread::sleep_for(Millis(40));
+            const uint64_t before = w->clock();
+            FERRY_RETURN_IF_ERROR(w->Clock());
+            FERRY_RETURN_IF_ERROR(Expect(w->clock() > before, "Clock() moves the clock on"));
+          }
+          FERRY_RETURN_IF_ERROR(
+              Expect(w->clock() == kClocks, "every worker ends at the job's clock"));
+          FERRY_RETURN_IF_ERROR(w->Barrier());
+          FERRY_ASSIGN_OR_RETURN(Ticket q, w->Pull(0, key));
+          FERRY_RETURN_IF_ERROR(w->Wait(q));
+          FERRY_ASSIGN_OR_RETURN(PulledRows rows, w->Rows(q));
+          std::lock_guard<std::mutex> lock(mu);
+          applied[w->index()] = -rows[0][0];
+          w->Release(q);
+          posted[w->index()] = mine;
+          if (slow) slow_skipped = w->skipped_clocks();
+        }
+        FERRY_RETURN_IF_ERROR(node.Join());
+        if (const Coordinator* c = node.coordinator()) {
+          std::lock_guard<std::mutex> lock(mu);
+          without = c->ClocksCompletedWithout();
+        }
+        for (size_t t = 0; t < node.num_shard_servers(); ++t) {
+          std::lock_guard<std::mutex> lock(mu);
+          dropped += node.shard_server(t)->stats().late_pushes_dropped;
+        }
+        return Status::Ok();
+      },
+      Millis(60000));
+  ASSERT_TRUE(AllOk(outcomes).ok()) << AllOk(outcomes).ToString();
+  EXPECT_GT(slow_skipped, 0u) << "the job's clocks never completed without the napping worker";
+  ASSERT_EQ(without.size(), kWorkers);
+  EXPECT_GT(without[kSlow], 0u);
+  // Each push moves its worker's row by -1. A worker pushes once per clock it works on: exactly
+  // the clocks completed with it are applied (none of those without it, whether its push came
+  // before or after the apply), and every other push it made is dropped and counted.
+  uint64_t all_posted = 0, all_applied = 0, with = 0;
+  for (uint32_t w = 0; w < kWorkers; ++w) {
+    EXPECT_EQ(static_cast<uint64_t>(applied[w]), kClocks - without[w])
+        << "worker " << w << ": " << applied[w] << " pushes applied, " << posted[w]
+        << " made, the job's " << kClocks << " clocks completed without it " << without[w]
+        << " times";
+    all_posted += posted[w];
+    all_applied += static_cast<uint64_t>(applied[w]);
+    with += kClocks - without[w];
+  }
+  EXPECT_EQ(all_applied + dropped, all_posted) << "dropped " << dropped;
+  // Every clock completed with all workers but one at most.
+  EXPECT_GE(with, (kWorkers - 1) * kClocks);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, PsConsistency, ::testing::ValuesIn(JobConfigs()), JobConfigName);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(PsConsistency);
 

@@ -591,6 +591,18 @@ TEST(Control, EveryKindRoundTripsEveryField) {
   EXPECT_EQ(d->data, big.data);
 }
 
+TEST(Control, WorkerSetsRoundTripAndRefuseBadIndicesOrLengths) {
+  const std::vector<uint32_t> set = {0, 2, 65534};
+  auto d = DecodeWorkerSet(EncodeWorkerSet(set), 65535);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(*d, set);
+  EXPECT_TRUE(DecodeWorkerSet({}, 1).ok());
+  EXPECT_EQ(DecodeWorkerSet(EncodeWorkerSet(set), 3).status().code(), Code::kProtocol);
+  std::vector<uint8_t> odd = EncodeWorkerSet(set);
+  odd.pop_back();
+  EXPECT_EQ(DecodeWorkerSet(odd, 65535).status().code(), Code::kProtocol);
+}
+
 TEST(Control, RefusesGarbageAndTruncation) {
   EXPECT_EQ(DecodeControl({}).status().code(), Code::kProtocol);
   std::vector<uint8_t> seven(7, 0);

@@ -169,6 +169,12 @@ Bayes Generate(const std::string& train, const std::string& test,
   return b;
 }
 
+std::unique_ptr<GeneratedData> GenerateData(const std::vector<std::string>& args) {
+  auto d = std::make_unique<GeneratedData>();
+  d->bayes = Generate(d->train, d->test, args);
+  return d;
+}
+
 namespace {
 
 // Whether the NUL-separated list `list` holds an entry equal to `want`, or containing it with

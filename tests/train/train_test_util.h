@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -71,6 +72,16 @@ struct Bayes {
 // returns {0,0} when ferry-gen fails or prints no "bayes" line.
 Bayes Generate(const std::string& train, const std::string& test,
                const std::vector<std::string>& args);
+
+// A suite's data (SetUpTestSuite): a fresh folder holding ferry-gen's train.svm and test.svm,
+// made with `args` (Generate).
+struct GeneratedData {
+  TempDir dir;
+  std::string train = dir / "train.svm";
+  std::string test = dir / "test.svm";
+  Bayes bayes;
+};
+std::unique_ptr<GeneratedData> GenerateData(const std::vector<std::string>& args);
 
 // The last line of ferry-train's --metrics-json file and the process.
 struct TrainRun {
