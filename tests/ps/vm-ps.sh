@@ -12,9 +12,9 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 echo "== ps_job_test over verbs"
-# The emulated fabric is slow: the data-path, optimizer, BSP and error-reply cases, not the
-# whole matrix (the host runs all of it over tcp and ucx).
-FERRY_TEST_BACKENDS=verbs "$ps_job_test" --gtest_filter='Backends/PsJob.*:Backends/OptimizerJob.*bsp2:*BspPullSeesExactly*:*PullsAreChunkedAcrossServers*:*Fp16*:*BadRequestsGetErrorReplies*:*TicketsReleasedOutOfOrder*:*ColocatedRoles*:Backends/PsOneSided.RowsEqualTheRequestPathsAcrossServers*:Backends/PsOneSided.MixedCachedAndUncachedKeys*:Backends/PsOneSided.StaleDescriptorAfterGrowthFallsBack*:Backends/PsOneSided.StableBoundedTableIsReadOneSided*:Backends/PsOneSided.EvictedSlotsAreNeverReadAsTheirOldKeys*:Backends/PsOneSided.PushOfPresentKeysAtTheBoundKeepsReadsOneSided*'
+# The emulated fabric is slow: the data-path, optimizer, BSP (backup workers too) and error-reply
+# cases, not the whole matrix (the host runs all of it over tcp and ucx).
+FERRY_TEST_BACKENDS=verbs "$ps_job_test" --gtest_filter='Backends/PsJob.*:Backends/OptimizerJob.*bsp2:*BspPullSeesExactly*:*BackupWorkersDropAndCountTheLatePushes*:*PullsAreChunkedAcrossServers*:*Fp16*:*BadRequestsGetErrorReplies*:*TicketsReleasedOutOfOrder*:*ColocatedRoles*:Backends/PsOneSided.RowsEqualTheRequestPathsAcrossServers*:Backends/PsOneSided.MixedCachedAndUncachedKeys*:Backends/PsOneSided.StaleDescriptorAfterGrowthFallsBack*:Backends/PsOneSided.StableBoundedTableIsReadOneSided*:Backends/PsOneSided.EvictedSlotsAreNeverReadAsTheirOldKeys*:Backends/PsOneSided.PushOfPresentKeysAtTheBoundKeepsReadsOneSided*'
 echo "== ps_job_test over verbs, two shard servers per server rank (JobSpec::server_threads = 2)"
 FERRY_TEST_SERVER_THREADS=2 FERRY_TEST_BACKENDS=verbs "$ps_job_test" \
   --gtest_filter='Backends/PsJob.*:*BspPullSeesExactly*:*PullsAreChunkedAcrossServers*'

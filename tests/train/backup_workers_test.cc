@@ -6,8 +6,9 @@
 //   - with --backup-workers 1: the clocks complete without it, its late pushes are dropped, it
 //     skips to the job's clock; the job's wall time stays within 1.2x of the run without the
 //     straggler, and the quality cost (test logloss) is reported.
-// The fault-free and backup runs alternate twice and the fastest of each is compared (the machine
-// is shared with other tests). Each case prints a RELIABILITY line (tests/common/reliability.h).
+// The fault-free and backup runs alternate three times and the fastest of each is compared (the
+// machine is shared with other tests). Each case prints a RELIABILITY line
+// (tests/common/reliability.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -102,7 +103,7 @@ GeneratedData* BackupWorkers::data_ = nullptr;
 
 TEST_F(BackupWorkers, AStragglerCostsNoTimeWithABackupWorker) {
   std::vector<Run> plain, backup;
-  for (int round = 0; round < 2; ++round) {
+  for (int round = 0; round < 3; ++round) {
     plain.push_back(Job("plain" + std::to_string(round), false, 0));
     backup.push_back(Job("backup" + std::to_string(round), true, 1));
   }
