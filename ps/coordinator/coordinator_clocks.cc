@@ -110,12 +110,8 @@ void Coordinator::Impl::ReleaseBarriers() {
 }
 
 void Coordinator::Impl::AdvanceClocks() {
-  // The slowest worker still running: one that finished never clocks again, and waiting for it
-  // would block the others forever (workers may run different numbers of iterations).
-  uint64_t lo = UINT64_MAX;
-  for (int i : workers) {
-    if (!conns[i].finished) lo = std::min(lo, conns[i].clock);
-  }
+  // Only the workers still running count: one that finished never clocks again, and waiting for
+  // it would block the others forever (workers may run different numbers of iterations).
   if (job.consistency.kind == Consistency::kBsp) {
     if (applying != 0) return;  // one clock at a time; the next is checked once this is applied
     std::vector<std::optional<uint64_t>> clocks(workers.size());
@@ -138,6 +134,10 @@ void Coordinator::Impl::AdvanceClocks() {
     a.data = EncodeWorkerSet(plan.without);
     SendToRole(Role::kServer, a);
     return;
+  }
+  uint64_t lo = UINT64_MAX;  // the slowest worker still running
+  for (int i : workers) {
+    if (!conns[i].finished) lo = std::min(lo, conns[i].clock);
   }
   if (lo == UINT64_MAX || lo <= min_clock) return;
   min_clock = lo;
