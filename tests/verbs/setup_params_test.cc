@@ -26,6 +26,33 @@ TEST(QueueSizing, SendBudgetIsWhatReceivesLeaveAndAtLeast16) {
   EXPECT_EQ(SendCqBudget(100, 256), 16u);
 }
 
+TEST(QueueSizing, TheCqGrowsToHoldEverySendQueueAtLeastByHalf) {
+  // Fits already: unchanged.
+  EXPECT_EQ(CqGrowth(8192, 8192, 1u << 20), 8192u);
+  EXPECT_EQ(CqGrowth(8192, 100, 1u << 20), 8192u);
+  // Just over: half as much again (amortised); far over: what is needed.
+  EXPECT_EQ(CqGrowth(8192, 8193, 1u << 20), 12288u);
+  EXPECT_EQ(CqGrowth(8192, 20000, 1u << 20), 20000u);
+  // Never past the device's max_cqe, and a CQ at it stays.
+  EXPECT_EQ(CqGrowth(8192, 20000, 10000), 10000u);
+  EXPECT_EQ(CqGrowth(10000, 20000, 10000), 10000u);
+}
+
+TEST(QueueSizing, ASendQueueGetsTheSlotsTheCqStillHoldsAndAtLeast16) {
+  // 832 entries = 256 receives + 64 slack + 2 x 256: two full shares.
+  EXPECT_EQ(SendQueueShare(832, 256, 0, 256), 256u);
+  EXPECT_EQ(SendQueueShare(832, 256, 256, 256), 256u);
+  // A cut share, down to kMinSendShare; past the CQ's capacity still kMinSendShare (never
+  // refused: it overcommits the CQ by that).
+  EXPECT_EQ(SendQueueShare(832, 256, 400, 256), 112u);
+  EXPECT_EQ(SendQueueShare(832, 256, 512 - kMinSendShare, 256), kMinSendShare);
+  EXPECT_EQ(SendQueueShare(832, 256, 512, 256), kMinSendShare);
+  EXPECT_EQ(SendQueueShare(100, 256, 0, 256), kMinSendShare);
+  // A send queue smaller than kMinSendShare gets itself.
+  EXPECT_EQ(SendQueueShare(832, 256, 504, 8), 8u);
+  EXPECT_EQ(SendQueueShare(832, 256, 900, 8), 8u);
+}
+
 TEST(CmParams, ActiveSideOffersTheDeviceDepthsCappedAt16) {
   DeviceLimits limits;
   limits.max_rd_atom = 4;

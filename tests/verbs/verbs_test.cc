@@ -473,6 +473,85 @@ TEST(Verbs, ErrorInsideAPostListSucceedsTheOpsBeforeIt) {
   EXPECT_FALSE(p.c_ep->status().ok());
 }
 
+// Every send WR makes a completion when its QP fails and flushes, signaled or not, so the shared
+// CQ grows with the endpoints: many QPs failing at once with full send queues fit in it. 12
+// endpoints on a client whose CQ was made for two (cq_depth 64: 832 entries), each with a list of
+// 200 writes whose first names a forged rkey: the QP fails on it and flushes the rest. A CQ that
+// did not grow would get 2400 completions in 832 entries (an overflow fails the whole transport);
+// now every op completes with an error, and the transport goes on working.
+TEST(Verbs, TheCqHoldsTheFlushOfManyFailedSendQueuesAtOnce) {
+  REQUIRE_RDMA();
+  constexpr size_t kEndpoints = 12, kWrites = 200;
+  auto s = CreateTransport("verbs", Opts({}));
+  auto c = CreateTransport("verbs", Opts({{"cq_depth", "64"}}));
+  ASSERT_TRUE(s.ok() && c.ok());
+  Transport* server = s->get();
+  Transport* client = c->get();
+  // Made for 256 receives, 2 x 256 send slots and 64 (a device may round it up), not for 13 QPs.
+  const uint32_t made = StatsOf(*client).cq_entries;
+  EXPECT_GE(made, 256u + 2 * 256u + 64u);
+  EXPECT_LT(made, 256u + 64u + (kEndpoints + 1) * 256u);
+  auto addr = server->Listen("127.0.0.1:0");
+  ASSERT_TRUE(addr.ok()) << addr.status().ToString();
+  std::vector<std::shared_ptr<Endpoint>> eps, accepted;
+  for (size_t i = 0; i < kEndpoints + 1; ++i) {
+    auto a = std::async(std::launch::async, [&] { return server->Accept(Millis(20000)); });
+    auto ep = client->Connect(*addr, Millis(20000));
+    auto sep = a.get();
+    ASSERT_TRUE(ep.ok() && sep.ok()) << ep.status().ToString() << " / " << sep.status().ToString();
+    eps.push_back(*ep);
+    accepted.push_back(*sep);
+  }
+  const verbs::Stats grown = StatsOf(*client);
+  EXPECT_GE(grown.cq_entries, 256u + 64u + (kEndpoints + 1) * grown.sq_depth);
+  EXPECT_GT(grown.cq_resizes, 0u);
+  EXPECT_EQ(grown.send_shares_cut, 0u);
+
+  std::vector<uint8_t> local(kWrites * 8), remote(kWrites * 8);
+  Fill(local, 9);
+  auto lmr = Reg(client, local, kAccessLocal);
+  auto rmr = Reg(server, remote, kAccessRemote);
+  RemoteRegion forged = rmr->descriptor();
+  forged.rkey[0] ^= 0x5a;
+  forged.rkey[2] ^= 0x11;
+  std::vector<std::unique_ptr<RemoteKey>> bad;
+  std::vector<Op> ops;
+  for (size_t e = 0; e < kEndpoints; ++e) {
+    auto k = eps[e]->Import(forged);
+    ASSERT_TRUE(k.ok()) << k.status().ToString();
+    bad.push_back(std::move(k).value());
+  }
+  for (size_t e = 0; e < kEndpoints; ++e) {
+    for (size_t i = 0; i < kWrites; ++i) {
+      ops.push_back(Op{.type = OpType::kWrite,
+                       .ep = eps[e].get(),
+                       .context = e * kWrites + i,
+                       .local = lmr.get(),
+                       .local_offset = i * 8,
+                       .length = 8,
+                       .remote = bad[e].get(),
+                       .remote_offset = i * 8});
+    }
+  }
+  ASSERT_OK(client->Post(ops));
+  auto cc = Drain(client, ops.size(), Millis(60000));
+  ASSERT_EQ(cc.size(), ops.size()) << "completions lost: the CQ overflowed";
+  for (const Completion& x : cc) EXPECT_FALSE(x.ok()) << x.context;
+
+  // The transport is healthy: the spare endpoint writes.
+  auto key = eps[kEndpoints]->Import(rmr->descriptor());
+  ASSERT_TRUE(key.ok()) << key.status().ToString();
+  Op w{.type = OpType::kWrite,
+       .ep = eps[kEndpoints].get(),
+       .local = lmr.get(),
+       .length = 64,
+       .remote = key->get()};
+  Completion done;
+  ASSERT_NO_FATAL_FAILURE(PostOne(client, w, &done));
+  EXPECT_TRUE(done.ok()) << done.error;
+  EXPECT_EQ(std::memcmp(remote.data(), local.data(), 64), 0);
+}
+
 TEST(Verbs, InlineBelowMaxInlineOnly) {
   REQUIRE_RDMA();
   Pair p = Connect(Opts({}), Opts({}));

@@ -284,7 +284,7 @@ void VerbsTransport::OnConnectRequestLocked(rdma_cm_event* ev, std::vector<rdma_
   ep->cm_id_ = CmId(id);
   uint8_t ack = AckTimeoutExponent();
   (void)rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &ack, sizeof(ack));
-  auto qp = CreateQp(id);
+  auto qp = CreateQp(ep.get(), id);
   if (!qp.ok()) {
     (void)rdma_reject(id, nullptr, 0);
     (void)ep->cm_id_.release();  // destroyed after the event is acked
@@ -313,7 +313,7 @@ void VerbsTransport::OnRouteResolvedLocked(rdma_cm_id* id, VerbsEndpoint* ep) {
                             ibv_get_device_name(id->verbs->device) + "\"}"));
     return;
   }
-  auto qp = CreateQp(id);
+  auto qp = CreateQp(ep, id);
   if (!qp.ok()) {
     FailEndpointLocked(ep, qp.status());
     return;

@@ -146,7 +146,7 @@ void VerbsTransport::AcceptPendingOobLocked() {
 void VerbsTransport::AcceptOobLocked(UniqueFd fd, std::string peer) {
   auto ep = NewEndpointLocked(std::move(peer));
   ep->passive_ = true;
-  auto qp = CreateQp(nullptr);
+  auto qp = CreateQp(ep.get(), nullptr);
   if (!qp.ok()) {
     DropEndpointLocked(ep.get());
     return;
@@ -302,7 +302,7 @@ Result<std::shared_ptr<Endpoint>> VerbsTransport::FinishOob(UniqueFd fd, Handsha
     }
     ep = NewEndpointLocked(peer);
     ep->passive_ = role == Handshake::Role::kServer;
-    auto qp = CreateQp(nullptr);
+    auto qp = CreateQp(ep.get(), nullptr);
     if (!qp.ok()) {
       DropEndpointLocked(ep.get());
       return qp.status();

@@ -162,6 +162,19 @@ uint32_t SendCqBudget(int cqe, uint32_t recv_buffers) {
   return static_cast<uint32_t>(cqe) > reserved + 16 ? cqe - reserved : 16;
 }
 
+uint32_t CqGrowth(uint32_t cqe, uint64_t needed, uint32_t max_cqe) {
+  if (needed <= cqe || cqe >= max_cqe) return cqe;
+  const uint64_t grown = std::max<uint64_t>(needed, uint64_t{cqe} + cqe / 2);
+  return static_cast<uint32_t>(std::min<uint64_t>(grown, max_cqe));
+}
+
+uint32_t SendQueueShare(uint32_t cqe, uint32_t recv_buffers, uint64_t reserved, uint32_t sq) {
+  const uint64_t held = uint64_t{recv_buffers} + kCqSlack + reserved;
+  const uint64_t room = cqe > held ? cqe - held : 0;
+  const uint32_t share = static_cast<uint32_t>(std::min<uint64_t>(room, sq));
+  return std::max(share, std::min(sq, kMinSendShare));
+}
+
 // Each step creates the next verbs objects in their declaration order (verbs_transport.h).
 Status VerbsTransport::Init() {
   FERRY_RETURN_IF_ERROR(OpenDevice());
@@ -224,6 +237,7 @@ Status VerbsTransport::CreateQueues() {
   cq_ = CompletionQueue(ibv_create_cq(ctx_, static_cast<int>(cqe), nullptr, channel_.get(), 0));
   if (!cq_) return VerbsError("ibv_create_cq(" + std::to_string(cqe) + ")", errno);
   cq_budget_ = SendCqBudget(cq_->cqe, pool_.count());
+  stats_.cq_entries = static_cast<uint32_t>(cq_->cqe);
 
   ibv_srq_init_attr sattr{};
   sattr.attr.max_wr = pool_.count();
@@ -283,7 +297,25 @@ VerbsTransport::~VerbsTransport() {
   if (reg_cache_) reg_cache_->Close();
 }
 
-Result<QueuePair> VerbsTransport::CreateQp(rdma_cm_id* cm_id) {
+Result<QueuePair> VerbsTransport::CreateQp(VerbsEndpoint* ep, rdma_cm_id* cm_id) {
+  // The CQ grows with the endpoints. Past the device's max_cqe (or on a device that cannot
+  // resize) a new QP gets the send slots that still fit, and at least kMinSendShare: endpoints
+  // are never refused, and each one past the CQ's capacity overcommits it by that little only.
+  const uint32_t sq = stats_.sq_depth;
+  const uint32_t target =
+      CqGrowth(static_cast<uint32_t>(cq_->cqe),
+               uint64_t{pool_.count()} + kCqSlack + sq_reserved_ + sq, limits_.max_cqe);
+  if (target > static_cast<uint32_t>(cq_->cqe)) {
+    const int before = cq_->cqe;
+    if (ibv_resize_cq(cq_.get(), static_cast<int>(target)) == 0 && cq_->cqe > before) {
+      cq_budget_ += static_cast<uint32_t>(cq_->cqe - before);
+      stats_.cq_resizes++;
+    }
+    stats_.cq_entries = static_cast<uint32_t>(cq_->cqe);
+  }
+  const uint32_t share =
+      SendQueueShare(static_cast<uint32_t>(cq_->cqe), pool_.count(), sq_reserved_, sq);
+  if (share < sq) stats_.send_shares_cut++;
   ibv_qp_init_attr init{};
   init.send_cq = cq_.get();
   init.recv_cq = cq_.get();
@@ -295,12 +327,16 @@ Result<QueuePair> VerbsTransport::CreateQp(rdma_cm_id* cm_id) {
   init.cap.max_inline_data = max_inline_;
   init.cap.max_recv_wr = 0;
   init.cap.max_recv_sge = 0;
+  QueuePair qp;
   if (cm_id != nullptr) {
     if (rdma_create_qp(cm_id, pd_.get(), &init) != 0) return VerbsError("rdma_create_qp", errno);
-    return QueuePair(cm_id);
+    qp = QueuePair(cm_id);
+  } else {
+    qp = QueuePair(ibv_create_qp(pd_.get(), &init));
+    if (!qp) return VerbsError("ibv_create_qp", errno);
   }
-  QueuePair qp(ibv_create_qp(pd_.get(), &init));
-  if (!qp) return VerbsError("ibv_create_qp", errno);
+  ep->sq_depth_ = share;
+  sq_reserved_ += share;
   return qp;
 }
 
@@ -316,7 +352,6 @@ void VerbsTransport::FillLocalData(VerbsEndpoint* ep) {
   d.recv_buffer_size = pool_.size();
   d.heartbeat_addr = reinterpret_cast<uintptr_t>(hb_word_.get());
   d.heartbeat_rkey = hb_mr_->rkey;
-  ep->sq_depth_ = stats_.sq_depth;
 }
 
 HelloParams VerbsTransport::MakeHello(const PeerData& local) const {
@@ -428,6 +463,9 @@ VerbsEndpoint::VerbsEndpoint(VerbsTransport* transport, uint64_t id, std::string
 VerbsEndpoint::~VerbsEndpoint() = default;
 
 void VerbsEndpoint::ReleaseResources() {
+  // Its send-queue share of the CQ returns with the QP: a failed QP's flush completions were
+  // polled already (the failure was seen on one, and the poll drains the CQ).
+  if (qp_) t_->sq_reserved_ -= sq_depth_;
   qp_.reset();  // the QP before its cm id (rdma_destroy_qp before rdma_destroy_id)
   cm_id_.reset();
   control_fd_.reset();

@@ -99,6 +99,18 @@ uint32_t CqEntries(uint32_t cq_depth, uint32_t recv_buffers, uint32_t sq, uint32
 // The CQ entries signaled send WRs may hold (cq_budget_) out of the CQ's actual size `cqe`:
 // all but recv_buffers + 32, and at least 16.
 uint32_t SendCqBudget(int cqe, uint32_t recv_buffers);
+// Room for every send queue on the shared CQ (CreateQp). A posted send WR makes a CQE when it is
+// signaled, and every one does, signaled or not, when its QP fails and flushes: the CQ must hold
+// the receive pool, kCqSlack and every live QP's send-queue share at once, or a failure of many
+// QPs with full send queues overflows it. CqGrowth: the size to resize a CQ of `cqe` entries to
+// so that it holds `needed` (at least half as much again, to amortise; within max_cqe); `cqe`
+// when it already does. SendQueueShare: the send slots a new QP may use on a CQ of `cqe` entries
+// when live QPs hold `reserved`: what still fits, at most `sq`, and at least kMinSendShare (or
+// `sq` when smaller) even when nothing fits: a QP past the CQ's capacity overcommits it by that.
+inline constexpr uint32_t kCqSlack = 64;
+inline constexpr uint32_t kMinSendShare = 16;
+uint32_t CqGrowth(uint32_t cqe, uint64_t needed, uint32_t max_cqe);
+uint32_t SendQueueShare(uint32_t cqe, uint32_t recv_buffers, uint64_t reserved, uint32_t sq);
 
 // Counters for tests and ferry-info; read with VerbsStats().
 struct Stats {
@@ -117,6 +129,9 @@ struct Stats {
   uint32_t max_send_sge = 0;
   uint32_t max_read_sge = 0;
   uint32_t sq_depth = 0;
+  uint32_t cq_entries = 0;       // the shared CQ's size now (it grows with the endpoints)
+  uint64_t cq_resizes = 0;       // ibv_resize_cq calls that grew it
+  uint64_t send_shares_cut = 0;  // QPs given fewer send slots than sq_depth (the CQ was full)
   int gid_index = -1;
   std::string gid;
   std::string device;
@@ -248,7 +263,7 @@ class VerbsEndpoint final : public Endpoint {
   bool passive_ = false;    // created by Listen/Accept (server side)
   bool lingering_ = false;  // failed, but a Reject frame is still being sent
   Clock::time_point linger_until_;
-  uint32_t sq_depth_ = 0;
+  uint32_t sq_depth_ = 0;  // the send slots this endpoint may use (its share of the CQ)
   uint32_t sq_used_ = 0;
   common::Ring<uint64_t> backlog_;         // OpRecord ids with WRs still to post, in order
   PostedWrs posted_;                       // posted, not yet retired (wr_plan.h)
@@ -300,8 +315,11 @@ class VerbsTransport final : public Transport {
   Status OpenDevice();
   Status CreateMemory();
   Status CreateQueues();
-  void FillCapabilities();                        // and the static stats_ fields
-  Result<QueuePair> CreateQp(rdma_cm_id* cm_id);  // cm_id == nullptr: plain ibv_create_qp
+  void FillCapabilities();  // and the static stats_ fields
+  // A QP for `ep` on the shared CQ (cm_id == nullptr: plain ibv_create_qp), with its send-queue
+  // share reserved on the CQ (grown first when needed; SendQueueShare): sets ep->sq_depth_.
+  // ReleaseResources returns the share.
+  Result<QueuePair> CreateQp(VerbsEndpoint* ep, rdma_cm_id* cm_id);
   HelloParams MakeHello(const PeerData& local) const;
   void FillLocalData(VerbsEndpoint* ep);
   Status ApplyPeerHello(VerbsEndpoint* ep, const PeerHello& hello);
@@ -445,7 +463,8 @@ class VerbsTransport final : public Transport {
   uint32_t max_inline_ = 0;
   uint32_t max_send_sge_ = 1;
   uint32_t max_read_sge_ = 1;
-  uint32_t cq_budget_ = 0;  // spare CQ entries for signaled send WRs
+  uint32_t cq_budget_ = 0;    // spare CQ entries for signaled send WRs
+  uint64_t sq_reserved_ = 0;  // send slots the live QPs' shares hold on the CQ (CreateQp)
   uint64_t next_endpoint_id_ = 1;
   uint64_t next_recv_seq_ = 1;
   unsigned cq_events_unacked_ = 0;
