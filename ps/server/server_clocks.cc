@@ -10,7 +10,7 @@
 namespace ferry::ps {
 
 bool Server::DroppedClock(uint32_t w, uint64_t clock) const {
-  return !dropped_clocks_[w].empty() && dropped_clocks_[w].count(clock) != 0;
+  return dropped_clocks_[w].count(clock) != 0;
 }
 
 void Server::ForgetDroppedClocks(uint32_t w, uint64_t before) {

@@ -152,7 +152,7 @@ uint8_t VerbsTransport::AckTimeoutExponent() const {
 }
 
 uint32_t CqEntries(uint32_t cq_depth, uint32_t recv_buffers, uint32_t sq, uint32_t max_cqe) {
-  return std::min(std::max(cq_depth, recv_buffers + 2 * sq + 64), max_cqe);
+  return std::min(std::max(cq_depth, recv_buffers + 2 * sq + kCqSlack), max_cqe);
 }
 
 uint32_t SendCqBudget(int cqe, uint32_t recv_buffers) {
