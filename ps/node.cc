@@ -162,6 +162,7 @@ Result<ControlClient*> Node::RegisterRole(const JobSpec& job, Role role, uint32_
   reg.role = role;
   reg.index = index;
   reg.value = job.Fingerprint();
+  reg.text = standby_address_;  // this rank's standby coordinator, if it runs one
   MemberInfo self;
   self.rank = reg.rank;
   self.role = role;
@@ -175,6 +176,13 @@ Result<ControlClient*> Node::RegisterRole(const JobSpec& job, Role role, uint32_
 }
 
 Status Node::StartRoles(const JobSpec& job) {
+  if (job.replicas > 1 && env_.rank == kStandbyRank && env_.size > kStandbyRank) {
+    // The standby coordinator (coordinator.h): it listens where this rank's data does, which
+    // every rank reaches; its address goes to everyone in the membership.
+    FERRY_ASSIGN_OR_RETURN(coordinator_,
+                           Coordinator::StartStandby(job, data_host_ + ":0", kStandbyRank));
+    standby_address_ = coordinator_->address();
+  }
   // Bring every role up to "registered" first: the coordinator publishes the membership only
   // once every member of the job registered, and a server rank is server_threads members (a
   // colocated rank one more).
@@ -274,7 +282,7 @@ void Node::ReportStartFailure(const JobSpec& job, const Status& why) {
   f.text = why.ToString();
   if (c->Send(f).ok()) (void)c->Receive(Millis(200));  // let it leave before closing
   // Rank 0 hosts the coordinator: keep it up while it tells the ranks still registering.
-  if (coordinator_ != nullptr) (void)coordinator_->Join();
+  if (coordinator_ != nullptr && !coordinator_->standing_by()) (void)coordinator_->Join();
 }
 
 Status Node::Join() {
@@ -291,7 +299,9 @@ Status Node::Join() {
   // Leave the job: the coordinator ends once every member's control connection closed.
   worker_control_.reset();
   for (ShardServer& s : servers_) s.control.reset();
-  if (coordinator_ != nullptr) {
+  if (coordinator_ != nullptr && coordinator_->standing_by()) {
+    coordinator_.reset();  // the job ended (or this rank left it) with its coordinator alive
+  } else if (coordinator_ != nullptr) {
     Status s = coordinator_->Join();
     if (!s.ok() && first.ok()) first = s;
   }

@@ -65,8 +65,11 @@ class Node {
   // in order of thread t: shard server ShardServerOf(job, roles().server, t).
   size_t num_shard_servers() const { return servers_.size(); }
   Server* shard_server(size_t t) { return servers_[t].server.get(); }
-  // Rank 0's coordinator, or nullptr.
+  // Rank 0's coordinator, or nullptr; on rank 1 of a job with replicas, the standby until Join
+  // (after Join only if it took over).
   const Coordinator* coordinator() const { return coordinator_.get(); }
+  // The rank that runs the standby coordinator when JobSpec::replicas > 1 (coordinator.h).
+  static constexpr int kStandbyRank = 1;
 
   // Waits for this rank's roles to end: the server serves until the job shuts down, the
   // coordinator (rank 0) until every member left. A worker must have called Finish() first
@@ -88,6 +91,7 @@ class Node {
   RankRoles roles_;
   std::string coordinator_address_;
   std::string data_host_;
+  std::string standby_address_;  // kStandbyRank's: its standby coordinator
   std::unique_ptr<Coordinator> coordinator_;
   // One shard server: its control connection, the thread that starts and then serves it.
   struct ShardServer {

@@ -89,6 +89,13 @@ rows = [parse_line(l) for l in _lines]
 
 def family(s):
     name = s.get("scenario", "")
+    # Rank 0 (the coordinator) killed with --replicas 2: the launcher cases kill rank 0 too.
+    if (name.startswith("train-replicas") and
+            (name.endswith("-rank0") or name.endswith("-mpirun") or name.endswith("-srun") or
+             name.endswith("-ferry-launch"))):
+        return "coordinator"
+    if name.startswith("ps-") and name.endswith("-standby"):
+        return "coordinator"
     if name.startswith("train-replicas"):
         return "replicas"
     if name.startswith("train-straggler"):
@@ -194,6 +201,17 @@ sections = [
      "between two streaming evaluations beyond the run's median gap (what the failover cost). "
      "In-process cases (a server whose connections all close: head, tail, middle of a chain; "
      "both replicas lost) are in tests/ps/replica_test.cc, listed under the tests below."),
+    ("coordinator", "The coordinator's rank killed: the standby takes over (--replicas 2)",
+     "Rank 0 runs the coordinator and server 0; with replicas rank 1 runs a standby coordinator "
+     "(ps/coordinator/coordinator.h). `train-replicas-kill-*-rank0`, `-ferry-launch`, `-mpirun`, "
+     "`-srun`: the ferry-train job above with rank 0 SIGKILLed at a random moment while it trains, "
+     "under ferry-train's launcher, ferry-launch, mpirun --enable-recovery and "
+     "srun --kill-on-bad-exit=0: `ok` = the "
+     "job finished and its model file equals the run without replicas and without the kill, byte "
+     "for byte; `stall_ms` as above. `ps-coordinator-*-standby` (tests/ps/failure_test.cc): rank 0 "
+     "SIGKILLed or SIGSTOPped 1 s into a 4 s job of 2 servers and 2 workers: `completed` = every "
+     "other rank ended ok; `takeover_ms`: the first member's rejoin to the takeover (a stopped "
+     "rank 0 is noticed after peer_timeout, 2 s, first)."),
     ("stragglers", "A straggler under bsp, with and without backup workers (ferry-train --backup-workers)",
      "3 workers, 2 servers, bsp, fixed seeds; worker 1 slowed 5x by a real sleep in its loop "
      "(tests/train/backup_workers_test.cc). Without backup workers every clock waits for it: `ok` = "

@@ -219,8 +219,9 @@ FERRY_TSAN_RUNS=(
   "tests/ps/ps_test|TcpGather.*:Threading.*"
   # Parameter-server jobs in one process (every rank a thread: coordinator, control pumps,
   # servers, workers) over tcp. Tables of different servers grow here; TSan builds move them
-  # with calls it intercepts (MappedBuffer::GrowVisibly) rather than the raw mremap.
-  "tests/ps/ps_job_test|*/tcp:*/tcp_*"
+  # with calls it intercepts (MappedBuffer::GrowVisibly) rather than the raw mremap. Standby.*:
+  # control clients rejoining a standby coordinator that takes over.
+  "tests/ps/ps_job_test|*/tcp:*/tcp_*:Standby.*"
   # Replicated shards: forwards, acks and failovers between server threads, the coordinator's
   # accusation window, workers re-sending to new heads (tcp).
   "tests/ps/ps_replica_test|*/tcp"

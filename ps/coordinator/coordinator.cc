@@ -22,6 +22,11 @@ using Clock = std::chrono::steady_clock;
 
 void Coordinator::Impl::OnMessage(size_t ci, ControlMessage msg) {
   Member& m = conns[ci];
+  if (msg.kind == ControlKind::kRejoin) return OnRejoin(ci, msg);  // coordinator_takeover.cc
+  if (phase == Phase::kStandby && msg.kind != ControlKind::kRegister) {
+    if (rejoined.count(ci) != 0) held.emplace_back(ci, std::move(msg));
+    return;
+  }
   if (msg.kind == ControlKind::kRegister) return OnRegister(ci, msg);     // membership
   if (msg.kind == ControlKind::kFailure) return OnFailureReport(m, msg);  // membership
   if (!m.registered) return;  // ignore anything before registration
@@ -121,7 +126,8 @@ void Coordinator::Impl::Run() {
     if (now > startup_deadline) CheckStarted();
     if (Ended(now)) break;
     if (judge_at != Clock::time_point() && Clock::now() >= judge_at) Judge();
-    Millis wait(phase == Phase::kRunning ? 50 : 5);
+    if (phase == Phase::kStandby) StandbyTick(now);
+    Millis wait(phase == Phase::kRunning || phase == Phase::kStandby ? 50 : 5);
     if (judge_at != Clock::time_point()) {
       wait =
           std::clamp(std::chrono::duration_cast<Millis>(judge_at - Clock::now()), Millis(1), wait);
@@ -138,7 +144,9 @@ Coordinator::~Coordinator() {
   impl_->stop = true;
   if (impl_->t) impl_->t->Wake();
   if (impl_->thread.joinable()) impl_->thread.join();
-  for (auto& m : impl_->conns) m.ep->Close();
+  for (auto& m : impl_->conns) {
+    if (m.ep != nullptr) m.ep->Close();  // null: a member lost in a takeover
+  }
   impl_->conns.clear();
   impl_->mailbox.reset();
   impl_->t.reset();
@@ -146,8 +154,23 @@ Coordinator::~Coordinator() {
 
 Result<std::unique_ptr<Coordinator>> Coordinator::Start(const JobSpec& job,
                                                         const std::string& bind_address) {
+  return Create(job, bind_address, false, 0);
+}
+
+Result<std::unique_ptr<Coordinator>> Coordinator::StartStandby(const JobSpec& job,
+                                                               const std::string& bind_address,
+                                                               uint32_t rank) {
+  return Create(job, bind_address, true, rank);
+}
+
+Result<std::unique_ptr<Coordinator>> Coordinator::Create(const JobSpec& job,
+                                                         const std::string& bind_address,
+                                                         bool standby, uint32_t rank) {
   FERRY_RETURN_IF_ERROR(ValidateJob(job));
   auto impl = std::make_unique<Impl>();
+  if (standby) impl->phase = Impl::Phase::kStandby;
+  impl->is_standby = standby;
+  impl->own_rank = rank;
   impl->job = job;
   impl->fingerprint = job.Fingerprint();
   impl->servers.assign(job.shard_servers(), -1);
@@ -183,6 +206,10 @@ Status Coordinator::Join() {
   if (impl_->thread.joinable()) impl_->thread.join();
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->result;
+}
+
+bool Coordinator::standing_by() const {
+  return impl_->is_standby && !impl_->took_over;
 }
 
 std::vector<uint64_t> Coordinator::ClocksCompletedWithout() const {

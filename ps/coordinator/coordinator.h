@@ -13,6 +13,13 @@
 //   failed       a member's connection failed (or it never registered within the startup
 //                timeout) before the job finished: kFailure {who, why, when} to every survivor.
 //
+// Standby (JobSpec::replicas > 1): rank 1 runs a second coordinator that listens and waits
+// (StartStandby); its address reaches every member in kMembership. When rank 0 dies, each
+// member's control client rejoins it with what it sent and heard (ps/wire/control_journal.h);
+// once its own rank lost rank 0 too, it rebuilds the job's state from those journals, removes
+// the members lost with rank 0 (server 0's shards fail over to their replicas) and runs the job
+// on (coordinator_takeover.cc). Nothing is mirrored while the job runs.
+//
 // Threading: Start() returns once listening; everything else runs on the coordinator's thread.
 #pragma once
 
@@ -32,6 +39,10 @@ class Coordinator {
   // Binds `bind_address` ("host:port", port 0 picks one) and starts the coordinator thread.
   static Result<std::unique_ptr<Coordinator>> Start(const JobSpec& job,
                                                     const std::string& bind_address);
+  // A standby for the coordinator on rank 0 (see above); `rank` is this rank.
+  static Result<std::unique_ptr<Coordinator>> StartStandby(const JobSpec& job,
+                                                           const std::string& bind_address,
+                                                           uint32_t rank);
   ~Coordinator();  // stops the thread (an unfinished job is abandoned)
   Coordinator(const Coordinator&) = delete;
   Coordinator& operator=(const Coordinator&) = delete;
@@ -43,11 +54,16 @@ class Coordinator {
   // Backup workers (JobSpec::backup_workers): how many clocks completed without each worker (its
   // pushes for them dropped), as of the shutdown. Empty before the job ended. Any thread.
   std::vector<uint64_t> ClocksCompletedWithout() const;
+  // A standby that has not taken over (Join would wait for a job it does not run). Any thread.
+  bool standing_by() const;
 
   using Impl = CoordinatorState;  // coordinator_state.h
 
  private:
   explicit Coordinator(std::unique_ptr<Impl> impl);
+  static Result<std::unique_ptr<Coordinator>> Create(const JobSpec& job,
+                                                     const std::string& bind_address, bool standby,
+                                                     uint32_t rank);
   std::unique_ptr<Impl> impl_;
 };
 

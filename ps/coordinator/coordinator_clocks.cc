@@ -66,14 +66,18 @@ void Coordinator::Impl::CheckApplied() {
   // The servers get the checkpoint command before any worker can push for the next clock: their
   // copies hold exactly the clocks < min_clock.
   MaybeStartPeriodicCheckpoint();
+  AnnounceMinClock();
+  AdvanceClocks();
+}
+
+void Coordinator::Impl::AnnounceMinClock() {
   ControlMessage u;
   u.kind = ControlKind::kClockUpdate;
   u.value = min_clock;
   SendToRole(Role::kWorker, u);
-  // Replicas: the servers free the forward-ring space of this clock's pushes (every server
-  // applied them now).
+  // Replicas: the servers free the forward-ring space of the pushes of the clocks up to it
+  // (every server applied them).
   if (job.replicas > 1) SendToRole(Role::kServer, u);
-  AdvanceClocks();
 }
 
 void Coordinator::Impl::ReportBackupWorkers() {

@@ -58,9 +58,11 @@ void Coordinator::Impl::OnRegister(size_t ci, const ControlMessage& msg) {
   m.info.rank = msg.rank;
   m.info.role = msg.role;
   m.info.index = msg.index;
+  if (!msg.text.empty()) standby_address = msg.text;  // the rank that runs the standby
   if (++registered == servers.size() + workers.size()) {
     ControlMessage mem;
     mem.kind = ControlKind::kMembership;
+    mem.text = standby_address;
     for (int i : servers) mem.members.push_back(conns[i].info);
     for (int i : workers) mem.members.push_back(conns[i].info);
     SendToAll(mem);

@@ -4,7 +4,8 @@
 // coordinator_membership.cc (registration, the start barrier, finishing, the startup timeout),
 // coordinator_clocks.cc (barriers, clocks, gathers), coordinator_failover.cc (failure notices,
 // removing a replicated server, weighing accusations), coordinator_checkpoints.cc (worker-asked
-// and periodic checkpoints).
+// and periodic checkpoints), coordinator_takeover.cc (a standby taking over from the members'
+// rejoins).
 // Threading: every member is used by the coordinator's thread alone, but `result`,
 // `result_without` and `ended` (guarded by mu).
 #pragma once
@@ -25,6 +26,7 @@
 #include "ps/job/chain.h"
 #include "ps/job/job.h"
 #include "ps/wire/control.h"
+#include "ps/wire/control_journal.h"
 #include "transport/transport.h"
 
 namespace ferry::ps {
@@ -62,7 +64,8 @@ struct CoordinatorState {
     kRunning,
     kFinishing,
     kDone,
-    kFailed
+    kFailed,
+    kStandby  // a standby's: waiting for rejoins (coordinator_takeover.cc), then kRunning
   } phase = Phase::kRegistering;
   std::map<uint64_t, size_t> barriers;  // id -> workers entered
   uint64_t min_clock = 0;
@@ -94,6 +97,15 @@ struct CoordinatorState {
   ControlMessage failure_notice;  // sent to members that register after the job failed
   Clock::time_point failed_at;
   std::deque<std::pair<std::shared_ptr<Endpoint>, ControlMessage>> outbox;
+  // Standby (Coordinator::StartStandby): the primary's rank, this one's, and the takeover.
+  static constexpr uint32_t kPrimaryRank = 0;  // rank 0 starts the coordinator (rendezvous.h)
+  bool is_standby = false;
+  uint32_t own_rank = 0;
+  std::string standby_address;                // the primary's: from the standby's kRegister
+  std::map<size_t, ControlJournal> rejoined;  // conns index -> what it said
+  std::vector<std::pair<size_t, ControlMessage>> held;  // their later messages, until TakeOver
+  Clock::time_point first_rejoin{}, takeover_by{};
+  std::atomic<bool> took_over{false};
 
   mutable std::mutex mu;
   Status result;
@@ -104,7 +116,7 @@ struct CoordinatorState {
 
   void Run();
   void Send(const std::shared_ptr<Endpoint>& ep, ControlMessage m) {
-    outbox.emplace_back(ep, std::move(m));
+    if (ep != nullptr) outbox.emplace_back(ep, std::move(m));  // null: a member lost in a takeover
   }
   void SendToRole(Role role, const ControlMessage& m) {
     for (int i : role == Role::kServer ? servers : workers) {
@@ -153,6 +165,8 @@ struct CoordinatorState {
   bool RemoveServer(uint32_t index, const Status& why);
   // BSP: the clock being applied is done once every live server applied it.
   void CheckApplied();
+  // kClockUpdate {min_clock} to the workers, and to the servers with replicas (BSP).
+  void AnnounceMinClock();
   // Replicas: a member reports it lost its connection to a server (kSuspect). A server that lost
   // every connection at once accuses all its peers while they all accuse it, so the accusations
   // of a short window are weighed together: Judge() removes the server most members accuse,
@@ -206,6 +220,19 @@ struct CoordinatorState {
   void ReportBackupWorkers();
   // Releases every barrier that all workers still running have entered.
   void ReleaseBarriers();
+  // Standby (coordinator_takeover.cc). A member lost the primary and says what it sent and
+  // heard: kept until the takeover, or refused.
+  void OnRejoin(size_t ci, const ControlMessage& msg);
+  // Takes over once this rank lost the primary too (its own member rejoined) and every member
+  // not on the primary's rank rejoined, or peer_timeout after that; refuses the rejoins when this
+  // rank still has the primary after twice that.
+  void StandbyTick(Clock::time_point now);
+  // Rebuilds the job's state from the rejoins: the members lost are removed (servers, when
+  // every shard keeps a copy) or fail the job (workers); the clock being applied, the job's
+  // clock and the barriers waited on are told again; then the held messages are handled.
+  void TakeOver();
+  // The barrier each waiting worker entered: released again, or counted.
+  void RestoreBarriers();
 };
 
 }  // namespace ferry::ps

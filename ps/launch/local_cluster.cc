@@ -412,10 +412,12 @@ void Launch::OnExit(Rank& r, int wstatus, bool may_hold) {
   }
   if (ok && !(before_address && size_ > 1)) return;
   std::string what = Who(r) + " " + DescribeWaitStatus(wstatus);
-  if (o_.replicas > 1 && r.rank != 0 && r.roles.server >= 0 && r.roles.worker < 0 &&
-      !before_address) {
+  if (o_.replicas > 1 && r.roles.server >= 0 && r.roles.worker < 0 && !before_address &&
+      (r.rank != 0 || size_ > 1)) {
     // A replicated server: the job decides whether it survives (ps/job/chain.h); its ranks say so.
-    Report(what + "; the job goes on without it (replicas " + std::to_string(o_.replicas) + ")");
+    // Rank 0 runs the coordinator too, and rank 1 its standby (ps/coordinator/coordinator.h).
+    Report(what + "; the job goes on without it (replicas " + std::to_string(o_.replicas) +
+           (r.rank == 0 ? "; rank 1 takes over as the coordinator)" : ")"));
     return;
   }
   if (before_address && size_ > 1) {

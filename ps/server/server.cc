@@ -425,11 +425,17 @@ Status Server::ServeLoop(ControlClient* control) {
         case ControlKind::kApplyClock: {
           Result<std::vector<uint32_t>> without = DecodeWorkerSet(m->data, job_.workers);
           if (!without.ok()) return without.status().Annotate("the coordinator's apply-clock");
-          FERRY_RETURN_IF_ERROR(ApplyClock(m->value, *without));
+          const bool again = m->value <= applied_clock_;
+          if (!again) {
+            applied_clock_ = m->value;
+            FERRY_RETURN_IF_ERROR(ApplyClock(m->value, *without));
+          }
           if (records_) {  // answered once the heads of the shards followed here applied it
-            pending_clock_ = m->value;
-            FERRY_RETURN_IF_ERROR(MaybeAnswerClock());
-            break;
+            if (!again || pending_clock_ == m->value) {
+              pending_clock_ = m->value;
+              FERRY_RETURN_IF_ERROR(MaybeAnswerClock());
+              break;
+            }
           }
           ControlMessage done;
           done.kind = ControlKind::kClockApplied;

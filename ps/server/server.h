@@ -439,6 +439,9 @@ class Server {
   std::vector<uint64_t> last_op_;
   std::vector<uint64_t> clock_done_;
   uint64_t pending_clock_ = 0;
+  // BSP: the newest clock applied. A standby coordinator that took over tells the clock being
+  // applied again (coordinator_takeover.cc): it is answered again, not applied twice.
+  uint64_t applied_clock_ = 0;
   bool records_ = false;  // replicas > 1 and some table tracks sightings
   RangeAllocator record_space_;
   std::vector<uint64_t> log_keys_;

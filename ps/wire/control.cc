@@ -5,9 +5,11 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 
 #include "control_generated.h"
+#include "ps/wire/control_journal.h"
 #include "ps/wire/protocol.h"
 
 namespace ferry::ps {
@@ -68,6 +70,8 @@ std::string_view ControlKindName(ControlKind kind) {
       return "server-down";
     case ControlKind::kSuspect:
       return "suspect";
+    case ControlKind::kRejoin:
+      return "rejoin";
   }
   return "?";
 }
@@ -148,7 +152,7 @@ Result<ControlMessage> DecodeControl(std::span<const uint8_t> bytes) {
   ControlMessage m;
   const uint8_t kind = msg->kind();
   if (kind < static_cast<uint8_t>(ControlKind::kRegister) ||
-      kind > static_cast<uint8_t>(ControlKind::kSuspect)) {
+      kind > static_cast<uint8_t>(ControlKind::kRejoin)) {
     return ProtocolError("control message kind " + std::to_string(kind) + " is unknown");
   }
   if (msg->role() > 1) return ProtocolError("control message role is unknown");
@@ -306,6 +310,8 @@ Result<std::unique_ptr<ControlClient>> ControlClient::Connect(const std::string&
                                                               Millis timeout) {
   std::unique_ptr<ControlClient> c(new ControlClient());
   c->address_ = address;
+  // The standby listens from the job's start: this bounds only a standby's rank that died too.
+  c->rejoin_timeout_ = std::max(Millis(2000), job.peer_timeout);
   c->on_message_ = std::move(on_message);
   c->owner_seen_ns_ = SteadyNs();
   FERRY_ASSIGN_OR_RETURN(c->transport_, CreateTransport("tcp", ControlTransportOptions(job)));
@@ -336,6 +342,8 @@ Result<std::unique_ptr<ControlClient>> ControlClient::Connect(const std::string&
   return c;
 }
 
+ControlClient::ControlClient() : journal_(std::make_unique<ControlJournal>()) {}
+
 ControlClient::~ControlClient() {
   // Messages still queued (a last failure report, typically) get a moment to leave: the peer
   // that reads them is the coordinator, which names the failure after them.
@@ -357,6 +365,7 @@ Status ControlClient::Send(const ControlMessage& m) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!failed_.ok()) return failed_;
+    journal_->Sent(m);
     outbox_.push_back(m);
   }
   transport_->Wake();
@@ -409,11 +418,72 @@ void ControlClient::Fail(const Status& s) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!failed_.ok()) return;  // the first failure is the one reported
     // Rank 0 hosts the coordinator: say so, the survivors' errors must name the dead member.
-    const std::string what = "connection to the coordinator (rank 0, " + address_ + ") failed";
+    const std::string what =
+        "connection to the " +
+        std::string(failed_over_ ? "standby coordinator (" : "coordinator (rank 0, ") + address_ +
+        ") failed";
     failed_ = s.ok() ? PeerFailure(what) : s.Annotate(what);
   }
   cv_.notify_all();
   if (on_message_) on_message_();
+}
+
+void ControlClient::Lost(const Status& why) {
+  Status s = FailOver(why);
+  if (!s.ok()) Fail(s);
+}
+
+Status ControlClient::FailOver(const Status& why) {
+  std::string standby;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failed_over_ || !failed_.ok() || !journal_->started || journal_->shutdown ||
+        journal_->standby.empty()) {
+      return why;
+    }
+    failed_over_ = true;
+    standby = journal_->standby;
+  }
+  std::fprintf(stderr,
+               "ferry %s %u: lost the coordinator at %s (%s); rejoining the standby at %s\n",
+               std::string(RoleName(journal_->role)).c_str(), journal_->index, address_.c_str(),
+               why.ToString().c_str(), standby.c_str());
+  old_ep_ = ep_;
+  old_ep_->Close();
+  const auto deadline = std::chrono::steady_clock::now() + rejoin_timeout_;
+  Status last;
+  std::shared_ptr<Endpoint> ep;
+  while (ep == nullptr && std::chrono::steady_clock::now() < deadline && !stop_) {
+    auto c = transport_->Connect(standby, Millis(500));
+    if (c.ok()) {
+      ep = std::move(c).value();
+      break;
+    }
+    last = c.status();
+    // The owner's peers must keep hearing from it meanwhile (SetIdleHook).
+    std::function<void()> hook;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      hook = idle_hook_;
+    }
+    if (hook) hook();
+    std::this_thread::sleep_for(Millis(50));
+  }
+  if (ep == nullptr) {
+    return why.Annotate("the standby coordinator at " + standby + " is unreachable too (" +
+                        last.ToString() + ")");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  address_ = standby;
+  ep_ = std::move(ep);
+  // The rejoin first, then what the standby may not have had (the replay), then what was
+  // queued and is not stood for by either.
+  std::erase_if(outbox_, [](const ControlMessage& m) { return ControlJournal::Covers(m.kind); });
+  for (auto it = journal_->replay.rbegin(); it != journal_->replay.rend(); ++it) {
+    outbox_.push_front(*it);
+  }
+  outbox_.push_front(journal_->Rejoin());
+  return Status::Ok();
 }
 
 void ControlClient::PumpMain() {
@@ -436,7 +506,7 @@ void ControlClient::PumpMain() {
         lock.lock();
         if (!s.ok()) {
           lock.unlock();
-          Fail(s);
+          Lost(s);
           lock.lock();
         }
       }
@@ -448,16 +518,25 @@ void ControlClient::PumpMain() {
       if (!mailbox_->Owns(comps[i])) continue;
       auto r = mailbox_->Handle(comps[i]);
       if (!r.ok()) {
-        if (!stop_) Fail(r.status());
+        const bool old = comps[i].ep != nullptr && comps[i].ep == old_ep_.get();
+        if (!stop_ && !old) Lost(r.status());
+        continue;
+      }
+      if (r->has_value() && failed_over_ && (*r)->kind == ControlKind::kReject) {
+        // The standby did not take this member (its rank still has the coordinator, or it took
+        // over without it): the owner fails as it would have without a standby.
+        Fail(PeerFailure("the standby coordinator at " + address_ +
+                         " refused this member: " + (*r)->text));
         continue;
       }
       if (r->has_value()) {
         std::lock_guard<std::mutex> lock(mu_);
+        journal_->Heard(**r);
         inbox_.push_back(std::move(**r));
         got = true;
       }
     }
-    if (!ep_->status().ok() && !stop_) Fail(ep_->status());
+    if (!ep_->status().ok() && !stop_) Lost(ep_->status());
     {
       std::lock_guard<std::mutex> lock(mu_);
       in_flight_ = ControlMailbox::kSlots - mailbox_->free_slots();

@@ -44,9 +44,17 @@
 //                           (its control connection failed) or was suspected, and every shard it
 //                           held still has a live replica: its chains close over it and the job
 //                           goes on (chain.h). The removed server itself stops serving if alive.
+//   standby -> coordinator  kRegister's text: the address of the standby coordinator this rank
+//                           runs (replicas > 1: rank 1, Coordinator::StartStandby); kMembership's
+//                           text carries it to every member
+//   member -> standby       kRejoin (control_journal.h): its coordinator connection failed while
+//                           the job ran; the standby takes over once its own rank lost rank 0 too
 //
 // ControlClient: one connection to the coordinator, driven by its own pump thread (which also
-// answers heartbeats while the owner computes). Messages queue up for the owner; `on_message`
+// answers heartbeats while the owner computes). When that connection fails while the job runs and
+// the membership named a standby coordinator, the pump connects there once and rejoins (kRejoin
+// from its ControlJournal, then the journal's replay, then what it still had queued); the owner
+// sees no failure unless that fails too. Messages queue up for the owner; `on_message`
 // is called from the pump thread after each one (the owner's data transport Wake(), typically).
 // The pump thread also keeps the owner's DATA transport alive while the owner computes (see
 // SetIdleHook): a tcp peer declares a connection dead when nothing arrives for peer_timeout, and
@@ -105,6 +113,9 @@ enum class ControlKind : uint8_t {
                     //   for kCheckpointStats}
   kServerDown,      // coord -> all {index = server, text = why, value = ms since start}
   kSuspect,         // member -> coord {index = server, text = what the member saw}
+  kRejoin,          // member -> standby coord {rank, role, index, value = fingerprint, members =
+                    //   the membership it heard, data = what it sent and heard}: the
+                    //   coordinator's rank died (control_journal.h)
 };
 std::string_view ControlKindName(ControlKind kind);
 
@@ -202,6 +213,8 @@ class ControlMailbox {
   std::vector<size_t> free_;
 };
 
+struct ControlJournal;  // control_journal.h
+
 class ControlClient {
  public:
   // Connects to the coordinator at `address`, retrying until `timeout` (it may start later).
@@ -239,9 +252,15 @@ class ControlClient {
   static constexpr Millis kCloseFlush{500};
 
  private:
-  ControlClient() = default;
+  ControlClient();
   void PumpMain();
   void Fail(const Status& s);
+  // The coordinator connection failed (`why`): rejoin the standby, or fail.
+  void Lost(const Status& why);
+  // Connects to the standby and queues the rejoin before what was queued. Returns the failure to
+  // report instead when there is none to go to (the job has not started or has shut down, no
+  // standby, rejoined once already) or it cannot be reached within rejoin_timeout_.
+  Status FailOver(const Status& why);
 
   std::string address_;
   std::unique_ptr<Transport> transport_;
@@ -257,6 +276,10 @@ class ControlClient {
   Millis idle_{0};
   std::atomic<int64_t> owner_seen_ns_{0};  // steady clock of the owner's last TryReceive
   Status failed_;
+  std::unique_ptr<ControlJournal> journal_;  // what was sent and heard (guarded by mu_)
+  bool failed_over_ = false;                 // the pump's
+  std::shared_ptr<Endpoint> old_ep_;         // the failed one: its completions are ignored
+  Millis rejoin_timeout_{5000};
   std::atomic<bool> stop_{false};
   std::thread pump_;
 };

@@ -153,12 +153,15 @@ void Worker::DrainControl() {
         break;
       case ControlKind::kGatherPart: {
         if (m->rank >= job_.workers || m->value2 > (uint64_t{1} << 32)) break;
+        if (m->value <= st.gathers_done) break;  // a copy relayed again after a takeover
         auto& g = st.gathers[m->value];
         if (g.data.empty()) {
           g.data.resize(job_.workers);
           g.received.assign(job_.workers, 0);
           g.sized.assign(job_.workers, false);
+          g.chunks.resize(job_.workers);
         }
+        if (!g.chunks[m->rank].insert(m->index).second) break;
         auto& buf = g.data[m->rank];
         if (!g.sized[m->rank]) {
           buf.resize(m->value2);
@@ -513,6 +516,7 @@ Result<std::vector<std::vector<uint8_t>>> Worker::GatherFromWorkers(std::span<co
       Millis(3600000), "gather " + std::to_string(id)));
   auto parts = std::move(st.gathers[id].data);
   st.gathers.erase(id);
+  st.gathers_done = std::max(st.gathers_done, id);
   return parts;
 }
 

@@ -312,8 +312,13 @@ struct WorkerState {
     std::vector<std::vector<uint8_t>> data;
     std::vector<uint64_t> received;
     std::vector<bool> sized;
+    // The chunk offsets each sender's parts brought: a standby coordinator that took over relays
+    // the newest gathers' parts again (ps/wire/control_journal.h), each counts once.
+    std::vector<std::set<uint32_t>> chunks;
   };
   std::unordered_map<uint64_t, GatherParts> gathers;
+  uint64_t gathers_done = 0;  // the newest gather completed here: later copies of its parts
+                              // are dropped
   uint64_t checkpoint_id = 0;
   std::unordered_map<uint64_t, std::string> checkpoints_done;  // id -> error text ("" = ok)
   std::unordered_map<uint64_t, std::vector<TableStats>> table_stats_done;  // kCheckpointStats

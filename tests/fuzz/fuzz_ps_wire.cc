@@ -13,6 +13,7 @@
 
 #include "ps/job/checkpoint.h"
 #include "ps/wire/control.h"
+#include "ps/wire/control_journal.h"
 #include "ps/wire/protocol.h"
 
 namespace {
@@ -75,6 +76,12 @@ void Control(std::span<const uint8_t> in) {
       again->members != m->members) {
     __builtin_trap();
   }
+  // A rejoin's journal (ps/wire/control_journal.h): refused or read, and what is read encodes
+  // back to the same bytes.
+  ferry::ps::ControlMessage rejoin = *m;
+  rejoin.kind = ferry::ps::ControlKind::kRejoin;
+  auto j = ferry::ps::DecodeRejoin(rejoin, 64, 64);
+  if (j.ok() && ferry::ps::EncodeJournal(*j) != rejoin.data) __builtin_trap();
 }
 
 void Records(std::span<const uint8_t> in) {

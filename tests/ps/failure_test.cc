@@ -301,6 +301,7 @@ std::string Unavailable(const TransportConfig& t) {
 struct JobOptions {
   TransportConfig transport = kTcp;
   std::string consistency = "bsp";
+  uint32_t replicas = 1;
   double seconds = 10;
   int die_rank = -1;
   std::string die_how = "kill";
@@ -346,6 +347,7 @@ JobResult RunJob(const JobOptions& o, const TempDir& dir, Millis deadline) {
   add("--peer-timeout-ms", std::to_string(kPeerTimeout.count()));
   add("--startup-timeout-ms", "20000");
   add("--hard-timeout-s", "60");
+  add("--replicas", std::to_string(o.replicas));
   for (const auto& [k, v] : o.transport.params) add("--param", k + "=" + v);
   if (o.die_rank >= 0) {
     add("--die-rank", std::to_string(o.die_rank));
@@ -584,6 +586,76 @@ std::string KillCaseName(const ::testing::TestParamInfo<KillCase>& info) {
 INSTANTIATE_TEST_SUITE_P(Tcp, PsFailure, ::testing::ValuesIn(KillCases(kTcp)), KillCaseName);
 INSTANTIATE_TEST_SUITE_P(UcxShm, PsFailure, ::testing::ValuesIn(KillCases(kUcxShm)), KillCaseName);
 INSTANTIATE_TEST_SUITE_P(Verbs, PsFailure, ::testing::ValuesIn(KillCases(kVerbs)), KillCaseName);
+
+// ---- the coordinator's rank dies, a standby takes over ------------------------------------------
+
+// With --replicas 2 (each shard on both servers) rank 1 runs a standby coordinator
+// (ps/coordinator/coordinator.h). Rank 0 (the coordinator and server 0) is killed, or stopped (a
+// silent rank 0: the members notice within peer_timeout), 1 s after the start: every other rank
+// must end ok (server 0's shards fail over to server 1), and rank 1 says it took over.
+class PsStandby : public ::testing::TestWithParam<KillCase> {};
+
+TEST_P(PsStandby, EveryOtherRankFinishesWhenRankZeroDies) {
+  const KillCase& c = GetParam();
+  if (std::string why = Unavailable(c.transport); !why.empty()) GTEST_SKIP() << why;
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty()) << "mkdtemp failed";
+  JobOptions o;
+  o.transport = c.transport;
+  o.replicas = 2;
+  o.die_rank = 0;
+  o.die_how = c.how;
+  o.seconds = 4;  // past the death (1 s) and its detection (peer_timeout, 2 s, when stopped)
+  JobResult res = RunJob(o, dir, Millis(45000));
+  ASSERT_TRUE(res.setup_error.empty()) << res.setup_error;
+  std::string outcome = res.died ? "completed" : "not-killed", problems;
+  uint64_t ops = 0, errors = 0;
+  for (const RankResult& r : res.ranks) {
+    if (r.rank == 0) continue;
+    ops += r.line.iterations;
+    if (r.exit_code != 0 || !r.line.found || r.line.outcome != "ok") {
+      ++errors;
+      outcome = res.hung ? "hang" : "failed";
+      problems += "rank " + std::to_string(r.rank) + " (" + RoleOfRank(r.rank) + "): " + r.exit +
+                  ", error=" + r.line.error + "; stderr: " + r.stderr_tail + "\n";
+    }
+  }
+  // "ferry coordinator (rank 1) took over from rank 0: 3 of 4 members rejoined within N ms; ..."
+  const std::string err1 = ReadFile(dir.path() + "/rank1.err");
+  const std::string took = "took over from rank 0: ";
+  const size_t at = err1.find(took);
+  std::string takeover_ms = "-";
+  if (const size_t w = err1.find("within ", at);
+      at != std::string::npos && w != std::string::npos) {
+    takeover_ms = err1.substr(w + 7, err1.find(' ', w + 7) - (w + 7));
+  }
+  ReportLine("RELIABILITY scenario=ps-coordinator-" +
+             std::string(c.how == "kill" ? "sigkill" : "sigstop") +
+             "-standby backend=" + BackendLabel(c.transport.name) + " outcome=" + outcome +
+             " ops=" + std::to_string(ops) + " errors=" + std::to_string(errors) +
+             " bytes=- detect_ms=- drain_ms=- elapsed_ms=" +
+             std::to_string(MsBetween(res.started, Clock::now())) +
+             " proxy_bytes=- note=replicas=2,takeover_ms=" + takeover_ms + " error=-\n");
+  EXPECT_EQ(outcome, "completed") << problems;
+  EXPECT_NE(at, std::string::npos) << "rank 1 did not take over; its stderr: " << Tail(err1);
+  // The survivors kept training after the death (they ran --seconds from the start).
+  for (const RankResult& r : res.ranks) {
+    if (r.rank >= kServers) {
+      EXPECT_GT(r.line.iterations, 0u) << "rank " << r.rank;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Tcp, PsStandby,
+                         ::testing::Values(KillCase{"coordinator", kTcp, "kill"},
+                                           KillCase{"coordinator", kTcp, "stop"}),
+                         KillCaseName);
+INSTANTIATE_TEST_SUITE_P(UcxShm, PsStandby,
+                         ::testing::Values(KillCase{"coordinator", kUcxShm, "kill"}), KillCaseName);
+INSTANTIATE_TEST_SUITE_P(Verbs, PsStandby,
+                         ::testing::Values(KillCase{"coordinator", kVerbs, "kill"},
+                                           KillCase{"coordinator", kVerbs, "stop"}),
+                         KillCaseName);
 
 // ---- runs that must complete -------------------------------------------------------------------
 

@@ -14,6 +14,8 @@
 //   --die-rank R --die-after-ms T --die-how kill|exit|stop
 //       rank R, whatever its roles (rank 0 hosts the coordinator), raises SIGKILL, calls _exit(42)
 //       or raises SIGSTOP (a silent, hung process) T ms after the start barrier.
+//   With --replicas 2 every shard has two copies and rank 1 runs a standby coordinator: killing
+//   rank 0 (the coordinator and server 0) must leave every other rank ending ok.
 //   --slow-worker W --slow-ms M
 //       worker W computes for M ms per iteration between its pull and its push without calling
 //       the PS (slow but alive: it must NOT be declared dead, even when M > peer_timeout).
@@ -63,6 +65,7 @@ struct Args {
   int64_t peer_timeout_ms = 2000;
   int64_t startup_timeout_ms = 20000;
   uint32_t servers = 0, workers = 0;
+  uint32_t replicas = 1;
   uint32_t keys = 64;
   int die_rank = -1;
   int64_t die_after_ms = 1000;
@@ -76,7 +79,7 @@ void Usage() {
   std::fprintf(stderr,
                "usage: ps_rank [--transport tcp|ucx|verbs|auto] [--param K=V]... "
                "[--consistency asp|bsp|ssp:S] [--seconds S] [--peer-timeout-ms MS] "
-               "[--startup-timeout-ms MS] [--servers S] [--workers W] [--keys K] "
+               "[--startup-timeout-ms MS] [--servers S] [--workers W] [--replicas R] [--keys K] "
                "[--die-rank R --die-after-ms T [--die-how kill|exit|stop]] "
                "[--slow-worker W --slow-ms M] [--hard-timeout-s S]\n");
 }
@@ -117,6 +120,8 @@ bool Parse(int argc, char** argv, Args* a) {
       a->servers = static_cast<uint32_t>(n);
     } else if (k == "--workers" && num && n > 0) {
       a->workers = static_cast<uint32_t>(n);
+    } else if (k == "--replicas" && num && n > 0) {
+      a->replicas = static_cast<uint32_t>(n);
     } else if (k == "--keys" && num && n > 0 && n <= 4096) {
       a->keys = static_cast<uint32_t>(n);
     } else if (k == "--die-rank" && num && n >= 0) {
@@ -252,6 +257,7 @@ int main(int argc, char** argv) {
   job.max_outstanding = 16;
   job.servers = a.servers;
   job.workers = a.workers;
+  job.replicas = a.replicas;
   if (job.servers == 0 && job.workers == 0 && shape->servers < 0 && shape->workers < 0) {
     job.servers = env->size == 1 ? 1 : static_cast<uint32_t>(env->size / 2);
   }

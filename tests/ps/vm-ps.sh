@@ -27,8 +27,9 @@ echo "== replicas over verbs: same rows, a severed server fails over (head, tail
 echo "   admission and eviction records keep every replica's rows equal to its head's"
 FERRY_TEST_BACKENDS=verbs "$ps_replica_test" --gtest_filter='*ChainsChangeNoRowUnderBsp*:*SeveredServerFailsOverUnderBsp*:*SeveredMiddleOfAChainIsBridged*:*PsReplicaRows.AdmissionByCountAndByCoinKeepsTheHeadsRows*:*PsReplicaRows.TickEvictionAndTheRowBoundKeepTheHeadsRows*'
 
-echo "== failure detection over verbs: a server, a worker, the coordinator killed or stopped"
-"$ps_failure_test" --gtest_filter='Verbs/PsFailure.*'
+echo "== failure detection over verbs: a server, a worker, the coordinator killed or stopped;"
+echo "   with replicas, rank 0 killed or stopped while the standby coordinator takes over"
+"$ps_failure_test" --gtest_filter='Verbs/PsFailure.*:Verbs/PsStandby.*'
 
 echo "== ferry-train over verbs: fm on 2 servers + 2 workers"
 "$ferry_gen" --samples 20000 --test-samples 4000 --out "$work/tr.svm" --test-out "$work/te.svm" \

@@ -105,6 +105,14 @@ class Replicas : public ::testing::Test {
     EXPECT_NE(run.proc.err.find("goes on without it"), std::string::npos) << run.proc.Describe();
     EXPECT_NE(run.proc.err.find("server " + std::to_string(rank) + " removed"), std::string::npos)
         << run.proc.Describe();
+    if (rank == 0) {  // the standby on rank 1 took over (ps/coordinator/coordinator_takeover.cc)
+      const size_t at = run.proc.err.find("ferry coordinator (rank 1) took over from rank 0");
+      EXPECT_NE(at, std::string::npos) << run.proc.Describe();
+      if (at != std::string::npos) {
+        std::printf("%s: %s\n", tag.c_str(),
+                    run.proc.err.substr(at, run.proc.err.find('\n', at) - at).c_str());
+      }
+    }
     return bytes;
   }
 
@@ -152,6 +160,8 @@ class Replicas : public ::testing::Test {
     const char* rank_env;
     int exit_code;         // the driver's, for a job that survived
     const char* launcher;  // what the driver says of the launcher's exit, or ""
+    // The driver's arguments before "--": the test drivers take the rank count and a timeout.
+    std::vector<std::string> driver_args = {"5", "--timeout", "150"};
   };
 
   static void KeepsTheJobUnder(const LauncherCase& c) {
@@ -165,7 +175,8 @@ class Replicas : public ::testing::Test {
     const std::string metrics = *dir_ / (tag + ".jsonl");
     const std::string out = *dir_ / (tag + ".model");
     std::vector<std::string> argv = Cat({"env"}, c.env_and_options);
-    argv = Cat(argv, {driver, "5", "--timeout", "150", "--", TrainBin()});
+    argv = Cat(Cat(argv, {driver}), c.driver_args);
+    argv = Cat(argv, {"--", TrainBin()});
     argv = Cat(argv, Job("ftrl", "tcp"));
     argv = Cat(argv, {"--replicas", "2", "--model-out", out, "--metrics-json", metrics,
                       "--progress", "never", "-q"});
@@ -197,6 +208,11 @@ class Replicas : public ::testing::Test {
     EXPECT_EQ(p.exit_code, c.exit_code) << c.name << ": " << p.Describe();
     EXPECT_NE(p.err.find(c.launcher), std::string::npos) << c.name << ": " << p.Describe();
     EXPECT_EQ(bytes, ref) << c.name << ": the model differs";
+    // Rank 0 runs the coordinator: the standby on rank 1 took over.
+    // (The launchers may pass the ranks' stderr on as their stdout.)
+    EXPECT_NE((p.out + p.err).find("ferry coordinator (rank 1) took over from rank 0"),
+              std::string::npos)
+        << c.name << ": " << p.Describe();
   }
 
   static TempDir* dir_;
@@ -220,6 +236,16 @@ TEST_F(Replicas, FtrlSurvivesAKilledServerWithTheSameModelBytes) {
   EXPECT_EQ(KillOneServer("ftrl", "ucx", 2), ref) << "server 2 killed over ucx";
 }
 
+// Rank 0 runs the coordinator and server 0: killed, the standby coordinator on rank 1 takes over
+// (every member rejoins it with what it sent and heard), server 0 fails over like any server, and
+// the model is the reference's byte for byte (ps/coordinator/coordinator.h, "Standby").
+TEST_F(Replicas, FtrlSurvivesAKilledCoordinatorRankWithTheSameModelBytes) {
+  const std::string ref = reference_.count("ftrl") ? reference_["ftrl"] : Reference("ftrl");
+  ASSERT_FALSE(ref.empty());
+  EXPECT_EQ(KillOneServer("ftrl", "tcp", 0), ref) << "rank 0 killed over tcp";
+  EXPECT_EQ(KillOneServer("ftrl", "ucx", 0), ref) << "rank 0 killed over ucx";
+}
+
 // Two shard servers per server rank (--server-threads 2): the shares only decide where a row
 // lives, so the model is the reference's byte for byte; and a killed rank takes both of its
 // shard servers down at once, which fail over together (their chains' next copies are on other
@@ -237,26 +263,38 @@ TEST_F(Replicas, MlpSurvivesAKilledServerWithTheSameModelBytes) {
   EXPECT_EQ(KillOneServer("mlp", "tcp", 2), ref) << "server 2 killed over tcp";
 }
 
-// Under the real launchers (tests/launch drivers, env MPIRUN_ARGS / SRUN_ARGS for their options):
+// Under ferry-launch and the real launchers (tests/launch drivers, env MPIRUN_ARGS / SRUN_ARGS for
+// their options):
 // mpirun stops every rank when one dies unless told to recover (--enable-recovery), then exits 0;
 // srun stops the step unless --kill-on-bad-exit=0 (the driver sets 1), and then still exits with
 // the killed task's status (137, which the driver turns into its own exit 1) although the job
-// finished. Same job, server rank 1 killed. One case per launcher: a driver's exit 77 (launcher
+// finished. Same job, rank 0 killed (the coordinator and server 0: the standby on rank 1 takes
+// over). One case per launcher: a driver's exit 77 (launcher
 // missing, Slurm not starting) skips that case with the driver's reason.
 TEST_F(Replicas, MpirunWithRecoveryKeepsTheJobWithTheSameModelBytes) {
   KeepsTheJobUnder({"mpirun",
                     "FERRY_RUN_MPIRUN",
                     {"MPIRUN_ARGS=--enable-recovery"},
-                    "OMPI_COMM_WORLD_RANK=1",
+                    "OMPI_COMM_WORLD_RANK=0",
                     0,
                     ""});
+}
+
+TEST_F(Replicas, FerryLaunchKeepsTheJobWithTheSameModelBytes) {
+  KeepsTheJobUnder({"ferry-launch",
+                    "FERRY_LAUNCH",
+                    {},
+                    "FERRY_RANK=0",
+                    0,
+                    "the job goes on without it (replicas 2; rank 1 takes over as the coordinator)",
+                    {"--servers", "3", "--workers", "2", "--replicas", "2"}});
 }
 
 TEST_F(Replicas, SrunKeepsTheJobWithTheSameModelBytes) {
   KeepsTheJobUnder({"srun",
                     "FERRY_RUN_SRUN",
                     {"SRUN_ARGS=--kill-on-bad-exit=0"},
-                    "SLURM_PROCID=1",
+                    "SLURM_PROCID=0",
                     1,
                     "the launch exited with status 137"});
 }
