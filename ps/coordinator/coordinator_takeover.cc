@@ -78,7 +78,7 @@ void Coordinator::Impl::TakeOver() {
   took_over = true;
   phase = Phase::kRunning;
   const std::vector<MemberInfo> membership = rejoined.begin()->second.membership;
-  bool shutdown = false;
+  bool all_finished = true;  // every worker that rejoined had finished
   std::set<uint32_t> down;
   for (const auto& [ci, j] : rejoined) {
     Member& m = conns[ci];
@@ -95,7 +95,7 @@ void Coordinator::Impl::TakeOver() {
     m.checkpoint_at = j.clock_checkpoint ? j.clock : 0;
     finished += j.role == Role::kWorker && j.finished;
     min_clock = std::max(min_clock, j.min_clock);
-    shutdown = shutdown || j.shutdown;
+    if (j.role == Role::kWorker) all_finished = all_finished && j.finished;
     down.insert(j.servers_down.begin(), j.servers_down.end());
   }
   // The members that did not rejoin: lost with the primary's rank, or too late. (Every slot gets
@@ -115,6 +115,15 @@ void Coordinator::Impl::TakeOver() {
     }
   }
   registered = ready = servers.size() + workers.size();
+  // kShutdown goes out once every worker finished, and a member that heard it leaves instead of
+  // rejoining (ControlClient): when every worker that rejoined had finished, a member missing
+  // from a rank other than the primary's heard it and left (the standby survives one failure,
+  // rank 0's). The job is over: the rest hear kShutdown too.
+  bool shutdown = false;
+  for (const Member& m : conns) {
+    shutdown =
+        shutdown || (all_finished && m.gone && m.ep == nullptr && m.info.rank != kPrimaryRank);
+  }
   const uint64_t ms = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - first_rejoin).count());
   std::fprintf(stderr,

@@ -5,6 +5,7 @@
 // (PsStandby) and tests/train/replica_test.cc.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <string>
@@ -136,6 +137,112 @@ TEST(Standby, RebuildsTheJobFromTheRejoins) {
   auto update = after.find(ControlKind::kClockUpdate);
   ASSERT_NE(update, after.end());
   EXPECT_EQ(update->second.value, 5u);
+}
+
+// Rank 0 died while it sent kShutdown (every worker had finished): server 2 and worker 1 heard it
+// and left, server 1 and worker 0 did not and rejoin. The standby does not take the two missing
+// for lost (a second failure), it tells the rest the job is over.
+TEST(Standby, MembersThatHeardTheShutdownAreNotTakenForLost) {
+  const JobSpec job = Job();
+  auto standby = Coordinator::StartStandby(job, "127.0.0.1:0", 1);
+  ASSERT_TRUE(standby.ok()) << standby.status().ToString();
+  ControlJournal w0 = Journal(job, Role::kWorker, 0);
+  w0.finished = true;
+  Member mw0 = Rejoin(**standby, job, w0);
+  Member m1 = Rejoin(**standby, job, Journal(job, Role::kServer, 1));
+  for (Member* m : {&mw0, &m1}) {
+    auto got = m->Collect(Millis(700));  // the takeover waits peer_timeout for the missing
+    EXPECT_EQ(got.count(ControlKind::kShutdown), 1u);
+    EXPECT_EQ(got.count(ControlKind::kFailure), 0u);
+  }
+}
+
+// The next message of `kind` (others are skipped), or a failure.
+Result<ControlMessage> Await(ControlClient* c, ControlKind kind, Millis within = Millis(5000)) {
+  const auto deadline = std::chrono::steady_clock::now() + within;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto m = c->Receive(Millis(100));
+    if (m.ok() && m->kind == kind) return m;
+    if (!m.ok() && m.status().code() != Code::kTimeout) return m.status();
+  }
+  return Timeout("no " + std::string(ControlKindName(kind)));
+}
+
+// The whole way, with real control clients: they register with a primary coordinator, the job
+// starts and runs a clock, then rank 0 (the primary and server 0's client) goes away. The other
+// clients fail over by themselves (the journal, the rejoin), the standby takes over, server 0 is
+// removed, and the job goes on: a barrier, the finish and the shutdown go through the standby.
+TEST(Standby, ClientsFailOverAndTheJobGoesOn) {
+  const JobSpec job = Job();
+  auto primary = Coordinator::Start(job, "127.0.0.1:0");
+  ASSERT_TRUE(primary.ok()) << primary.status().ToString();
+  auto standby = Coordinator::StartStandby(job, "127.0.0.1:0", 1);
+  ASSERT_TRUE(standby.ok()) << standby.status().ToString();
+  std::vector<std::unique_ptr<ControlClient>> c;  // servers 0..2, then workers 0..1
+  for (const MemberInfo& i : Membership()) {
+    auto client = ControlClient::Connect((*primary)->address(), job, nullptr, Millis(5000));
+    ASSERT_TRUE(client.ok()) << client.status().ToString();
+    ControlMessage reg;
+    reg.kind = ControlKind::kRegister;
+    reg.rank = i.rank;
+    reg.role = i.role;
+    reg.index = i.index;
+    reg.value = job.Fingerprint();
+    reg.members = {i};
+    if (i.rank == 1) reg.text = (*standby)->address();  // as Node does on the standby's rank
+    ASSERT_TRUE((*client)->Send(reg).ok());
+    c.push_back(std::move(client).value());
+  }
+  ControlMessage m;
+  for (auto& client : c) {
+    auto mem = Await(client.get(), ControlKind::kMembership);
+    ASSERT_TRUE(mem.ok()) << mem.status().ToString();
+    EXPECT_EQ(mem->text, (*standby)->address());
+    m.kind = ControlKind::kReady;
+    ASSERT_TRUE(client->Send(m).ok());
+  }
+  for (auto& client : c) ASSERT_TRUE(Await(client.get(), ControlKind::kStart).ok());
+  // Clock 1 under BSP: every server applies it, then the workers hear it.
+  m.kind = ControlKind::kClock;
+  m.value = 1;
+  for (size_t w = 3; w < 5; ++w) ASSERT_TRUE(c[w]->Send(m).ok());
+  for (size_t s = 0; s < 3; ++s) {
+    ASSERT_TRUE(Await(c[s].get(), ControlKind::kApplyClock).ok());
+    ControlMessage done;
+    done.kind = ControlKind::kClockApplied;
+    done.value = 1;
+    ASSERT_TRUE(c[s]->Send(done).ok());
+  }
+  for (size_t w = 3; w < 5; ++w) {
+    auto u = Await(c[w].get(), ControlKind::kClockUpdate);
+    ASSERT_TRUE(u.ok()) << u.status().ToString();
+    EXPECT_EQ(u->value, 1u);
+  }
+  // Rank 0 dies: server 0's client and the primary.
+  c[0].reset();
+  primary->reset();
+  for (size_t i = 1; i < 5; ++i) {
+    auto down = Await(c[i].get(), ControlKind::kServerDown);
+    ASSERT_TRUE(down.ok()) << "member " << i << ": " << down.status().ToString();
+    EXPECT_EQ(down->index, 0u);
+    EXPECT_TRUE(c[i]->status().ok()) << c[i]->status().ToString();
+  }
+  EXPECT_FALSE((*standby)->standing_by());
+  m.kind = ControlKind::kBarrier;
+  m.value = 1;
+  for (size_t w = 3; w < 5; ++w) ASSERT_TRUE(c[w]->Send(m).ok());
+  for (size_t w = 3; w < 5; ++w) {
+    auto r = Await(c[w].get(), ControlKind::kBarrierRelease);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->value, 1u);
+  }
+  m.kind = ControlKind::kFinish;
+  for (size_t w = 3; w < 5; ++w) ASSERT_TRUE(c[w]->Send(m).ok());
+  for (size_t i = 1; i < 5; ++i) {
+    ASSERT_TRUE(Await(c[i].get(), ControlKind::kShutdown).ok()) << "member " << i;
+  }
+  c.clear();
+  EXPECT_TRUE((*standby)->Join().ok());
 }
 
 // A member that lost only its own link to rank 0 rejoins, but the standby's rank still has rank 0:
