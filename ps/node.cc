@@ -176,7 +176,8 @@ Result<ControlClient*> Node::RegisterRole(const JobSpec& job, Role role, uint32_
 }
 
 Status Node::StartRoles(const JobSpec& job) {
-  if (job.replicas > 1 && env_.rank == kStandbyRank && env_.size > kStandbyRank) {
+  if (job.replicas > 1 && job.coordinator_standby && env_.rank == kStandbyRank &&
+      env_.size > kStandbyRank) {
     // The standby coordinator (coordinator.h): it listens where this rank's data does, which
     // every rank reaches; its address goes to everyone in the membership.
     FERRY_ASSIGN_OR_RETURN(coordinator_,

@@ -91,7 +91,7 @@ def family(s):
     name = s.get("scenario", "")
     # Rank 0 (the coordinator) killed with --replicas 2: the launcher cases kill rank 0 too.
     if (name.startswith("train-replicas") and
-            (name.endswith("-rank0") or name.endswith("-mpirun") or name.endswith("-srun") or
+            ("-rank0" in name or name.endswith("-mpirun") or name.endswith("-srun") or
              name.endswith("-ferry-launch"))):
         return "coordinator"
     if name.startswith("ps-") and name.endswith("-standby"):

@@ -133,9 +133,13 @@ struct JobSpec {
   // 1 = off. At most `servers`. In tables with admission, a max_rows bound or tick eviction the
   // head alone decides which rows are created and evicted, and every replica applies its
   // decisions in its order (docs/ps.md "Replicas").
-  // The coordinator (rank 0) is not replicated: losing rank 0 ends the job (resume it from a
-  // checkpoint).
+  // With replicas > 1 rank 1 also runs a standby coordinator that takes over when rank 0 dies
+  // (ps/coordinator/coordinator.h, "Standby"), unless `coordinator_standby` is off: a program
+  // whose rank 0 holds what the job cannot go on without (ferry-train's stream dealt by rank 0)
+  // turns it off, and then losing rank 0 ends the job as without replicas. Not in the
+  // fingerprint: only rank 1 reads it.
   uint32_t replicas = 1;
+  bool coordinator_standby = true;
 
   // The servers' eviction tick: every `evict_tick` each server advances the tick of every table
   // that evicts or decays scores (TableSpec::evict_unseen_ticks, evict_score, score_half_life)

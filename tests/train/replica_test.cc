@@ -244,6 +244,14 @@ TEST_F(Replicas, FtrlSurvivesAKilledCoordinatorRankWithTheSameModelBytes) {
   ASSERT_FALSE(ref.empty());
   EXPECT_EQ(KillOneServer("ftrl", "tcp", 0), ref) << "rank 0 killed over tcp";
   EXPECT_EQ(KillOneServer("ftrl", "ucx", 0), ref) << "rank 0 killed over ucx";
+  // Periodic checkpoints go on through the takeover (one in flight is dropped, the next boundary
+  // takes one), and the model is still the reference's.
+  const std::string ck = *dir_ / "rank0.ck";
+  EXPECT_EQ(KillOneServer("ftrl", "tcp", 0, {"--checkpoint-dir", ck, "--checkpoint-every", "40"},
+                          "_checkpoints"),
+            ref)
+      << "rank 0 killed over tcp with periodic checkpoints";
+  EXPECT_TRUE(std::filesystem::exists(std::filesystem::path(ck) / "LATEST"));
 }
 
 // Two shard servers per server rank (--server-threads 2): the shares only decide where a row

@@ -115,6 +115,9 @@ int RunJobRank(const CLI::App& app, models::TrainOptions o, const ps::LaunchEnv&
     if (Status s = CheckRankDealing(o, env); !s.ok()) return TrainFailed("", s);
     // Before Node::Start's threads: setenv must not race a getenv.
     ::setenv(models::kStreamDealtEnv, "dealt", 1);
+    // Rank 0 deals the stream: its death ends the workers' input, which they would take for the
+    // stream's end. The job must end with it then (no standby coordinator), not finish short.
+    job->coordinator_standby = false;
     const bool stdin_stream = o.stream.follow.empty() && o.train_files.front() == "-";
     if (stdin_stream && env.rank != 0 && env.launcher == ps::Launcher::kSrun) {
       DrainStandardInput();
