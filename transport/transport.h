@@ -319,7 +319,7 @@ class Transport {
   // nothing). Non-blocking; allocation-free once warm. An empty `out` only drives progress.
   virtual size_t Poll(std::span<Completion> out) = 0;
   // Blocks until Poll may return something, `timeout` passes, or Wake() is called (driving
-  // progress meanwhile). When `timeout` passes it returns kTimeout (tcp, ucx) or Ok (verbs),
+  // progress meanwhile); over tcp also when an endpoint fails (its status() changed). When `timeout` passes it returns kTimeout (tcp, ucx) or Ok (verbs),
   // without allocating: idle loops call it.
   virtual Status Wait(Millis timeout) = 0;
   // Makes a Wait() blocked now in another thread, or else the next Wait() to start, return Ok

@@ -236,6 +236,26 @@ TEST(TcpStream, CloseCancelsPendingAndPeerSeesClosed) {
   EXPECT_EQ(sc->code, Code::kCancelled);
 }
 
+// An endpoint with nothing posted fails without a completion: Wait() still returns at once, so
+// an idle loop that watches its endpoints' status (a PS control client, the coordinator) sees a
+// dead peer without sitting out its wait's timeout.
+TEST(TcpStream, WaitReturnsWhenAnIdleEndpointFails) {
+  Pair p = ConnectPair();
+  ASSERT_NE(p.ab, nullptr);
+  Completion c[4];
+  (void)p.b->Poll(c);
+  (void)p.a->Wait(Millis(0));  // consume any earlier wake-up
+  p.ab->Close();
+  (void)p.a->Poll(c);
+  // b: nothing posted on ba; its peer closed.
+  const auto start = Clock::now();
+  Status st;
+  while (p.ba->status().ok() && Clock::now() - start < Millis(10000)) st = p.b->Wait(Millis(5000));
+  const auto waited = std::chrono::duration_cast<Millis>(Clock::now() - start);
+  EXPECT_EQ(p.ba->status().code(), Code::kPeerFailure) << p.ba->status().ToString();
+  EXPECT_LT(waited.count(), 2500) << "Wait sat out its timeout: " << st.ToString();
+}
+
 TEST(TcpStream, MessagesTooLongAndUnexpectedLimits) {
   TransportOptions ob;
   ob.params["max_unexpected_bytes"] = std::to_string(1 << 20);
