@@ -319,8 +319,9 @@ class Transport {
   // nothing). Non-blocking; allocation-free once warm. An empty `out` only drives progress.
   virtual size_t Poll(std::span<Completion> out) = 0;
   // Blocks until Poll may return something, `timeout` passes, or Wake() is called (driving
-  // progress meanwhile); over tcp also when an endpoint fails (its status() changed). When `timeout` passes it returns kTimeout (tcp, ucx) or Ok (verbs),
-  // without allocating: idle loops call it.
+  // progress meanwhile); over tcp also when an endpoint fails (its status() changed). When
+  // `timeout` passes it returns kTimeout (tcp, ucx) or Ok (verbs), without allocating: idle loops
+  // call it.
   virtual Status Wait(Millis timeout) = 0;
   // Makes a Wait() blocked now in another thread, or else the next Wait() to start, return Ok
   // promptly, possibly with nothing to poll. For a thread that sleeps in Wait() and must also
