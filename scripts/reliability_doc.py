@@ -209,7 +209,7 @@ sections = [
      "srun --kill-on-bad-exit=0: `ok` = the "
      "job finished and its model file equals the run without replicas and without the kill, byte "
      "for byte; `stall_ms` as above. `ps-coordinator-*-standby` (tests/ps/failure_test.cc): rank 0 "
-     "SIGKILLed or SIGSTOPped 1 s into a 4 s job of 2 servers and 2 workers: `completed` = every "
+     "SIGKILLed (SIGSTOPped) 1 s into a 3 s (4 s) job of 2 servers and 2 workers: `completed` = every "
      "other rank ended ok; `takeover_ms`: the first member's rejoin to the takeover (a stopped "
      "rank 0 is noticed after peer_timeout, 2 s, first)."),
     ("stragglers", "A straggler under bsp, with and without backup workers (ferry-train --backup-workers)",

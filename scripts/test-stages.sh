@@ -13,7 +13,8 @@
 #         (the VM's time budget: verbs in the VM run without sanitizers, and the host has no
 #         RDMA device for verbs code to run on). Any report aborts the test: fail. train_formats
 #         runs 6 of its 18 model x format pairs here, train_ranking its ModelRanking cases,
-#         train_consistency its bsp/ssp/asp training case (not bsp's determinism runs), and
+#         train_consistency its bsp/ssp/asp training case (not bsp's determinism runs),
+#         train_replicas all but its launcher and server-threads cases, and
 #         train_liblinear does not run here (tests/train/meson.build says which, and why).
 #   tsan  gcc, TSan: only the multi-threaded tests (progress threads, two threads posting on one
 #         transport, concurrent table readers, the pool, ferry-serve's request threads during hot

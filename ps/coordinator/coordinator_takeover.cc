@@ -85,10 +85,12 @@ void Coordinator::Impl::TakeOver() {
     auto& slots = j.role == Role::kServer ? servers : workers;
     slots[j.index] = static_cast<int>(ci);
     m.registered = m.ready = true;
-    // DecodeRejoin made sure the member's own membership lists it.
-    m.info = *std::find_if(j.membership.begin(), j.membership.end(), [&](const MemberInfo& i) {
-      return i.role == j.role && i.index == j.index;
-    });
+    // DecodeRejoin made sure the member's own membership lists it. (Named copies: clang 14
+    // cannot capture a structured binding.)
+    const Role role = j.role;
+    const uint32_t index = j.index;
+    m.info = *std::find_if(j.membership.begin(), j.membership.end(),
+                           [&](const MemberInfo& i) { return i.role == role && i.index == index; });
     m.finished = j.finished;
     m.clock = j.clock;
     m.position = j.position;

@@ -605,7 +605,8 @@ TEST_P(PsStandby, EveryOtherRankFinishesWhenRankZeroDies) {
   o.replicas = 2;
   o.die_rank = 0;
   o.die_how = c.how;
-  o.seconds = 4;  // past the death (1 s) and its detection (peer_timeout, 2 s, when stopped)
+  // Past the death (1 s) and its detection (at once when killed; peer_timeout, 2 s, when stopped).
+  o.seconds = c.how == "kill" ? 3 : 4;
   JobResult res = RunJob(o, dir, Millis(45000));
   ASSERT_TRUE(res.setup_error.empty()) << res.setup_error;
   std::string outcome = res.died ? "completed" : "not-killed", problems;

@@ -30,7 +30,7 @@ JobSpec Job() {
   job.replicas = 2;
   job.consistency.kind = Consistency::kBsp;
   job.transport = "tcp";
-  job.peer_timeout = Millis(300);
+  job.peer_timeout = Millis(150);
   return job;
 }
 
@@ -152,7 +152,7 @@ TEST(Standby, MembersThatHeardTheShutdownAreNotTakenForLost) {
   Member mw0 = Rejoin(**standby, job, w0);
   Member m1 = Rejoin(**standby, job, Journal(job, Role::kServer, 1));
   for (Member* m : {&mw0, &m1}) {
-    auto got = m->Collect(Millis(700));  // the takeover waits peer_timeout for the missing
+    auto got = m->Collect(Millis(500));  // the takeover waits peer_timeout for the missing
     EXPECT_EQ(got.count(ControlKind::kShutdown), 1u);
     EXPECT_EQ(got.count(ControlKind::kFailure), 0u);
   }
@@ -277,7 +277,7 @@ TEST(Standby, RefusesBadRejoinsAtOnce) {
     ASSERT_TRUE(c.ok());
     m.client = std::move(c).value();
     ASSERT_TRUE(m.client->Send(rejoin).ok());
-    auto got = m.Collect(Millis(200));
+    auto got = m.Collect(Millis(150));
     auto reject = got.find(ControlKind::kReject);
     ASSERT_NE(reject, got.end()) << why;
     EXPECT_NE(reject->second.text.find(why), std::string::npos) << reject->second.text;
