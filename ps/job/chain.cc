@@ -1,28 +1,56 @@
 // Chain geometry (see chain.h).
 #include "ps/job/chain.h"
 
+#include <algorithm>
+
 namespace ferry::ps {
 
-ChainMap::ChainMap(uint32_t servers, uint32_t replicas)
+ChainMap::ChainMap(uint32_t servers, uint32_t replicas, uint32_t spares)
     : servers_(servers == 0 ? 1 : servers),
       replicas_(replicas == 0 ? 1 : (replicas > servers_ ? servers_ : replicas)),
-      dead_(servers_, false) {}
+      spares_(spares),
+      order_(servers_),
+      hosted_(servers_ + spares),
+      dead_(servers_ + spares, false),
+      joining_(servers_ + spares, false),
+      adopted_(servers_ + spares, false) {
+  for (uint32_t s = 0; s < servers_; ++s) {
+    for (uint32_t k = 0; k < replicas_; ++k) {
+      order_[s].push_back((s + k) % servers_);
+      hosted_[s].push_back((s + servers_ - k) % servers_);
+    }
+  }
+}
+
+int ChainMap::Slot(uint32_t server, uint32_t shard) const {
+  const auto& h = hosted_[server];
+  const auto it = std::find(h.begin(), h.end(), shard);
+  return it == h.end() ? -1 : static_cast<int>(it - h.begin());
+}
 
 int ChainMap::Position(uint32_t shard, uint32_t server) const {
-  const uint32_t k = (server + servers_ - shard % servers_) % servers_;
-  return k < replicas_ ? static_cast<int>(k) : -1;
+  const auto& o = order_[shard];
+  const auto it = std::find(o.begin(), o.end(), server);
+  return it == o.end() ? -1 : static_cast<int>(it - o.begin());
 }
 
 uint32_t ChainMap::live_servers() const {
   uint32_t n = 0;
-  for (bool d : dead_) n += d ? 0 : 1;
+  for (uint32_t i = 0; i < members(); ++i) n += !dead_[i] && !hosted_[i].empty() ? 1 : 0;
   return n;
 }
 
 int ChainMap::Head(uint32_t shard) const {
-  for (uint32_t k = 0; k < replicas_; ++k) {
-    const uint32_t m = Member(shard, k);
-    if (!dead_[m]) return static_cast<int>(m);
+  for (uint32_t m : order_[shard]) {
+    if (!dead_[m] && !joining_[m]) return static_cast<int>(m);
+  }
+  return -1;
+}
+
+int ChainMap::Tail(uint32_t shard) const {
+  const auto& o = order_[shard];
+  for (auto it = o.rbegin(); it != o.rend(); ++it) {
+    if (!dead_[*it] && !joining_[*it]) return static_cast<int>(*it);
   }
   return -1;
 }
@@ -30,22 +58,40 @@ int ChainMap::Head(uint32_t shard) const {
 int ChainMap::Successor(uint32_t shard, uint32_t server) const {
   const int at = Position(shard, server);
   if (at < 0) return -1;
-  for (uint32_t k = static_cast<uint32_t>(at) + 1; k < replicas_; ++k) {
-    const uint32_t m = Member(shard, k);
-    if (!dead_[m]) return static_cast<int>(m);
+  const auto& o = order_[shard];
+  for (size_t k = static_cast<size_t>(at) + 1; k < o.size(); ++k) {
+    if (!dead_[o[k]]) return static_cast<int>(o[k]);
   }
   return -1;
 }
 
 bool ChainMap::AllShardsLive(int also_dead) const {
-  for (uint32_t s = 0; s < servers_; ++s) {
-    bool live = false;
-    for (uint32_t k = 0; k < replicas_ && !live; ++k) {
-      const uint32_t m = Member(s, k);
-      live = !dead_[m] && static_cast<int>(m) != also_dead;
-    }
+  for (const auto& o : order_) {
+    const bool live = std::any_of(o.begin(), o.end(), [&](uint32_t m) {
+      return !dead_[m] && !joining_[m] && static_cast<int>(m) != also_dead;
+    });
     if (!live) return false;
   }
+  return true;
+}
+
+int ChainMap::IdleSpare() const {
+  for (uint32_t i = servers_; i < members(); ++i) {
+    if (!dead_[i] && hosted_[i].empty()) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+bool ChainMap::Join(uint32_t dead, uint32_t spare) {
+  if (dead >= members() || spare >= members() || !dead_[dead] || adopted_[dead] ||
+      hosted_[dead].empty() || !is_spare(spare) || dead_[spare] || !hosted_[spare].empty()) {
+    return false;
+  }
+  adopted_[dead] = true;
+  hosted_[spare] = hosted_[dead];
+  for (uint32_t shard : hosted_[spare]) order_[shard].push_back(spare);
+  joining_[spare] = true;
+  ++version_;
   return true;
 }
 

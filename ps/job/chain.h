@@ -1,24 +1,33 @@
 // Chain replication of server shards (JobSpec::replicas, docs/ps.md "Replicas"): which servers
 // hold a shard, which of them is its head (serves the workers) and which one a server forwards a
 // push to. Pure bookkeeping, shared by the coordinator, the servers and the workers so that all
-// three agree on the chains for the same set of dead servers.
+// three agree on the chains for the same sequence of removals and repairs.
 //
-// Shard s is the set of keys Partition assigns to server s. With R replicas it lives on the chain
+// Shard s is the set of keys Partition assigns to server s. With R replicas it starts on the chain
 //
 //     s -> s+1 -> ... -> s+R-1        (server indices mod S; R <= S, so all distinct)
 //
 // Pushes enter at the head (the first live member), are applied there and forwarded member by
 // member to the tail (the last live member); the tail's acknowledgement travels back, and the
 // head answers the worker only then. Pulls are served by the head. Server i therefore hosts R
-// shards: its own (position 0 of its chain) and the shards i-1, ..., i-R+1 as a backup
-// ("hosted slot" k holds shard i-k). When a server dies, every chain it was in closes over the
-// gap: its successor becomes the head of the shards it headed, its predecessor forwards to its
-// successor. A job survives as long as every shard keeps one live member.
+// shards: its own and the shards i-1, ..., i-R+1 as a backup ("hosted slot" k holds shard i-k;
+// the slot indexes the server's tables, the position in a chain is where the server stands in
+// it). When a server dies, every chain it was in closes over the gap: its successor becomes the
+// head of the shards it headed, its predecessor forwards to its successor. A job survives as
+// long as every shard keeps one live member.
+//
+// Repairs (JobSpec::spares; servers S .. S+N-1 are spares, hosting nothing at the start): a
+// spare adopts a dead server's hosted slots (the same shards in the same slots) and is appended
+// at the tail of each of those chains. Until Joined() it is *joining*: the live tail before it
+// (the source, Tail()) forwards to it, but it heads nothing and does not keep a shard alive
+// (its copy is not complete). Chains only ever grow at the tail, so the members before a joining
+// spare keep their positions.
 //
 // Thread-safety: a value type; not synchronised.
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 namespace ferry::ps {
@@ -27,36 +36,65 @@ class ChainMap {
  public:
   ChainMap() = default;
   // Requires 1 <= replicas <= servers (ValidateJob checks it).
-  ChainMap(uint32_t servers, uint32_t replicas);
+  ChainMap(uint32_t servers, uint32_t replicas, uint32_t spares = 0);
 
-  uint32_t servers() const { return servers_; }
+  uint32_t servers() const { return servers_; }  // shard servers S (spares not counted)
+  uint32_t spares() const { return spares_; }
   uint32_t replicas() const { return replicas_; }
+  // Every server index, spares included, is below this.
+  uint32_t members() const { return servers_ + spares_; }
+  // The repairs begun so far (Join calls that succeeded).
+  uint32_t version() const { return version_; }
 
-  // The k-th member of shard's chain (k < replicas), dead or alive.
-  uint32_t Member(uint32_t shard, uint32_t k) const { return (shard + k) % servers_; }
-  // The shard in hosted slot k of `server` (the shard whose chain has `server` at position k).
-  uint32_t HostedShard(uint32_t server, uint32_t k) const {
-    return (server + servers_ - k % servers_) % servers_;
-  }
+  // Shard's chain in order, dead and joining members included.
+  std::span<const uint32_t> Chain(uint32_t shard) const { return order_[shard]; }
+  // The k-th member of shard's chain (k < Chain(shard).size()), dead or alive.
+  uint32_t Member(uint32_t shard, uint32_t k) const { return order_[shard][k]; }
+  // The shard in hosted slot k of `server` (k < Hosted(server).size()).
+  uint32_t HostedShard(uint32_t server, uint32_t k) const { return hosted_[server][k]; }
+  std::span<const uint32_t> Hosted(uint32_t server) const { return hosted_[server]; }
+  // The hosted slot of `shard` on `server`, or -1 when it holds no copy.
+  int Slot(uint32_t server, uint32_t shard) const;
   // Position of `server` in shard's chain, or -1 when it is not a member.
   int Position(uint32_t shard, uint32_t server) const;
 
   bool dead(uint32_t server) const { return dead_[server]; }
   void MarkDead(uint32_t server) { dead_[server] = true; }
+  bool joining(uint32_t server) const { return joining_[server]; }
+  bool is_spare(uint32_t server) const { return server >= servers_; }
+  // Live shard servers and adopted spares (idle spares not counted).
   uint32_t live_servers() const;
 
-  // The first live member of shard's chain, or -1 when none is left.
+  // The first live member of shard's chain that is not joining, or -1 when none is left.
   int Head(uint32_t shard) const;
-  // The next live member after `server` in shard's chain, or -1 when `server` is its live tail
-  // (or not a member).
+  // The last live member that is not joining (the source of a repair), or -1.
+  int Tail(uint32_t shard) const;
+  // The next live member after `server` in shard's chain (a joining one included), or -1 when
+  // `server` is its live tail (or not a member).
   int Successor(uint32_t shard, uint32_t server) const;
-  // Every shard still has a live member (with `also_dead` dead too, when given).
+  // Every shard still has a live member that is not joining (with `also_dead` dead too, when
+  // given).
   bool AllShardsLive(int also_dead = -1) const;
+
+  // The first live spare that hosts nothing, or -1.
+  int IdleSpare() const;
+  // Repair: the idle live spare `spare` adopts dead server `dead`'s hosted slots and joins the
+  // tail of each of those chains. False (nothing changed) unless `dead` is dead, hosts shards
+  // and was not adopted yet, and `spare` is a live idle spare.
+  bool Join(uint32_t dead, uint32_t spare);
+  // The spare's copies are complete: it may head and keeps its shards alive from now on.
+  void Joined(uint32_t spare) { joining_[spare] = false; }
 
  private:
   uint32_t servers_ = 1;
   uint32_t replicas_ = 1;
+  uint32_t spares_ = 0;
+  uint32_t version_ = 0;
+  std::vector<std::vector<uint32_t>> order_ = {{0}};   // [shard]: the chain
+  std::vector<std::vector<uint32_t>> hosted_ = {{0}};  // [server]: slot -> shard
   std::vector<bool> dead_ = std::vector<bool>(1, false);
+  std::vector<bool> joining_ = std::vector<bool>(1, false);
+  std::vector<bool> adopted_ = std::vector<bool>(1, false);  // a dead server's slots were taken
 };
 
 }  // namespace ferry::ps

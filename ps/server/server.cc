@@ -187,7 +187,7 @@ Server::Table* Server::TableFor(uint32_t shard, uint32_t t) {
   if (t >= job_.tables.size()) return nullptr;
   // Without replicas every request is for this server's shard (the field is not checked).
   if (job_.replicas == 1) return &tables_[t];
-  const int k = chain_.Position(shard, index_);
+  const int k = chain_.Slot(index_, shard);
   if (k < 0) return nullptr;
   return &tables_[size_t(k) * job_.tables.size() + t];
 }

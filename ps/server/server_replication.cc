@@ -373,7 +373,7 @@ void Server::HandleForward(uint32_t pred, uint32_t imm) {
   ++u.next_seq;
   last_forward_at_ = std::chrono::steady_clock::now();
   if ((fv.header.flags & kForwardRecord) != 0) {
-    const int k = chain_.Position(fv.header.shard, index_);
+    const int k = chain_.Slot(index_, fv.header.shard);
     Status s = ApplyRecord(static_cast<uint32_t>(k), fv);
     if (!s.ok()) {
       if (fatal_.ok()) fatal_ = s.Annotate("apply a row record of server " + std::to_string(pred));

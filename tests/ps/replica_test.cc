@@ -24,6 +24,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <vector>
 
 #include "tests/ps/job_util.h"
 #include "tests/ps/training_loop.h"
@@ -536,6 +537,46 @@ TEST(ChainMap, HeadsSuccessorsAndSurvival) {
   three.MarkDead(1);
   EXPECT_EQ(three.Successor(0, 0), 2);  // the middle is bridged
   EXPECT_EQ(three.live_servers(), 2u);
+}
+
+// Repairs (chain.h): a spare adopts a dead server's slots at the tail of its chains, copies while
+// joining (forwarded to, never a head, keeps nothing alive) and counts once Joined.
+TEST(ChainMap, ASpareJoinsTheTailOfTheDeadServersChains) {
+  ChainMap c(4, 2, 1);  // servers 0..3, spare 4
+  EXPECT_EQ(c.members(), 5u);
+  EXPECT_EQ(c.IdleSpare(), 4);
+  EXPECT_EQ(c.live_servers(), 4u);  // an idle spare is not counted
+  EXPECT_FALSE(c.Join(1, 4));       // server 1 is alive
+  c.MarkDead(1);
+  EXPECT_FALSE(c.Join(1, 2));  // not a spare
+  ASSERT_TRUE(c.Join(1, 4));
+  EXPECT_EQ(c.version(), 1u);
+  EXPECT_FALSE(c.Join(1, 4));  // adopted already
+  EXPECT_EQ(c.IdleSpare(), -1);
+  EXPECT_EQ(std::vector<uint32_t>(c.Chain(1).begin(), c.Chain(1).end()),
+            (std::vector<uint32_t>{1, 2, 4}));
+  EXPECT_EQ(std::vector<uint32_t>(c.Chain(0).begin(), c.Chain(0).end()),
+            (std::vector<uint32_t>{0, 1, 4}));
+  EXPECT_EQ(c.Slot(4, 1), 0);  // the dead server's slots, unchanged
+  EXPECT_EQ(c.Slot(4, 0), 1);
+  EXPECT_EQ(c.Slot(4, 2), -1);
+  EXPECT_EQ(c.Position(0, 4), 2);
+  EXPECT_TRUE(c.joining(4));
+  EXPECT_EQ(c.Successor(1, 2), 4);  // the source forwards to it
+  EXPECT_EQ(c.Successor(0, 0), 4);
+  EXPECT_EQ(c.Tail(1), 2);  // ... but stays the tail that answers
+  EXPECT_EQ(c.Head(1), 2);
+  EXPECT_FALSE(c.AllShardsLive(2));  // shard 1 would only have a copy in progress
+  c.Joined(4);
+  EXPECT_EQ(c.Tail(1), 4);
+  EXPECT_TRUE(c.AllShardsLive(2));
+  EXPECT_TRUE(c.AllShardsLive(4));
+  EXPECT_TRUE(c.AllShardsLive(0));  // the spare keeps shard 0 alive now
+  EXPECT_EQ(c.live_servers(), 4u);
+  c.MarkDead(2);  // the other replica of shard 1
+  EXPECT_EQ(c.Head(1), 4);
+  EXPECT_EQ(c.Successor(1, 4), -1);
+  EXPECT_TRUE(c.AllShardsLive());
 }
 
 }  // namespace
