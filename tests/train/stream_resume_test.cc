@@ -286,23 +286,42 @@ TEST_F(FollowResume, RefusesWhatCannotResume) {
   }
 }
 
+// Whether process `pid` has `path` open (its /proc/PID/fd links).
+bool HasOpen(pid_t pid, const std::string& path) {
+  std::error_code ec;
+  for (const auto& e :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
+    std::error_code rec;
+    if (std::filesystem::read_symlink(e.path(), rec) == path) return true;
+  }
+  return false;
+}
+
 // A file that arrives after a later name was seen would move every later file to another
 // worker: the job fails naming both, it does not train on.
 TEST_F(FollowResume, AFileArrivingOutOfNameOrderFailsTheJob) {
   const std::string d = *dir_ / "order";
   std::filesystem::create_directories(d);
   WriteText(d + "/b", parts_[0]);
-  // "a" comes 500 ms after both workers' ranks exist: their first listing (only "b") is long
-  // done, and worker 1, with no file, waits for --idle-exit (1.5 s) to pass.
+  // "a" comes once a worker's rank has "b" open (their first listing, only "b", is done), or
+  // 1.5 s after both ranks exist if that went unseen; worker 1, with no file, waits for
+  // --idle-exit (4 s here) meanwhile. A fixed 500 ms was too short under ASan on a loaded
+  // machine: "a" arrived before the first listing and the job trained on both, in order.
+  std::vector<std::string> args = Job(d, "tcp");
+  for (size_t i = 0; i + 1 < args.size(); ++i) {
+    if (args[i] == "--idle-exit") args[i + 1] = "4";
+  }
   bool placed = false;
   Clock::time_point started{};
-  TrainRun r = Train(*dir_, "order", Job(d, "tcp"), 30, [&](pid_t launcher) {
+  TrainRun r = Train(*dir_, "order", args, 30, [&](pid_t launcher) {
     if (placed) return;
+    const pid_t w0 = RankPid(launcher, 2), w1 = RankPid(launcher, 3);
     if (started == Clock::time_point{}) {
-      if (RankPid(launcher, 2) > 0 && RankPid(launcher, 3) > 0) started = Clock::now();
+      if (w0 > 0 && w1 > 0) started = Clock::now();
       return;
     }
-    if (Clock::now() - started > std::chrono::milliseconds(500)) {
+    const bool listed = HasOpen(w0, d + "/b") || HasOpen(w1, d + "/b");
+    if (listed || Clock::now() - started > std::chrono::milliseconds(1500)) {
       WriteText(d + "/.a", parts_[1]);
       std::filesystem::rename(d + "/.a", d + "/a");
       placed = true;
