@@ -290,7 +290,8 @@ w("\n".join(fz) if fz else "| (the fuzz stage did not run) | | | | |")
 w("")
 
 w("## Sanitizers\n")
-w("ASan+UBSan build, every suite but `rdma` and `install` (any report aborts its test):\n")
+w("ASan+UBSan build (UBSan without alignment and vptr; the fuzz stage keeps both), every suite but "
+  "`rdma` and `install` (any report aborts its test):\n")
 w("| Test | Result | Seconds | Skipped gtest cases |")
 w("|---|---|---|---|")
 ar = result_rows(asan, lambda t, n: True)
