@@ -187,11 +187,14 @@ Status Node::StartRoles(const JobSpec& job) {
   // Bring every role up to "registered" first: the coordinator publishes the membership only
   // once every member of the job registered, and a server rank is server_threads members (a
   // colocated rank one more).
-  if (roles_.server >= 0) {
-    servers_ = std::vector<ShardServer>(job.server_threads);
-    for (uint32_t t = 0; t < job.server_threads; ++t) {
+  if (roles_.server >= 0 || roles_.spare >= 0) {
+    // A spare rank runs one server, index shard_servers() + j (job.h "spares").
+    const uint32_t n = roles_.spare >= 0 ? 1 : job.server_threads;
+    servers_ = std::vector<ShardServer>(n);
+    for (uint32_t t = 0; t < n; ++t) {
       ShardServer& s = servers_[t];
-      s.index = ShardServerOf(job, static_cast<uint32_t>(roles_.server), t);
+      s.index = roles_.spare >= 0 ? job.shard_servers() + static_cast<uint32_t>(roles_.spare)
+                                  : ShardServerOf(job, static_cast<uint32_t>(roles_.server), t);
       FERRY_ASSIGN_OR_RETURN(auto data, CreateDataTransport(job, Role::kServer, s.index));
       FERRY_ASSIGN_OR_RETURN(s.server, Server::Create(job, s.index, std::move(data), data_host_));
       FERRY_RETURN_IF_ERROR(RegisterRole(job, Role::kServer, s.index, s.server->data_address(),

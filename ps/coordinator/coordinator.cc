@@ -173,21 +173,21 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Create(const JobSpec& job,
   impl->own_rank = rank;
   impl->job = job;
   impl->fingerprint = job.Fingerprint();
-  impl->servers.assign(job.shard_servers(), -1);
+  impl->servers.assign(job.server_members(), -1);
   impl->workers.assign(job.workers, -1);
   impl->completed_without.assign(job.workers, 0);
-  impl->chain = ChainMap(job.shard_servers(), job.replicas);
-  impl->server_applied.assign(job.shard_servers(), 0);
+  impl->chain = ChainMap(job.shard_servers(), job.replicas, job.spares);
+  impl->server_applied.assign(job.server_members(), 0);
   if (!job.restore_dir.empty()) {
     // A restored job goes on from the checkpoint's clock (the workers start there too).
     FERRY_ASSIGN_OR_RETURN(CheckpointManifest m, ReadManifest(job.restore_dir));
     impl->min_clock = m.clock;
   }
   TransportOptions o = ControlTransportOptions(job);
-  o.max_endpoints = job.shard_servers() + job.workers + 64;
+  o.max_endpoints = job.server_members() + job.workers + 64;
   FERRY_ASSIGN_OR_RETURN(impl->t, CreateTransport("tcp", o));
   FERRY_ASSIGN_OR_RETURN(
-      impl->mailbox, ControlMailbox::Create(impl->t.get(), 16 + job.shard_servers() + job.workers));
+      impl->mailbox, ControlMailbox::Create(impl->t.get(), 16 + job.server_members() + job.workers));
   FERRY_RETURN_IF_ERROR(impl->mailbox->PostReceives());
   auto addr = impl->t->Listen(bind_address);
   if (!addr.ok()) return addr.status().Annotate("coordinator: listen on " + bind_address);

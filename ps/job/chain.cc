@@ -23,12 +23,14 @@ ChainMap::ChainMap(uint32_t servers, uint32_t replicas, uint32_t spares)
 }
 
 int ChainMap::Slot(uint32_t server, uint32_t shard) const {
+  if (server >= members()) return -1;
   const auto& h = hosted_[server];
   const auto it = std::find(h.begin(), h.end(), shard);
   return it == h.end() ? -1 : static_cast<int>(it - h.begin());
 }
 
 int ChainMap::Position(uint32_t shard, uint32_t server) const {
+  if (shard >= servers_) return -1;
   const auto& o = order_[shard];
   const auto it = std::find(o.begin(), o.end(), server);
   return it == o.end() ? -1 : static_cast<int>(it - o.begin());
@@ -41,6 +43,7 @@ uint32_t ChainMap::live_servers() const {
 }
 
 int ChainMap::Head(uint32_t shard) const {
+  if (shard >= servers_) return -1;
   for (uint32_t m : order_[shard]) {
     if (!dead_[m] && !joining_[m]) return static_cast<int>(m);
   }
@@ -48,6 +51,7 @@ int ChainMap::Head(uint32_t shard) const {
 }
 
 int ChainMap::Tail(uint32_t shard) const {
+  if (shard >= servers_) return -1;
   const auto& o = order_[shard];
   for (auto it = o.rbegin(); it != o.rend(); ++it) {
     if (!dead_[*it] && !joining_[*it]) return static_cast<int>(*it);

@@ -23,6 +23,9 @@
 // (its copy is not complete). Chains only ever grow at the tail, so the members before a joining
 // spare keep their positions.
 //
+// Queries about a shard >= servers() (a spare's table before it adopts) or a server >= members()
+// answer -1 (no member, no slot); the accessors returning indices require valid ones.
+//
 // Thread-safety: a value type; not synchronised.
 #pragma once
 

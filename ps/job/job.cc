@@ -118,6 +118,7 @@ uint64_t JobSpec::Fingerprint() const {
   h.Add(fp16_push);
   h.Add(replicas);
   h.Add(backup_workers);
+  h.Add(spares);
   h.Add(static_cast<uint64_t>(evict_tick.count()));
   h.Add(checkpoint_dir);
   h.Add(checkpoint_every);
@@ -194,6 +195,23 @@ Status ValidateJob(const JobSpec& job) {
                            " (the number of server ranks: a chain never keeps two copies of a "
                            "shard in one process)");
   }
+  if (job.spares > 0) {
+    if (job.replicas < 2) {
+      return InvalidArgument("spares need replicas >= 2 (a spare re-creates a lost copy)");
+    }
+    if (job.server_threads != 1) {
+      return InvalidArgument("spares need server_threads 1");
+    }
+    if (job.spares > 64) {
+      return InvalidArgument("spares " + std::to_string(job.spares) + " must be 0..64");
+    }
+    for (const TableSpec& t : job.tables) {
+      if (TableTracksSightings(t)) {
+        return InvalidArgument("table '" + t.name +
+                               "': spares do not copy admission or eviction state yet");
+      }
+    }
+  }
   // Replicas with admission or eviction: the chain's head decides and the chain carries its
   // decisions (row records, ps/server/server_records.cc), so replicas keep the head's rows.
   if (job.backup_workers > 0) {
@@ -228,9 +246,9 @@ Status ValidateJob(const JobSpec& job) {
 
 int RanksNeeded(const JobSpec& job) {
   if (job.role_rule == RoleRule::kColocated) {
-    return static_cast<int>(std::max(job.servers, job.workers));
+    return static_cast<int>(std::max(job.servers, job.workers) + job.spares);
   }
-  return static_cast<int>(job.servers + job.workers);
+  return static_cast<int>(job.servers + job.workers + job.spares);
 }
 
 Result<RankRoles> RolesOf(const JobSpec& job, int rank, int size) {
@@ -250,6 +268,10 @@ Result<RankRoles> RolesOf(const JobSpec& job, int rank, int size) {
   r.coordinator = rank == 0;
   const int s = static_cast<int>(job.servers);
   const int w = static_cast<int>(job.workers);
+  if (rank >= need - static_cast<int>(job.spares)) {
+    r.spare = rank - (need - static_cast<int>(job.spares));
+    return r;
+  }
   if (job.role_rule == RoleRule::kColocated) {
     if (rank < s) r.server = rank;
     if (rank < w) r.worker = rank;

@@ -94,6 +94,8 @@ struct JobSpec {
   // The shard servers of the job: the count the partition, the chains, the coordinator's
   // membership and the workers' connections use.
   uint32_t shard_servers() const { return servers * server_threads; }
+  // Shard servers and spares: every server index is below this.
+  uint32_t server_members() const { return shard_servers() + spares; }
   RoleRule role_rule = RoleRule::kServersFirst;
   std::string transport = "auto";  // auto | verbs | ucx | tcp
   std::map<std::string, std::string> transport_params;
@@ -140,6 +142,12 @@ struct JobSpec {
   // fingerprint: only rank 1 reads it.
   uint32_t replicas = 1;
   bool coordinator_standby = true;
+  // Spares (replicas >= 2, server_threads 1; ps/job/chain.h "Repairs"): `spares` more server
+  // ranks that hold no shard at the start, connected to like any server. After a failover one of
+  // them adopts the dead server's shards, copies them from their live tails while pushes go on
+  // and joins those chains at the tail, so a shard is back to `replicas` copies. Spare ranks come
+  // after every other rank; a spare's server index is shard_servers() + j.
+  uint32_t spares = 0;
 
   // The servers' eviction tick: every `evict_tick` each server advances the tick of every table
   // that evicts or decays scores (TableSpec::evict_unseen_ticks, evict_score, score_half_life)
@@ -180,6 +188,7 @@ Status ValidateJob(const JobSpec& job);
 struct RankRoles {
   bool coordinator = false;
   int server = -1;  // server rank index, -1 if none (its shard servers: ShardServerOf)
+  int spare = -1;   // spare index j (server shard_servers() + j), -1 if none
   int worker = -1;  // worker index, -1 if none
 };
 // The roles of `rank` in a job of `size` ranks; kInvalidArgument if size does not fit the rule.

@@ -54,7 +54,7 @@ Result<std::unique_ptr<Server>> Server::Create(const JobSpec& job, uint32_t inde
                                                std::unique_ptr<Transport> data,
                                                const std::string& listen_host) {
   FERRY_RETURN_IF_ERROR(ValidateJob(job));
-  if (index >= job.shard_servers()) return InvalidArgument("server index out of range");
+  if (index >= job.server_members()) return InvalidArgument("server index out of range");
   std::unique_ptr<Server> s(new Server(job, index, std::move(data)));
   FERRY_RETURN_IF_ERROR(s->Init(listen_host));
   return s;
@@ -63,11 +63,14 @@ Result<std::unique_ptr<Server>> Server::Create(const JobSpec& job, uint32_t inde
 Status Server::Init(const std::string& listen_host) {
   const uint32_t workers = job_.workers;
   const uint32_t replicas = job_.replicas;
-  chain_ = ChainMap(job_.shard_servers(), replicas);
+  chain_ = ChainMap(job_.shard_servers(), replicas, job_.spares);
   // Tables, per hosted shard (one without replicas): rows registered for remote reads (one-sided
-  // pulls); the rows buffer is the source of every pull reply.
+  // pulls); the rows buffer is the source of every pull reply. A spare holds as many, empty and
+  // of no shard until it adopts a dead server's (chain.h "Repairs"): its regions are laid out as
+  // any server's.
+  const bool spare = chain_.is_spare(index_);
   for (uint32_t k = 0; k < replicas; ++k) {
-    const uint32_t shard = chain_.HostedShard(index_, k);
+    const uint32_t shard = spare ? kNoShard : chain_.HostedShard(index_, k);
     for (size_t i = 0; i < job_.tables.size(); ++i) {
       const TableSpec spec = ShardServerTable(job_.tables[i], job_.server_threads);
       Table t;
@@ -78,7 +81,7 @@ Status Server::Init(const std::string& listen_host) {
       if (spec.fp16_pull) {
         t.mirror_offset = t.map->layout().state_offset + 4 * StateFloats(spec.optimizer, spec.dim);
       }
-      if (!job_.restore_dir.empty()) {
+      if (!job_.restore_dir.empty() && !spare) {
         FERRY_RETURN_IF_ERROR(RestoreShard(i, shard, o, t.map.get()));
       }
       Status status = t.map->AttachTransport(data_.get(), kAccessRemoteRead);
@@ -211,7 +214,9 @@ bool Server::FirstSight(uint32_t k, uint32_t w, uint64_t push_id) {
 Status Server::AcceptWorkers(ControlClient* control, Millis timeout) {
   const auto deadline = Clock::now() + timeout;
   uint32_t connected = 0, preds = 0;
-  const uint32_t want_preds = job_.replicas - 1;
+  // A shard server's predecessors are the replicas-1 servers before it; every server before a
+  // spare connects to it (any of them may be the tail it joins behind).
+  const uint32_t want_preds = chain_.is_spare(index_) ? index_ : job_.replicas - 1;
   while (connected < job_.workers || preds < want_preds) {
     if (Clock::now() > deadline) {
       return Timeout("server " + std::to_string(index_) + ": only " + std::to_string(connected) +

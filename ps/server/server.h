@@ -137,6 +137,7 @@ class Server {
  private:
   // tables_[k * T + t]: table t of the shard in hosted slot k (chain.h; k = 0 is this server's
   // own shard, the only one without replicas).
+  static constexpr uint32_t kNoShard = ~uint32_t{0};  // a spare's table before it adopts
   struct Table {
     TableSpec spec;
     std::unique_ptr<ArrayHashMap> map;

@@ -87,7 +87,7 @@ Status Server::ApplyStaged(uint32_t k, uint32_t w, const Staged& staged) {
     Link& l = links_[w];
     std::span<const uint8_t> ring(rings_ + w * job_.staging_bytes, job_.staging_bytes);
     RequestLimits limits{job_.staging_bytes, l.arena_bytes,
-                         ReplySlotsBytes(job_.shard_servers(), job_.max_outstanding),
+                         ReplySlotsBytes(job_.server_members(), job_.max_outstanding),
                          job_.max_keys_per_request};
     Status s = ParseRequest(ring, staged.offset, shapes_, limits, &req);
     if (s.ok() && req.type() != RequestType::kPush) {

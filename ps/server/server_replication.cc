@@ -26,8 +26,19 @@ Status Server::ConnectSuccessors(const std::vector<MemberInfo>& members, Millis 
   const uint32_t replicas = job_.replicas;
   if (replicas == 1) return Status::Ok();
   const size_t expect = job_.workers + job_.tables.size() + (replicas - 1) + 1;
-  for (uint32_t dist = 1; dist < replicas; ++dist) {
-    const uint32_t j = (index_ + dist) % job_.shard_servers();
+  // The fixed successors (a shard server's next replicas-1), then every spare after this server:
+  // a chain grows at its tail, and the spare that joins behind this server is always a later one
+  // (chain.h "Repairs"). A spare's forward ring for this server comes when it adopts.
+  std::vector<std::pair<uint32_t, uint32_t>> succs;  // (server, distance; 0: a spare)
+  if (!chain_.is_spare(index_)) {
+    for (uint32_t dist = 1; dist < replicas; ++dist) {
+      succs.push_back({(index_ + dist) % job_.shard_servers(), dist});
+    }
+  }
+  for (uint32_t j = std::max(index_ + 1, job_.shard_servers()); j < job_.server_members(); ++j) {
+    succs.push_back({j, 0});
+  }
+  for (const auto& [j, dist] : succs) {
     auto m = std::find_if(members.begin(), members.end(), [j](const MemberInfo& mi) {
       return mi.role == Role::kServer && mi.index == j;
     });
@@ -43,10 +54,12 @@ Status Server::ConnectSuccessors(const std::vector<MemberInfo>& members, Millis 
                            std::to_string(regions.size()) + " regions, expected " +
                            std::to_string(expect));
     }
-    const RemoteRegion& ring = regions[job_.workers + job_.tables.size() + dist - 1];
     Downstream d;
-    FERRY_ASSIGN_OR_RETURN(d.ring, (*ep)->Import(ring));
-    d.ring_space = RangeAllocator(0, ring.length, kRequestAlign);
+    if (dist > 0) {
+      const RemoteRegion& ring = regions[job_.workers + job_.tables.size() + dist - 1];
+      FERRY_ASSIGN_OR_RETURN(d.ring, (*ep)->Import(ring));
+      d.ring_space = RangeAllocator(0, ring.length, kRequestAlign);
+    }
     d.ep = std::move(ep).value();
     downstream_.emplace(j, std::move(d));
   }
@@ -54,10 +67,15 @@ Status Server::ConnectSuccessors(const std::vector<MemberInfo>& members, Millis 
 }
 
 Status Server::AcceptPredecessor(uint32_t pred, std::shared_ptr<Endpoint> ep) {
+  // A shard server's predecessors sit at a fixed distance, its forward ring's index; a spare's
+  // are every server before it (distance 0: the ring comes when it adopts).
+  const bool spare = chain_.is_spare(index_);
   const uint32_t dist =
-      (index_ + job_.shard_servers() - pred % job_.shard_servers()) % job_.shard_servers();
-  if (pred >= job_.shard_servers() || dist == 0 || dist >= job_.replicas ||
-      upstream_.count(pred) != 0) {
+      spare ? 0
+            : (index_ + job_.shard_servers() - pred % job_.shard_servers()) % job_.shard_servers();
+  const bool placed = spare ? pred < index_
+                            : pred < job_.shard_servers() && dist != 0 && dist < job_.replicas;
+  if (!placed || upstream_.count(pred) != 0) {
     ep->Close();
     return ProtocolError("server " + std::to_string(pred) + " at " + ep->peer_address() +
                          " is no predecessor of server " + std::to_string(index_) +
@@ -137,8 +155,8 @@ void Server::PostForwards(uint32_t succ) {
   if (dit == downstream_.end()) return;
   Downstream& d = dit->second;
   // A successor that failed waits for the coordinator's word: removed (the forwards move on) or
-  // the job's failure.
-  if (chain_.dead(succ) || d.suspected) return;
+  // the job's failure. A spare takes forwards once its ring for this server is known.
+  if (chain_.dead(succ) || d.suspected || d.ring == nullptr) return;
   std::vector<Op> ops;
   while (!d.queue.empty()) {
     const uint64_t id = d.queue.front();
@@ -301,7 +319,7 @@ void Server::Answer(const Forward& f) {
     // this answer).
     std::span<const uint8_t> ring(rings_ + w * job_.staging_bytes, job_.staging_bytes);
     const RequestLimits limits{job_.staging_bytes, links_[w].arena_bytes,
-                               ReplySlotsBytes(job_.shard_servers(), job_.max_outstanding),
+                               ReplySlotsBytes(job_.server_members(), job_.max_outstanding),
                                job_.max_keys_per_request};
     RequestView req;
     s = ParseRequest(ring, f.from_offset, shapes_, limits, &req);
@@ -342,7 +360,7 @@ void Server::HandleForward(uint32_t pred, uint32_t imm) {
   auto it = upstream_.find(pred);
   if (it == upstream_.end()) return;
   Upstream& u = it->second;
-  if (u.suspected) return;
+  if (u.suspected || u.distance == 0) return;  // no ring of this server's to read (a spare's)
   std::span<const uint8_t> ring(pred_rings_ + size_t{u.distance - 1} * forward_ring_bytes_,
                                 forward_ring_bytes_);
   const ForwardLimits limits{forward_ring_bytes_, job_.max_keys_per_request, job_.workers,
@@ -421,7 +439,7 @@ void Server::HandleForward(uint32_t pred, uint32_t imm) {
 }
 
 Status Server::HandleServerDown(uint32_t dead, const std::string& why) {
-  if (dead >= job_.shard_servers()) return Status::Ok();
+  if (dead >= job_.server_members()) return Status::Ok();
   if (dead == index_) {
     return PeerFailure("server " + std::to_string(index_) +
                        " was removed from the job (its shards failed over): " + why);
@@ -484,7 +502,7 @@ Status Server::HandleServerDown(uint32_t dead, const std::string& why) {
 }
 
 void Server::Suspect(uint32_t server, const Status& why) {
-  if (server >= job_.shard_servers() || chain_.dead(server)) return;
+  if (server >= job_.server_members() || chain_.dead(server)) return;
   auto dit = downstream_.find(server);
   auto uit = upstream_.find(server);
   bool already = false;

@@ -14,7 +14,7 @@ void Server::HandleNotify(uint32_t w, uint32_t imm) {
   const uint64_t offset = uint64_t{imm} * kRequestAlign;
   std::span<const uint8_t> ring(rings_ + w * job_.staging_bytes, job_.staging_bytes);
   const RequestLimits limits{job_.staging_bytes, l.arena_bytes,
-                             ReplySlotsBytes(job_.shard_servers(), job_.max_outstanding),
+                             ReplySlotsBytes(job_.server_members(), job_.max_outstanding),
                              job_.max_keys_per_request};
   RequestView req;
   Status status = ParseRequest(ring, offset, shapes_, limits, &req);

@@ -197,7 +197,7 @@ TransportOptions DataTransportOptions(const JobSpec& job, std::vector<uint8_t> h
   o.params = job.transport_params;
   o.peer_timeout = job.peer_timeout;
   o.secret = job.secret;
-  o.max_endpoints = job.shard_servers() + job.workers + 16;
+  o.max_endpoints = job.server_members() + job.workers + 16;
   // The largest op: a request of max_keys_per_request keys with fp32 gradients of the widest
   // table, or a reply of that many rows.
   uint64_t widest = 1;

@@ -39,7 +39,7 @@ Result<std::unique_ptr<Worker>> Worker::Create(const JobSpec& job, uint32_t inde
   std::unique_ptr<Worker> w(new Worker(job, index, std::move(data)));
   FERRY_ASSIGN_OR_RETURN(
       w->partition_, Partition::Create(job.shard_servers(), job.virtual_nodes, job.partition_seed));
-  w->chain_ = ChainMap(job.shard_servers(), job.replicas);
+  w->chain_ = ChainMap(job.shard_servers(), job.replicas, job.spares);
   w->st_->push_ids.assign(job.shard_servers(), 0);
   if (!job.restore_dir.empty()) {
     // The job goes on from the checkpoint's clock (the coordinator starts there too).
@@ -59,7 +59,7 @@ Result<std::unique_ptr<Worker>> Worker::Create(const JobSpec& job, uint32_t inde
     w->restored_ = r;
   }
   State& st = *w->st_;
-  const uint64_t slots = ReplySlotsBytes(job.shard_servers(), job.max_outstanding);
+  const uint64_t slots = ReplySlotsBytes(job.server_members(), job.max_outstanding);
   if (slots + (64u << 10) > job.arena_bytes) {
     return InvalidArgument("arena_bytes " + std::to_string(job.arena_bytes) +
                            " leaves no room for rows after the reply slots (" +
@@ -82,17 +82,20 @@ Status Worker::ConnectServers(const std::vector<MemberInfo>& members, ControlCli
                               Millis timeout) {
   control_ = control;
   State& st = *st_;
-  st.servers.resize(job_.shard_servers());
+  // Every server, spares included: a spare that adopted a shard may come to head it, and data
+  // connections are made only here.
+  const uint32_t servers = job_.server_members();
+  st.servers.resize(servers);
   uint32_t found = 0;
   for (const MemberInfo& m : members) {
-    if (m.role != Role::kServer || m.index >= job_.shard_servers()) continue;
+    if (m.role != Role::kServer || m.index >= servers) continue;
     st.servers[m.index].member = m;
     ++found;
   }
-  if (found != job_.shard_servers()) return ProtocolError("membership lacks some servers");
+  if (found != servers) return ProtocolError("membership lacks some servers");
   // The transport sends hello_info in the handshake; set per connection through a fresh
   // transport option is not possible, so the worker's hello was fixed at creation (Node).
-  for (uint32_t s = 0; s < job_.shard_servers(); ++s) {
+  for (uint32_t s = 0; s < servers; ++s) {
     ServerLink& l = st.servers[s];
     auto ep = data_->Connect(l.member.data_address, timeout);
     if (!ep.ok()) {

@@ -131,6 +131,12 @@ TEST_P(PsReplica, ChainsChangeNoRowUnderBsp) {
         << "replicas " << replicas << DescribeOutcomes(run.outcomes);
     EXPECT_EQ(run.final_rows, want) << "replicas " << replicas;
   }
+  // An idle spare (connected to by every worker and server, holding nothing) changes nothing.
+  JobSpec spared = Job(Consistency::kBsp, 2);
+  spared.spares = 1;
+  TrainingRun run = RunTraining(spared, spec);
+  ASSERT_TRUE(AllOk(run.outcomes).ok()) << "a spare" << DescribeOutcomes(run.outcomes);
+  EXPECT_EQ(run.final_rows, want) << "a spare";
 }
 
 TEST_P(PsReplica, ChainsCountEveryAspPushOnce) {
