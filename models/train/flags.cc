@@ -38,6 +38,12 @@ void AddTrainFlags(CLI::App& app, TrainOptions* o, TrainFlagText* t) {
                  "that dies fails over to its replicas while training goes on (1: off)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--spares", o->spares,
+                 "with --replicas 2 or more: this many more server ranks that hold nothing at\n"
+                 "the start; when a server dies one of them copies its shards from their\n"
+                 "replicas while training goes on, so every shard is back to --replicas copies")
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
   app.add_option("--backup-workers", o->backup_workers,
                  "bsp: a batch's clock completes once all workers but this many pushed for it;\n"
                  "the late workers' pushes for it are dropped and they skip to the job's clock\n"

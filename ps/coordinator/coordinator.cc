@@ -34,6 +34,8 @@ void Coordinator::Impl::OnMessage(size_t ci, ControlMessage msg) {
   switch (msg.kind) {
     case ControlKind::kSuspect:
       return OnSuspect(ci, msg);  // coordinator_failover.cc
+    case ControlKind::kChainJoined:
+      return OnChainJoined(m);  // coordinator_failover.cc
     case ControlKind::kReady:
       return OnReady(m);  // membership
     case ControlKind::kFinish:
@@ -187,7 +189,8 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Create(const JobSpec& job,
   o.max_endpoints = job.server_members() + job.workers + 64;
   FERRY_ASSIGN_OR_RETURN(impl->t, CreateTransport("tcp", o));
   FERRY_ASSIGN_OR_RETURN(
-      impl->mailbox, ControlMailbox::Create(impl->t.get(), 16 + job.server_members() + job.workers));
+      impl->mailbox,
+      ControlMailbox::Create(impl->t.get(), 16 + job.server_members() + job.workers));
   FERRY_RETURN_IF_ERROR(impl->mailbox->PostReceives());
   auto addr = impl->t->Listen(bind_address);
   if (!addr.ok()) return addr.status().Annotate("coordinator: listen on " + bind_address);

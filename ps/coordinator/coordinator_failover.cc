@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "ps/coordinator/coordinator.h"
 #include "ps/coordinator/coordinator_state.h"
@@ -75,6 +76,17 @@ bool Coordinator::Impl::RemoveServer(uint32_t index, const Status& why) {
                        why.message() + " (and a shard it holds has no live replica left)"));
     return false;
   }
+  // The joining spares this server was copying rows to (it is the live tail before them) lose
+  // their source mid-copy: they leave with it, and their slots go to a repair of their own.
+  std::vector<uint32_t> orphans;
+  for (const auto& [spare, at] : repairs_started) {
+    for (uint32_t shard : chain.Hosted(spare)) {
+      if (chain.Tail(shard) == static_cast<int>(index)) {
+        orphans.push_back(spare);
+        break;
+      }
+    }
+  }
   chain.MarkDead(index);
   m.removed = true;
   ForgetAccusations(index);
@@ -94,9 +106,56 @@ bool Coordinator::Impl::RemoveServer(uint32_t index, const Status& why) {
   for (auto& [id, p] : checkpoints) {
     if (p.answered.count(index) == 0) p.lost_server = true;
   }
+  // A spare that dies while joining ends its repair; the slots it adopted go to the next idle
+  // spare like any dead server's (StartRepair below adopts from it).
+  repairs_started.erase(index);
+  StartRepair(index);
+  for (uint32_t spare : orphans) {
+    if (!RemoveServer(spare, PeerFailure("server " + std::to_string(index) +
+                                         ", the source of its copy, was removed"))) {
+      return false;
+    }
+  }
   CheckApplied();
   CheckCheckpoints();
   return true;
+}
+
+void Coordinator::Impl::StartRepair(uint32_t dead) {
+  const int spare = chain.IdleSpare();
+  if (spare < 0 || !chain.Join(dead, static_cast<uint32_t>(spare))) return;
+  ControlMessage r;
+  r.kind = ControlKind::kChainRepair;
+  r.index = dead;
+  r.value = static_cast<uint64_t>(spare);
+  std::fprintf(stderr,
+               "ferry coordinator: spare server %d adopts server %u's shards after %.1f s; it "
+               "joins their chains once their tails copied it every row\n",
+               spare, dead, ElapsedMs() / 1000.0);
+  SendToAll(r);
+  repairs_started[static_cast<uint32_t>(spare)] = Clock::now();
+}
+
+void Coordinator::Impl::OnChainJoined(const Member& m) {
+  const uint32_t spare = m.info.index;
+  // Only the joining spare itself says so, once.
+  if (m.info.role != Role::kServer || spare >= chain.members() || !chain.joining(spare)) return;
+  chain.Joined(spare);
+  const auto started = repairs_started.find(spare);
+  const double ms =
+      started == repairs_started.end()
+          ? 0.0
+          : std::chrono::duration<double, std::milli>(Clock::now() - started->second).count();
+  if (started != repairs_started.end()) repairs_started.erase(started);
+  std::fprintf(stderr,
+               "ferry coordinator: spare server %u joined its chains %.1f ms after its repair "
+               "began (%u servers hold shards)\n",
+               spare, ms, chain.live_servers());
+  ControlMessage j;
+  j.kind = ControlKind::kChainJoined;
+  j.index = spare;
+  j.value = ElapsedMs();
+  SendToAll(j);
 }
 
 void Coordinator::Impl::Accuse(size_t accuser, uint32_t server, const Status& why) {

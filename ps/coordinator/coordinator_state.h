@@ -163,6 +163,13 @@ struct CoordinatorState {
   // (kServerDown to everyone, the server itself included); otherwise fails the job. `why`
   // names what was seen. Returns true when the job goes on.
   bool RemoveServer(uint32_t index, const Status& why);
+  // Spares (JobSpec::spares): the lowest idle spare adopts removed server `dead`'s slots at the
+  // tail of their chains (kChainRepair to everyone, in the order of the removals); nothing
+  // without an idle spare.
+  void StartRepair(uint32_t dead);
+  // kChainJoined from a joining spare: its copies are complete; relayed to everyone.
+  void OnChainJoined(const Member& m);
+  std::map<uint32_t, Clock::time_point> repairs_started;  // joining spare -> its kChainRepair
   // BSP: the clock being applied is done once every live server applied it.
   void CheckApplied();
   // kClockUpdate {min_clock} to the workers, and to the servers with replicas (BSP).

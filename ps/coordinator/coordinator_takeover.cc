@@ -3,6 +3,8 @@
 // heard instead of being mirrored while the job ran. What each piece of state comes from:
 //   members, their infos       the membership every member heard; the absent are lost
 //   servers removed before     the kServerDown each member heard
+//   repairs, joined spares     the longest kChainRepair sequence any member heard (each heard a
+//                              prefix of it: told the rest), every kChainJoined heard
 //   the job's clock            the newest kClockUpdate any member heard (every server had
 //                              applied it before the primary told anyone)
 //   a clock being applied      the newest kApplyClock any server heard: told again, with the
@@ -79,7 +81,8 @@ void Coordinator::Impl::TakeOver() {
   phase = Phase::kRunning;
   const std::vector<MemberInfo> membership = rejoined.begin()->second.membership;
   bool all_finished = true;  // every worker that rejoined had finished
-  std::set<uint32_t> down;
+  std::set<uint32_t> down, joined;
+  std::vector<std::pair<uint32_t, uint32_t>> repairs;  // (dead, spare), in the order sent
   for (const auto& [ci, j] : rejoined) {
     Member& m = conns[ci];
     auto& slots = j.role == Role::kServer ? servers : workers;
@@ -99,6 +102,9 @@ void Coordinator::Impl::TakeOver() {
     min_clock = std::max(min_clock, j.min_clock);
     if (j.role == Role::kWorker) all_finished = all_finished && j.finished;
     down.insert(j.servers_down.begin(), j.servers_down.end());
+    // The coordinator sent every repair to everyone in one order: each member heard a prefix.
+    if (j.repairs.size() > repairs.size()) repairs = j.repairs;
+    joined.insert(j.joined.begin(), j.joined.end());
   }
   // The members that did not rejoin: lost with the primary's rank, or too late. (Every slot gets
   // one, even if the membership the members sent lacks it.)
@@ -133,10 +139,30 @@ void Coordinator::Impl::TakeOver() {
                "within %llu ms; the job's clock is %llu\n",
                own_rank, kPrimaryRank, rejoined.size(), membership.size(),
                static_cast<unsigned long long>(ms), static_cast<unsigned long long>(min_clock));
+  const std::vector<uint32_t> down_list(down.begin(), down.end());
+  const std::vector<uint32_t> joined_list(joined.begin(), joined.end());
+  (void)chain.Replay(down_list, repairs, joined_list);
   for (uint32_t s : down) {
-    if (s < servers.size() && !chain.dead(s)) {
-      chain.MarkDead(s);
-      conns[servers[s]].removed = true;
+    if (s < servers.size()) conns[servers[s]].removed = true;
+  }
+  for (const auto& [dead, spare] : repairs) {
+    if (!chain.dead(spare) && chain.joining(spare)) repairs_started[spare] = Clock::now();
+  }
+  // What a member missed of the repairs, in their order, then the joins.
+  for (const auto& [ci, j] : rejoined) {
+    for (size_t i = j.repairs.size(); i < repairs.size(); ++i) {
+      ControlMessage r;
+      r.kind = ControlKind::kChainRepair;
+      r.index = repairs[i].first;
+      r.value = repairs[i].second;
+      Send(conns[ci].ep, r);
+    }
+    for (uint32_t spare : joined) {
+      if (j.joined.count(spare) != 0) continue;
+      ControlMessage r;
+      r.kind = ControlKind::kChainJoined;
+      r.index = spare;
+      Send(conns[ci].ep, r);
     }
   }
   for (size_t w = 0; w < workers.size(); ++w) {

@@ -99,4 +99,27 @@ bool ChainMap::Join(uint32_t dead, uint32_t spare) {
   return true;
 }
 
+bool ChainMap::Replay(std::span<const uint32_t> down,
+                      std::span<const std::pair<uint32_t, uint32_t>> repairs,
+                      std::span<const uint32_t> joined) {
+  // A spare is marked dead only after the repairs it took part in: it joined while alive, and a
+  // later repair that adopts its slots names it as the dead one (and marks it then).
+  bool all = true;
+  for (const auto& [dead, spare] : repairs) {
+    if (dead >= members()) {
+      all = false;
+      continue;
+    }
+    MarkDead(dead);
+    all = Join(dead, spare) && all;
+  }
+  for (uint32_t s : down) {
+    if (s < members()) MarkDead(s);
+  }
+  for (uint32_t s : joined) {
+    if (s < members() && joining_[s]) Joined(s);
+  }
+  return all;
+}
+
 }  // namespace ferry::ps

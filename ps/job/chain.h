@@ -31,6 +31,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace ferry::ps {
@@ -87,6 +88,13 @@ class ChainMap {
   bool Join(uint32_t dead, uint32_t spare);
   // The spare's copies are complete: it may head and keeps its shards alive from now on.
   void Joined(uint32_t spare) { joining_[spare] = false; }
+  // Brings a fresh map to the state of one that saw these events (a standby coordinator rebuilds
+  // it from what the members heard, control_journal.h): each repair (dead, spare) in order, its
+  // dead server marked dead just before it, then every server in `down` dead, then the spares
+  // in `joined` joined. A repair that does not apply is skipped (false returned).
+  bool Replay(std::span<const uint32_t> down,
+              std::span<const std::pair<uint32_t, uint32_t>> repairs,
+              std::span<const uint32_t> joined);
 
  private:
   uint32_t servers_ = 1;

@@ -281,6 +281,7 @@ Status Launch::Prepare() {
   shape.servers = o_.servers;
   shape.workers = o_.workers;
   shape.role_rule = o_.role_rule;
+  shape.spares = o_.spares;
   size_ = RanksNeeded(shape);
   ranks_.resize(static_cast<size_t>(size_));
   for (int r = 0; r < size_; ++r) {
@@ -412,8 +413,8 @@ void Launch::OnExit(Rank& r, int wstatus, bool may_hold) {
   }
   if (ok && !(before_address && size_ > 1)) return;
   std::string what = Who(r) + " " + DescribeWaitStatus(wstatus);
-  if (o_.replicas > 1 && r.roles.server >= 0 && r.roles.worker < 0 && !before_address &&
-      (r.rank != 0 || size_ > 1)) {
+  if (o_.replicas > 1 && (r.roles.server >= 0 || r.roles.spare >= 0) && r.roles.worker < 0 &&
+      !before_address && (r.rank != 0 || size_ > 1)) {
     // A replicated server: the job decides whether it survives (ps/job/chain.h); its ranks say so.
     // Rank 0 runs the coordinator too, and rank 1 its standby (ps/coordinator/coordinator.h).
     Report(what + "; the job goes on without it (replicas " + std::to_string(o_.replicas) +

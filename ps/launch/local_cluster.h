@@ -108,6 +108,7 @@ struct LocalClusterOptions {
   // Rank 0 must publish the coordinator address within it; 0 = for as long as rank 0 runs.
   Millis startup_timeout{120000};
   uint32_t replicas = 1;  // the job's JobSpec::replicas (see 4)
+  uint32_t spares = 0;    // the job's JobSpec::spares: ranks after all others (see 4)
   // Shard servers per server rank (JobSpec::server_threads), passed as FERRY_SERVER_THREADS;
   // 0: not set (the program's own flag decides).
   uint32_t server_threads = 0;

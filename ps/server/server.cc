@@ -33,7 +33,7 @@ Server::~Server() {
   }
   for (auto& [j, d] : downstream_) {
     if (d.ep) d.ep->Close();
-    d.ring.reset();
+    for (Lane& lane : d.lanes) lane.ring.reset();
   }
   for (auto& [p, u] : upstream_) {
     if (u.ep) u.ep->Close();
@@ -108,13 +108,14 @@ Status Server::Init(const std::string& listen_host) {
   for (size_t i = 0; i < job_.tables.size(); ++i)
     advertised.push_back(tables_[i].map->descriptor());
   if (replicas > 1) {
-    // Forward rings (one per predecessor distance) and the ack word: protocol.h "Replication".
-    for (uint32_t d = 1; d < replicas; ++d) {
-      FERRY_ASSIGN_OR_RETURN(auto r,
-                             data_->RegisterMemory(pred_rings_ + (d - 1) * forward_ring_bytes_,
+    // Forward rings (one per predecessor distance; a spare's one per slot it may adopt) and the
+    // ack word: protocol.h "Replication".
+    for (uint32_t r = 0; r < pred_ring_count_; ++r) {
+      FERRY_ASSIGN_OR_RETURN(auto ring,
+                             data_->RegisterMemory(pred_rings_ + r * forward_ring_bytes_,
                                                    forward_ring_bytes_, kAccessRemoteWrite));
-      advertised.push_back(r->descriptor());
-      pred_ring_regions_.push_back(std::move(r));
+      advertised.push_back(ring->descriptor());
+      pred_ring_regions_.push_back(std::move(ring));
     }
     advertised.push_back(ack_region_->descriptor());
   }
@@ -140,8 +141,8 @@ Status Server::Init(const std::string& listen_host) {
 Status Server::InitMemory() {
   // One block of shareable memory (a same-host worker over ucx then writes its requests with
   // memcpy into a mapping of it instead of cross-memory attach):
-  //   [ W staging rings | replicas: forward rings | ack word | ack record | headers |
-  //     row records' scratch ]
+  //   [ W staging rings | replicas: forward rings (a spare: R) | ack word | ack record |
+  //     headers | row records' scratch ]
   // With replicas the whole block is also registered once for local access, so a forward is one
   // sparse write whose segments come from anywhere in it (a header from the scratch, keys and
   // gradients straight from the worker's ring or a forward ring).
@@ -156,23 +157,40 @@ Status Server::InitMemory() {
       replicas > 1 && std::any_of(job_.tables.begin(), job_.tables.end(),
                                   [](const TableSpec& t) { return TableTracksSightings(t); });
   forward_ring_bytes_ = replicas > 1 ? worker_rings * (records_ ? 2 : 1) : 0;
+  // A shard server's predecessors stand at distances 1..R-1, one ring each; a spare's are the
+  // tails of the chains it adopts, one ring per adopted slot (chain.h "Repairs").
+  pred_ring_count_ = replicas == 1 ? 0 : chain_.is_spare(index_) ? replicas : replicas - 1;
   const uint64_t headers =
       replicas > 1 ? std::max<uint64_t>(256, 2ull * job_.workers * job_.max_outstanding) : 0;
-  // Room for a few records of the largest size at once (more wait, in order).
-  const uint64_t record_scratch =
-      records_ ? 4 * ((RecordPayloadBytes(RecordKeys()) + 63) / 64 * 64) : 0;
+  // Room for a few records of the largest size at once (more wait, in order), and with spares
+  // for two chunks of a repair's copy (QueueCopy): up to 1 MiB of whole rows, a quarter of a
+  // forward ring, or one row if that is more.
+  uint64_t record_scratch = records_ ? 4 * ((RecordPayloadBytes(RecordKeys()) + 63) / 64 * 64) : 0;
+  if (replicas > 1 && job_.spares > 0) {
+    uint64_t stride = 0;
+    for (const Table& t : tables_) stride = std::max<uint64_t>(stride, t.map->layout().stride);
+    copy_chunk_bytes_ =
+        std::max<uint64_t>(std::min<uint64_t>(uint64_t{1} << 20, forward_ring_bytes_ / 4), stride);
+    copy_chunk_bytes_ = (copy_chunk_bytes_ + 63) / 64 * 64;
+    if (copy_chunk_bytes_ + sizeof(ForwardHeader) > forward_ring_bytes_) {
+      return InvalidArgument("a row of " + std::to_string(stride) +
+                             " bytes does not fit a repair's forward ring of " +
+                             std::to_string(forward_ring_bytes_) + " bytes: raise staging_bytes");
+    }
+    record_scratch += 2 * copy_chunk_bytes_;
+  }
   last_op_.assign(replicas, 0);
   clock_done_.assign(replicas, 0);
   uint64_t bytes = worker_rings;
   if (replicas > 1) {
-    bytes += forward_ring_bytes_ * (replicas - 1) + 2 * kAckBytes + headers * 64 + record_scratch;
+    bytes += forward_ring_bytes_ * pred_ring_count_ + 2 * kAckBytes + headers * 64 + record_scratch;
   }
   ring_memory_ = std::make_unique<RingMemory>();
   FERRY_ASSIGN_OR_RETURN(ring_memory_->memory, ShareableMemory::Allocate(bytes));
   rings_ = ring_memory_->memory.data();
   if (replicas == 1) return Status::Ok();
   pred_rings_ = rings_ + worker_rings;
-  const uint64_t ack_at = worker_rings + forward_ring_bytes_ * (replicas - 1);
+  const uint64_t ack_at = worker_rings + forward_ring_bytes_ * pred_ring_count_;
   ack_source_at_ = ack_at + kAckBytes;
   headers_at_ = ack_source_at_ + kAckBytes;
   header_space_ = RangeAllocator(headers_at_, headers_at_ + headers * 64, 64);
@@ -427,27 +445,20 @@ Status Server::ServeLoop(ControlClient* control) {
         case ControlKind::kClockUpdate:
           FreeHeldForwards(m->value);
           break;
-        case ControlKind::kApplyClock: {
-          Result<std::vector<uint32_t>> without = DecodeWorkerSet(m->data, job_.workers);
-          if (!without.ok()) return without.status().Annotate("the coordinator's apply-clock");
-          const bool again = m->value <= applied_clock_;
-          if (!again) {
-            applied_clock_ = m->value;
-            FERRY_RETURN_IF_ERROR(ApplyClock(m->value, *without));
+        case ControlKind::kApplyClock:
+          // A joining spare applies clocks once its copies are complete (server_repair.cc).
+          if (copies_pending_ > 0) {
+            deferred_apply_ = std::move(*m);
+            break;
           }
-          if (records_) {  // answered once the heads of the shards followed here applied it
-            if (!again || pending_clock_ == m->value) {
-              pending_clock_ = m->value;
-              FERRY_RETURN_IF_ERROR(MaybeAnswerClock());
-              break;
-            }
-          }
-          ControlMessage done;
-          done.kind = ControlKind::kClockApplied;
-          done.value = m->value;
-          FERRY_RETURN_IF_ERROR(control->Send(done));
+          FERRY_RETURN_IF_ERROR(OnApplyClock(*m, control));
           break;
-        }
+        case ControlKind::kChainRepair:
+          FERRY_RETURN_IF_ERROR(HandleChainRepair(m->index, static_cast<uint32_t>(m->value)));
+          break;
+        case ControlKind::kChainJoined:
+          if (m->index < chain_.members()) chain_.Joined(m->index);
+          break;
         case ControlKind::kCheckpoint:
           StartCheckpoint(*m, control);
           break;

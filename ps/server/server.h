@@ -220,6 +220,8 @@ class Server {
     bool from_self = false;
     // Downstream: where it went.
     int successor = -1;
+    uint32_t lane = 0;  // Downstream::lanes
+    uint8_t copy = 0;   // kForwardCopy: its CopyKind (the payload is in `record`)
     uint32_t seq = 0;
     uint64_t ring_at = 0, ring_bytes = 0;  // space in the successor's forward ring
     int64_t header_at = -1;                // scratch header (block offset), until written
@@ -242,20 +244,31 @@ class Server {
       payload_bytes = h.payload_bytes;
     }
   };
+  struct Lane {  // one forward ring of a successor's that this server writes
+    std::unique_ptr<RemoteKey> ring;
+    RangeAllocator space;
+  };
+  struct Held {  // BSP: ring space of a forward the successor applies at the clock boundary
+    uint32_t clock = 0, lane = 0;
+    uint64_t at = 0, bytes = 0;
+  };
   struct Downstream {  // a successor: this server forwards to it
     std::shared_ptr<Endpoint> ep;
-    std::unique_ptr<RemoteKey> ring;  // its forward ring for this server
-    RangeAllocator ring_space;
+    // Its forward ring for this server (lane 0); a spare's: its ring of each slot it may adopt
+    // (lane = slot, imported from spare_rings when it adopts: chain.h "Repairs").
+    std::vector<Lane> lanes;
+    std::vector<RemoteRegion> spare_rings;
     uint32_t next_seq = 0;
     std::deque<uint64_t> queue;             // forward ids not yet posted, in order
     std::map<uint32_t, uint64_t> inflight;  // seq -> forward id, posted and not acknowledged
-    std::deque<std::pair<uint32_t, std::pair<uint64_t, uint64_t>>> held;  // BSP: clock, space
+    std::deque<Held> held;
     bool suspected = false;
   };
   struct Upstream {  // a predecessor: it forwards to this server
     std::shared_ptr<Endpoint> ep;
     std::unique_ptr<RemoteKey> ack;  // its ack word
-    uint32_t distance = 0;           // its forward ring here is pred_rings_[distance - 1]
+    uint32_t distance = 0;  // its forward ring here is pred_rings_[distance - 1] (a spare's: 0,
+                            // each forward's imm names the ring: ForwardImm)
     uint32_t next_seq = 0;
     bool suspected = false;
   };
@@ -268,6 +281,8 @@ class Server {
   Server(const JobSpec& job, uint32_t index, std::unique_ptr<Transport> data);
   Status Init(const std::string& listen_host);
   Status InitMemory();
+  // How many regions server `server` advertises (a spare has one forward ring more).
+  size_t AdvertisedRegions(uint32_t server) const;
   // Table t of `shard` when this server hosts it, else nullptr (replicas; without them every
   // request is for this server's own shard).
   Table* TableFor(uint32_t shard, uint32_t t);
@@ -335,7 +350,29 @@ class Server {
   bool DroppedClock(uint32_t w, uint64_t clock) const;
   void ForgetDroppedClocks(uint32_t w, uint64_t before);
   Status ApplyStaged(uint32_t k, uint32_t w, const Staged& staged);
+  // The staged push, parsed where it waits (a worker's ring or a forward ring).
+  Result<RequestView> StagedPush(uint32_t w, const Staged& staged) const;
+  // Repairs (server_repair.cc, chain.h "Repairs"). kChainRepair: every server applies the Join;
+  // the spare adopts the slots (its tables take their shards); each source (the live tail of an
+  // adopted shard) queues the shard's copy to the spare (QueueCopy), ahead of every push it
+  // accepts later. A joining spare applies copies as they arrive (ApplyCopy), defers kApplyClock
+  // until the last copy ended, then tells the coordinator (kChainJoined).
+  Status HandleChainRepair(uint32_t dead, uint32_t spare);
+  Status QueueCopy(uint32_t shard, uint32_t spare);
+  Status ImportSpareLane(Downstream& d, uint32_t lane);
+  Status ApplyCopy(const ForwardView& fv);
+  Status FinishJoin();
+  // A forward of `shard` reached this spare before it heard the repair that gives it the shard:
+  // waits for that word (other control messages are kept for the serve loop), or fails.
+  Status AwaitRepair(uint32_t shard);
+  // The bytes of one kCopyRows (InitMemory sizes the record scratch for two of them), and the
+  // most rows ParseForward lets one carry.
+  uint64_t CopyChunkBytes() const { return copy_chunk_bytes_; }
+  uint32_t MaxCopyRows() const { return static_cast<uint32_t>(copy_chunk_bytes_ / 16); }
   Status ServeLoop(ControlClient* control);
+  // kApplyClock: applies the clock (once) and answers kClockApplied (with row records once the
+  // heads followed here applied it: MaybeAnswerClock).
+  Status OnApplyClock(const ControlMessage& m, ControlClient* control);
   // Replication (server_replication.cc).
   void HandleForward(uint32_t pred, uint32_t imm);
   void HandleAck(uint32_t succ, uint32_t imm, bool ok);
@@ -421,8 +458,13 @@ class Server {
   ChainMap chain_;
   ControlClient* control_ = nullptr;  // Serve's, for kSuspect
   std::vector<Seen> seen_;            // [k * W + w]
-  uint8_t* pred_rings_ = nullptr;     // (R-1) * forward_ring_bytes_, inside the ring block
+  uint8_t* pred_rings_ = nullptr;     // pred_ring_count_ * forward_ring_bytes_, in the ring block
+  uint32_t pred_ring_count_ = 0;      // R-1 (by predecessor distance); a spare's R (by slot)
   uint64_t forward_ring_bytes_ = 0;
+  uint64_t copy_chunk_bytes_ = 0;  // with spares: CopyChunkBytes()
+  // A joining spare: copies of adopted slots not yet ended, and the kApplyClock it defers.
+  uint32_t copies_pending_ = 0;
+  std::optional<ControlMessage> deferred_apply_;
   std::vector<std::unique_ptr<MemoryRegion>> pred_ring_regions_;
   std::unique_ptr<MemoryRegion> ack_region_;    // this server's ack word (remote-write)
   std::unique_ptr<MemoryRegion> block_region_;  // the whole ring block: forward sources

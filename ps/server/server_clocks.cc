@@ -81,10 +81,30 @@ Status Server::ApplyClock(uint64_t clock, std::span<const uint32_t> without) {
   return Status::Ok();
 }
 
-Status Server::ApplyStaged(uint32_t k, uint32_t w, const Staged& staged) {
+Status Server::OnApplyClock(const ControlMessage& m, ControlClient* control) {
+  Result<std::vector<uint32_t>> without = DecodeWorkerSet(m.data, job_.workers);
+  if (!without.ok()) return without.status().Annotate("the coordinator's apply-clock");
+  const bool again = m.value <= applied_clock_;
+  if (!again) {
+    applied_clock_ = m.value;
+    FERRY_RETURN_IF_ERROR(ApplyClock(m.value, *without));
+  }
+  if (records_) {  // answered once the heads of the shards followed here applied it
+    if (!again || pending_clock_ == m.value) {
+      pending_clock_ = m.value;
+      return MaybeAnswerClock();
+    }
+  }
+  ControlMessage done;
+  done.kind = ControlKind::kClockApplied;
+  done.value = m.value;
+  return control->Send(done);
+}
+
+Result<RequestView> Server::StagedPush(uint32_t w, const Staged& staged) const {
   RequestView req;
   if (staged.pred < 0) {
-    Link& l = links_[w];
+    const Link& l = links_[w];
     std::span<const uint8_t> ring(rings_ + w * job_.staging_bytes, job_.staging_bytes);
     RequestLimits limits{job_.staging_bytes, l.arena_bytes,
                          ReplySlotsBytes(job_.server_members(), job_.max_outstanding),
@@ -103,10 +123,15 @@ Status Server::ApplyStaged(uint32_t k, uint32_t w, const Staged& staged) {
     std::span<const uint8_t> ring(pred_rings_ + size_t(staged.pred - 1) * forward_ring_bytes_,
                                   forward_ring_bytes_);
     const ForwardLimits limits{forward_ring_bytes_, job_.max_keys_per_request, job_.workers,
-                               job_.shard_servers()};
+                               job_.shard_servers(), MaxCopyRows()};
     FERRY_RETURN_IF_ERROR(ParseForward(ring, staged.offset, shapes_, limits, &fv));
     req = fv.push;
   }
+  return req;
+}
+
+Status Server::ApplyStaged(uint32_t k, uint32_t w, const Staged& staged) {
+  FERRY_ASSIGN_OR_RETURN(RequestView req, StagedPush(w, staged));
   return ApplyPush(tables_[size_t{k} * job_.tables.size() + req.header.table], req, w);
 }
 

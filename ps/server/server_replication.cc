@@ -25,7 +25,6 @@ namespace ferry::ps {
 Status Server::ConnectSuccessors(const std::vector<MemberInfo>& members, Millis timeout) {
   const uint32_t replicas = job_.replicas;
   if (replicas == 1) return Status::Ok();
-  const size_t expect = job_.workers + job_.tables.size() + (replicas - 1) + 1;
   // The fixed successors (a shard server's next replicas-1), then every spare after this server:
   // a chain grows at its tail, and the spare that joins behind this server is always a later one
   // (chain.h "Repairs"). A spare's forward ring for this server comes when it adopts.
@@ -38,7 +37,9 @@ Status Server::ConnectSuccessors(const std::vector<MemberInfo>& members, Millis 
   for (uint32_t j = std::max(index_ + 1, job_.shard_servers()); j < job_.server_members(); ++j) {
     succs.push_back({j, 0});
   }
-  for (const auto& [j, dist] : succs) {
+  for (const auto& succ : succs) {
+    // Named copies: clang 14 (the fuzz build's) cannot capture a structured binding.
+    const uint32_t j = succ.first, dist = succ.second;
     auto m = std::find_if(members.begin(), members.end(), [j](const MemberInfo& mi) {
       return mi.role == Role::kServer && mi.index == j;
     });
@@ -49,21 +50,34 @@ Status Server::ConnectSuccessors(const std::vector<MemberInfo>& members, Millis 
                                   std::to_string(j) + " at " + m->data_address);
     }
     const auto& regions = (*ep)->peer_regions();
+    const size_t expect = AdvertisedRegions(j);
     if (regions.size() != expect) {
       return ProtocolError("server " + std::to_string(j) + " advertised " +
                            std::to_string(regions.size()) + " regions, expected " +
                            std::to_string(expect));
     }
     Downstream d;
+    const size_t rings_at = job_.workers + job_.tables.size();
     if (dist > 0) {
-      const RemoteRegion& ring = regions[job_.workers + job_.tables.size() + dist - 1];
-      FERRY_ASSIGN_OR_RETURN(d.ring, (*ep)->Import(ring));
-      d.ring_space = RangeAllocator(0, ring.length, kRequestAlign);
+      const RemoteRegion& ring = regions[rings_at + dist - 1];
+      d.lanes.resize(1);
+      FERRY_ASSIGN_OR_RETURN(d.lanes[0].ring, (*ep)->Import(ring));
+      d.lanes[0].space = RangeAllocator(0, ring.length, kRequestAlign);
+    } else {
+      // A spare's rings, one per slot it may adopt: imported when it adopts (ImportSpareLane).
+      d.spare_rings.assign(regions.begin() + rings_at, regions.begin() + rings_at + replicas);
+      d.lanes.resize(replicas);
     }
     d.ep = std::move(ep).value();
     downstream_.emplace(j, std::move(d));
   }
   return Status::Ok();
+}
+
+size_t Server::AdvertisedRegions(uint32_t server) const {
+  // Init's list: the worker rings, the own shard's tables, the forward rings, the ack word.
+  const uint32_t rings = chain_.is_spare(server) ? job_.replicas : job_.replicas - 1;
+  return job_.workers + job_.tables.size() + rings + 1;
 }
 
 Status Server::AcceptPredecessor(uint32_t pred, std::shared_ptr<Endpoint> ep) {
@@ -73,8 +87,8 @@ Status Server::AcceptPredecessor(uint32_t pred, std::shared_ptr<Endpoint> ep) {
   const uint32_t dist =
       spare ? 0
             : (index_ + job_.shard_servers() - pred % job_.shard_servers()) % job_.shard_servers();
-  const bool placed = spare ? pred < index_
-                            : pred < job_.shard_servers() && dist != 0 && dist < job_.replicas;
+  const bool placed =
+      spare ? pred < index_ : pred < job_.shard_servers() && dist != 0 && dist < job_.replicas;
   if (!placed || upstream_.count(pred) != 0) {
     ep->Close();
     return ProtocolError("server " + std::to_string(pred) + " at " + ep->peer_address() +
@@ -83,7 +97,7 @@ Status Server::AcceptPredecessor(uint32_t pred, std::shared_ptr<Endpoint> ep) {
                          ", or connected twice");
   }
   const auto& regions = ep->peer_regions();
-  const size_t expect = job_.workers + job_.tables.size() + (job_.replicas - 1) + 1;
+  const size_t expect = AdvertisedRegions(pred);
   if (regions.size() != expect) {
     ep->Close();
     return ProtocolError("server " + std::to_string(pred) + " advertised " +
@@ -141,6 +155,9 @@ Status Server::AcceptPush(Forward f, const RequestView& req, int32_t pred) {
 
 void Server::QueueForward(Forward f, uint32_t succ) {
   f.successor = static_cast<int>(succ);
+  // A spare takes each shard in the ring of the slot it adopted it in.
+  const int slot = chain_.is_spare(succ) ? chain_.Slot(succ, f.shard) : 0;
+  f.lane = slot < 0 ? 0 : static_cast<uint32_t>(slot);
   f.seq = 0;
   f.ring_at = f.ring_bytes = 0;
   f.header_at = -1;
@@ -155,27 +172,30 @@ void Server::PostForwards(uint32_t succ) {
   if (dit == downstream_.end()) return;
   Downstream& d = dit->second;
   // A successor that failed waits for the coordinator's word: removed (the forwards move on) or
-  // the job's failure. A spare takes forwards once its ring for this server is known.
-  if (chain_.dead(succ) || d.suspected || d.ring == nullptr) return;
+  // the job's failure.
+  if (chain_.dead(succ) || d.suspected) return;
   std::vector<Op> ops;
   while (!d.queue.empty()) {
     const uint64_t id = d.queue.front();
     Forward& f = forwards_.at(id);
-    const bool record = (f.flags & kForwardRecord) != 0;
+    if (f.lane >= d.lanes.size() || d.lanes[f.lane].ring == nullptr) break;  // a lane not adopted
+    Lane& lane = d.lanes[f.lane];
+    const bool record = (f.flags & (kForwardRecord | kForwardCopy)) != 0;
     const uint64_t bytes = (sizeof(ForwardHeader) + f.payload_bytes + kRequestAlign - 1) /
                            kRequestAlign * kRequestAlign;
-    const auto at = d.ring_space.Allocate(bytes);
+    const auto at = lane.space.Allocate(bytes);
     if (!at) break;  // space returns with acks (BSP: with the clock update)
     const auto h = header_space_.Allocate(sizeof(ForwardHeader));
     if (!h) {
-      d.ring_space.Free(*at, bytes);
+      lane.space.Free(*at, bytes);
       break;  // headers return as forward writes complete
     }
     if (record && f.payload_bytes > 0) {
-      // A record's keys and ops live in the Forward: copied into registered scratch to be sent.
+      // A record's (or copy's) payload lives in the Forward: copied into registered scratch to
+      // be sent.
       const auto r = record_space_.Allocate(f.payload_bytes);
       if (!r) {
-        d.ring_space.Free(*at, bytes);
+        lane.space.Free(*at, bytes);
         header_space_.Free(*h, sizeof(ForwardHeader));
         break;  // scratch returns as record writes complete
       }
@@ -189,6 +209,7 @@ void Server::PostForwards(uint32_t succ) {
     f.seq = d.next_seq++;
     ForwardHeader hdr;
     hdr.flags = f.flags;
+    hdr.reserved0 = f.copy;
     hdr.table = f.table;
     hdr.seq = f.seq;
     hdr.num_keys = f.num_keys;
@@ -207,11 +228,11 @@ void Server::PostForwards(uint32_t succ) {
     Op op;
     op.type = OpType::kSparseWrite;
     op.flags = kOpNotify;
-    op.imm = static_cast<uint32_t>(*at / kRequestAlign);
+    op.imm = ForwardImm(chain_.is_spare(succ) ? f.lane + 1 : 0, *at);
     op.ep = d.ep.get();
     op.context = kForwardContext | id;
     op.local = block_region_.get();
-    op.remote = d.ring.get();
+    op.remote = lane.ring.get();
     op.segments = f.segs;
     op.num_segments = f.payload_bytes > 0 ? 2 : 1;
     ops.push_back(op);
@@ -273,12 +294,13 @@ void Server::HandleAck(uint32_t succ, uint32_t imm, bool ok) {
   if (it == forwards_.end()) return;
   Forward& f = it->second;
   f.acked = true;
-  // Records are applied on arrival: their bytes return at once, as ASP pushes' do.
-  if (job_.consistency.kind == Consistency::kBsp && (f.flags & kForwardRecord) == 0) {
+  // Records and copies are applied on arrival: their bytes return at once, as ASP pushes' do.
+  if (job_.consistency.kind == Consistency::kBsp &&
+      (f.flags & (kForwardRecord | kForwardCopy)) == 0) {
     // The successor applies it at the clock boundary: the bytes stay until every server did.
-    d.held.push_back({f.clock, {f.ring_at, f.ring_bytes}});
+    d.held.push_back(Held{f.clock, f.lane, f.ring_at, f.ring_bytes});
   } else {
-    d.ring_space.Free(f.ring_at, f.ring_bytes);
+    d.lanes[f.lane].space.Free(f.ring_at, f.ring_bytes);
   }
   Answer(f);
   if (f.written) forwards_.erase(it);
@@ -289,8 +311,8 @@ void Server::FreeHeldForwards(uint64_t min_clock) {
   for (auto& [j, d] : downstream_) {
     bool freed = false;
     for (auto it = d.held.begin(); it != d.held.end();) {
-      if (uint64_t{it->first} + 1 <= min_clock) {
-        d.ring_space.Free(it->second.first, it->second.second);
+      if (uint64_t{it->clock} + 1 <= min_clock) {
+        d.lanes[it->lane].space.Free(it->at, it->bytes);
         it = d.held.erase(it);
         freed = true;
       } else {
@@ -360,13 +382,24 @@ void Server::HandleForward(uint32_t pred, uint32_t imm) {
   auto it = upstream_.find(pred);
   if (it == upstream_.end()) return;
   Upstream& u = it->second;
-  if (u.suspected || u.distance == 0) return;  // no ring of this server's to read (a spare's)
-  std::span<const uint8_t> ring(pred_rings_ + size_t{u.distance - 1} * forward_ring_bytes_,
-                                forward_ring_bytes_);
+  if (u.suspected) return;
+  // Which of this server's forward rings: by the sender's distance, or a spare's by the slot the
+  // imm names (1-based either way).
+  const uint32_t ring_no = u.distance != 0 ? u.distance : ForwardImmRing(imm);
+  Status status;
+  if (ring_no == 0 || ring_no > pred_ring_count_ || (u.distance != 0 && ForwardImmRing(imm) != 0)) {
+    status = ProtocolError("a forward names ring " + std::to_string(ForwardImmRing(imm)));
+  }
+  std::span<const uint8_t> ring(
+      pred_rings_ + size_t{status.ok() ? ring_no - 1 : 0} * forward_ring_bytes_,
+      forward_ring_bytes_);
   const ForwardLimits limits{forward_ring_bytes_, job_.max_keys_per_request, job_.workers,
-                             job_.shard_servers()};
+                             job_.shard_servers(), MaxCopyRows()};
   ForwardView fv;
-  Status status = ParseForward(ring, uint64_t{imm} * kRequestAlign, shapes_, limits, &fv);
+  if (status.ok()) status = ParseForward(ring, ForwardImmOffset(imm), shapes_, limits, &fv);
+  if (status.ok() && u.distance == 0 && chain_.Slot(index_, fv.header.shard) < 0) {
+    status = AwaitRepair(fv.header.shard);  // a spare's copy overtook its kChainRepair
+  }
   if (status.ok() && fv.header.seq != u.next_seq) {
     status = ProtocolError("forward seq " + std::to_string(fv.header.seq) + " arrived, " +
                            std::to_string(u.next_seq) + " expected");
@@ -380,6 +413,11 @@ void Server::HandleForward(uint32_t pred, uint32_t imm) {
                              " to server " + std::to_string(index_));
     }
   }
+  if (status.ok() && u.distance == 0 &&
+      chain_.Slot(index_, fv.header.shard) != static_cast<int>(ring_no) - 1) {
+    status = ProtocolError("a forward of shard " + std::to_string(fv.header.shard) + " in ring " +
+                           std::to_string(ring_no) + ", not that shard's slot");
+  }
   if (!status.ok()) {
     // A server of the same job sent garbage: take that link out (the coordinator decides).
     std::fprintf(stderr, "ferry server %u: closing predecessor %u: %s\n", index_, pred,
@@ -390,6 +428,16 @@ void Server::HandleForward(uint32_t pred, uint32_t imm) {
   }
   ++u.next_seq;
   last_forward_at_ = std::chrono::steady_clock::now();
+  if ((fv.header.flags & kForwardCopy) != 0) {
+    Status s = ApplyCopy(fv);
+    if (!s.ok()) {
+      if (fatal_.ok()) fatal_ = s.Annotate("apply a copy from server " + std::to_string(pred));
+      return;
+    }
+    s = SendAck(pred, fv.header.seq);  // a joining spare is its chains' tail
+    if (!s.ok()) Suspect(pred, s);
+    return;
+  }
   if ((fv.header.flags & kForwardRecord) != 0) {
     const int k = chain_.Slot(index_, fv.header.shard);
     Status s = ApplyRecord(static_cast<uint32_t>(k), fv);
@@ -428,12 +476,11 @@ void Server::HandleForward(uint32_t pred, uint32_t imm) {
   f.worker = fv.header.worker;
   f.TakePushFields(fv.header);
   f.payload_at = static_cast<uint64_t>(pred_rings_ - rings_) +
-                 size_t{u.distance - 1} * forward_ring_bytes_ + fv.push.offset +
-                 sizeof(ForwardHeader);
+                 size_t{ring_no - 1} * forward_ring_bytes_ + fv.push.offset + sizeof(ForwardHeader);
   f.from_worker = false;
   f.from = pred;
   f.from_seq = fv.header.seq;
-  Status s = AcceptPush(std::move(f), fv.push, static_cast<int32_t>(u.distance));
+  Status s = AcceptPush(std::move(f), fv.push, static_cast<int32_t>(ring_no));
   if (!s.ok() && fatal_.ok())
     fatal_ = s.Annotate("apply a push forwarded by server " + std::to_string(pred));
 }

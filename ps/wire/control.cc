@@ -72,6 +72,10 @@ std::string_view ControlKindName(ControlKind kind) {
       return "suspect";
     case ControlKind::kRejoin:
       return "rejoin";
+    case ControlKind::kChainRepair:
+      return "chain-repair";
+    case ControlKind::kChainJoined:
+      return "chain-joined";
   }
   return "?";
 }
@@ -152,7 +156,7 @@ Result<ControlMessage> DecodeControl(std::span<const uint8_t> bytes) {
   ControlMessage m;
   const uint8_t kind = msg->kind();
   if (kind < static_cast<uint8_t>(ControlKind::kRegister) ||
-      kind > static_cast<uint8_t>(ControlKind::kRejoin)) {
+      kind > static_cast<uint8_t>(ControlKind::kChainJoined)) {
     return ProtocolError("control message kind " + std::to_string(kind) + " is unknown");
   }
   if (msg->role() > 1) return ProtocolError("control message role is unknown");

@@ -49,6 +49,10 @@
 //                           text carries it to every member
 //   member -> standby       kRejoin (control_journal.h): its coordinator connection failed while
 //                           the job ran; the standby takes over once its own rank lost rank 0 too
+//   coordinator -> all      kChainRepair {index = dead server, value = spare}: with spares, the
+//                           lowest idle one adopts a removed server's slots at the tail of its
+//                           chains; every member applies it in the order heard (chain.h Repairs)
+//   spare -> coordinator    kChainJoined {index}: its copies are complete; relayed to all
 //
 // ControlClient: one connection to the coordinator, driven by its own pump thread (which also
 // answers heartbeats while the owner computes). When that connection fails while the job runs and
@@ -116,6 +120,11 @@ enum class ControlKind : uint8_t {
   kRejoin,          // member -> standby coord {rank, role, index, value = fingerprint, members =
                     //   the membership it heard, data = what it sent and heard}: the
                     //   coordinator's rank died (control_journal.h)
+  kChainRepair,     // coord -> all {index = the dead server, value = the spare}: after its
+                    //   kServerDown, an idle spare adopts the dead server's slots and joins the
+                    //   tail of their chains (ChainMap::Join); the tails copy it the rows
+  kChainJoined,     // spare -> coord {index = itself}: every adopted shard's copy arrived;
+                    //   coord -> all {index = the spare}: it counts in its chains (Joined)
 };
 std::string_view ControlKindName(ControlKind kind);
 

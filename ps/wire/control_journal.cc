@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 
 namespace ferry::ps {
 
@@ -10,7 +11,7 @@ namespace {
 
 // The journal's fixed part: flags, then the numbers, little-endian u64 each.
 constexpr uint64_t kStarted = 1, kShutdown = 2, kFinished = 4, kClockCheckpointFlag = 8;
-constexpr size_t kFixedWords = 9;
+constexpr size_t kFixedWords = 11;
 
 void AppendWord(std::vector<uint8_t>* out, uint64_t v) {
   for (int i = 0; i < 8; ++i) out->push_back(static_cast<uint8_t>(v >> (8 * i)));
@@ -85,6 +86,12 @@ void ControlJournal::Heard(const ControlMessage& m) {
     case ControlKind::kServerDown:
       servers_down.insert(m.index);
       break;
+    case ControlKind::kChainRepair:
+      repairs.emplace_back(m.index, static_cast<uint32_t>(m.value));
+      break;
+    case ControlKind::kChainJoined:
+      joined.insert(m.index);
+      break;
     case ControlKind::kBarrierRelease:
       barrier_released = std::max(barrier_released, m.value);
       break;
@@ -136,13 +143,21 @@ std::vector<uint8_t> EncodeJournal(const ControlJournal& j) {
                          (j.clock_checkpoint ? kClockCheckpointFlag : 0);
   for (uint64_t w :
        {flags, j.min_clock, j.apply_clock, j.barrier_released, j.clock, j.position, j.barrier_sent,
-        uint64_t{j.servers_down.size()}, uint64_t{j.apply_without.size()}}) {
+        uint64_t{j.servers_down.size()}, uint64_t{j.apply_without.size()},
+        uint64_t{j.repairs.size()}, uint64_t{j.joined.size()}}) {
     AppendWord(&out, w);
   }
-  const std::vector<uint32_t> down(j.servers_down.begin(), j.servers_down.end());
-  const std::vector<uint8_t> set = EncodeWorkerSet(down);  // the same 4-byte index list
-  out.insert(out.end(), set.begin(), set.end());
+  // Server lists in the worker set's 4-byte index format.
+  const auto append = [&out](std::span<const uint32_t> list) {
+    const std::vector<uint8_t> set = EncodeWorkerSet(list);
+    out.insert(out.end(), set.begin(), set.end());
+  };
+  append(std::vector<uint32_t>(j.servers_down.begin(), j.servers_down.end()));
   out.insert(out.end(), j.apply_without.begin(), j.apply_without.end());
+  std::vector<uint32_t> repairs;
+  for (const auto& [dead, spare] : j.repairs) repairs.insert(repairs.end(), {dead, spare});
+  append(repairs);
+  append(std::vector<uint32_t>(j.joined.begin(), j.joined.end()));
   return out;
 }
 
@@ -174,8 +189,10 @@ Result<ControlJournal> DecodeRejoin(const ControlMessage& m, uint32_t servers, u
   j.position = WordAt(bytes, 5);
   j.barrier_sent = WordAt(bytes, 6);
   const uint64_t down = WordAt(bytes, 7), without = WordAt(bytes, 8);
+  const uint64_t repairs = WordAt(bytes, 9), joined = WordAt(bytes, 10);
   const std::span<const uint8_t> rest = bytes.subspan(kFixedWords * 8);
-  if (down > servers || without > uint64_t{workers} * 4 || rest.size() != down * 4 + without) {
+  if (down > servers || without > uint64_t{workers} * 4 || repairs > servers || joined > repairs ||
+      rest.size() != down * 4 + without + repairs * 8 + joined * 4) {
     return ProtocolError("a rejoin journal's lists do not match its " +
                          std::to_string(bytes.size()) + " bytes");
   }
@@ -186,8 +203,29 @@ Result<ControlJournal> DecodeRejoin(const ControlMessage& m, uint32_t servers, u
     return ProtocolError("a rejoin journal's servers down are not in increasing order");
   }
   j.servers_down.insert(dead.begin(), dead.end());
-  j.apply_without.assign(rest.begin() + down * 4, rest.end());
+  size_t at = down * 4;
+  j.apply_without.assign(rest.begin() + at, rest.begin() + at + without);
   FERRY_RETURN_IF_ERROR(DecodeWorkerSet(j.apply_without, workers).status());
+  at += without;
+  FERRY_ASSIGN_OR_RETURN(std::vector<uint32_t> pairs,
+                         DecodeWorkerSet(rest.subspan(at, repairs * 8), servers));
+  at += repairs * 8;
+  std::set<uint32_t> adopted;
+  for (size_t i = 0; i < pairs.size(); i += 2) {
+    if (pairs[i] == pairs[i + 1] || !adopted.insert(pairs[i + 1]).second) {
+      return ProtocolError("a rejoin journal's repairs adopt spare " +
+                           std::to_string(pairs[i + 1]) + " twice or a server into itself");
+    }
+    j.repairs.emplace_back(pairs[i], pairs[i + 1]);
+  }
+  FERRY_ASSIGN_OR_RETURN(std::vector<uint32_t> in,
+                         DecodeWorkerSet(rest.subspan(at, joined * 4), servers));
+  for (uint32_t spare : in) {
+    if (adopted.count(spare) == 0 || !j.joined.insert(spare).second) {
+      return ProtocolError("a rejoin journal's spare " + std::to_string(spare) +
+                           " joined without a repair, or twice");
+    }
+  }
   const uint32_t slots = j.role == Role::kServer ? servers : workers;
   const bool listed =
       std::any_of(j.membership.begin(), j.membership.end(), [&](const MemberInfo& i) {

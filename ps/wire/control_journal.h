@@ -16,6 +16,7 @@
 #include <deque>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ps/wire/control.h"
@@ -29,7 +30,8 @@ struct ControlJournal {
   uint32_t index = 0;
   uint64_t fingerprint = 0;
   // Heard: kMembership (the members, and the standby coordinator's address in its text), kStart,
-  // kShutdown, the newest kClockUpdate, the newest kApplyClock (its worker set too), kServerDown.
+  // kShutdown, the newest kClockUpdate, the newest kApplyClock (its worker set too), kServerDown,
+  // kChainRepair, kChainJoined.
   std::vector<MemberInfo> membership;
   std::string standby;
   bool started = false;
@@ -38,6 +40,10 @@ struct ControlJournal {
   uint64_t apply_clock = 0;
   std::vector<uint8_t> apply_without;  // EncodeWorkerSet
   std::set<uint32_t> servers_down;
+  // kChainRepair (dead server, spare) in the order heard, and the spares heard joined
+  // (kChainJoined): a member's chains are its ChainMap with these applied in that order.
+  std::vector<std::pair<uint32_t, uint32_t>> repairs;
+  std::set<uint32_t> joined;
   uint64_t barrier_released = 0;  // the newest kBarrierRelease (barrier ids count up per worker)
   // Sent: the newest kClock (clock, data position, kClockCheckpoint), the newest kBarrier, kFinish.
   uint64_t clock = 0;
@@ -60,8 +66,10 @@ struct ControlJournal {
 
 std::vector<uint8_t> EncodeJournal(const ControlJournal& j);
 // The journal a kRejoin carries (rank, role, index, fingerprint, membership and data).
-// kProtocol on a malformed message: a server index >= `servers`, a worker set naming a worker
-// >= `workers`, a member that is not in its own membership, truncated or trailing bytes.
+// kProtocol on a malformed message: a server index >= `servers` (JobSpec::server_members(),
+// spares included), a worker set naming a worker >= `workers`, a repair whose spare adopted
+// twice or a joined spare that adopted nothing, a member that is not in its own membership,
+// truncated or trailing bytes.
 Result<ControlJournal> DecodeRejoin(const ControlMessage& m, uint32_t servers, uint32_t workers);
 
 }  // namespace ferry::ps

@@ -306,6 +306,46 @@ Status ParseRecord(std::span<const uint8_t> ring, uint64_t offset,
   return Status::Ok();
 }
 
+// The rest of ParseForward for a copy forward (its header is in out->header). A kCopyRows'
+// row width is checked against the table by whoever applies it (the layout is the server's).
+Status ParseCopy(std::span<const uint8_t> ring, uint64_t offset, std::span<const TableShape> tables,
+                 const ForwardLimits& limits, ForwardView* out) {
+  const ForwardHeader& h = out->header;
+  auto bad = [&](const std::string& what) {
+    return ProtocolError("copy forward at ring offset " + std::to_string(offset) + ": " + what);
+  };
+  if (h.flags != kForwardCopy) return bad("unknown flags");
+  if (h.shard >= limits.servers) return bad("shard " + std::to_string(h.shard) + " unknown");
+  uint64_t payload = 0;
+  switch (static_cast<CopyKind>(h.reserved0)) {
+    case CopyKind::kRows:
+      if (h.table >= tables.size()) return bad("table " + std::to_string(h.table) + " unknown");
+      if (h.num_keys == 0 || h.num_keys > limits.max_copy_rows) {
+        return bad(std::to_string(h.num_keys) + " rows (limit " +
+                   std::to_string(limits.max_copy_rows) + ")");
+      }
+      if (h.dim < 4 || h.dim % 2 != 0) return bad("row width " + std::to_string(h.dim));
+      payload = uint64_t{h.num_keys} * h.dim * 4;
+      break;
+    case CopyKind::kWatermark:
+      // Per worker at least upto and a count.
+      if (h.num_keys < 2 * limits.workers) return bad("a watermark without every worker");
+      payload = uint64_t{h.num_keys} * 8;
+      break;
+    case CopyKind::kEnd:
+      if (h.num_keys != 0) return bad("an end with a payload");
+      break;
+    default:
+      return bad("unknown copy kind " + std::to_string(h.reserved0));
+  }
+  if (h.payload_bytes != payload) return bad("payload_bytes does not match its rows or words");
+  if (ring.size() - offset - sizeof(ForwardHeader) < payload) {
+    return bad("payload runs past the end of the forward ring");
+  }
+  out->payload = ring.data() + offset + sizeof(ForwardHeader);
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status ParseForward(std::span<const uint8_t> ring, uint64_t offset,
@@ -324,6 +364,7 @@ Status ParseForward(std::span<const uint8_t> ring, uint64_t offset,
   };
   if (h.magic != kForwardMagic) return bad("bad magic (not a forward, or written over)");
   if ((h.flags & kForwardRecord) != 0) return ParseRecord(ring, offset, tables, limits, out);
+  if ((h.flags & kForwardCopy) != 0) return ParseCopy(ring, offset, tables, limits, out);
   if ((h.flags & ~kFlagFp16Grads) != 0) return bad("unknown flags");
   if (h.table >= tables.size()) return bad("table " + std::to_string(h.table) + " unknown");
   if (h.dim != tables[h.table].dim) return bad("width differs from the table's");

@@ -294,18 +294,44 @@ Status ReadSlotReply(std::span<const uint8_t> area, uint32_t seq, uint32_t num_k
 // per shard: 1, 2, ...), forwarded on and acknowledged like a push. With kForwardApplyStaged
 // (BSP) the member then applies its staged push (worker, push_id), as the head just did; with
 // kForwardClockDone the head applied every staged push of that shard before `clock`.
+//
+// Repairs (JobSpec::spares, chain.h "Repairs"): the live tail before a joining spare copies it
+// each adopted shard in the same ring, ahead of every push it accepts later, as copy forwards
+// (flags kForwardCopy, the kind in reserved0):
+//
+//     kCopyRows       | ForwardHeader 64 | rows[n][dim * 4 B]: whole rows (key, meta, values,
+//                                          optimizer state) of `table`, dim = row stride / 4 |
+//     kCopyWatermark  | ForwardHeader 64 | u64[n]: per worker: upto, count, count push ids |
+//     kCopyEnd        | ForwardHeader 64 |                 (the shard's copy is complete)
+//
+// The rows are the source's at the kChainRepair; under BSP its staged pushes follow as ordinary
+// forwards, then the watermark (the push ids the rows and those pushes hold), then the end.
 inline constexpr uint32_t kForwardMagic = 0x31574646;  // "FFW1"
 inline constexpr uint64_t kAckBytes = 64;
 inline constexpr uint8_t kForwardRecord = 1u << 5;
 inline constexpr uint8_t kForwardApplyStaged = 1u << 6;
 inline constexpr uint8_t kForwardClockDone = 1u << 7;
+inline constexpr uint8_t kForwardCopy = 1u << 4;
+enum class CopyKind : uint8_t { kRows = 1, kWatermark = 2, kEnd = 3 };
 enum class RowOp : uint8_t { kCreate = 1, kEvict = 2 };
+
+// A forward's imm: its ring offset / 64, and in the top 4 bits which of a spare's rings it is in
+// (the adopted slot + 1; 0 for a shard server's ring, which the sender's distance names).
+inline uint32_t ForwardImm(uint32_t ring_tag, uint64_t offset) {
+  return ring_tag << 28 | static_cast<uint32_t>(offset / kRequestAlign);
+}
+inline uint32_t ForwardImmRing(uint32_t imm) {
+  return imm >> 28;
+}
+inline uint64_t ForwardImmOffset(uint32_t imm) {
+  return uint64_t{imm & 0x0fffffffu} * kRequestAlign;
+}
 
 struct ForwardHeader {
   uint32_t magic = kForwardMagic;
-  uint8_t flags = 0;  // kFlagFp16Grads (pushes), or kForwardRecord [| kForwardApplyStaged |
-                      // kForwardClockDone]
-  uint8_t reserved0 = 0;
+  uint8_t flags = 0;      // kFlagFp16Grads (pushes), or kForwardRecord [| kForwardApplyStaged |
+                          // kForwardClockDone]
+  uint8_t reserved0 = 0;  // kForwardCopy: its CopyKind
   uint16_t table = 0;
   uint32_t seq = 0;  // per (sender, receiver): 0, 1, 2, ... in posting order
   uint32_t num_keys = 0;
@@ -327,6 +353,7 @@ struct ForwardLimits {
   uint32_t max_keys = 0;
   uint32_t workers = 0;
   uint32_t servers = 0;
+  uint32_t max_copy_rows = 0;  // rows in one kCopyRows (0: copies refused)
 };
 
 // A forwarded push parsed in place: `push` is a push RequestView of it (header.type kPush,
@@ -337,6 +364,9 @@ struct ForwardView {
   // Records (header.flags & kForwardRecord): push.keys holds its header.num_keys keys, `ops`
   // their RowOps (each checked); push.grads is null.
   const uint8_t* ops = nullptr;
+  // Copies (header.flags & kForwardCopy): the payload (rows or watermark words), checked to lie
+  // in the ring; push is not filled in.
+  const uint8_t* payload = nullptr;
 };
 inline uint64_t RecordPayloadBytes(uint32_t n) {
   return uint64_t{n} * 9;

@@ -105,10 +105,12 @@ Status Worker::ConnectServers(const std::vector<MemberInfo>& members, ControlCli
     }
     l.ep = std::move(ep).value();
     const auto& regions = l.ep->peer_regions();
-    // Rings per worker, rows per table; with replicas also forward rings and the ack word
-    // (protocol.h "Replication"), which only servers use.
-    const size_t expect =
-        job_.workers + job_.tables.size() + (job_.replicas > 1 ? job_.replicas : 0);
+    // Rings per worker, rows per table; with replicas also forward rings (R-1, a spare's R) and
+    // the ack word (protocol.h "Replication"), which only servers use.
+    const size_t expect = job_.workers + job_.tables.size() +
+                          (job_.replicas == 1   ? 0
+                           : chain_.is_spare(s) ? job_.replicas + 1
+                                                : job_.replicas);
     if (regions.size() != expect) {
       return ProtocolError("server " + std::to_string(s) + " advertised " +
                            std::to_string(regions.size()) + " regions, expected " +
@@ -190,6 +192,13 @@ void Worker::DrainControl() {
         break;
       case ControlKind::kServerDown:
         OnServerDown(m->index);
+        break;
+      // Repairs change no head while they join (chain.h): applied so that later heads are right.
+      case ControlKind::kChainRepair:
+        (void)chain_.Join(m->index, static_cast<uint32_t>(m->value));
+        break;
+      case ControlKind::kChainJoined:
+        if (m->index < chain_.members()) chain_.Joined(m->index);
         break;
       default:
         break;

@@ -1,11 +1,13 @@
 // A member's control journal (ps/wire/control_journal.h): what it keeps of what it sent and heard,
 // the rejoin message it makes of that, and the standby's decoding of it (malformed input is a
-// kProtocol error, never a crash).
+// kProtocol error, never a crash), and the chains a standby rebuilds from the repairs it heard.
 #include "ps/wire/control_journal.h"
 
 #include <gtest/gtest.h>
 
 #include <random>
+
+#include "ps/job/chain.h"
 
 namespace ferry::ps {
 namespace {
@@ -167,6 +169,60 @@ TEST(ControlJournal, MalformedRejoinsAreProtocolErrors) {
       EXPECT_EQ(d.status().code(), Code::kProtocol);
     }
   }
+}
+
+// Repairs: server 1 went down, spare 3 adopted its slots and joined, then spare 3 went down and
+// spare 4 adopted them (a job of 3 servers and 2 spares: server members 0..4).
+TEST(ControlJournal, RepairsRoundTripInTheirOrderAndBadOnesAreRefused) {
+  ControlJournal j = WorkerJournal();
+  const auto heard = [&j](ControlKind kind, uint32_t index, uint64_t value = 0) {
+    ControlMessage m = Msg(kind, value);
+    m.index = index;
+    j.Heard(m);
+  };
+  heard(ControlKind::kServerDown, 1);
+  heard(ControlKind::kChainRepair, 1, 3);
+  heard(ControlKind::kChainJoined, 3);
+  heard(ControlKind::kServerDown, 3);
+  heard(ControlKind::kChainRepair, 3, 4);
+  const std::vector<std::pair<uint32_t, uint32_t>> repairs = {{1, 3}, {3, 4}};
+  EXPECT_EQ(j.repairs, repairs);
+  EXPECT_EQ(j.joined, std::set<uint32_t>{3});
+  const ControlMessage m = j.Rejoin();
+  auto d = DecodeRejoin(m, 5, 2);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->repairs, repairs);
+  EXPECT_EQ(d->joined, j.joined);
+  EXPECT_EQ(d->servers_down, j.servers_down);
+  EXPECT_EQ(EncodeJournal(*d), m.data);
+  // A standby rebuilds the same chains from it.
+  ChainMap replayed(3, 2, 2);
+  const std::vector<uint32_t> down(d->servers_down.begin(), d->servers_down.end());
+  const std::vector<uint32_t> in(d->joined.begin(), d->joined.end());
+  EXPECT_TRUE(replayed.Replay(down, d->repairs, in));
+  ChainMap live(3, 2, 2);
+  live.MarkDead(1);
+  ASSERT_TRUE(live.Join(1, 3));
+  live.Joined(3);
+  live.MarkDead(3);
+  ASSERT_TRUE(live.Join(3, 4));
+  live.MarkDead(2);  // the journal's own kServerDown of server 2
+  for (uint32_t shard = 0; shard < 3; ++shard) {
+    EXPECT_EQ(std::vector<uint32_t>(replayed.Chain(shard).begin(), replayed.Chain(shard).end()),
+              std::vector<uint32_t>(live.Chain(shard).begin(), live.Chain(shard).end()))
+        << "shard " << shard;
+    EXPECT_EQ(replayed.Head(shard), live.Head(shard)) << "shard " << shard;
+  }
+  EXPECT_TRUE(replayed.joining(4));
+  EXPECT_FALSE(replayed.joining(3));
+  // Refused: a server index beyond the members, a spare adopting twice, a join without a repair.
+  EXPECT_EQ(DecodeRejoin(m, 4, 2).status().code(), Code::kProtocol);
+  ControlJournal twice = j;
+  twice.repairs.push_back({2, 4});
+  EXPECT_EQ(DecodeRejoin(twice.Rejoin(), 5, 2).status().code(), Code::kProtocol);
+  ControlJournal stray = j;
+  stray.joined.insert(2);
+  EXPECT_EQ(DecodeRejoin(stray.Rejoin(), 5, 2).status().code(), Code::kProtocol);
 }
 
 }  // namespace

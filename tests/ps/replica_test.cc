@@ -86,6 +86,7 @@ class PsReplica : public ::testing::TestWithParam<BackendConfig> {
   static std::vector<float> Reference(const JobSpec& job, const TrainingSpec& spec) {
     JobSpec plain = job;
     plain.replicas = 1;
+    plain.spares = 0;
     plain.wrap_data_transport = nullptr;
     TrainingRun run = RunTraining(plain, spec);
     EXPECT_TRUE(AllOk(run.outcomes).ok()) << DescribeOutcomes(run.outcomes);
@@ -131,7 +132,9 @@ TEST_P(PsReplica, ChainsChangeNoRowUnderBsp) {
         << "replicas " << replicas << DescribeOutcomes(run.outcomes);
     EXPECT_EQ(run.final_rows, want) << "replicas " << replicas;
   }
-  // An idle spare (connected to by every worker and server, holding nothing) changes nothing.
+  // An idle spare (connected to by every worker and server, holding nothing) changes nothing
+  // (spares take one shard server a rank).
+  if (TestServerThreads() > 1) return;
   JobSpec spared = Job(Consistency::kBsp, 2);
   spared.spares = 1;
   TrainingRun run = RunTraining(spared, spec);
@@ -166,6 +169,34 @@ TEST_P(PsReplica, SeveredMiddleOfAChainIsBridged) {
   const JobSpec job = Job(Consistency::kBsp, 3);
   const TrainingSpec spec = Spec(false);
   RunSevered(job, spec, kServerRank1, 60, Reference(job, spec));
+}
+
+// Repair (JobSpec::spares): server 1 (shards 1 and 0) is severed, spare 3 adopts its slots and
+// joins both chains with copies from their tails (server 2 for shard 1, server 0 for shard 0);
+// then server 0 is severed too, which leaves shard 0 only on the spare: the job goes on and ends
+// with the rows of a run without faults.
+TEST_P(PsReplica, ASpareRepairsAChainBeforeItsSecondFailure) {
+  if (TestServerThreads() > 1) GTEST_SKIP() << "spares take one shard server a rank";
+  JobSpec job = Job(Consistency::kBsp, 2);
+  job.spares = 1;
+  TrainingSpec spec = Spec(false);
+  spec.iterations = 48;
+  const std::vector<float> want = Reference(job, spec);
+  auto first = SeverServerRank(&job, kServerRank1, 30);
+  auto second = SeverServerRank(&job, 0, 150);
+  TrainingRun run = RunTraining(job, spec);
+  const std::string all = DescribeOutcomes(run.outcomes);
+  ASSERT_GT(first.front()->counters.connections_severed, 0u) << all;
+  ASSERT_GT(second.front()->counters.connections_severed, 0u)
+      << "the job ended before server 0 was severed:" << all;
+  for (size_t r = 0; r < run.outcomes.size(); ++r) {
+    if (r == 0 || r == kServerRank1) {
+      EXPECT_TRUE(Mentions(run.outcomes[r], "removed from the job")) << all;
+    } else {
+      EXPECT_TRUE(run.outcomes[r].ok()) << "rank " << r << " did not survive:" << all;
+    }
+  }
+  EXPECT_EQ(run.final_rows, want) << "rows differ after the repair and the second failure";
 }
 
 TEST_P(PsReplica, LosingEveryReplicaOfAShardFailsTheJobNamingIt) {

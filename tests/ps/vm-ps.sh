@@ -23,9 +23,10 @@ FERRY_TEST_BACKENDS=ucx-rc "$ps_job_test" --gtest_filter='Backends/PsJob.*:*Pull
 
 echo "== the PS over the fault-injecting wrapper on verbs"
 FERRY_TEST_BACKENDS=verbs "$ps_fault_test"
-echo "== replicas over verbs: same rows, a severed server fails over (head, tail, middle); the head's"
-echo "   admission and eviction records keep every replica's rows equal to its head's"
-FERRY_TEST_BACKENDS=verbs "$ps_replica_test" --gtest_filter='*ChainsChangeNoRowUnderBsp*:*SeveredServerFailsOverUnderBsp*:*SeveredMiddleOfAChainIsBridged*:*PsReplicaRows.AdmissionByCountAndByCoinKeepsTheHeadsRows*:*PsReplicaRows.TickEvictionAndTheRowBoundKeepTheHeadsRows*'
+echo "== replicas over verbs: same rows, a severed server fails over (head, tail, middle), a spare"
+echo "   repairs a chain before its second failure; the head's admission and eviction records keep"
+echo "   every replica's rows equal to its head's"
+FERRY_TEST_BACKENDS=verbs "$ps_replica_test" --gtest_filter='*ChainsChangeNoRowUnderBsp*:*SeveredServerFailsOverUnderBsp*:*SeveredMiddleOfAChainIsBridged*:*ASpareRepairsAChainBeforeItsSecondFailure*:*PsReplicaRows.AdmissionByCountAndByCoinKeepsTheHeadsRows*:*PsReplicaRows.TickEvictionAndTheRowBoundKeepTheHeadsRows*'
 
 echo "== failure detection over verbs: a server, a worker, the coordinator killed or stopped;"
 echo "   with replicas, rank 0 killed or stopped while the standby coordinator takes over"

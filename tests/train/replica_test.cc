@@ -271,6 +271,53 @@ TEST_F(Replicas, MlpSurvivesAKilledServerWithTheSameModelBytes) {
   EXPECT_EQ(KillOneServer("mlp", "tcp", 2), ref) << "server 2 killed over tcp";
 }
 
+// Repair (--spares 1, ps/job/chain.h "Repairs"): server 1 is killed; the spare (server 3, rank 5)
+// adopts its shards 1 and 0, copies them from their live replicas (servers 2 and 0) and joins
+// their chains; half a second later server 2 is killed too, which leaves shard 1 on the spare
+// alone. The job goes on and its model is the reference's byte for byte. Without the repair the
+// second kill ends the job.
+TEST_F(Replicas, FtrlSurvivesTwoKilledServersWithASpareBetween) {
+  const std::string ref = reference_.count("ftrl") ? reference_["ftrl"] : Reference("ftrl");
+  ASSERT_FALSE(ref.empty());
+  const std::string tag = "ftrl_tcp_spare";
+  const std::string metrics = *dir_ / (tag + ".jsonl");
+  const std::string out = *dir_ / (tag + ".model");
+  Clock::time_point training{}, first{};
+  int killed = 0;
+  auto killer = [&](pid_t launcher) {
+    const auto now = Clock::now();
+    if (training == Clock::time_point{}) {
+      if (!Lines(Slurp(metrics)).empty()) training = now;
+      return;
+    }
+    const int rank = killed == 0 ? 1 : 2;
+    const auto due = killed == 0 ? training + std::chrono::milliseconds(100)
+                                 : first + std::chrono::milliseconds(500);
+    if (killed >= 2 || now < due) return;
+    const pid_t pid = RankPid(launcher, rank);
+    if (pid > 0 && kill(pid, SIGKILL) == 0) {
+      if (++killed == 1) first = now;
+    }
+  };
+  TrainRun run = Train(
+      *dir_, tag, Cat(Job("ftrl", "tcp"), {"--replicas", "2", "--spares", "1", "--model-out", out}),
+      180, killer);
+  const std::string bytes = Slurp(out);
+  Report(tag, "tcp", run, bytes == ref, killed == 2);
+  ASSERT_EQ(killed, 2) << "the job ended before both kills: " << run.proc.Describe();
+  EXPECT_TRUE(run.ok()) << "the job did not survive: " << run.proc.Describe();
+  EXPECT_NE(run.proc.err.find("spare server 3 adopts server 1's shards"), std::string::npos)
+      << run.proc.Describe();
+  const size_t joined = run.proc.err.find("spare server 3 joined its chains");
+  EXPECT_NE(joined, std::string::npos) << run.proc.Describe();
+  if (joined != std::string::npos) {
+    std::printf("%s: %s\n", tag.c_str(),
+                run.proc.err.substr(joined, run.proc.err.find('\n', joined) - joined).c_str());
+  }
+  EXPECT_NE(run.proc.err.find("server 2 removed"), std::string::npos) << run.proc.Describe();
+  EXPECT_EQ(bytes, ref) << "the model differs after the repair and the second kill";
+}
+
 // Under ferry-launch and the real launchers (tests/launch drivers, env MPIRUN_ARGS / SRUN_ARGS for
 // their options):
 // mpirun stops every rank when one dies unless told to recover (--enable-recovery), then exits 0;

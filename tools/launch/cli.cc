@@ -37,6 +37,11 @@ void AddFlags(CLI::App& app, LaunchFlags& f) {
                  "rank that is only a server (not rank 0) may die without stopping the job")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
+  app.add_option("--spares", o.spares,
+                 "the job's spares (the program's own flag sets them): server ranks after all\n"
+                 "others that adopt a dead server's shards; they may die without stopping the job")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 64));
   app.add_option("--server-threads", o.server_threads,
                  "shard servers per server rank, each on its own thread with its own share of\n"
                  "the keys (FERRY_SERVER_THREADS; default: the program's own flag)")

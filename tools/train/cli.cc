@@ -57,6 +57,7 @@ int RunAsLocalCluster(const models::TrainOptions& o, int argc, char** argv) {
   lc.servers = o.servers;
   lc.workers = o.workers;
   lc.replicas = o.replicas;
+  lc.spares = o.spares;
   lc.transport = o.transport;
   lc.name = "ferry-train";
   // A lockstep stream is read by the workers themselves (each follows the directory).
