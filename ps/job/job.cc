@@ -205,12 +205,6 @@ Status ValidateJob(const JobSpec& job) {
     if (job.spares > 64) {
       return InvalidArgument("spares " + std::to_string(job.spares) + " must be 0..64");
     }
-    for (const TableSpec& t : job.tables) {
-      if (TableTracksSightings(t)) {
-        return InvalidArgument("table '" + t.name +
-                               "': spares do not copy admission or eviction state yet");
-      }
-    }
   }
   // Replicas with admission or eviction: the chain's head decides and the chain carries its
   // decisions (row records, ps/server/server_records.cc), so replicas keep the head's rows.

@@ -177,7 +177,14 @@ Status Server::InitMemory() {
                              " bytes does not fit a repair's forward ring of " +
                              std::to_string(forward_ring_bytes_) + " bytes: raise staging_bytes");
     }
-    record_scratch += 2 * copy_chunk_bytes_;
+    // The pushes forwarded to a joining spare carry their own bytes through it too.
+    uint64_t push_bytes = 0;
+    for (const Table& t : tables_) {
+      push_bytes = std::max<uint64_t>(
+          push_bytes,
+          RequestPayloadBytes(RequestType::kPush, 0, job_.max_keys_per_request, t.spec.dim));
+    }
+    record_scratch += 2 * std::max<uint64_t>(copy_chunk_bytes_, (push_bytes + 63) / 64 * 64);
   }
   last_op_.assign(replicas, 0);
   clock_done_.assign(replicas, 0);

@@ -50,6 +50,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -62,6 +63,7 @@
 
 #include "ps/job/chain.h"
 #include "ps/job/job.h"
+#include "ps/server/forwarding.h"
 #include "ps/store/array_hash_map.h"
 #include "ps/store/range_allocator.h"
 #include "ps/wire/control.h"
@@ -93,6 +95,12 @@ struct ServerStats {
   // Backup workers (JobSpec::backup_workers): pushes dropped because their clock completed
   // without their worker; every server holding a copy of the shard counts its copy.
   uint64_t late_pushes_dropped = 0;
+  // Repairs (JobSpec::spares). A source: rows and bytes it copied to spares, and the longest
+  // snapshot (the serve loop's pause while it queues one shard's copy). A spare: rows it received,
+  // and the time from its repair word to its join (every adopted shard copied), which ended at
+  // joined_at_ns (steady_clock since its epoch: lines the repair up with a benchmark's timeline).
+  uint64_t copy_rows_sent = 0, copy_bytes_sent = 0, copy_snapshot_ns = 0;
+  uint64_t copy_rows_received = 0, join_ns = 0, joined_at_ns = 0;
 };
 
 class Server {
@@ -195,83 +203,12 @@ class Server {
     std::set<uint64_t> above;
   };
 
-  // Replication (server_replication.cc).
-  struct Forward {  // a push (or a row record) on its way down a chain from here
-    uint32_t shard = 0, worker = 0, clock = 0;
-    uint64_t push_id = 0;
-    uint16_t table = 0;
-    uint8_t flags = 0;
-    uint32_t num_keys = 0, dim = 0;
-    uint64_t payload_at = 0;  // keys and gradients: offset in the ring block (block_region_)
-    uint64_t payload_bytes = 0;
-    // Whom to answer once the successor acknowledged: worker `from` (its request `from_seq`
-    // at ring offset `from_offset`, a push or a push-pull), or predecessor server `from`
-    // (forward seq `from_seq`).
-    bool from_worker = true;
-    RequestType type = RequestType::kPush;
-    uint32_t from = 0, from_seq = 0;
-    uint64_t from_offset = 0;
-    // A row record (flags & kForwardRecord): its keys and ops, copied into the record scratch
-    // (record_at, block offset) when posted; from_self: this server (the head) made it and
-    // answers nobody.
-    std::vector<uint8_t> record;
-    uint64_t op_id = 0;
-    int64_t record_at = -1;
-    bool from_self = false;
-    // Downstream: where it went.
-    int successor = -1;
-    uint32_t lane = 0;  // Downstream::lanes
-    uint8_t copy = 0;   // kForwardCopy: its CopyKind (the payload is in `record`)
-    uint32_t seq = 0;
-    uint64_t ring_at = 0, ring_bytes = 0;  // space in the successor's forward ring
-    int64_t header_at = -1;                // scratch header (block offset), until written
-    Segment segs[2];                       // header, payload: borrowed by the posted write
-    bool posted = false;
-    bool written = false;    // the write completed here
-    bool acked = false;      // the successor acknowledged it
-    bool abandoned = false;  // re-sent under another id after its successor died
-
-    // The push's fields as a worker's request or a predecessor's forward carries them (the
-    // two headers name them alike).
-    template <typename Header>
-    void TakePushFields(const Header& h) {
-      clock = h.clock;
-      push_id = h.push_id;
-      table = h.table;
-      flags = h.flags;
-      num_keys = h.num_keys;
-      dim = h.dim;
-      payload_bytes = h.payload_bytes;
-    }
-  };
-  struct Lane {  // one forward ring of a successor's that this server writes
-    std::unique_ptr<RemoteKey> ring;
-    RangeAllocator space;
-  };
-  struct Held {  // BSP: ring space of a forward the successor applies at the clock boundary
-    uint32_t clock = 0, lane = 0;
-    uint64_t at = 0, bytes = 0;
-  };
-  struct Downstream {  // a successor: this server forwards to it
-    std::shared_ptr<Endpoint> ep;
-    // Its forward ring for this server (lane 0); a spare's: its ring of each slot it may adopt
-    // (lane = slot, imported from spare_rings when it adopts: chain.h "Repairs").
-    std::vector<Lane> lanes;
-    std::vector<RemoteRegion> spare_rings;
-    uint32_t next_seq = 0;
-    std::deque<uint64_t> queue;             // forward ids not yet posted, in order
-    std::map<uint32_t, uint64_t> inflight;  // seq -> forward id, posted and not acknowledged
-    std::deque<Held> held;
-    bool suspected = false;
-  };
-  struct Upstream {  // a predecessor: it forwards to this server
-    std::shared_ptr<Endpoint> ep;
-    std::unique_ptr<RemoteKey> ack;  // its ack word
-    uint32_t distance = 0;  // its forward ring here is pred_rings_[distance - 1] (a spare's: 0,
-                            // each forward's imm names the ring: ForwardImm)
-    uint32_t next_seq = 0;
-    bool suspected = false;
-  };
+  // Replication (server_replication.cc; the records are in ps/server/forwarding.h).
+  using Forward = forwarding::Forward;
+  using Lane = forwarding::Lane;
+  using Held = forwarding::Held;
+  using Downstream = forwarding::Downstream;
+  using Upstream = forwarding::Upstream;
   enum class PeerKind : uint8_t { kWorker, kUpstream, kDownstream };
   struct Peer {
     PeerKind kind;
@@ -332,11 +269,14 @@ class Server {
   // being applied is finished here with its own decisions.
   Status TakeOverRows(uint32_t k);
   bool SlotHasRowRecords(uint32_t k) const;
-  // A worker's request for a shard whose rows the head decides reached this server before the
-  // coordinator's kServerDown that makes it the head (the worker heard first): waits for that
-  // word (other control messages are kept for the serve loop, in order), or fails.
-  Status AwaitHeadship(uint32_t shard);
-  // The serve loop's next control message: those AwaitHeadship kept, then the client's.
+  // A worker's request or a predecessor's forward outran the coordinator's word that explains it
+  // (data and control travel apart): a request for a shard whose rows the head decides, before
+  // the kServerDown that makes this server the head; a spare's copy, before its kChainRepair.
+  // Waits (up to two peer timeouts) until `done()` holds, applying kServerDown and kChainRepair
+  // as they come and keeping every other message for the serve loop, in order. Fails with
+  // Timeout(`what()`) or the status of the word that failed (a removal also sets fatal_).
+  Status AwaitControl(const std::function<bool()>& done, const std::function<std::string()>& what);
+  // The serve loop's next control message: those AwaitControl kept, then the client's.
   std::optional<ControlMessage> NextControl(ControlClient* control);
   bool ChainsQuiet() const;
   // The most entries one record carries (within the forwards' key limit).
@@ -362,9 +302,6 @@ class Server {
   Status ImportSpareLane(Downstream& d, uint32_t lane);
   Status ApplyCopy(const ForwardView& fv);
   Status FinishJoin();
-  // A forward of `shard` reached this spare before it heard the repair that gives it the shard:
-  // waits for that word (other control messages are kept for the serve loop), or fails.
-  Status AwaitRepair(uint32_t shard);
   // The bytes of one kCopyRows (InitMemory sizes the record scratch for two of them), and the
   // most rows ParseForward lets one carry.
   uint64_t CopyChunkBytes() const { return copy_chunk_bytes_; }
@@ -384,6 +321,9 @@ class Server {
   void Answer(const Forward& f);
   // Queues forward `f` (already accepted here) for `succ` under a fresh id.
   void QueueForward(Forward f, uint32_t succ);
+  // A push or record for a joining spare (chain.h "Repairs"): queued with its own copy of the
+  // payload and answering nobody, so that this server, the live tail, answers it at once.
+  void ForwardToJoining(const Forward& f, uint32_t spare);
   Status SendAck(uint32_t pred, uint32_t seq);
   void PostForwards(uint32_t succ);
   void OnForwardWritten(const Completion& c);
@@ -464,6 +404,7 @@ class Server {
   uint64_t copy_chunk_bytes_ = 0;  // with spares: CopyChunkBytes()
   // A joining spare: copies of adopted slots not yet ended, and the kApplyClock it defers.
   uint32_t copies_pending_ = 0;
+  std::chrono::steady_clock::time_point repair_began_;  // the spare's kChainRepair (join_ns)
   std::optional<ControlMessage> deferred_apply_;
   std::vector<std::unique_ptr<MemoryRegion>> pred_ring_regions_;
   std::unique_ptr<MemoryRegion> ack_region_;    // this server's ack word (remote-write)
@@ -490,7 +431,7 @@ class Server {
   std::vector<uint64_t> log_keys_;
   std::vector<uint8_t> log_ops_;
   bool logging_ = false;
-  std::deque<ControlMessage> early_control_;  // taken by AwaitHeadship, served by ServeLoop
+  std::deque<ControlMessage> early_control_;  // kept by AwaitControl, served by ServeLoop
   // After kShutdown with row records: no more ticks; serve forwards and acks until ChainsQuiet
   // (nothing of this server's unacknowledged, no forward arrived for a while) or the deadline.
   bool lingering_ = false;

@@ -175,7 +175,11 @@ Status Server::MaybeAnswerClock() {
   const uint32_t slots = static_cast<uint32_t>(tables_.size() / job_.tables.size());
   for (uint32_t k = 0; k < slots; ++k) {
     const uint32_t shard = tables_[size_t{k} * job_.tables.size()].shard;
-    if (chain_.Head(shard) == static_cast<int>(index_) || !SlotHasRowRecords(k)) continue;
+    // A spare's slot it has not adopted follows no head (kNoShard).
+    if (shard == kNoShard || chain_.Head(shard) == static_cast<int>(index_) ||
+        !SlotHasRowRecords(k)) {
+      continue;
+    }
     if (clock_done_[k] < pending_clock_) return Status::Ok();
   }
   ControlMessage done;
@@ -202,27 +206,27 @@ bool Server::ChainsQuiet() const {
   return std::chrono::steady_clock::now() - last_forward_at_ > std::chrono::milliseconds(100);
 }
 
-Status Server::AwaitHeadship(uint32_t shard) {
+Status Server::AwaitControl(const std::function<bool()>& done,
+                            const std::function<std::string()>& what) {
   const auto deadline = std::chrono::steady_clock::now() + job_.peer_timeout * 2;
-  while (chain_.Head(shard) != static_cast<int>(index_)) {
-    if (control_ == nullptr || std::chrono::steady_clock::now() > deadline) {
-      return Timeout("a request for shard " + std::to_string(shard) + " reached server " +
-                     std::to_string(index_) + ", which does not head it, and no word from the " +
-                     "coordinator made it the head");
-    }
+  while (!done()) {
+    if (control_ == nullptr || std::chrono::steady_clock::now() > deadline) return Timeout(what());
     auto m = control_->Receive(Millis(10));
     if (!m.ok()) {
       if (m.status().code() == Code::kTimeout) continue;
       return m.status();
     }
+    Status s;
     if (m->kind == ControlKind::kServerDown) {
-      Status s = HandleServerDown(m->index, m->text);
-      if (!s.ok()) {
-        if (fatal_.ok()) fatal_ = s;  // this server was removed: the serve loop ends
-        return s;
-      }
+      s = HandleServerDown(m->index, m->text);
+    } else if (m->kind == ControlKind::kChainRepair) {
+      s = HandleChainRepair(m->index, static_cast<uint32_t>(m->value));
     } else {
       early_control_.push_back(std::move(m).value());
+    }
+    if (!s.ok()) {
+      if (fatal_.ok()) fatal_ = s;  // e.g. this server was removed: the serve loop ends
+      return s;
     }
   }
   return Status::Ok();

@@ -8,11 +8,17 @@
 // pushes of the open clock follow as ordinary forwards (staged again on the spare), then the
 // watermark: the push ids the rows and those pushes hold, per worker, which the spare merges
 // into what it has seen, so a push re-sent after a failover is applied there once like anywhere
-// else. Then the end marker. Pushes the source accepts after the snapshot are forwarded behind
-// the copy (FIFO): the spare applies them on top of the rows they were accepted after. While
-// the copy runs the spare is the chains' tail for forwards and acknowledgements (acks wait for
-// it), but heads nothing and keeps no shard alive. It defers kApplyClock until the last end
-// marker, so a BSP clock completes only once the spare holds every shard it adopted.
+// else; with row records (server_records.cc) also the last record op_id applied and the last
+// clock the head finished, so the head's records after the copy apply once and its clock-done
+// words are not waited for twice. Then the end marker. Pushes the source accepts after the snapshot
+// are forwarded behind the copy (FIFO): the spare applies them on top of the rows they were
+// accepted after. While the copy runs the spare is forwarded to, but the source stays the tail
+// for acknowledgements (ForwardToJoining: the shard has had one copy fewer since the failover,
+// and waiting for the copy would stall every push behind it), and the spare heads nothing and
+// keeps no shard alive. It defers
+// kApplyClock until the last end marker, so a BSP clock completes only once the spare holds every
+// shard it adopted.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -34,6 +40,7 @@ Status Server::HandleChainRepair(uint32_t dead, uint32_t spare) {
       for (size_t t = 0; t < tables; ++t) tables_[k * tables + t].shard = hosted[k];
     }
     copies_pending_ = static_cast<uint32_t>(hosted.size());
+    repair_began_ = std::chrono::steady_clock::now();
     std::fprintf(stderr, "ferry server %u (spare): adopts server %u's %zu shards\n", index_, dead,
                  hosted.size());
     return Status::Ok();
@@ -68,6 +75,7 @@ Status Server::QueueCopy(uint32_t shard, uint32_t spare) {
   }
   FERRY_RETURN_IF_ERROR(ImportSpareLane(dit->second, static_cast<uint32_t>(lane)));
   const size_t tables = job_.tables.size();
+  const auto began = std::chrono::steady_clock::now();
   const auto copy = [&](CopyKind kind) {
     Forward f;
     f.shard = shard;
@@ -79,6 +87,7 @@ Status Server::QueueCopy(uint32_t shard, uint32_t spare) {
   };
   const auto queue = [&](Forward f) {
     f.payload_bytes = f.record.size();
+    stats_.copy_bytes_sent += f.payload_bytes;
     QueueForward(std::move(f), spare);
   };
   // 1. The rows, whole, in chunks.
@@ -132,12 +141,22 @@ Status Server::QueueCopy(uint32_t shard, uint32_t spare) {
     return ResourceExhausted("the watermark of shard " + std::to_string(shard) + " (" +
                              std::to_string(words.size()) + " push ids) exceeds a copy chunk");
   }
+  // Row records (tables with admission or eviction): the last record applied here and the last
+  // clock its head finished, so the spare skips what the rows hold and waits for no clock-done
+  // that came before the copy.
+  mark.op_id = last_op_[static_cast<size_t>(k)];
+  mark.clock = static_cast<uint32_t>(clock_done_[static_cast<size_t>(k)]);
   mark.num_keys = static_cast<uint32_t>(words.size());
   mark.record.resize(words.size() * 8);
   std::memcpy(mark.record.data(), words.data(), mark.record.size());
   queue(std::move(mark));
   // 4. The end of this shard's copy.
   queue(copy(CopyKind::kEnd));
+  stats_.copy_rows_sent += rows;
+  const uint64_t ns = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - began)
+          .count());
+  stats_.copy_snapshot_ns = std::max(stats_.copy_snapshot_ns, ns);
   std::fprintf(stderr, "ferry server %u: copies shard %u (%llu rows) to spare %u\n", index_, shard,
                static_cast<unsigned long long>(rows), spare);
   return Status::Ok();
@@ -165,6 +184,7 @@ Status Server::ApplyCopy(const ForwardView& fv) {
                                t.map->Insert(ArrayHashMap::RowKey(row)));
         std::memcpy(ins.row, row, stride);  // key, meta, values and optimizer state
       }
+      stats_.copy_rows_received += h.num_keys;
       return Status::Ok();
     }
     case CopyKind::kWatermark: {
@@ -196,6 +216,9 @@ Status Server::ApplyCopy(const ForwardView& fv) {
         }
       }
       if (at != h.num_keys) return ProtocolError("a watermark with words left over");
+      last_op_[static_cast<size_t>(k)] = std::max(last_op_[static_cast<size_t>(k)], h.op_id);
+      clock_done_[static_cast<size_t>(k)] =
+          std::max<uint64_t>(clock_done_[static_cast<size_t>(k)], h.clock);
       return Status::Ok();
     }
     case CopyKind::kEnd:
@@ -205,43 +228,17 @@ Status Server::ApplyCopy(const ForwardView& fv) {
   return ProtocolError("unknown copy kind");
 }
 
-Status Server::AwaitRepair(uint32_t shard) {
-  // The copy's first forward can overtake the coordinator's kChainRepair (data and control travel
-  // apart): take that word now, keeping every other message for the serve loop in order.
-  for (auto it = early_control_.begin(); it != early_control_.end();) {
-    if (it->kind != ControlKind::kChainRepair) {
-      ++it;
-      continue;
-    }
-    const ControlMessage m = std::move(*it);
-    it = early_control_.erase(it);
-    FERRY_RETURN_IF_ERROR(HandleChainRepair(m.index, static_cast<uint32_t>(m.value)));
-  }
-  const auto deadline = std::chrono::steady_clock::now() + job_.peer_timeout * 2;
-  while (chain_.Slot(index_, shard) < 0) {
-    if (control_ == nullptr || std::chrono::steady_clock::now() > deadline) {
-      return Timeout("a copy of shard " + std::to_string(shard) + " reached spare " +
-                     std::to_string(index_) +
-                     ", and no word from the coordinator gave it that shard");
-    }
-    auto m = control_->Receive(Millis(10));
-    if (!m.ok()) {
-      if (m.status().code() == Code::kTimeout) continue;
-      return m.status();
-    }
-    if (m->kind == ControlKind::kServerDown) {
-      FERRY_RETURN_IF_ERROR(HandleServerDown(m->index, m->text));
-    } else if (m->kind == ControlKind::kChainRepair) {
-      FERRY_RETURN_IF_ERROR(HandleChainRepair(m->index, static_cast<uint32_t>(m->value)));
-    } else {
-      early_control_.push_back(std::move(m).value());
-    }
-  }
-  return Status::Ok();
-}
-
 Status Server::FinishJoin() {
-  std::fprintf(stderr, "ferry server %u (spare): every adopted shard is copied\n", index_);
+  const auto now = std::chrono::steady_clock::now();
+  stats_.join_ns = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(now - repair_began_).count());
+  stats_.joined_at_ns = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count());
+  std::fprintf(stderr,
+               "ferry server %u (spare): every adopted shard is copied (%llu rows, %.1f ms after "
+               "the repair began)\n",
+               index_, static_cast<unsigned long long>(stats_.copy_rows_received),
+               static_cast<double>(stats_.join_ns) / 1e6);
   ControlMessage joined;
   joined.kind = ControlKind::kChainJoined;
   joined.index = index_;

@@ -139,11 +139,12 @@ Status Server::AcceptPush(Forward f, const RequestView& req, int32_t pred) {
     ++stats_.duplicates;
   }
   const int succ = job_.replicas > 1 ? chain_.Successor(f.shard, index_) : -1;
-  if (succ >= 0) {
+  if (succ >= 0 && !chain_.joining(static_cast<uint32_t>(succ))) {
     QueueForward(std::move(f), static_cast<uint32_t>(succ));
     PostForwards(static_cast<uint32_t>(succ));
     return Status::Ok();
   }
+  if (succ >= 0) ForwardToJoining(f, static_cast<uint32_t>(succ));
   // The tail (or no replicas): answer now, on the request path's own terms.
   if (f.from_worker) {
     if (f.type == RequestType::kPush) return SendRecord(f.from, f.from_seq, Status::Ok());
@@ -151,6 +152,21 @@ Status Server::AcceptPush(Forward f, const RequestView& req, int32_t pred) {
   }
   Answer(f);
   return Status::Ok();
+}
+
+void Server::ForwardToJoining(const Forward& f, uint32_t spare) {
+  // The shard has had one copy fewer since the failover; until the spare joined, an acknowledged
+  // push is where it was (on the members up to this one, the tail) and the spare gets it after
+  // its copy, in order. Answered here, the sender may reuse the push's bytes at once: the
+  // forward carries its own copy of them (sent from the record scratch, as a record's are).
+  Forward copy = f;
+  if ((f.flags & (kForwardRecord | kForwardCopy)) == 0 && f.payload_bytes > 0) {
+    const uint8_t* payload = rings_ + f.payload_at;
+    copy.record.assign(payload, payload + f.payload_bytes);
+  }
+  copy.from_self = true;  // the spare's ack answers nobody
+  QueueForward(std::move(copy), spare);
+  PostForwards(spare);
 }
 
 void Server::QueueForward(Forward f, uint32_t succ) {
@@ -180,7 +196,8 @@ void Server::PostForwards(uint32_t succ) {
     Forward& f = forwards_.at(id);
     if (f.lane >= d.lanes.size() || d.lanes[f.lane].ring == nullptr) break;  // a lane not adopted
     Lane& lane = d.lanes[f.lane];
-    const bool record = (f.flags & (kForwardRecord | kForwardCopy)) != 0;
+    // A record's or copy's payload (or a push's for a joining spare) lives in the Forward.
+    const bool record = !f.record.empty();
     const uint64_t bytes = (sizeof(ForwardHeader) + f.payload_bytes + kRequestAlign - 1) /
                            kRequestAlign * kRequestAlign;
     const auto at = lane.space.Allocate(bytes);
@@ -398,7 +415,14 @@ void Server::HandleForward(uint32_t pred, uint32_t imm) {
   ForwardView fv;
   if (status.ok()) status = ParseForward(ring, ForwardImmOffset(imm), shapes_, limits, &fv);
   if (status.ok() && u.distance == 0 && chain_.Slot(index_, fv.header.shard) < 0) {
-    status = AwaitRepair(fv.header.shard);  // a spare's copy overtook its kChainRepair
+    // A copy for this spare overtook its kChainRepair.
+    const uint32_t shard = fv.header.shard;
+    status = AwaitControl([&] { return chain_.Slot(index_, shard) >= 0; },
+                          [&] {
+                            return "a copy of shard " + std::to_string(shard) + " reached spare " +
+                                   std::to_string(index_) +
+                                   ", and no word from the coordinator gave it that shard";
+                          });
   }
   if (status.ok() && fv.header.seq != u.next_seq) {
     status = ProtocolError("forward seq " + std::to_string(fv.header.seq) + " arrived, " +
@@ -461,10 +485,11 @@ void Server::HandleForward(uint32_t pred, uint32_t imm) {
     f.from = pred;
     f.from_seq = fv.header.seq;
     const int succ = chain_.Successor(f.shard, index_);
-    if (succ >= 0) {
+    if (succ >= 0 && !chain_.joining(static_cast<uint32_t>(succ))) {
       QueueForward(std::move(f), static_cast<uint32_t>(succ));
       PostForwards(static_cast<uint32_t>(succ));
     } else {
+      if (succ >= 0) ForwardToJoining(f, static_cast<uint32_t>(succ));
       Answer(f);
     }
     s = MaybeAnswerClock();

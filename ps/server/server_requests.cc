@@ -46,7 +46,17 @@ Status Server::HandleRequest(uint32_t w, const RequestView& req) {
     return NotFound("shard " + std::to_string(req.header.shard) + " is not held by server " +
                     std::to_string(index_));
   }
-  if (FollowsRows(*t)) FERRY_RETURN_IF_ERROR(AwaitHeadship(t->shard));
+  if (FollowsRows(*t)) {
+    // The worker heard of a failover before this server did: wait for the word making it head.
+    const uint32_t shard = t->shard;
+    FERRY_RETURN_IF_ERROR(AwaitControl(
+        [&] { return chain_.Head(shard) == static_cast<int>(index_); },
+        [&] {
+          return "a request for shard " + std::to_string(shard) + " reached server " +
+                 std::to_string(index_) +
+                 ", which does not head it, and no word from the coordinator made it the head";
+        }));
+  }
   const bool bsp = job_.consistency.kind == Consistency::kBsp;
   switch (req.type()) {
     case RequestType::kPull:

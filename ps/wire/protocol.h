@@ -302,6 +302,8 @@ Status ReadSlotReply(std::span<const uint8_t> area, uint32_t seq, uint32_t num_k
 //     kCopyRows       | ForwardHeader 64 | rows[n][dim * 4 B]: whole rows (key, meta, values,
 //                                          optimizer state) of `table`, dim = row stride / 4 |
 //     kCopyWatermark  | ForwardHeader 64 | u64[n]: per worker: upto, count, count push ids |
+//                       (header op_id: the last row record applied; clock: the head's last
+//                       kForwardClockDone, both 0 for tables without row records)
 //     kCopyEnd        | ForwardHeader 64 |                 (the shard's copy is complete)
 //
 // The rows are the source's at the kChainRepair; under BSP its staged pushes follow as ordinary

@@ -425,6 +425,41 @@ TEST_P(PsReplicaRows, SurvivorsOfAFailoverKeepTheSameRows) {
   }
 }
 
+// A spare with row records: server 1 is severed, spare 3 copies shards 1 and 0 (rows, the last
+// record op_id applied, the head's last finished clock) and follows their heads' decisions from
+// then on. At the end every live copy of every shard, the spare's included, holds the head's
+// rows, and every shard has its 2 copies again.
+TEST_P(PsReplicaRows, ASpareCopiesTheHeadsRowsAndFollowsItsDecisions) {
+  if (TestServerThreads() > 1) GTEST_SKIP() << "spares take one shard server a rank";
+  WindowSpec spec;
+  spec.pause = Millis(10);
+  for (Consistency c : {Consistency::kBsp, Consistency::kAsp}) {
+    JobSpec job = Dynamic(c, 2);
+    job.spares = 1;
+    job.tables[0].max_rows = 80;
+    job.tables[0].evict_unseen_ticks = 3;
+    job.tables[0].admission.kind = AdmissionOptions::Kind::kFrequency;
+    job.tables[0].admission.min_count = 2;
+    auto reports = SeverServerRank(&job, kServerRank1, 60);
+    DynamicRun run = RunWindow(job, spec);
+    const std::string all = DescribeOutcomes(run.outcomes);
+    SCOPED_TRACE(c == Consistency::kBsp ? "BSP" : "ASP");
+    ASSERT_GT(reports.front()->counters.connections_severed, 0u) << all;
+    for (size_t r = 0; r < run.outcomes.size(); ++r) {
+      if (r != size_t{kServerRank1}) {
+        EXPECT_TRUE(run.outcomes[r].ok()) << "rank " << r << all;
+      }
+    }
+    std::vector<bool> live(job.server_members(), true);
+    live[kServerRank1] = false;
+    for (uint32_t shard : {0u, 1u}) {
+      EXPECT_TRUE(run.copies->of_shard[shard].count(kServers))
+          << "the spare holds no copy of shard " << shard << all;
+    }
+    ExpectReplicasEqual(*run.copies, live, 2);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, PsReplicaRows, ::testing::ValuesIn(JobConfigs()), JobConfigName);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(PsReplicaRows);
 

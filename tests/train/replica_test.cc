@@ -273,16 +273,17 @@ TEST_F(Replicas, MlpSurvivesAKilledServerWithTheSameModelBytes) {
 
 // Repair (--spares 1, ps/job/chain.h "Repairs"): server 1 is killed; the spare (server 3, rank 5)
 // adopts its shards 1 and 0, copies them from their live replicas (servers 2 and 0) and joins
-// their chains; half a second later server 2 is killed too, which leaves shard 1 on the spare
-// alone. The job goes on and its model is the reference's byte for byte. Without the repair the
-// second kill ends the job.
+// their chains; once the coordinator reports the join (the job's stderr, read as it is written
+// through the launcher's fd 2), server 2 is killed too, which leaves shard 1 on the spare alone.
+// The job goes on and its model is the reference's byte for byte. Without the repair the second
+// kill ends the job.
 TEST_F(Replicas, FtrlSurvivesTwoKilledServersWithASpareBetween) {
   const std::string ref = reference_.count("ftrl") ? reference_["ftrl"] : Reference("ftrl");
   ASSERT_FALSE(ref.empty());
   const std::string tag = "ftrl_tcp_spare";
   const std::string metrics = *dir_ / (tag + ".jsonl");
   const std::string out = *dir_ / (tag + ".model");
-  Clock::time_point training{}, first{};
+  Clock::time_point training{}, joined_at{};
   int killed = 0;
   auto killer = [&](pid_t launcher) {
     const auto now = Clock::now();
@@ -290,21 +291,29 @@ TEST_F(Replicas, FtrlSurvivesTwoKilledServersWithASpareBetween) {
       if (!Lines(Slurp(metrics)).empty()) training = now;
       return;
     }
+    if (killed >= 2) return;
     const int rank = killed == 0 ? 1 : 2;
-    const auto due = killed == 0 ? training + std::chrono::milliseconds(100)
-                                 : first + std::chrono::milliseconds(500);
-    if (killed >= 2 || now < due) return;
-    const pid_t pid = RankPid(launcher, rank);
-    if (pid > 0 && kill(pid, SIGKILL) == 0) {
-      if (++killed == 1) first = now;
+    if (killed == 0 && now < training + std::chrono::milliseconds(100)) return;
+    if (killed == 1) {
+      if (joined_at == Clock::time_point{}) {
+        const std::string err = Slurp("/proc/" + std::to_string(launcher) + "/fd/2");
+        if (err.find("spare server 3 joined its chains") == std::string::npos) return;
+        joined_at = now;
+      }
+      // A few steps on the repaired chains first (ms each), then the second kill.
+      if (now < joined_at + std::chrono::milliseconds(100)) return;
     }
+    const pid_t pid = RankPid(launcher, rank);
+    if (pid > 0 && kill(pid, SIGKILL) == 0) ++killed;
   };
   TrainRun run = Train(
       *dir_, tag, Cat(Job("ftrl", "tcp"), {"--replicas", "2", "--spares", "1", "--model-out", out}),
       180, killer);
   const std::string bytes = Slurp(out);
   Report(tag, "tcp", run, bytes == ref, killed == 2);
-  ASSERT_EQ(killed, 2) << "the job ended before both kills: " << run.proc.Describe();
+  ASSERT_EQ(killed, 2) << "the job ended before both kills (the second waits for the spare's "
+                          "join): "
+                       << run.proc.Describe();
   EXPECT_TRUE(run.ok()) << "the job did not survive: " << run.proc.Describe();
   EXPECT_NE(run.proc.err.find("spare server 3 adopts server 1's shards"), std::string::npos)
       << run.proc.Describe();
