@@ -35,6 +35,14 @@ ferry_results_init ./test.sh "$@"
 
 if [ $# -gt 0 ]; then stages=${FERRY_TEST_STAGES:-main}; else stages=${FERRY_TEST_STAGES:-main asan tsan fuzz}; fi
 if [ $# -eq 0 ]; then export FERRY_REQUIRE_ALL=${FERRY_REQUIRE_ALL:-1}; fi
+# The sanitizer builds run in the background during the main stage's tests (test-stages.sh,
+# ferry_background_builds) when their stages come after it.
+case " $stages " in
+  *" main "*)
+    FERRY_BACKGROUND_STAGES=$(for s in $stages; do case $s in asan | tsan) echo "$s" ;; esac; done |
+      paste -sd ' ')
+    ;;
+esac
 for s in $stages; do
   case $s in
     main) ferry_stage main ferry_main_stage "$@" ;;

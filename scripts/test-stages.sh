@@ -24,6 +24,9 @@
 #   fuzz  clang, libFuzzer + ASan + UBSan: tests/fuzz/run.sh, FERRY_FUZZ_SECONDS (default 10)
 #         per target over its seed corpus. A crash: fail (inputs kept in build-fuzz/crash-*).
 #
+# In a run of several stages the asan and tsan builds start at nice 19 beside the main stage's
+# tests (ferry_background_builds below); their stages wait for them.
+#
 # Build directories: obj-<triplet> (obj-x86_64-linux-gnu: debhelper's), FERRY_ASAN_BUILD_DIR (build-asan),
 # FERRY_TSAN_BUILD_DIR (build-tsan), FERRY_FUZZ_BUILD_DIR (build-fuzz). FERRY_TEST_JOBS caps
 # ninja's parallelism (default: ninja's own). Sanitizer logs: <build>/meson-logs/ and
@@ -99,6 +102,44 @@ ferry_ninja() {  # dir [targets...]
   ninja -C "$dir" ${FERRY_TEST_JOBS:+-j"$FERRY_TEST_JOBS"} "$@"
 }
 
+# The sanitizer stages' builds, started in the background (nice 19) once the main stage's tests
+# begin: those tests leave about one core of two idle (the soft-RoCE VM's cases, a third of the
+# stage, keep one core busy, and most cases wait on the network or on timers), and a build at
+# nice 19 only takes what nothing else wants. Each stage then waits for this build and runs its
+# own ninja, which finishes or reports whatever is left (a failure here is not reported twice:
+# this log is kept in FERRY_RESULTS_DIR). Args: the later stages (asan, tsan).
+FERRY_BACKGROUND_PID=
+ferry_background_builds() {
+  [ $# -gt 0 ] || return 0
+  (
+    local stage
+    for stage in "$@"; do
+      case $stage in
+        asan)
+          ferry_asan_setup "${FERRY_ASAN_BUILD_DIR:-build-asan}" &&
+            nice -n 19 ninja -C "${FERRY_ASAN_BUILD_DIR:-build-asan}" \
+              ${FERRY_TEST_JOBS:+-j"$FERRY_TEST_JOBS"} ;;
+        tsan)
+          local dir=${FERRY_TSAN_BUILD_DIR:-build-tsan} targets=()
+          ferry_tsan_setup "$dir" && mapfile -t targets < <(ferry_tsan_targets "$dir") &&
+            nice -n 19 ninja -C "$dir" ${FERRY_TEST_JOBS:+-j"$FERRY_TEST_JOBS"} "${targets[@]}" ;;
+      esac
+    done
+  ) >"$FERRY_RESULTS_DIR/background-build.log" 2>&1 &
+  FERRY_BACKGROUND_PID=$!
+  echo "==== test.sh: building $* in the background at nice 19 (pid $FERRY_BACKGROUND_PID)"
+}
+
+ferry_background_wait() {
+  [ -n "$FERRY_BACKGROUND_PID" ] || return 0
+  local start
+  start=$(date +%s)
+  wait "$FERRY_BACKGROUND_PID" 2>/dev/null
+  echo "==== test.sh: background build ended (waited $(($(date +%s) - start)) s;" \
+    "log $FERRY_RESULTS_DIR/background-build.log)"
+  FERRY_BACKGROUND_PID=
+}
+
 # Sanitizer runtime options: stop at the first report and fail the process, print a stack.
 ferry_sanitizer_env() {
   export ASAN_OPTIONS=halt_on_error=1:abort_on_error=1:detect_leaks=1:print_summary=1
@@ -167,6 +208,8 @@ ferry_main_stage() {
   else
     ferry_package_build || return 1
   fi
+  # shellcheck disable=SC2086  # a word list
+  ferry_background_builds ${FERRY_BACKGROUND_STAGES:-}
   local rc=0
   FERRY_DEB_DIR=$(cd "$FERRY_DEB_DIR" 2>/dev/null && pwd -P) \
     FERRY_RELIABILITY_RESULTS="$FERRY_RESULTS_DIR/reliability-lines.txt" \
@@ -180,6 +223,13 @@ ferry_main_stage() {
     python3 scripts/check-must-run.py "${absent[@]}" "$build/meson-logs/testlog.json" || rc=1
   fi
   return $rc
+}
+
+ferry_asan_setup() {  # dir
+  [ -f "$1/build.ninja" ] && return 0
+  meson setup "$1" -Dwerror=true -Db_sanitize=address,undefined -Db_lundef=false \
+    -Dcpp_args=-fno-sanitize=alignment,vptr -Doptimization=1 -Ddebug=false -Djemalloc=false \
+    -Dbenchmarks=false -Dverbs=disabled -Dunity=on -Dunity_size=6 >/dev/null
 }
 
 ferry_asan_stage() {
@@ -196,11 +246,8 @@ ferry_asan_stage() {
   # -> 24.9 s, ps_replica_test 22.0 s -> 14.4 s; ASan alone 21.4 s and 9.1 s). x86-64 loads
   # unaligned data, our wire decoders copy fields out with memcpy, and the fuzz stage's clang
   # build keeps every UBSan check (alignment and vptr included) on those decoders.
-  if [ ! -f "$build/build.ninja" ]; then
-    meson setup "$build" -Dwerror=true -Db_sanitize=address,undefined -Db_lundef=false \
-      -Dcpp_args=-fno-sanitize=alignment,vptr -Doptimization=1 -Ddebug=false -Djemalloc=false \
-      -Dbenchmarks=false -Dverbs=disabled -Dunity=on -Dunity_size=6 >/dev/null || return 1
-  fi
+  ferry_background_wait
+  ferry_asan_setup "$build" || return 1
   ferry_ninja "$build" || return 1
   local rc=0
   (
@@ -254,26 +301,35 @@ FERRY_TSAN_RUNS=(
 FERRY_TSAN_COMMANDS=(FERRY_TRAIN=tools/train/ferry-train FERRY_PREDICT=tools/train/ferry-predict
   FERRY_GEN=tools/gen/ferry-gen FERRY_SERVE=tools/serve/ferry-serve)
 
-ferry_tsan_stage() {
-  local build=${FERRY_TSAN_BUILD_DIR:-build-tsan} run exe filter targets=() rc=0
-  if [ ! -f "$build/build.ninja" ]; then
-    meson setup "$build" -Dwerror=true -Db_sanitize=thread -Db_lundef=false -Djemalloc=false \
-      -Doptimization=1 -Ddebug=false -Dbenchmarks=false -Dverbs=disabled -Dunity=on \
-      -Dunity_size=6 >/dev/null || return 1
-  fi
+ferry_tsan_setup() {  # dir
+  [ -f "$1/build.ninja" ] && return 0
+  meson setup "$1" -Dwerror=true -Db_sanitize=thread -Db_lundef=false -Djemalloc=false \
+    -Doptimization=1 -Ddebug=false -Dbenchmarks=false -Dverbs=disabled -Dunity=on \
+    -Dunity_size=6 >/dev/null
+}
+
+# The targets the tsan stage runs, one a line: the FERRY_TSAN_RUNS binaries this build has, the
+# peers the conformance and netns harnesses spawn, and the commands serve_test runs.
+ferry_tsan_targets() {  # dir
   # The target list is read whole first: `ninja -t targets | grep -q` under test.sh's pipefail
   # failed whenever grep quit before ninja finished writing (SIGPIPE), which silently dropped
   # tcp_test from this stage.
-  local all_targets
-  all_targets=$(ninja -C "$build" -t targets all 2>/dev/null)
+  local all_targets run exe command
+  all_targets=$(ninja -C "$1" -t targets all 2>/dev/null)
   for run in "${FERRY_TSAN_RUNS[@]}"; do
     exe=${run%%|*}
-    if grep -q "^$exe:" <<<"$all_targets"; then targets+=("$exe"); fi
+    if grep -q "^$exe:" <<<"$all_targets"; then echo "$exe"; fi
   done
-  # Peers the conformance and netns harnesses spawn, and the commands serve_test runs.
-  targets+=(tests/common/ferry_test_peer)
+  echo tests/common/ferry_test_peer
+  for command in "${FERRY_TSAN_COMMANDS[@]}"; do echo "${command#*=}"; done
+}
+
+ferry_tsan_stage() {
+  local build=${FERRY_TSAN_BUILD_DIR:-build-tsan} run exe filter targets=() rc=0
+  ferry_background_wait
+  ferry_tsan_setup "$build" || return 1
+  mapfile -t targets < <(ferry_tsan_targets "$build")
   local command
-  for command in "${FERRY_TSAN_COMMANDS[@]}"; do targets+=("${command#*=}"); done
   ferry_ninja "$build" "${targets[@]}" || return 1
   local out=0
   (
