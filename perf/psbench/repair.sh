@@ -66,7 +66,7 @@ ended=$(date -u +%FT%TZ)
     "snapshot (the last column: it copies the shard's rows into the forward queue, where they wait" \
     "for the spare's forward ring). Until 2026-11-30 the sources' acknowledgements waited for the" \
     "spare, so every push queued behind the whole copy: the same run at 300000 rows measured 0.02" \
-    "of the rate before during the repair (tcp), against 0.59 since (\`ForwardToJoining\`," \
+    "of the rate before during the repair (tcp), against 0.35-0.59 since (\`ForwardToJoining\`," \
     "ps/server/server_replication.cc). After the join the rate is back (the spare replaces the" \
     "dead server in every chain); where it is above the rate before, the first second of pushes" \
     "ran slower in that round (the before window starts 0.2 s into the pushes)."

@@ -59,6 +59,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "ps/job/chain.h"
@@ -299,6 +300,9 @@ class Server {
   // until the last copy ended, then tells the coordinator (kChainJoined).
   Status HandleChainRepair(uint32_t dead, uint32_t spare);
   Status QueueCopy(uint32_t shard, uint32_t spare);
+  // The spare acknowledged the watermark of `shard`'s copy (every row applied): pushes wait for
+  // its acks again, and the end marker follows the pushes answered here before (server_repair.cc).
+  void EndCopy(uint32_t spare, uint32_t shard);
   Status ImportSpareLane(Downstream& d, uint32_t lane);
   Status ApplyCopy(const ForwardView& fv);
   Status FinishJoin();
@@ -321,9 +325,14 @@ class Server {
   void Answer(const Forward& f);
   // Queues forward `f` (already accepted here) for `succ` under a fresh id.
   void QueueForward(Forward f, uint32_t succ);
-  // A push or record for a joining spare (chain.h "Repairs"): queued with its own copy of the
-  // payload and answering nobody, so that this server, the live tail, answers it at once.
+  // A push or record for a spare this server is still copying a shard to (CatchingUp): queued
+  // with its own copy of the payload and answering nobody, so that this server, the live tail,
+  // answers it at once.
   void ForwardToJoining(const Forward& f, uint32_t spare);
+  // Whether `succ` is a spare whose copy of `shard` from here is not acknowledged yet.
+  bool CatchingUp(uint32_t succ, uint32_t shard) const {
+    return !catching_up_.empty() && catching_up_.count({succ, shard}) > 0;
+  }
   Status SendAck(uint32_t pred, uint32_t seq);
   void PostForwards(uint32_t succ);
   void OnForwardWritten(const Completion& c);
@@ -404,6 +413,8 @@ class Server {
   uint64_t copy_chunk_bytes_ = 0;  // with spares: CopyChunkBytes()
   // A joining spare: copies of adopted slots not yet ended, and the kApplyClock it defers.
   uint32_t copies_pending_ = 0;
+  // A source: (spare, shard) copies whose watermark the spare has not acknowledged.
+  std::set<std::pair<uint32_t, uint32_t>> catching_up_;
   std::chrono::steady_clock::time_point repair_began_;  // the spare's kChainRepair (join_ns)
   std::optional<ControlMessage> deferred_apply_;
   std::vector<std::unique_ptr<MemoryRegion>> pred_ring_regions_;

@@ -10,12 +10,14 @@
 // into what it has seen, so a push re-sent after a failover is applied there once like anywhere
 // else; with row records (server_records.cc) also the last record op_id applied and the last
 // clock the head finished, so the head's records after the copy apply once and its clock-done
-// words are not waited for twice. Then the end marker. Pushes the source accepts after the snapshot
-// are forwarded behind the copy (FIFO): the spare applies them on top of the rows they were
-// accepted after. While the copy runs the spare is forwarded to, but the source stays the tail
-// for acknowledgements (ForwardToJoining: the shard has had one copy fewer since the failover,
-// and waiting for the copy would stall every push behind it), and the spare heads nothing and
-// keeps no shard alive. It defers
+// words are not waited for twice. Then (below) the end marker. Pushes the source accepts after the
+// snapshot are forwarded behind the copy (FIFO): the spare applies them on top of the rows they
+// were accepted after. Until the spare acknowledged the watermark (it holds every row) the source
+// stays the tail for acknowledgements (ForwardToJoining: the shard has had one copy fewer since
+// the failover, and waiting for the copy would stall every push behind it); then acks wait for
+// the spare again and the end marker follows the pushes answered early (EndCopy), so the spare
+// joins holding every acknowledged push and applies a deferred BSP clock with all of its
+// pushes. The spare heads nothing and keeps no shard alive before it joins. It defers
 // kApplyClock until the last end marker, so a BSP clock completes only once the spare holds every
 // shard it adopted.
 #include <algorithm>
@@ -150,8 +152,9 @@ Status Server::QueueCopy(uint32_t shard, uint32_t spare) {
   mark.record.resize(words.size() * 8);
   std::memcpy(mark.record.data(), words.data(), mark.record.size());
   queue(std::move(mark));
-  // 4. The end of this shard's copy.
-  queue(copy(CopyKind::kEnd));
+  // 4. Until the spare acknowledges the watermark, pushes are answered here (ForwardToJoining);
+  // then the end marker follows them (EndCopy).
+  catching_up_.insert({spare, shard});
   stats_.copy_rows_sent += rows;
   const uint64_t ns = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - began)
@@ -160,6 +163,18 @@ Status Server::QueueCopy(uint32_t shard, uint32_t spare) {
   std::fprintf(stderr, "ferry server %u: copies shard %u (%llu rows) to spare %u\n", index_, shard,
                static_cast<unsigned long long>(rows), spare);
   return Status::Ok();
+}
+
+void Server::EndCopy(uint32_t spare, uint32_t shard) {
+  if (catching_up_.erase({spare, shard}) == 0) return;
+  Forward end;
+  end.shard = shard;
+  end.flags = kForwardCopy;
+  end.copy = static_cast<uint8_t>(CopyKind::kEnd);
+  end.from_worker = false;
+  end.from_self = true;
+  QueueForward(std::move(end), spare);
+  PostForwards(spare);
 }
 
 Status Server::ApplyCopy(const ForwardView& fv) {

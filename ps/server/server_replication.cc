@@ -139,7 +139,7 @@ Status Server::AcceptPush(Forward f, const RequestView& req, int32_t pred) {
     ++stats_.duplicates;
   }
   const int succ = job_.replicas > 1 ? chain_.Successor(f.shard, index_) : -1;
-  if (succ >= 0 && !chain_.joining(static_cast<uint32_t>(succ))) {
+  if (succ >= 0 && !CatchingUp(static_cast<uint32_t>(succ), f.shard)) {
     QueueForward(std::move(f), static_cast<uint32_t>(succ));
     PostForwards(static_cast<uint32_t>(succ));
     return Status::Ok();
@@ -155,10 +155,11 @@ Status Server::AcceptPush(Forward f, const RequestView& req, int32_t pred) {
 }
 
 void Server::ForwardToJoining(const Forward& f, uint32_t spare) {
-  // The shard has had one copy fewer since the failover; until the spare joined, an acknowledged
-  // push is where it was (on the members up to this one, the tail) and the spare gets it after
-  // its copy, in order. Answered here, the sender may reuse the push's bytes at once: the
-  // forward carries its own copy of them (sent from the record scratch, as a record's are).
+  // The shard has had one copy fewer since the failover; while the spare takes in the rows, an
+  // acknowledged push is where it was (on the members up to this one, the tail) and the spare
+  // gets it after the rows, in order; its copy ends only behind these pushes (EndCopy), so it
+  // joins holding all of them. Answered here, the sender may reuse the push's bytes at once:
+  // the forward carries its own copy of them (sent from the record scratch, as a record's are).
   Forward copy = f;
   if ((f.flags & (kForwardRecord | kForwardCopy)) == 0 && f.payload_bytes > 0) {
     const uint8_t* payload = rings_ + f.payload_at;
@@ -311,6 +312,9 @@ void Server::HandleAck(uint32_t succ, uint32_t imm, bool ok) {
   if (it == forwards_.end()) return;
   Forward& f = it->second;
   f.acked = true;
+  if ((f.flags & kForwardCopy) != 0 && f.copy == static_cast<uint8_t>(CopyKind::kWatermark)) {
+    EndCopy(succ, f.shard);
+  }
   // Records and copies are applied on arrival: their bytes return at once, as ASP pushes' do.
   if (job_.consistency.kind == Consistency::kBsp &&
       (f.flags & (kForwardRecord | kForwardCopy)) == 0) {
@@ -485,7 +489,7 @@ void Server::HandleForward(uint32_t pred, uint32_t imm) {
     f.from = pred;
     f.from_seq = fv.header.seq;
     const int succ = chain_.Successor(f.shard, index_);
-    if (succ >= 0 && !chain_.joining(static_cast<uint32_t>(succ))) {
+    if (succ >= 0 && !CatchingUp(static_cast<uint32_t>(succ), f.shard)) {
       QueueForward(std::move(f), static_cast<uint32_t>(succ));
       PostForwards(static_cast<uint32_t>(succ));
     } else {
@@ -525,6 +529,7 @@ Status Server::HandleServerDown(uint32_t dead, const std::string& why) {
   }
   chain_.MarkDead(dead);
   ++stats_.failovers;
+  std::erase_if(catching_up_, [dead](const auto& c) { return c.first == dead; });
   std::fprintf(stderr, "ferry server %u: server %u is out of the job, chains close over it\n",
                index_, dead);
   auto uit = upstream_.find(dead);

@@ -380,11 +380,16 @@ TEST_P(PsReplicaRows, AdmissionByCountAndByCoinKeepsTheHeadsRows) {
 TEST_P(PsReplicaRows, TickEvictionAndTheRowBoundKeepTheHeadsRows) {
   WindowSpec spec;
   spec.pause = Millis(15);
+  // Rows unseen for 10 ticks (200 ms) go: early windows' rows during the run (30 iterations of
+  // at least 15 ms), while the last windows' rows outlast the job's shutdown. With 2 ticks
+  // (40 ms) a slow shutdown (the soft-RoCE VM beside a build) left no row to compare.
+  spec.iterations = 30;
   JobSpec tick = Dynamic(Consistency::kAsp, 2);
-  tick.tables[0].evict_unseen_ticks = 2;
+  tick.tables[0].evict_unseen_ticks = 10;
   tick.tables[0].evict_score = 0.5f;
-  tick.tables[0].score_half_life = 2;
+  tick.tables[0].score_half_life = 10;
   ExpectAllEqual(tick, spec, "evict unseen and by score, ASP, 2 replicas");
+  spec.iterations = WindowSpec{}.iterations;
   JobSpec bound = Dynamic(Consistency::kBsp, 2);
   bound.tables[0].max_rows = 60;
   bound.tables[0].admission.kind = AdmissionOptions::Kind::kFrequency;
@@ -433,11 +438,12 @@ TEST_P(PsReplicaRows, ASpareCopiesTheHeadsRowsAndFollowsItsDecisions) {
   if (TestServerThreads() > 1) GTEST_SKIP() << "spares take one shard server a rank";
   WindowSpec spec;
   spec.pause = Millis(10);
+  spec.iterations = 24;
   for (Consistency c : {Consistency::kBsp, Consistency::kAsp}) {
     JobSpec job = Dynamic(c, 2);
     job.spares = 1;
     job.tables[0].max_rows = 80;
-    job.tables[0].evict_unseen_ticks = 3;
+    job.tables[0].evict_unseen_ticks = 10;  // 200 ms: rows outlast a slow shutdown
     job.tables[0].admission.kind = AdmissionOptions::Kind::kFrequency;
     job.tables[0].admission.min_count = 2;
     auto reports = SeverServerRank(&job, kServerRank1, 60);
