@@ -14,13 +14,12 @@
 // Usage: ps_repair_bench [--transport tcp|ucx-shm|ucx-tcp] [--rows N] [--dim D] [--keys K]
 //                        [--seconds S] [--fail-at F] [--rounds N]
 // Prints one markdown table row per round (the header first), with --header only the header.
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <mutex>
 #include <random>
 #include <string>
@@ -234,46 +233,36 @@ void PrintHeader() {
 int Main(int argc, char** argv) {
   Options o;
   bool header_only = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    const auto value = [&]() -> const char* {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "ps_repair_bench: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--transport") {
-      o.transport = value();
-    } else if (a == "--rows") {
-      o.rows = std::strtoull(value(), nullptr, 10);
-    } else if (a == "--dim") {
-      o.dim = static_cast<uint32_t>(std::strtoul(value(), nullptr, 10));
-    } else if (a == "--keys") {
-      o.keys = static_cast<uint32_t>(std::strtoul(value(), nullptr, 10));
-    } else if (a == "--seconds") {
-      o.seconds = std::strtod(value(), nullptr);
-    } else if (a == "--fail-at") {
-      o.fail_at = std::strtod(value(), nullptr);
-    } else if (a == "--rounds") {
-      o.rounds = std::atoi(value());
-    } else if (a == "--header") {
-      header_only = true;
-    } else {
-      std::fprintf(stderr, "ps_repair_bench: unknown argument '%s' (see the file's header)\n",
-                   a.c_str());
-      return 2;
-    }
+  CLI::App app{"ps_repair_bench: push throughput through a chain repair (see the file's header)"};
+  app.add_option("--transport", o.transport, "tcp, ucx-shm or ucx-tcp")->capture_default_str();
+  app.add_option("--rows", o.rows, "rows created before the pushes")
+      ->check(CLI::Range(uint64_t{3}, uint64_t{1} << 32))
+      ->capture_default_str();
+  app.add_option("--dim", o.dim, "floats per row")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  app.add_option("--keys", o.keys, "random existing keys per push")
+      ->check(CLI::Range(1, 65536))
+      ->capture_default_str();
+  app.add_option("--seconds", o.seconds, "seconds of pushes")->capture_default_str();
+  app.add_option("--fail-at", o.fail_at, "seconds into the pushes when server 1 is severed")
+      ->capture_default_str();
+  app.add_option("--rounds", o.rounds, "rounds, one table row each")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_flag("--header", header_only, "print only the table's header");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 2;
   }
   if (header_only) {
     PrintHeader();
     return 0;
   }
-  if (o.rows < 3 || o.dim == 0 || o.dim > 1024 || o.keys == 0 || o.keys > 65536 ||
-      o.fail_at <= 0.2 || o.fail_at >= o.seconds || o.rounds < 1) {
-    std::fprintf(stderr,
-                 "ps_repair_bench: need --rows >= 3, --dim 1..1024, --keys 1..65536, "
-                 "0.2 < --fail-at < --seconds, --rounds >= 1\n");
+  if (o.fail_at <= 0.2 || o.fail_at >= o.seconds) {
+    std::fprintf(stderr, "ps_repair_bench: need 0.2 < --fail-at < --seconds\n");
     return 2;
   }
   const ferry::testing::BackendConfig* config = nullptr;

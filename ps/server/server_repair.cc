@@ -28,6 +28,20 @@
 #include "ps/server/server.h"
 
 namespace ferry::ps {
+namespace {
+
+// A copy forward of `shard` (its payload, if any, goes in `record`).
+forwarding::Forward CopyForward(uint32_t shard, CopyKind kind) {
+  forwarding::Forward f;
+  f.shard = shard;
+  f.flags = kForwardCopy;
+  f.copy = static_cast<uint8_t>(kind);
+  f.from_worker = false;
+  f.from_self = true;  // nobody to answer: the spare's ack only frees the ring space
+  return f;
+}
+
+}  // namespace
 
 Status Server::HandleChainRepair(uint32_t dead, uint32_t spare) {
   if (!chain_.Join(dead, spare)) {
@@ -78,15 +92,7 @@ Status Server::QueueCopy(uint32_t shard, uint32_t spare) {
   FERRY_RETURN_IF_ERROR(ImportSpareLane(dit->second, static_cast<uint32_t>(lane)));
   const size_t tables = job_.tables.size();
   const auto began = std::chrono::steady_clock::now();
-  const auto copy = [&](CopyKind kind) {
-    Forward f;
-    f.shard = shard;
-    f.flags = kForwardCopy;
-    f.copy = static_cast<uint8_t>(kind);
-    f.from_worker = false;
-    f.from_self = true;  // nobody to answer: the spare's ack only frees the ring space
-    return f;
-  };
+  const auto copy = [shard](CopyKind kind) { return CopyForward(shard, kind); };
   const auto queue = [&](Forward f) {
     f.payload_bytes = f.record.size();
     stats_.copy_bytes_sent += f.payload_bytes;
@@ -167,13 +173,7 @@ Status Server::QueueCopy(uint32_t shard, uint32_t spare) {
 
 void Server::EndCopy(uint32_t spare, uint32_t shard) {
   if (catching_up_.erase({spare, shard}) == 0) return;
-  Forward end;
-  end.shard = shard;
-  end.flags = kForwardCopy;
-  end.copy = static_cast<uint8_t>(CopyKind::kEnd);
-  end.from_worker = false;
-  end.from_self = true;
-  QueueForward(std::move(end), spare);
+  QueueForward(CopyForward(shard, CopyKind::kEnd), spare);
   PostForwards(spare);
 }
 
