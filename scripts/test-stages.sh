@@ -24,7 +24,7 @@
 #   fuzz  clang, libFuzzer + ASan + UBSan: tests/fuzz/run.sh, FERRY_FUZZ_SECONDS (default 10)
 #         per target over its seed corpus. A crash: fail (inputs kept in build-fuzz/crash-*).
 #
-# With FERRY_BACKGROUND_BUILDS=1 (test.sh) the asan and tsan builds start at nice 19 beside the
+# Unless FERRY_BACKGROUND_BUILDS=0 (test.sh) the asan and tsan builds start at nice 19 beside the
 # main stage's tests (ferry_background_builds below); their stages wait for them.
 #
 # Build directories: obj-<triplet> (obj-x86_64-linux-gnu: debhelper's), FERRY_ASAN_BUILD_DIR (build-asan),
