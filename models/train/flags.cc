@@ -44,6 +44,11 @@ void AddTrainFlags(CLI::App& app, TrainOptions* o, TrainFlagText* t) {
                  "replicas while training goes on, so every shard is back to --replicas copies")
       ->check(CLI::Range(0, 64))
       ->capture_default_str();
+  app.add_option("--shards", o->shards,
+                 "parts the keys are cut into, spread over the shard servers (0: one per shard\n"
+                 "server); a checkpoint restores into any count")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
   app.add_option("--backup-workers", o->backup_workers,
                  "bsp: a batch's clock completes once all workers but this many pushed for it;\n"
                  "the late workers' pushes for it are dropped and they skip to the job's clock\n"

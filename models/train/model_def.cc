@@ -381,6 +381,7 @@ Result<ps::JobSpec> MakeJob(const TrainOptions& o, const ModelDef& def) {
   job.workers = o.workers;
   job.replicas = o.replicas;
   job.spares = o.spares;
+  job.shards = o.shards;
   job.backup_workers = o.backup_workers;
   job.server_threads = o.server_threads;
   job.peer_timeout = ps::Millis(static_cast<int64_t>(o.peer_timeout_s * 1000));

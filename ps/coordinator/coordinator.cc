@@ -178,7 +178,7 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Create(const JobSpec& job,
   impl->servers.assign(job.server_members(), -1);
   impl->workers.assign(job.workers, -1);
   impl->completed_without.assign(job.workers, 0);
-  impl->chain = ChainMap(job.shard_servers(), job.replicas, job.spares);
+  impl->chain = ChainMap(job.shard_servers(), job.replicas, job.spares, job.num_shards());
   impl->server_applied.assign(job.server_members(), 0);
   if (!job.restore_dir.empty()) {
     // A restored job goes on from the checkpoint's clock (the workers start there too).

@@ -5,19 +5,25 @@
 
 namespace ferry::ps {
 
-ChainMap::ChainMap(uint32_t servers, uint32_t replicas, uint32_t spares)
+ChainMap::ChainMap(uint32_t servers, uint32_t replicas, uint32_t spares, uint32_t shards)
     : servers_(servers == 0 ? 1 : servers),
+      shards_(shards < servers_ ? servers_ : shards),
       replicas_(replicas == 0 ? 1 : (replicas > servers_ ? servers_ : replicas)),
       spares_(spares),
-      order_(servers_),
+      order_(shards_),
       hosted_(servers_ + spares),
       dead_(servers_ + spares, false),
       joining_(servers_ + spares, false),
       adopted_(servers_ + spares, false) {
+  for (uint32_t q = 0; q < shards_; ++q) {
+    for (uint32_t k = 0; k < replicas_; ++k) order_[q].push_back((q % servers_ + k) % servers_);
+  }
+  // Slots by distance, then by shard (chain.h): slot 0 is shard s, as with one shard a server.
   for (uint32_t s = 0; s < servers_; ++s) {
     for (uint32_t k = 0; k < replicas_; ++k) {
-      order_[s].push_back((s + k) % servers_);
-      hosted_[s].push_back((s + servers_ - k) % servers_);
+      for (uint32_t q = (s + servers_ - k) % servers_; q < shards_; q += servers_) {
+        hosted_[s].push_back(q);
+      }
     }
   }
 }
@@ -30,7 +36,7 @@ int ChainMap::Slot(uint32_t server, uint32_t shard) const {
 }
 
 int ChainMap::Position(uint32_t shard, uint32_t server) const {
-  if (shard >= servers_) return -1;
+  if (shard >= shards_) return -1;
   const auto& o = order_[shard];
   const auto it = std::find(o.begin(), o.end(), server);
   return it == o.end() ? -1 : static_cast<int>(it - o.begin());
@@ -43,7 +49,7 @@ uint32_t ChainMap::live_servers() const {
 }
 
 int ChainMap::Head(uint32_t shard) const {
-  if (shard >= servers_) return -1;
+  if (shard >= shards_) return -1;
   for (uint32_t m : order_[shard]) {
     if (!dead_[m] && !joining_[m]) return static_cast<int>(m);
   }
@@ -51,7 +57,7 @@ int ChainMap::Head(uint32_t shard) const {
 }
 
 int ChainMap::Tail(uint32_t shard) const {
-  if (shard >= servers_) return -1;
+  if (shard >= shards_) return -1;
   const auto& o = order_[shard];
   for (auto it = o.rbegin(); it != o.rend(); ++it) {
     if (!dead_[*it] && !joining_[*it]) return static_cast<int>(*it);

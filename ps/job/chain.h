@@ -3,9 +3,10 @@
 // push to. Pure bookkeeping, shared by the coordinator, the servers and the workers so that all
 // three agree on the chains for the same sequence of removals and repairs.
 //
-// Shard s is the set of keys Partition assigns to server s. With R replicas it starts on the chain
+// Shard q is the set of keys Partition assigns to q (JobSpec::num_shards() Q of them, at least
+// one per server: Q = S unless JobSpec::shards says more). With R replicas it starts on the chain
 //
-//     s -> s+1 -> ... -> s+R-1        (server indices mod S; R <= S, so all distinct)
+//     q mod S -> q+1 mod S -> ... -> q+R-1 mod S      (server indices; R <= S, so all distinct)
 //
 // Pushes enter at the head (the first live member), are applied there and forwarded member by
 // member to the tail (the last live member); the tail's acknowledgement travels back, and the
@@ -14,7 +15,9 @@
 // the slot indexes the server's tables, the position in a chain is where the server stands in
 // it). When a server dies, every chain it was in closes over the gap: its successor becomes the
 // head of the shards it headed, its predecessor forwards to its successor. A job survives as
-// long as every shard keeps one live member.
+// long as every shard keeps one live member. With Q > S server i hosts R * Q / S shards (about):
+// hosted slot order is by distance k first (the shards starting on i, then those starting on
+// i-1, ...), by shard within a distance, so slot 0 is shard i and Q = S lays slots out as above.
 //
 // Repairs (JobSpec::spares; servers S .. S+N-1 are spares, hosting nothing at the start): a
 // spare adopts a dead server's hosted slots (the same shards in the same slots) and is appended
@@ -23,7 +26,7 @@
 // (its copy is not complete). Chains only ever grow at the tail, so the members before a joining
 // spare keep their positions.
 //
-// Queries about a shard >= servers() (a spare's table before it adopts) or a server >= members()
+// Queries about a shard >= shards() (a spare's table before it adopts) or a server >= members()
 // answer -1 (no member, no slot); the accessors returning indices require valid ones.
 //
 // Thread-safety: a value type; not synchronised.
@@ -39,10 +42,11 @@ namespace ferry::ps {
 class ChainMap {
  public:
   ChainMap() = default;
-  // Requires 1 <= replicas <= servers (ValidateJob checks it).
-  ChainMap(uint32_t servers, uint32_t replicas, uint32_t spares = 0);
+  // Requires 1 <= replicas <= servers <= shards (ValidateJob checks it); shards 0: servers.
+  ChainMap(uint32_t servers, uint32_t replicas, uint32_t spares = 0, uint32_t shards = 0);
 
   uint32_t servers() const { return servers_; }  // shard servers S (spares not counted)
+  uint32_t shards() const { return shards_; }    // Q >= S
   uint32_t spares() const { return spares_; }
   uint32_t replicas() const { return replicas_; }
   // Every server index, spares included, is below this.
@@ -98,6 +102,7 @@ class ChainMap {
 
  private:
   uint32_t servers_ = 1;
+  uint32_t shards_ = 1;
   uint32_t replicas_ = 1;
   uint32_t spares_ = 0;
   uint32_t version_ = 0;

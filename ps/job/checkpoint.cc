@@ -30,8 +30,8 @@ TableOptions ServerTableOptions(const TableSpec& spec) {
 
 CheckpointManifest ManifestFor(const JobSpec& job, uint64_t clock) {
   CheckpointManifest m;
-  m.servers = job.shard_servers();  // one shard file per shard server
-  auto p = Partition::Create(job.shard_servers(), job.virtual_nodes, job.partition_seed);
+  m.servers = job.num_shards();  // one file per shard (and table)
+  auto p = Partition::Create(job.num_shards(), job.virtual_nodes, job.partition_seed);
   m.partition_version = p.ok() ? p->version() : 0;
   m.virtual_nodes = job.virtual_nodes;
   m.partition_seed = job.partition_seed;

@@ -119,6 +119,8 @@ uint64_t JobSpec::Fingerprint() const {
   h.Add(replicas);
   h.Add(backup_workers);
   h.Add(spares);
+  // Only when set apart from the default, so the jobs before shards keep their fingerprints.
+  if (num_shards() != shard_servers()) h.Add(num_shards());
   h.Add(static_cast<uint64_t>(evict_tick.count()));
   h.Add(checkpoint_dir);
   h.Add(checkpoint_every);
@@ -140,6 +142,11 @@ TableSpec ShardServerTable(const TableSpec& t, uint32_t server_threads) {
   out.initial_rows = (t.initial_rows + n - 1) / n;
   out.max_rows = (t.max_rows + n - 1) / n;
   return out;
+}
+
+TableSpec ShardTable(const TableSpec& t, const JobSpec& job) {
+  const uint32_t servers = std::max<uint32_t>(job.servers, 1);
+  return ShardServerTable(t, (job.num_shards() + servers - 1) / servers);
 }
 
 Status ValidateJob(const JobSpec& job) {
@@ -204,6 +211,16 @@ Status ValidateJob(const JobSpec& job) {
     }
     if (job.spares > 64) {
       return InvalidArgument("spares " + std::to_string(job.spares) + " must be 0..64");
+    }
+  }
+  if (job.shards != 0) {
+    if (job.shards < job.shard_servers() || job.shards > 65535) {
+      return InvalidArgument("shards " + std::to_string(job.shards) + " must be " +
+                             std::to_string(job.shard_servers()) +
+                             "..65535 (at least one per shard server; 0: one per shard server)");
+    }
+    if (job.shards != job.shard_servers() && job.spares > 0) {
+      return InvalidArgument("spares need one shard per shard server (shards 0) for now");
     }
   }
   // Replicas with admission or eviction: the chain's head decides and the chain carries its

@@ -96,6 +96,13 @@ struct JobSpec {
   uint32_t shard_servers() const { return servers * server_threads; }
   // Shard servers and spares: every server index is below this.
   uint32_t server_members() const { return shard_servers() + spares; }
+  // Shards: how many parts the partition cuts the keys into (ps/job/partition.h); 0 (the
+  // default) is one per shard server, as before shards existed. More shards than shard servers
+  // (up to 65535) puts several on each (shard q starts on shard server q mod shard_servers(),
+  // ps/job/chain.h): the unit a change of membership moves (docs/ps.md "Shards"). Requires
+  // shards >= shard_servers(); not with spares yet.
+  uint32_t shards = 0;
+  uint32_t num_shards() const { return shards == 0 ? shard_servers() : shards; }
   RoleRule role_rule = RoleRule::kServersFirst;
   std::string transport = "auto";  // auto | verbs | ucx | tcp
   std::map<std::string, std::string> transport_params;
@@ -181,6 +188,10 @@ struct JobSpec {
 // The table as one of `server_threads` shard servers of a rank holds it: initial_rows and
 // max_rows divided among them (rounded up, so a bound is never 0).
 TableSpec ShardServerTable(const TableSpec& t, uint32_t server_threads);
+// The table as one shard of `job` holds it: initial_rows and max_rows divided among the shards
+// a server rank starts with (ceil(num_shards / servers); server_threads when there is one shard
+// per shard server).
+TableSpec ShardTable(const TableSpec& t, const JobSpec& job);
 
 // Checks ranges and consistency (names unique, dims > 0, sizes sane); names the bad field.
 Status ValidateJob(const JobSpec& job);

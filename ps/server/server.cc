@@ -63,16 +63,17 @@ Result<std::unique_ptr<Server>> Server::Create(const JobSpec& job, uint32_t inde
 Status Server::Init(const std::string& listen_host) {
   const uint32_t workers = job_.workers;
   const uint32_t replicas = job_.replicas;
-  chain_ = ChainMap(job_.shard_servers(), replicas, job_.spares);
-  // Tables, per hosted shard (one without replicas): rows registered for remote reads (one-sided
-  // pulls); the rows buffer is the source of every pull reply. A spare holds as many, empty and
-  // of no shard until it adopts a dead server's (chain.h "Repairs"): its regions are laid out as
-  // any server's.
+  chain_ = ChainMap(job_.shard_servers(), replicas, job_.spares, job_.num_shards());
+  // Tables, per hosted shard (one without replicas and more shards): rows registered for remote
+  // reads (one-sided pulls); the rows buffer is the source of every pull reply. A spare holds as
+  // many as a server, empty and of no shard until it adopts a dead server's (chain.h "Repairs"):
+  // its regions are laid out as any server's.
   const bool spare = chain_.is_spare(index_);
-  for (uint32_t k = 0; k < replicas; ++k) {
+  slot_count_ = spare ? replicas : static_cast<uint32_t>(chain_.Hosted(index_).size());
+  for (uint32_t k = 0; k < slot_count_; ++k) {
     const uint32_t shard = spare ? kNoShard : chain_.HostedShard(index_, k);
     for (size_t i = 0; i < job_.tables.size(); ++i) {
-      const TableSpec spec = ShardServerTable(job_.tables[i], job_.server_threads);
+      const TableSpec spec = ShardTable(job_.tables[i], job_);
       Table t;
       t.spec = spec;
       t.shard = shard;
@@ -81,15 +82,17 @@ Status Server::Init(const std::string& listen_host) {
       if (spec.fp16_pull) {
         t.mirror_offset = t.map->layout().state_offset + 4 * StateFloats(spec.optimizer, spec.dim);
       }
-      if (!job_.restore_dir.empty() && !spare) {
-        FERRY_RETURN_IF_ERROR(RestoreShard(i, shard, o, t.map.get()));
-      }
-      Status status = t.map->AttachTransport(data_.get(), kAccessRemoteRead);
-      if (!status.ok()) {
-        return status.Annotate("server " + std::to_string(index_) + ": table " + spec.name);
-      }
       if (k == 0) shapes_.push_back(TableShape{spec.dim, spec.fp16_pull});
       tables_.push_back(std::move(t));
+    }
+  }
+  if (!job_.restore_dir.empty() && !spare) {
+    for (size_t i = 0; i < job_.tables.size(); ++i) FERRY_RETURN_IF_ERROR(RestoreTable(i));
+  }
+  for (Table& t : tables_) {
+    Status status = t.map->AttachTransport(data_.get(), kAccessRemoteRead);
+    if (!status.ok()) {
+      return status.Annotate("server " + std::to_string(index_) + ": table " + t.spec.name);
     }
   }
   FERRY_RETURN_IF_ERROR(InitMemory());
@@ -119,9 +122,9 @@ Status Server::Init(const std::string& listen_host) {
     }
     advertised.push_back(ack_region_->descriptor());
   }
-  staged_.resize(size_t{replicas} * workers);
+  staged_.resize(size_t{slot_count_} * workers);
   dropped_clocks_.resize(workers);
-  if (replicas > 1) seen_.resize(size_t{replicas} * workers);
+  if (replicas > 1) seen_.resize(size_t{slot_count_} * workers);
   scratch_.resize(size_t{workers} * 2 * job_.max_outstanding);
   FERRY_ASSIGN_OR_RETURN(
       scratch_region_,
@@ -186,8 +189,8 @@ Status Server::InitMemory() {
     }
     record_scratch += 2 * std::max<uint64_t>(copy_chunk_bytes_, (push_bytes + 63) / 64 * 64);
   }
-  last_op_.assign(replicas, 0);
-  clock_done_.assign(replicas, 0);
+  last_op_.assign(slot_count_, 0);
+  clock_done_.assign(slot_count_, 0);
   uint64_t bytes = worker_rings;
   if (replicas > 1) {
     bytes += forward_ring_bytes_ * pred_ring_count_ + 2 * kAckBytes + headers * 64 + record_scratch;
@@ -213,8 +216,9 @@ Status Server::InitMemory() {
 
 Server::Table* Server::TableFor(uint32_t shard, uint32_t t) {
   if (t >= job_.tables.size()) return nullptr;
-  // Without replicas every request is for this server's shard (the field is not checked).
-  if (job_.replicas == 1) return &tables_[t];
+  // Without replicas, and one shard a shard server, every request is for this server's shard
+  // (the field is not checked).
+  if (slot_count_ == 1 && !chain_.is_spare(index_)) return &tables_[t];
   const int k = chain_.Slot(index_, shard);
   if (k < 0) return nullptr;
   return &tables_[size_t(k) * job_.tables.size() + t];

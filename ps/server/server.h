@@ -345,14 +345,14 @@ class Server {
   // replicas also those it took over) of every table into checkpoint_images_, and writes the
   // copies as those shards' files into the command's directory on checkpoint_writer_ (which
   // answers the coordinator); a second command first waits for the previous write. At startup,
-  // RestoreShard brings the rows of table `t` that belong to `shard` from every shard of
-  // JobSpec::restore_dir.
+  // RestoreTable brings the rows of table `t` of every shard this server hosts from every shard
+  // file of JobSpec::restore_dir (one pass over them).
   void StartCheckpoint(const ControlMessage& command, ControlClient* control);
   // kCheckpointClear: empties every table this server hosts (after their replies completed)
   // and answers the coordinator.
   void ClearTables(const ControlMessage& command, ControlClient* control);
   void JoinCheckpointWriter();
-  Status RestoreShard(size_t t, uint32_t shard, const TableOptions& options, ArrayHashMap* map);
+  Status RestoreTable(size_t t);
   // A predecessor's connection (replicas): checks its place and imports its ack word.
   Status AcceptPredecessor(uint32_t pred, std::shared_ptr<Endpoint> ep);
   uint32_t AllocReply();
@@ -391,6 +391,9 @@ class Server {
   std::vector<TableShape> shapes_;
   std::unique_ptr<CheckpointManifest> restore_manifest_;
   std::vector<Table> tables_;
+  // Hosted slots (chain.h): R shards with one a shard server, about R * Q / S with more; a
+  // spare's R. tables_ holds job_.tables.size() per slot.
+  uint32_t slot_count_ = 1;
   uint8_t* rings_ = nullptr;  // W * staging_bytes at the start of the ring block (server.cc)
   struct RingMemory;
   std::unique_ptr<RingMemory> ring_memory_;

@@ -79,27 +79,33 @@ void Server::StartCheckpoint(const ControlMessage& command, ControlClient* contr
       });
 }
 
-Status Server::RestoreShard(size_t t, uint32_t shard, const TableOptions& options,
-                            ArrayHashMap* map) {
+Status Server::RestoreTable(size_t t) {
   if (!restore_manifest_) {
     FERRY_ASSIGN_OR_RETURN(CheckpointManifest m, ReadManifest(job_.restore_dir));
     FERRY_RETURN_IF_ERROR(CheckManifestMatches(m, job_));
     restore_manifest_ = std::make_unique<CheckpointManifest>(std::move(m));
   }
   const CheckpointManifest& m = *restore_manifest_;
-  FERRY_ASSIGN_OR_RETURN(Partition mine, Partition::Create(job_.shard_servers(), job_.virtual_nodes,
+  FERRY_ASSIGN_OR_RETURN(Partition mine, Partition::Create(job_.num_shards(), job_.virtual_nodes,
                                                            job_.partition_seed));
   const std::string& name = job_.tables[t].name;
   size_t index = 0;
   while (m.tables[index].name != name) ++index;  // CheckManifestMatches found it
-  const size_t row_bytes = map->layout().stride;
+  // The table of each shard this server hosts (one pass over the checkpoint fills them all).
+  std::vector<ArrayHashMap*> map_of(job_.num_shards(), nullptr);
+  for (size_t i = t; i < tables_.size(); i += job_.tables.size()) {
+    map_of[tables_[i].shard] = tables_[i].map.get();
+  }
+  const TableOptions options = ServerTableOptions(tables_[t].spec);
+  const size_t row_bytes = tables_[t].map->layout().stride;
   // Every old shard's rows that this server owns under the new partition move here, with their
   // optimizer state and metadata (same layout: CheckManifestMatches).
   uint32_t tick = 0;
   FERRY_RETURN_IF_ERROR(ForEachCheckpointRow(
       job_.restore_dir, m, index, options,
       [&](uint64_t key, const uint8_t* row) -> Status {
-        if (mine.ServerOf(key) != shard) return Status::Ok();
+        ArrayHashMap* map = map_of[mine.ServerOf(key)];
+        if (map == nullptr) return Status::Ok();
         FERRY_ASSIGN_OR_RETURN(ArrayHashMap::Insertion ins, map->Insert(key));
         std::memcpy(ins.row + 8, row + 8, row_bytes - 8);
         ++stats_.rows_restored;
@@ -108,7 +114,9 @@ Status Server::RestoreShard(size_t t, uint32_t shard, const TableOptions& option
       &tick));
   // Ages count on from the saved tick, not from 0: a row's last_seen past the table's tick would
   // wrap around and read as ancient (docs/ps.md "Admission and eviction", checkpoints).
-  if (tick > map->tick()) map->AdvanceTick(tick - map->tick());
+  for (ArrayHashMap* map : map_of) {
+    if (map != nullptr && tick > map->tick()) map->AdvanceTick(tick - map->tick());
+  }
   return Status::Ok();
 }
 

@@ -26,7 +26,7 @@ Status Server::ApplyClock(uint64_t clock, std::span<const uint32_t> without) {
   // arrived before this (here) or after it (AcceptPush).
   const uint32_t workers = job_.workers;
   for (uint32_t w : without) dropped_clocks_[w].insert(clock - 1);
-  for (uint32_t k = 0; k < job_.replicas; ++k) {
+  for (uint32_t k = 0; k < slot_count_; ++k) {
     for (uint32_t w = 0; w < workers; ++w) {
       std::vector<Staged>& list = staged_[size_t{k} * workers + w];
       // Arrivals from the worker and from a predecessor interleave after a failover.
@@ -123,7 +123,7 @@ Result<RequestView> Server::StagedPush(uint32_t w, const Staged& staged) const {
     std::span<const uint8_t> ring(pred_rings_ + size_t(staged.pred - 1) * forward_ring_bytes_,
                                   forward_ring_bytes_);
     const ForwardLimits limits{forward_ring_bytes_, job_.max_keys_per_request, job_.workers,
-                               job_.shard_servers(), MaxCopyRows()};
+                               job_.num_shards(), MaxCopyRows()};
     FERRY_RETURN_IF_ERROR(ParseForward(ring, staged.offset, shapes_, limits, &fv));
     req = fv.push;
   }

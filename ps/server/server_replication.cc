@@ -415,7 +415,7 @@ void Server::HandleForward(uint32_t pred, uint32_t imm) {
       pred_rings_ + size_t{status.ok() ? ring_no - 1 : 0} * forward_ring_bytes_,
       forward_ring_bytes_);
   const ForwardLimits limits{forward_ring_bytes_, job_.max_keys_per_request, job_.workers,
-                             job_.shard_servers(), MaxCopyRows()};
+                             job_.num_shards(), MaxCopyRows()};
   ForwardView fv;
   if (status.ok()) status = ParseForward(ring, ForwardImmOffset(imm), shapes_, limits, &fv);
   if (status.ok() && u.distance == 0 && chain_.Slot(index_, fv.header.shard) < 0) {

@@ -282,7 +282,7 @@ Status ParseRecord(std::span<const uint8_t> ring, uint64_t offset,
     return bad(std::to_string(h.num_keys) + " keys (limit " + std::to_string(limits.max_keys) +
                ")");
   }
-  if (h.shard >= limits.servers) return bad("shard " + std::to_string(h.shard) + " unknown");
+  if (h.shard >= limits.shards) return bad("shard " + std::to_string(h.shard) + " unknown");
   if (h.op_id == 0) return bad("record number 0");
   if ((h.flags & kForwardApplyStaged) != 0) {
     if (h.worker >= limits.workers) return bad("worker " + std::to_string(h.worker) + " unknown");
@@ -315,7 +315,7 @@ Status ParseCopy(std::span<const uint8_t> ring, uint64_t offset, std::span<const
     return ProtocolError("copy forward at ring offset " + std::to_string(offset) + ": " + what);
   };
   if (h.flags != kForwardCopy) return bad("unknown flags");
-  if (h.shard >= limits.servers) return bad("shard " + std::to_string(h.shard) + " unknown");
+  if (h.shard >= limits.shards) return bad("shard " + std::to_string(h.shard) + " unknown");
   uint64_t payload = 0;
   switch (static_cast<CopyKind>(h.reserved0)) {
     case CopyKind::kRows:
@@ -373,7 +373,7 @@ Status ParseForward(std::span<const uint8_t> ring, uint64_t offset,
                ")");
   }
   if (h.worker >= limits.workers) return bad("worker " + std::to_string(h.worker) + " unknown");
-  if (h.shard >= limits.servers) return bad("shard " + std::to_string(h.shard) + " unknown");
+  if (h.shard >= limits.shards) return bad("shard " + std::to_string(h.shard) + " unknown");
   if (h.push_id == 0) return bad("push number 0");
   const uint64_t payload = RequestPayloadBytes(RequestType::kPush, h.flags, h.num_keys, h.dim);
   if (h.payload_bytes != payload) return bad("payload_bytes does not match keys and width");

@@ -354,7 +354,7 @@ struct ForwardLimits {
   uint64_t ring_bytes = 0;
   uint32_t max_keys = 0;
   uint32_t workers = 0;
-  uint32_t servers = 0;
+  uint32_t shards = 0;         // JobSpec::num_shards()
   uint32_t max_copy_rows = 0;  // rows in one kCopyRows (0: copies refused)
 };
 

@@ -38,9 +38,9 @@ Result<std::unique_ptr<Worker>> Worker::Create(const JobSpec& job, uint32_t inde
   if (index >= job.workers) return InvalidArgument("worker index out of range");
   std::unique_ptr<Worker> w(new Worker(job, index, std::move(data)));
   FERRY_ASSIGN_OR_RETURN(
-      w->partition_, Partition::Create(job.shard_servers(), job.virtual_nodes, job.partition_seed));
-  w->chain_ = ChainMap(job.shard_servers(), job.replicas, job.spares);
-  w->st_->push_ids.assign(job.shard_servers(), 0);
+      w->partition_, Partition::Create(job.num_shards(), job.virtual_nodes, job.partition_seed));
+  w->chain_ = ChainMap(job.shard_servers(), job.replicas, job.spares, job.num_shards());
+  w->st_->push_ids.assign(job.num_shards(), 0);
   if (!job.restore_dir.empty()) {
     // The job goes on from the checkpoint's clock (the coordinator starts there too).
     FERRY_ASSIGN_OR_RETURN(CheckpointManifest m, ReadManifest(job.restore_dir));

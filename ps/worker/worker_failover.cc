@@ -15,11 +15,11 @@
 namespace ferry::ps {
 
 uint32_t Worker::HeadOf(uint32_t shard) const {
-  if (job_.replicas == 1) return shard;
+  if (job_.replicas == 1 && job_.num_shards() == job_.shard_servers()) return shard;
   const int head = chain_.Head(shard);
   // No live member left: the coordinator fails the job; until it says so, the dead head stands
   // (ReserveRing refuses it).
-  return head < 0 ? shard : static_cast<uint32_t>(head);
+  return head < 0 ? chain_.Member(shard, 0) : static_cast<uint32_t>(head);
 }
 
 void Worker::SuspectServer(uint32_t server) {

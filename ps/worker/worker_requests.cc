@@ -75,7 +75,7 @@ Status Worker::PrepareKeys(TicketState& tk, std::span<const uint64_t> keys, bool
   std::shared_ptr<SendData> send = std::move(tk.send);
   if (send == nullptr) send = std::make_shared<SendData>();
   send->n = m;
-  const uint32_t servers = job_.shard_servers();
+  const uint32_t servers = job_.num_shards();  // keys group by shard
   send->begin.assign(servers + 1, 0);
   FERRY_RETURN_IF_ERROR(FitsAtAll(
       st.send_alloc, uint64_t{m} * 8, [m] { return std::to_string(m) + " keys"; }, "send_bytes"));
@@ -202,8 +202,8 @@ Result<std::shared_ptr<SendData>> Worker::PushData(const std::shared_ptr<SendDat
   std::vector<uint32_t> keep;
   keep.reserve(src->n);
   auto out = std::make_shared<SendData>();
-  out->begin.assign(job_.shard_servers() + 1, 0);
-  for (uint32_t s = 0; s < job_.shard_servers(); ++s) {
+  out->begin.assign(job_.num_shards() + 1, 0);
+  for (uint32_t s = 0; s < job_.num_shards(); ++s) {
     for (uint32_t p = src->begin[s]; p < src->begin[s + 1]; ++p) {
       bool significant = thr <= 0.0f;
       for (uint32_t d = 0; d < dim && !significant; ++d) {
@@ -468,7 +468,7 @@ Status Worker::PostRequests(TicketState& tk, const std::vector<RangePlan>* range
   // Scratch lent for this call (a nested call, from Progress inside a wait, takes its own).
   ScratchStack<RangePlan>::Lease all(st_->range_scratch);
   if (ranges == nullptr) {
-    for (uint32_t s = 0; s < job_.shard_servers(); ++s) {
+    for (uint32_t s = 0; s < job_.num_shards(); ++s) {
       all->push_back(RangePlan{s, data->begin[s], data->begin[s + 1], false});
     }
     ranges = &*all;

@@ -53,7 +53,7 @@ void Forward(std::span<const uint8_t> in) {
   limits.ring_bytes = ring.size();
   limits.max_keys = 4096;
   limits.workers = 4;
-  limits.servers = 4;
+  limits.shards = 4;
   limits.max_copy_rows = 64;
   ferry::ps::ForwardView v;
   if (!ferry::ps::ParseForward(ring, offset, tables, limits, &v).ok()) return;
@@ -65,7 +65,7 @@ void Forward(std::span<const uint8_t> in) {
     return;
   }
   // An accepted forward hands out a push whose keys and gradients lie in the ring.
-  if (v.push.type() != ferry::ps::RequestType::kPush || v.push.header.shard >= limits.servers) {
+  if (v.push.type() != ferry::ps::RequestType::kPush || v.push.header.shard >= limits.shards) {
     __builtin_trap();
   }
   uint64_t sum = 0;

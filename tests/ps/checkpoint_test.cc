@@ -152,6 +152,36 @@ TEST_F(Checkpoints, RestoreIntoMoreAndFewerServersKeepsRowsAndOptimizerState) {
   }
 }
 
+// More shards than servers (JobSpec::shards): a checkpoint holds one file per shard, and restores
+// into any count of shards and servers with the same bits; rounds on top give the rows of a job
+// that never stopped.
+TEST_F(Checkpoints, MoreShardsThanServersWriteAndRestoreAtAnyCount) {
+  const auto keys = Keys(1000);
+  std::map<uint64_t, std::vector<float>> straight;
+  ASSERT_TRUE(Train(Job(2), keys, 0, 4, "", &straight).ok());
+  JobSpec sharded = Job(2);
+  sharded.shards = 5 * TestServerThreads() + 1;  // RunJob runs 1 or 2 shard servers a rank
+  std::map<uint64_t, std::vector<float>> before;
+  Status s = Train(sharded, keys, 0, 2, dir_.string(), &before);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  auto manifest = ReadManifest(dir_.string());
+  ASSERT_TRUE(manifest.ok()) << manifest.status().ToString();
+  EXPECT_EQ(manifest->servers, sharded.shards);  // one file per shard
+  for (uint32_t shards : {0u, 4u * TestServerThreads()}) {
+    SCOPED_TRACE("restored into 1 server and " + std::to_string(shards) + " shards");
+    JobSpec job = Job(1);
+    job.shards = shards;
+    job.restore_dir = dir_.string();
+    std::map<uint64_t, std::vector<float>> resumed;
+    s = Train(job, keys, 2, 2, "", &resumed);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    ASSERT_EQ(resumed.size(), straight.size());
+    for (const auto& [k, v] : straight) {
+      ASSERT_EQ(std::memcmp(resumed[k].data(), v.data(), v.size() * 4), 0) << "key " << k;
+    }
+  }
+}
+
 // Worker::ClearTables empties every table on every server, replicas included: the rows pulled
 // after it are the initial ones (those of a job that never pushed), and pushes after it build
 // on them as in a fresh job.

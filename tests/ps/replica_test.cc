@@ -142,6 +142,25 @@ TEST_P(PsReplica, ChainsChangeNoRowUnderBsp) {
   EXPECT_EQ(run.final_rows, want) << "a spare";
 }
 
+// More shards than shard servers (JobSpec::shards, chain.h): each server hosts several shards
+// (and with replicas their copies), requests go to each shard's head, and the rows are those
+// of one shard a server, with and without replicas, and after a failover.
+TEST_P(PsReplica, MoreShardsThanServersKeepEveryRow) {
+  const TrainingSpec spec = Spec(false);
+  const std::vector<float> want = Reference(Job(Consistency::kBsp, 1), spec);
+  for (uint32_t replicas : {1u, 2u}) {
+    JobSpec job = Job(Consistency::kBsp, replicas);
+    job.shards = 4 * ShardServers() + 1;  // uneven: some servers start with one more
+    TrainingRun run = RunTraining(job, spec);
+    ASSERT_TRUE(AllOk(run.outcomes).ok())
+        << "replicas " << replicas << DescribeOutcomes(run.outcomes);
+    EXPECT_EQ(run.final_rows, want) << "replicas " << replicas;
+  }
+  JobSpec job = Job(Consistency::kBsp, 2);
+  job.shards = 3 * ShardServers();
+  RunSevered(job, spec, kServerRank1, 40, want);
+}
+
 TEST_P(PsReplica, ChainsCountEveryAspPushOnce) {
   const TrainingSpec spec = Spec(true);
   const std::vector<float> want = Reference(Job(Consistency::kAsp, 1), spec);
@@ -255,6 +274,7 @@ struct WindowSpec {
   uint32_t width = 96;  // keys per pull and push
   uint32_t step = 24;   // the window's move per iteration
   Millis pause{0};      // between iterations (lets ticks pass)
+  uint32_t shards = 0;  // JobSpec::num_shards() of the job (0: one per shard server)
 };
 
 // A worker's window at `it`: keys [it * step + w * step / 2, + width), spread by a hash.
@@ -293,7 +313,7 @@ Status TrainWindow(Node& node, const WindowSpec& spec, uint32_t dim, Copies* cop
     std::lock_guard<std::mutex> lock(copies->mu);
     copies->records_applied += s->stats().records_applied;
     copies->rows_created += s->stats().rows_created;
-    for (uint32_t shard = 0; shard < ShardServers(); ++shard) {
+    for (uint32_t shard = 0; shard < (spec.shards != 0 ? spec.shards : ShardServers()); ++shard) {
       if (const ArrayHashMap* m = s->HostedTable(shard, 0)) {
         copies->of_shard[shard][s->index()] = CopyRows(*m);
       }
@@ -303,8 +323,9 @@ Status TrainWindow(Node& node, const WindowSpec& spec, uint32_t dim, Copies* cop
 }
 
 // Every copy of a shard held by a server in `live` equals the others (at least `min_copies`).
-void ExpectReplicasEqual(const Copies& copies, const std::vector<bool>& live, size_t min_copies) {
-  ASSERT_EQ(copies.of_shard.size(), size_t{ShardServers()});
+void ExpectReplicasEqual(const Copies& copies, const std::vector<bool>& live, size_t min_copies,
+                         uint32_t shards = 0) {
+  ASSERT_EQ(copies.of_shard.size(), size_t{shards != 0 ? shards : ShardServers()});
   for (const auto& [shard, by_server] : copies.of_shard) {
     const RowsCopy* first = nullptr;
     uint32_t first_server = 0;
@@ -353,7 +374,8 @@ class PsReplicaRows : public PsReplica {
     SCOPED_TRACE(what);
     DynamicRun run = RunWindow(job, spec);
     ASSERT_TRUE(AllOk(run.outcomes).ok()) << DescribeOutcomes(run.outcomes);
-    ExpectReplicasEqual(*run.copies, std::vector<bool>(ShardServers(), true), job.replicas);
+    ExpectReplicasEqual(*run.copies, std::vector<bool>(ShardServers(), true), job.replicas,
+                        spec.shards);
     EXPECT_GT(run.copies->records_applied, 0u) << "no row record reached a replica";
     if (TableEvicts(job.tables[0])) {
       size_t live = 0;
@@ -366,11 +388,15 @@ class PsReplicaRows : public PsReplica {
 };
 
 TEST_P(PsReplicaRows, AdmissionByCountAndByCoinKeepsTheHeadsRows) {
-  const WindowSpec spec;
+  WindowSpec spec;
   JobSpec count = Dynamic(Consistency::kBsp, 3);
   count.tables[0].admission.kind = AdmissionOptions::Kind::kFrequency;
   count.tables[0].admission.min_count = 3;
   ExpectAllEqual(count, spec, "min_count 3, BSP, 3 replicas");
+  // Several shards a server (JobSpec::shards): each shard's head decides, per shard.
+  spec.shards = count.shards = 2 * ShardServers() + 1;
+  ExpectAllEqual(count, spec, "min_count 3, BSP, 3 replicas, 2S+1 shards");
+  spec.shards = 0;
   JobSpec coin = Dynamic(Consistency::kAsp, 2);
   coin.tables[0].admission.kind = AdmissionOptions::Kind::kProbability;
   coin.tables[0].admission.probability = 0.4;
@@ -615,6 +641,35 @@ TEST(ChainMap, HeadsSuccessorsAndSurvival) {
   three.MarkDead(1);
   EXPECT_EQ(three.Successor(0, 0), 2);  // the middle is bridged
   EXPECT_EQ(three.live_servers(), 2u);
+}
+
+// Shards beyond the servers (JobSpec::shards): shard q starts on q mod S and the next R-1;
+// slots by distance, then by shard; one shard a server lays them out as ever.
+TEST(ChainMap, MoreShardsThanServersSpreadOverThem) {
+  ChainMap c(3, 2, 0, 7);  // shards 0..6 over servers 0..2
+  EXPECT_EQ(c.shards(), 7u);
+  EXPECT_EQ(std::vector<uint32_t>(c.Chain(4).begin(), c.Chain(4).end()),
+            (std::vector<uint32_t>{1, 2}));
+  EXPECT_EQ(std::vector<uint32_t>(c.Chain(5).begin(), c.Chain(5).end()),
+            (std::vector<uint32_t>{2, 0}));
+  // Server 0 heads 0, 3, 6 and follows 2, 5 (which start on server 2).
+  EXPECT_EQ(std::vector<uint32_t>(c.Hosted(0).begin(), c.Hosted(0).end()),
+            (std::vector<uint32_t>{0, 3, 6, 2, 5}));
+  EXPECT_EQ(c.Hosted(1).size(), 5u);  // 1, 4 and 0, 3, 6
+  EXPECT_EQ(c.Hosted(2).size(), 4u);  // 2, 5 and 1, 4
+  EXPECT_EQ(c.Slot(0, 5), 4);
+  EXPECT_EQ(c.Slot(1, 5), -1);
+  EXPECT_EQ(c.Head(7), -1);  // no such shard
+  c.MarkDead(2);
+  EXPECT_EQ(c.Head(5), 0);
+  EXPECT_EQ(c.Successor(4, 1), -1);
+  EXPECT_TRUE(c.AllShardsLive());
+  EXPECT_FALSE(c.AllShardsLive(0));  // shards 2 and 5 (2 -> 0) would have nobody
+  ChainMap same(4, 2, 0, 4), plain(4, 2);
+  for (uint32_t s = 0; s < 4; ++s) {
+    EXPECT_EQ(std::vector<uint32_t>(same.Hosted(s).begin(), same.Hosted(s).end()),
+              std::vector<uint32_t>(plain.Hosted(s).begin(), plain.Hosted(s).end()));
+  }
 }
 
 // Repairs (chain.h): a spare adopts a dead server's slots at the tail of its chains, copies while

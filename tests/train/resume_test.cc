@@ -133,14 +133,16 @@ TEST_F(Resume, FtrlKilledRankResumesToTheSameModelBytes) {
 }
 
 // A checkpoint of a job without replicas restores into one with them (every server loads the
-// rows of each shard it hosts: its own and its predecessor's), and the run ends the same.
+// rows of each shard it hosts: its own and its predecessor's), and into more shards than servers
+// (--shards: seven shards on three servers, each with two copies), and the run ends the same.
 TEST_F(Resume, ResumesIntoAReplicatedJob) {
   const std::string ref = Reference("ftrl");
   ASSERT_FALSE(ref.empty());
   EXPECT_EQ(
-      KillAndResume("ftrl", "tcp", 2, {"--transport", "tcp", "--servers", "3", "--replicas", "2"}),
+      KillAndResume("ftrl", "tcp", 2,
+                    {"--transport", "tcp", "--servers", "3", "--replicas", "2", "--shards", "7"}),
       ref)
-      << "worker 0 killed, resumed on 3 servers with 2 replicas";
+      << "worker 0 killed, resumed on 3 servers with 2 replicas and 7 shards";
 }
 
 // The mlp's dense layers (Adam state in one row each) and embeddings come back as well.

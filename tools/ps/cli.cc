@@ -93,6 +93,11 @@ void AddFlags(CLI::App& app, CliOptions& c) {
                  "copies of each server's shard (chain replication: pushes are acknowledged by "
                  "the chain's tail)")
       ->capture_default_str();
+  app.add_option("--shards", c.direct.shards,
+                 "parts the keys are cut into, spread over the shard servers (0: one per shard "
+                 "server; more splits a pull into a request per shard)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
   app.add_option("--role-rule", c.role_rule, "auto, servers-first or colocated")
       ->capture_default_str();
   app.add_option("--transport", c.transport,

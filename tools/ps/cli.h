@@ -31,8 +31,8 @@ namespace ferry::psbench {
 
 struct CliOptions {
   // The flags that are BenchOptions fields as they stand (--latency, --dim, --pipeline, --dedupe,
-  // --populate, --check, --one-sided, --fp16-pull, --fp16-push, --replicas, --push-filter,
-  // --seed); Resolve starts from these and fills in the rest.
+  // --populate, --check, --one-sided, --fp16-pull, --fp16-push, --replicas, --shards,
+  // --push-filter, --seed); Resolve starts from these and fills in the rest.
   BenchOptions direct;
   // Raw flag values; Resolve turns them into the other BenchOptions fields.
   std::string ops = "all";

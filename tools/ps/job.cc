@@ -77,6 +77,11 @@ Status ValidateOptions(const BenchOptions& o) {
     return InvalidArgument("--replicas must be 1.." + std::to_string(o.servers) +
                            " (the number of servers)");
   }
+  if (o.shards != 0 && o.one_sided) {
+    return InvalidArgument(
+        "--one-sided cannot be combined with --shards (a server's rows are in one table per "
+        "shard; one-sided reads address one)");
+  }
   if (o.replicas > 1 && o.one_sided) {
     return InvalidArgument(
         "--one-sided cannot be combined with --replicas (replicated jobs pull "
@@ -119,6 +124,7 @@ ps::JobSpec BuildJob(const BenchOptions& o) {
   job.servers = o.servers;
   job.workers = o.workers;
   job.replicas = o.replicas;
+  job.shards = o.shards;
   job.server_threads = o.server_threads;
   job.role_rule = o.role_rule;
   job.transport = o.transport;

@@ -85,6 +85,7 @@ struct BenchOptions {
   uint32_t servers = 1;
   uint32_t workers = 1;
   uint32_t replicas = 1;        // JobSpec::replicas: pushes pay for the chain
+  uint32_t shards = 0;          // JobSpec::shards: 0 = one per shard server
   uint32_t server_threads = 1;  // JobSpec::server_threads: shard servers per server rank
   ps::RoleRule role_rule = ps::RoleRule::kServersFirst;
   std::string transport = "auto";

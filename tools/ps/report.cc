@@ -241,6 +241,10 @@ std::string FormatText(const BenchReport& r) {
     if (o.push_filter > 0) wire += Printf("push filter |g| < %g dropped", o.push_filter);
     out += ReportLine("Wire", wire);
   }
+  if (o.shards != 0) {
+    out += ReportLine("Shards",
+                      Printf("%u over %u shard servers", o.shards, o.servers * o.server_threads));
+  }
   if (o.replicas > 1) {
     out += ReportLine("Replicas", Printf("%u (each push is applied on %u servers before it is "
                                          "acknowledged)",
@@ -349,6 +353,7 @@ nlohmann::json ConfigJson(const BenchReport& r) {
           {"fp16_pull", o.fp16_pull},
           {"fp16_push", o.fp16_push},
           {"replicas", o.replicas},
+          {"shards", o.shards},
           {"push_filter", Finite(o.push_filter)},
           {"check", o.check},
           {"seed", o.seed},
