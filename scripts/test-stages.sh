@@ -105,9 +105,10 @@ ferry_ninja() {  # dir [targets...]
 # The sanitizer stages' builds, started in the background (nice 19) once the main stage's tests
 # begin: those tests leave about one core of two idle (the soft-RoCE VM's cases, a third of the
 # stage, keep one core busy, and most cases wait on the network or on timers), and a build at
-# nice 19 only takes what nothing else wants. Each stage then waits for this build and runs its
-# own ninja, which finishes or reports whatever is left (a failure here is not reported twice:
-# this log is kept in FERRY_RESULTS_DIR). Args: the later stages (asan, tsan).
+# nice 19 only takes what nothing else wants. Each stage then waits for its own build (the asan
+# stage only for the asan build: the tsan build goes on beside the asan tests) and runs its own
+# ninja, which finishes or reports whatever is left (a failure here is not reported twice: this
+# log is kept in FERRY_RESULTS_DIR). Args: the later stages (asan, tsan).
 FERRY_BACKGROUND_PID=
 ferry_background_builds() {
   [ $# -gt 0 ] || return 0
@@ -120,7 +121,8 @@ ferry_background_builds() {
       case $stage in
         asan)
           ferry_asan_setup "${FERRY_ASAN_BUILD_DIR:-build-asan}" &&
-            nice -n 19 ninja -C "${FERRY_ASAN_BUILD_DIR:-build-asan}" -j"$jobs" ;;
+            nice -n 19 ninja -C "${FERRY_ASAN_BUILD_DIR:-build-asan}" -j"$jobs"
+          touch "$FERRY_RESULTS_DIR/background-asan.done" ;;
         tsan)
           local dir=${FERRY_TSAN_BUILD_DIR:-build-tsan} targets=()
           ferry_tsan_setup "$dir" && mapfile -t targets < <(ferry_tsan_targets "$dir") &&
@@ -132,10 +134,20 @@ ferry_background_builds() {
   echo "==== test.sh: building $* in the background at nice 19 (pid $FERRY_BACKGROUND_PID)"
 }
 
-ferry_background_wait() {
+# Waits for the background builds: all of them, or with 'asan' only until the asan build ended.
+ferry_background_wait() {  # [asan]
   [ -n "$FERRY_BACKGROUND_PID" ] || return 0
   local start
   start=$(date +%s)
+  if [ "${1:-}" = asan ]; then
+    while [ ! -e "$FERRY_RESULTS_DIR/background-asan.done" ] &&
+      kill -0 "$FERRY_BACKGROUND_PID" 2>/dev/null; do
+      sleep 2
+    done
+    echo "==== test.sh: background asan build ended (waited $(($(date +%s) - start)) s;" \
+      "log $FERRY_RESULTS_DIR/background-build.log)"
+    return 0
+  fi
   wait "$FERRY_BACKGROUND_PID" 2>/dev/null
   echo "==== test.sh: background build ended (waited $(($(date +%s) - start)) s;" \
     "log $FERRY_RESULTS_DIR/background-build.log)"
@@ -248,7 +260,7 @@ ferry_asan_stage() {
   # -> 24.9 s, ps_replica_test 22.0 s -> 14.4 s; ASan alone 21.4 s and 9.1 s). x86-64 loads
   # unaligned data, our wire decoders copy fields out with memcpy, and the fuzz stage's clang
   # build keeps every UBSan check (alignment and vptr included) on those decoders.
-  ferry_background_wait
+  ferry_background_wait asan
   ferry_asan_setup "$build" || return 1
   ferry_ninja "$build" || return 1
   local rc=0
