@@ -5,7 +5,8 @@
 # drops almost nothing: its cost; and at one that drops ~70% of the rows: its benefit), and
 # one-sided pulls (--one-sided), in throughput (100k keys) and single-key latency modes, and
 # chain replication (--replicas 2: every push applied on two servers before it is acknowledged;
-# 2 servers 2 workers only).
+# 2 servers 2 workers only), and 16 shards instead of one per server (--shards 16: a throughput
+# op becomes a request per shard; a single key still one request).
 #
 # Variants run ALTERNATELY (base, fp16-pull, fp16-push, ..., base, ...), PAIRS rounds (default 3),
 # 1 server 1 worker and 2 servers 2 workers, on tcp and ucx over shared memory. Every run keeps
@@ -72,6 +73,8 @@ VARIANTS=(
   "base-lat|lat|pull|"
   "one-sided-lat|lat|pull|--one-sided"
   "replicas-2|tp|push,push-pull|--replicas 2"
+  "shards-16|tp|all|--shards 16"
+  "shards-16-lat|lat|pull|--shards 16"
 )
 
 CSV="$OUT/variants.csv"
@@ -161,7 +164,7 @@ out.append("| backend | shape | variant | op | keys/s (median) | ratio to base |
            "bytes sent / op | rows filtered / op |")
 out.append("|---|---|---|---|---:|---:|---:|---:|---:|")
 order = ["base", "fp16-pull", "fp16-push", "filter-0.03", "filter-0.049", "one-sided",
-         "base-lat", "one-sided-lat", "replicas-2"]
+         "base-lat", "one-sided-lat", "replicas-2", "shards-16", "shards-16-lat"]
 for key in sorted(groups, key=lambda k: (k[0], k[1], order.index(k[2]) if k[2] in order else 99, k[3])):
     be, shape, variant, op = key
     g = groups[key]

@@ -1,12 +1,14 @@
 // Checkpoints of the servers' shards, and restoring them into a job of any server count.
 //
 // Layout of a checkpoint directory (on a file system every server and the coordinator reach):
-//   DIR/<table>.s<server>.snap  ArrayHashMap::SaveSnapshot of one server's shard of one table
-//                               (rows with their optimizer state and metadata, checksummed)
+//   DIR/<table>.s<shard>.snap   ArrayHashMap::SaveSnapshot of one shard of one table, written
+//                               by the shard's head (rows with their optimizer state and
+//                               metadata, checksummed)
 //   DIR/MANIFEST                written last, atomically (tmp + rename): the checkpoint exists
 //                               once it does. Text:
 //                                 ferry-checkpoint 1
-//                                 servers S
+//                                 servers Q      (the shards: JobSpec::num_shards(), one per
+//                                                 shard server unless JobSpec::shards says more)
 //                                 partition VERSION VNODES SEED
 //                                 clock C
 //                                 table NAME DIM STATE_FLOATS     (one line per table, in order)
@@ -23,9 +25,10 @@
 // ResolveCheckpoint(DIR) accepts either form, so `--resume DIR` takes both.
 //
 // Restoring (JobSpec::restore_dir): each server of the new job reads every old shard of every
-// table and keeps the rows its consistent-hash partition owns, so rows move to their new owners
-// when the server count changes; the optimizer state moves with them. The manifest's tables must
-// match the job's (name, width, state layout), or the restore is refused naming the table.
+// table once and keeps the rows of the shards it hosts under its partition, so rows move to their
+// new owners when the server or shard count changes; the optimizer state moves with them. The
+// manifest's tables must match the job's (name, width, state layout), or the restore is refused
+// naming the table.
 //
 // Thread-safety: pure functions over files.
 #pragma once
@@ -43,7 +46,7 @@
 namespace ferry::ps {
 
 struct CheckpointManifest {
-  uint32_t servers = 0;
+  uint32_t servers = 0;  // shard files per table (the job's num_shards(); named for the format)
   uint64_t partition_version = 0;
   uint32_t virtual_nodes = 0;
   uint64_t partition_seed = 0;
