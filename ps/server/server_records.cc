@@ -172,7 +172,7 @@ Status Server::ApplyRecord(uint32_t k, const ForwardView& fv) {
 
 Status Server::MaybeAnswerClock() {
   if (pending_clock_ == 0 || control_ == nullptr) return Status::Ok();
-  const uint32_t slots = static_cast<uint32_t>(tables_.size() / job_.tables.size());
+  const uint32_t slots = slot_count_;
   for (uint32_t k = 0; k < slots; ++k) {
     const uint32_t shard = tables_[size_t{k} * job_.tables.size()].shard;
     // A spare's slot it has not adopted follows no head (kNoShard).

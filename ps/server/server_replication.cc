@@ -521,7 +521,7 @@ Status Server::HandleServerDown(uint32_t dead, const std::string& why) {
                        " was removed from the job (its shards failed over): " + why);
   }
   if (chain_.dead(dead)) return Status::Ok();
-  const uint32_t slots = static_cast<uint32_t>(tables_.size() / job_.tables.size());
+  const uint32_t slots = slot_count_;
   std::vector<bool> headed(slots);
   for (uint32_t k = 0; k < slots; ++k) {
     headed[k] =
