@@ -24,8 +24,8 @@
 #   fuzz  clang, libFuzzer + ASan + UBSan: tests/fuzz/run.sh, FERRY_FUZZ_SECONDS (default 10)
 #         per target over its seed corpus. A crash: fail (inputs kept in build-fuzz/crash-*).
 #
-# Unless FERRY_BACKGROUND_BUILDS=0 (test.sh) the asan and tsan builds start at nice 19 beside the
-# main stage's tests (ferry_background_builds below); their stages wait for them.
+# Unless FERRY_BACKGROUND_BUILDS=0 (test.sh) the asan, tsan and fuzz builds start at nice 19
+# beside the main stage's tests (ferry_background_builds below); each stage waits for its own.
 #
 # Build directories: obj-<triplet> (obj-x86_64-linux-gnu: debhelper's), FERRY_ASAN_BUILD_DIR (build-asan),
 # FERRY_TSAN_BUILD_DIR (build-tsan), FERRY_FUZZ_BUILD_DIR (build-fuzz). FERRY_TEST_JOBS caps
@@ -102,16 +102,19 @@ ferry_ninja() {  # dir [targets...]
   ninja -C "$dir" ${FERRY_TEST_JOBS:+-j"$FERRY_TEST_JOBS"} "$@"
 }
 
-# The sanitizer stages' builds, started in the background (nice 19) once the main stage's tests
-# begin: those tests leave about one core of two idle (the soft-RoCE VM's cases, a third of the
-# stage, keep one core busy, and most cases wait on the network or on timers), and a build at
-# nice 19 only takes what nothing else wants. Each stage then waits for its own build (the asan
-# stage only for the asan build: the tsan build goes on beside the asan tests) and runs its own
-# ninja, which finishes or reports whatever is left (a failure here is not reported twice: this
-# log is kept in FERRY_RESULTS_DIR). Args: the later stages (asan, tsan).
+# The later stages' builds (asan, tsan, fuzz), started in the background (nice 19) once the main
+# stage's tests begin: those tests leave about one core of two idle (the soft-RoCE VM's cases, a
+# third of the stage, keep one core busy, and most cases wait on the network or on timers), and a
+# build at nice 19 only takes what nothing else wants. They run one after another in the order
+# given; each stage then waits for its own build only (the tsan and fuzz builds go on beside the
+# asan tests) and runs its own ninja, which finishes or reports whatever is left (a failure here
+# is not reported twice: this log is kept in FERRY_RESULTS_DIR). Args: the later stages.
 FERRY_BACKGROUND_PID=
 ferry_background_builds() {
   [ $# -gt 0 ] || return 0
+  # The fuzz build's compiler, installed now: apt must not run beside the 'install' suite.
+  case " $* " in *" fuzz "*) ferry_install_packages "${FERRY_FUZZ_PACKAGES[@]}" ;; esac
+  rm -f "$FERRY_RESULTS_DIR"/background-*.done
   (
     # Two compilers at most (ninja's default here is 4): the idle core is one, and fewer
     # compilers leave the VM's emulated CPUs more of the caches (measured with 4: the rdma
@@ -121,37 +124,32 @@ ferry_background_builds() {
       case $stage in
         asan)
           ferry_asan_setup "${FERRY_ASAN_BUILD_DIR:-build-asan}" &&
-            nice -n 19 ninja -C "${FERRY_ASAN_BUILD_DIR:-build-asan}" -j"$jobs"
-          touch "$FERRY_RESULTS_DIR/background-asan.done" ;;
+            nice -n 19 ninja -C "${FERRY_ASAN_BUILD_DIR:-build-asan}" -j"$jobs" ;;
         tsan)
           local dir=${FERRY_TSAN_BUILD_DIR:-build-tsan} targets=()
           ferry_tsan_setup "$dir" && mapfile -t targets < <(ferry_tsan_targets "$dir") &&
             nice -n 19 ninja -C "$dir" -j"$jobs" "${targets[@]}" ;;
+        fuzz)
+          FERRY_FUZZ_BUILD_ONLY=1 FERRY_TEST_JOBS=$jobs nice -n 19 tests/fuzz/run.sh ;;
       esac
+      touch "$FERRY_RESULTS_DIR/background-$stage.done"
     done
   ) >"$FERRY_RESULTS_DIR/background-build.log" 2>&1 &
   FERRY_BACKGROUND_PID=$!
   echo "==== test.sh: building $* in the background at nice 19 (pid $FERRY_BACKGROUND_PID)"
 }
 
-# Waits for the background builds: all of them, or with 'asan' only until the asan build ended.
-ferry_background_wait() {  # [asan]
+# Waits until the background build of STAGE ended (or all of them did, when they all ended).
+ferry_background_wait() {  # stage
   [ -n "$FERRY_BACKGROUND_PID" ] || return 0
   local start
   start=$(date +%s)
-  if [ "${1:-}" = asan ]; then
-    while [ ! -e "$FERRY_RESULTS_DIR/background-asan.done" ] &&
-      kill -0 "$FERRY_BACKGROUND_PID" 2>/dev/null; do
-      sleep 2
-    done
-    echo "==== test.sh: background asan build ended (waited $(($(date +%s) - start)) s;" \
-      "log $FERRY_RESULTS_DIR/background-build.log)"
-    return 0
-  fi
-  wait "$FERRY_BACKGROUND_PID" 2>/dev/null
-  echo "==== test.sh: background build ended (waited $(($(date +%s) - start)) s;" \
+  while [ ! -e "$FERRY_RESULTS_DIR/background-$1.done" ] &&
+    kill -0 "$FERRY_BACKGROUND_PID" 2>/dev/null; do
+    sleep 2
+  done
+  echo "==== test.sh: background $1 build ended (waited $(($(date +%s) - start)) s;" \
     "log $FERRY_RESULTS_DIR/background-build.log)"
-  FERRY_BACKGROUND_PID=
 }
 
 # Sanitizer runtime options: stop at the first report and fail the process, print a stack.
@@ -340,7 +338,7 @@ ferry_tsan_targets() {  # dir
 
 ferry_tsan_stage() {
   local build=${FERRY_TSAN_BUILD_DIR:-build-tsan} run exe filter targets=() rc=0
-  ferry_background_wait
+  ferry_background_wait tsan
   ferry_tsan_setup "$build" || return 1
   mapfile -t targets < <(ferry_tsan_targets "$build")
   local command
@@ -389,5 +387,6 @@ ferry_tsan_stage() {
 }
 
 ferry_fuzz_stage() {
+  ferry_background_wait fuzz
   tests/fuzz/run.sh "${FERRY_FUZZ_SECONDS:-10}" "$FERRY_RESULTS_DIR/fuzz.txt"
 }

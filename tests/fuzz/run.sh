@@ -4,13 +4,14 @@
 # A crash leaves its input in <build>/crash-<target>-*; copy it into tests/fuzz/crashes/<target>/
 # once fixed (the normal build replays that folder in `meson test --suite fuzz`).
 # Usage: tests/fuzz/run.sh [SECONDS_PER_TARGET] [RESULTS_FILE]
-# Env: FERRY_FUZZ_BUILD_DIR (default build-fuzz), FERRY_FUZZ_JOBS.
+# Env: FERRY_FUZZ_BUILD_DIR (default build-fuzz), FERRY_FUZZ_JOBS; FERRY_FUZZ_BUILD_ONLY=1 builds
+# the targets and stops (test.sh builds them in the background during its main stage).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 seconds=${1:-60}
 results=${2:-}
 source scripts/deps.sh
-ferry_install_packages clang libclang-rt-14-dev
+ferry_install_packages "${FERRY_FUZZ_PACKAGES[@]}"
 build=${FERRY_FUZZ_BUILD_DIR:-build-fuzz}
 jobs=${FERRY_FUZZ_JOBS:-2}
 if [ ! -f "$build/build.ninja" ]; then
@@ -29,6 +30,7 @@ if [ ${#targets[@]} -eq 0 ]; then
   exit 1
 fi
 ninja -C "$build" ${FERRY_TEST_JOBS:+-j"$FERRY_TEST_JOBS"} "${targets[@]}" >/dev/null
+[ "${FERRY_FUZZ_BUILD_ONLY:-0}" = 1 ] && exit 0
 
 # One target: fuzz, then print its result line (and its crash report, if any).
 fuzz_one() {
