@@ -29,7 +29,7 @@ ChainMap::ChainMap(uint32_t servers, uint32_t replicas, uint32_t spares, uint32_
 }
 
 int ChainMap::Slot(uint32_t server, uint32_t shard) const {
-  if (server >= members()) return -1;
+  if (server >= members() || shard >= shards_) return -1;
   const auto& h = hosted_[server];
   const auto it = std::find(h.begin(), h.end(), shard);
   return it == h.end() ? -1 : static_cast<int>(it - h.begin());
@@ -51,7 +51,7 @@ uint32_t ChainMap::live_servers() const {
 int ChainMap::Head(uint32_t shard) const {
   if (shard >= shards_) return -1;
   for (uint32_t m : order_[shard]) {
-    if (!dead_[m] && !joining_[m]) return static_cast<int>(m);
+    if (!dead_[m] && !Incomplete(shard, m)) return static_cast<int>(m);
   }
   return -1;
 }
@@ -60,7 +60,7 @@ int ChainMap::Tail(uint32_t shard) const {
   if (shard >= shards_) return -1;
   const auto& o = order_[shard];
   for (auto it = o.rbegin(); it != o.rend(); ++it) {
-    if (!dead_[*it] && !joining_[*it]) return static_cast<int>(*it);
+    if (!dead_[*it] && !Incomplete(shard, *it)) return static_cast<int>(*it);
   }
   return -1;
 }
@@ -76,12 +76,43 @@ int ChainMap::Successor(uint32_t shard, uint32_t server) const {
 }
 
 bool ChainMap::AllShardsLive(int also_dead) const {
-  for (const auto& o : order_) {
+  for (uint32_t q = 0; q < shards_; ++q) {
+    const auto& o = order_[q];
     const bool live = std::any_of(o.begin(), o.end(), [&](uint32_t m) {
-      return !dead_[m] && !joining_[m] && static_cast<int>(m) != also_dead;
+      return !dead_[m] && !Incomplete(q, m) && static_cast<int>(m) != also_dead;
     });
     if (!live) return false;
   }
+  return true;
+}
+
+bool ChainMap::copying(uint32_t shard, uint32_t server) const {
+  return std::find(copying_.begin(), copying_.end(), std::pair{shard, server}) != copying_.end();
+}
+
+bool ChainMap::BeginMove(uint32_t shard, uint32_t from, uint32_t to) {
+  if (shard >= shards_ || from >= members() || to >= members() || dead_[to] || joining_[to] ||
+      Position(shard, from) < 0 || Position(shard, to) >= 0 || Tail(shard) < 0) {
+    return false;
+  }
+  order_[shard].push_back(to);
+  hosted_[to].push_back(shard);
+  copying_.emplace_back(shard, to);
+  ++version_;
+  return true;
+}
+
+bool ChainMap::FinishMove(uint32_t shard, uint32_t from, uint32_t to) {
+  const auto it = std::find(copying_.begin(), copying_.end(), std::pair{shard, to});
+  const int at = Position(shard, from);
+  if (it == copying_.end() || at < 0 || from == to) return false;
+  copying_.erase(it);
+  // `to` was appended after `from`: erasing it leaves `from` at `at`.
+  auto& o = order_[shard];
+  o.erase(std::find(o.begin(), o.end(), to));
+  o[static_cast<size_t>(at)] = to;
+  std::replace(hosted_[from].begin(), hosted_[from].end(), shard, kLeft);
+  ++version_;
   return true;
 }
 

@@ -51,7 +51,7 @@ class ChainMap {
   uint32_t replicas() const { return replicas_; }
   // Every server index, spares included, is below this.
   uint32_t members() const { return servers_ + spares_; }
-  // The repairs begun so far (Join calls that succeeded).
+  // The repairs and moves begun or finished so far (Join, BeginMove, FinishMove that succeeded).
   uint32_t version() const { return version_; }
 
   // Shard's chain in order, dead and joining members included.
@@ -92,6 +92,22 @@ class ChainMap {
   bool Join(uint32_t dead, uint32_t spare);
   // The spare's copies are complete: it may head and keeps its shards alive from now on.
   void Joined(uint32_t spare) { joining_[spare] = false; }
+  // Moves (JobSpec::shards > S; ps/job/rebalance.h: a ShardMove carried out). BeginMove: `to`, a
+  // live server outside shard's chain, joins it at the tail as a copying member of that shard
+  // only (a new hosted slot at the end of its list): forwarded to, never a head, keeps nothing
+  // alive, like a joining spare; the live tail copies it the shard. FinishMove: its copy is
+  // complete and `to` takes `from`'s place in the chain (heading the shard when `from` did;
+  // ApplyMoves' result); `from` keeps its slot, which no longer names the shard (Slot() -1,
+  // HostedShard() kLeft). Reordering a chain is only sound while nothing is in flight along it:
+  // the servers finish a move with the shard drained (its head holds new pushes back until the
+  // tail acknowledged every accepted one, so every member holds the same rows). False (nothing
+  // changed) when the move does not apply. Both count in version().
+  static constexpr uint32_t kLeft = ~uint32_t{0};
+  bool BeginMove(uint32_t shard, uint32_t from, uint32_t to);
+  bool FinishMove(uint32_t shard, uint32_t from, uint32_t to);
+  // Whether `server` is copying `shard` (a move begun, not finished).
+  bool copying(uint32_t shard, uint32_t server) const;
+
   // Brings a fresh map to the state of one that saw these events (a standby coordinator rebuilds
   // it from what the members heard, control_journal.h): each repair (dead, spare) in order, its
   // dead server marked dead just before it, then every server in `down` dead, then the spares
@@ -111,6 +127,11 @@ class ChainMap {
   std::vector<bool> dead_ = std::vector<bool>(1, false);
   std::vector<bool> joining_ = std::vector<bool>(1, false);
   std::vector<bool> adopted_ = std::vector<bool>(1, false);  // a dead server's slots were taken
+  std::vector<std::pair<uint32_t, uint32_t>> copying_;       // (shard, server): moves begun
+  // A member that holds no complete copy of `shard` (a joining spare, or a move's target).
+  bool Incomplete(uint32_t shard, uint32_t server) const {
+    return joining_[server] || (!copying_.empty() && copying(shard, server));
+  }
 };
 
 }  // namespace ferry::ps

@@ -139,5 +139,73 @@ TEST(Rebalance, ALeaveNobodyCanTakeIsRefused) {
   EXPECT_TRUE(none->empty());
 }
 
+// The chains a ChainMap holds, head first.
+std::vector<std::vector<uint32_t>> ChainsOf(const ChainMap& map) {
+  std::vector<std::vector<uint32_t>> out;
+  for (uint32_t q = 0; q < map.shards(); ++q)
+    out.emplace_back(map.Chain(q).begin(), map.Chain(q).end());
+  return out;
+}
+
+// Every server's slots name exactly the shards whose chains hold it, once each.
+void ExpectSlotsMatchChains(const ChainMap& map) {
+  for (uint32_t m = 0; m < map.members(); ++m) {
+    for (uint32_t q = 0; q < map.shards(); ++q) {
+      const bool member = map.Position(q, m) >= 0;
+      EXPECT_EQ(map.Slot(m, q) >= 0, member) << "server " << m << ", shard " << q;
+      EXPECT_EQ(std::count(map.Hosted(m).begin(), map.Hosted(m).end(), q), member ? 1 : 0)
+          << "server " << m << ", shard " << q;
+    }
+  }
+}
+
+// Carries `moves` out on `map` (chain.h: BeginMove, then FinishMove), `batch` moves begun at a
+// time, checking after every step that each chain holds a server once and every shard a complete
+// copy.
+void CarryOut(ChainMap& map, const std::vector<ShardMove>& moves, size_t batch) {
+  for (size_t i = 0; i < moves.size(); i += batch) {
+    const size_t end = std::min(moves.size(), i + batch);
+    for (size_t j = i; j < end; ++j) {
+      ASSERT_TRUE(map.BeginMove(moves[j].shard, moves[j].from, moves[j].to)) << j;
+    }
+    EXPECT_TRUE(map.AllShardsLive());
+    ExpectSlotsMatchChains(map);
+    for (size_t j = i; j < end; ++j) {
+      ASSERT_TRUE(map.FinishMove(moves[j].shard, moves[j].from, moves[j].to)) << j;
+    }
+    EXPECT_TRUE(map.AllShardsLive());
+    ExpectSlotsMatchChains(map);
+    for (const auto& chain : ChainsOf(map)) {
+      EXPECT_EQ(std::set<uint32_t>(chain.begin(), chain.end()).size(), chain.size());
+    }
+  }
+}
+
+// A join's and then a leave's plan carried out move by move on the chains every process holds
+// (one at a time, and all begun before any finishes) end at the chains the plan promised.
+TEST(Rebalance, PlansCarriedOutOnTheChainMapEndWhereApplyMovesSays) {
+  for (auto [servers, replicas, shards] :
+       {std::tuple{2u, 1u, 12u}, std::tuple{3u, 2u, 31u}, std::tuple{4u, 2u, 64u}}) {
+    for (size_t batch : {size_t{1}, size_t{1000}}) {
+      SCOPED_TRACE(std::to_string(servers) + " servers, R " + std::to_string(replicas) + ", " +
+                   std::to_string(shards) + " shards, " + std::to_string(batch) + " at a time");
+      ChainMap map(servers, replicas, 1, shards);  // member `servers`: the one that joins
+      const auto joins = PlanJoin(ChainsOf(map), Range(0, servers), servers);
+      const auto joined = ApplyMoves(ChainsOf(map), joins);
+      CarryOut(map, joins, batch);
+      EXPECT_EQ(ChainsOf(map), joined);
+      // Server 1 leaves the grown job.
+      std::vector<uint32_t> live = Range(0, servers + 1);
+      const auto leaves = PlanLeave(ChainsOf(map), live, 1);
+      ASSERT_TRUE(leaves.has_value());
+      const auto left = ApplyMoves(ChainsOf(map), *leaves);
+      CarryOut(map, *leaves, batch);
+      EXPECT_EQ(ChainsOf(map), left);
+      for (uint32_t q = 0; q < shards; ++q) EXPECT_EQ(map.Slot(1, q), -1) << q;
+      ExpectValid(left, replicas);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ferry::ps

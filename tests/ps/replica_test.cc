@@ -672,6 +672,48 @@ TEST(ChainMap, MoreShardsThanServersSpreadOverThem) {
   }
 }
 
+// Moves (chain.h, rebalance.h): the target joins one shard's chain at the tail as a copy in
+// progress (forwarded to, heads nothing, keeps nothing alive); at the finish it takes the
+// source's place (heads when the source headed) and the source keeps a slot that names no shard.
+TEST(ChainMap, AMoveCopiesAtTheTailThenTheSourceLeaves) {
+  ChainMap c(3, 2, 0, 6);              // shard 4: 1 -> 2
+  EXPECT_FALSE(c.BeginMove(4, 1, 2));  // already a member
+  EXPECT_FALSE(c.BeginMove(4, 0, 1));  // 0 holds no copy
+  const size_t slots = c.Hosted(0).size();
+  ASSERT_TRUE(c.BeginMove(4, 1, 0));
+  EXPECT_TRUE(c.copying(4, 0));
+  EXPECT_EQ(c.Slot(0, 4), static_cast<int>(slots));  // a new slot at the end
+  EXPECT_EQ(c.Successor(4, 2), 0);                   // the tail forwards to it
+  EXPECT_EQ(c.Tail(4), 2);                           // ... and still answers
+  EXPECT_EQ(c.Head(4), 1);
+  EXPECT_EQ(c.Head(3), 0);  // it heads its own shards as before
+  c.MarkDead(2);
+  EXPECT_TRUE(c.AllShardsLive());    // shard 4 lives on 1
+  EXPECT_FALSE(c.AllShardsLive(1));  // not on the copy in progress
+  ChainMap d(3, 2, 0, 6);
+  ASSERT_TRUE(d.BeginMove(4, 1, 0));
+  EXPECT_FALSE(d.FinishMove(4, 1, 2));  // 2 is not copying it
+  const uint32_t version = d.version();
+  ASSERT_TRUE(d.FinishMove(4, 1, 0));
+  EXPECT_EQ(d.version(), version + 1);
+  EXPECT_EQ(std::vector<uint32_t>(d.Chain(4).begin(), d.Chain(4).end()),
+            (std::vector<uint32_t>{0, 2}));
+  EXPECT_EQ(d.Head(4), 0);  // in the source's place
+  EXPECT_EQ(d.Tail(4), 2);
+  EXPECT_EQ(d.Successor(4, 0), 2);
+  EXPECT_EQ(d.Slot(1, 4), -1);
+  EXPECT_EQ(d.HostedShard(1, 1), ChainMap::kLeft);  // shard 4 was server 1's slot 1
+  EXPECT_TRUE(d.AllShardsLive(2));
+  EXPECT_FALSE(d.copying(4, 0));
+  EXPECT_FALSE(d.FinishMove(4, 1, 0));  // done already
+  // A move of a tail copy: the target stays at the tail.
+  ASSERT_TRUE(d.BeginMove(4, 2, 1));
+  ASSERT_TRUE(d.FinishMove(4, 2, 1));
+  EXPECT_EQ(std::vector<uint32_t>(d.Chain(4).begin(), d.Chain(4).end()),
+            (std::vector<uint32_t>{0, 1}));
+  EXPECT_EQ(d.Slot(1, 4), static_cast<int>(d.Hosted(1).size()) - 1);  // a new slot, not the old
+}
+
 // Repairs (chain.h): a spare adopts a dead server's slots at the tail of its chains, copies while
 // joining (forwarded to, never a head, keeps nothing alive) and counts once Joined.
 TEST(ChainMap, ASpareJoinsTheTailOfTheDeadServersChains) {
