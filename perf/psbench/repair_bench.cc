@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "perf/psbench/inprocess_main.h"
 #include "tests/ps/cluster.h"
 #include "transport/fault/fault.h"
 
@@ -232,7 +233,6 @@ void PrintHeader() {
 
 int Main(int argc, char** argv) {
   Options o;
-  bool header_only = false;
   CLI::App app{"ps_repair_bench: push throughput through a chain repair (see the file's header)"};
   app.add_option("--transport", o.transport, "tcp, ucx-shm or ucx-tcp")->capture_default_str();
   app.add_option("--rows", o.rows, "rows created before the pushes")
@@ -250,33 +250,12 @@ int Main(int argc, char** argv) {
   app.add_option("--rounds", o.rounds, "rounds, one table row each")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  app.add_flag("--header", header_only, "print only the table's header");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    return code == 0 ? 0 : 2;
-  }
-  if (header_only) {
-    PrintHeader();
-    return 0;
-  }
-  if (o.fail_at <= 0.2 || o.fail_at >= o.seconds) {
-    std::fprintf(stderr, "ps_repair_bench: need 0.2 < --fail-at < --seconds\n");
-    return 2;
-  }
-  const ferry::testing::BackendConfig* config = nullptr;
-  for (const auto& c : ferry::testing::AllConfigs()) {
-    if (c.name == o.transport && !c.fault_wrapped && !c.single_threaded) config = &c;
-  }
-  if (config == nullptr || config->needs_rdma) {
-    std::fprintf(stderr, "ps_repair_bench: --transport must be tcp, ucx-shm or ucx-tcp\n");
-    return 2;
-  }
-  for (int round = 0; round < o.rounds; ++round) {
-    if (RunRound(*config, o) != 0) return 1;
-  }
-  return 0;
+  return RunRounds(
+      app, argc, argv, "ps_repair_bench", o.transport, o.rounds, PrintHeader,
+      [&]() -> std::string {
+        return o.fail_at <= 0.2 || o.fail_at >= o.seconds ? "need 0.2 < --fail-at < --seconds" : "";
+      },
+      [&](const ferry::testing::BackendConfig& config) { return RunRound(config, o); });
 }
 
 }  // namespace
