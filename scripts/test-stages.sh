@@ -102,41 +102,53 @@ ferry_ninja() {  # dir [targets...]
   ninja -C "$dir" ${FERRY_TEST_JOBS:+-j"$FERRY_TEST_JOBS"} "$@"
 }
 
-# The later stages' builds (asan, tsan, fuzz), started in the background (nice 19) once the main
-# stage's tests begin: those tests leave about one core of two idle (the soft-RoCE VM's cases, a
-# third of the stage, keep one core busy, and most cases wait on the network or on timers), and a
-# build at nice 19 only takes what nothing else wants. They run one after another in the order
-# given; each stage then waits for its own build only (the tsan and fuzz builds go on beside the
-# asan tests) and runs its own ninja, which finishes or reports whatever is left (a failure here
-# is not reported twice: this log is kept in FERRY_RESULTS_DIR). Args: the later stages.
+# The later stages' builds (asan, tsan, fuzz), started in the background once the main stage's
+# tests begin: those tests leave CPU idle (most cases wait on the network or on timers), and the
+# builds should take only that. They run one after another in the order given; each stage then
+# waits for its own build only (the tsan and fuzz builds go on beside the asan tests) and runs
+# its own ninja, which finishes or reports whatever is left (a failure here is not reported twice:
+# this log is kept in FERRY_RESULTS_DIR). Args: the later stages.
+#
+# Niceness alone does not make them background work: the kernel groups CPU time by session
+# (autogroups, /proc/sys/kernel/sched_autogroup_enabled) and meson starts every test in a session
+# of its own, so a nice-19 build in this script's session got the CPU of a whole session against
+# each test's (measured: verbs_vm_veth 38.6 s idle, 65.7 s beside two nice-19 busy loops in
+# another session, 49.8 s once those loops' own session had autogroup nice 19). The builder runs
+# in a new session (setsid) whose autogroup it sets to nice 19, its compilers at nice 19 inside.
 FERRY_BACKGROUND_PID=
 ferry_background_builds() {
   [ $# -gt 0 ] || return 0
   # The fuzz build's compiler, installed now: apt must not run beside the 'install' suite.
   case " $* " in *" fuzz "*) ferry_install_packages "${FERRY_FUZZ_PACKAGES[@]}" ;; esac
   rm -f "$FERRY_RESULTS_DIR"/background-*.done
-  (
-    # Two compilers at most (ninja's default here is 4): the idle core is one, and fewer
-    # compilers leave the VM's emulated CPUs more of the caches (measured with 4: the rdma
-    # suite's cases ran 20-45 % longer beside the build).
-    local stage jobs=${FERRY_TEST_JOBS:-2}
-    for stage in "$@"; do
-      case $stage in
-        asan)
-          ferry_asan_setup "${FERRY_ASAN_BUILD_DIR:-build-asan}" &&
-            nice -n 19 ninja -C "${FERRY_ASAN_BUILD_DIR:-build-asan}" -j"$jobs" ;;
-        tsan)
-          local dir=${FERRY_TSAN_BUILD_DIR:-build-tsan} targets=()
-          ferry_tsan_setup "$dir" && mapfile -t targets < <(ferry_tsan_targets "$dir") &&
-            nice -n 19 ninja -C "$dir" -j"$jobs" "${targets[@]}" ;;
-        fuzz)
-          FERRY_FUZZ_BUILD_ONLY=1 FERRY_TEST_JOBS=$jobs nice -n 19 tests/fuzz/run.sh ;;
-      esac
-      touch "$FERRY_RESULTS_DIR/background-$stage.done"
-    done
-  ) >"$FERRY_RESULTS_DIR/background-build.log" 2>&1 &
+  FERRY_RESULTS_DIR=$FERRY_RESULTS_DIR setsid bash -c '
+    echo 19 >/proc/self/autogroup 2>/dev/null || echo "background builds: no autogroup nice"
+    source scripts/deps.sh && source scripts/test-stages.sh && ferry_background_run "$@"' \
+    ferry-background "$@" >"$FERRY_RESULTS_DIR/background-build.log" 2>&1 &
   FERRY_BACKGROUND_PID=$!
   echo "==== test.sh: building $* in the background at nice 19 (pid $FERRY_BACKGROUND_PID)"
+}
+
+# The background builder's body (ferry_background_builds runs it in its own session).
+ferry_background_run() {
+  # Two compilers at most (ninja's default here is 4): the idle core is one, and fewer
+  # compilers leave the VM's emulated CPUs more of the caches (measured with 4: the rdma
+  # suite's cases ran 20-45 % longer beside the build).
+  local stage jobs=${FERRY_TEST_JOBS:-2}
+  for stage in "$@"; do
+    case $stage in
+      asan)
+        ferry_asan_setup "${FERRY_ASAN_BUILD_DIR:-build-asan}" &&
+          nice -n 19 ninja -C "${FERRY_ASAN_BUILD_DIR:-build-asan}" -j"$jobs" ;;
+      tsan)
+        local dir=${FERRY_TSAN_BUILD_DIR:-build-tsan} targets=()
+        ferry_tsan_setup "$dir" && mapfile -t targets < <(ferry_tsan_targets "$dir") &&
+          nice -n 19 ninja -C "$dir" -j"$jobs" "${targets[@]}" ;;
+      fuzz)
+        FERRY_FUZZ_BUILD_ONLY=1 FERRY_TEST_JOBS=$jobs nice -n 19 tests/fuzz/run.sh ;;
+    esac
+    touch "$FERRY_RESULTS_DIR/background-$stage.done"
+  done
 }
 
 # Waits until the background build of STAGE ended (or all of them did, when they all ended).
