@@ -11,8 +11,8 @@ MovePlan::MovePlan(std::vector<ShardMove> moves, uint32_t members)
       state_(moves_.size(), State::kPending),
       source_(moves_.size(), 0),
       drainer_(moves_.size(), 0),
-      sending_(members, false),
-      receiving_(members, false) {}
+      sending_(members, 0),
+      receiving_(members, 0) {}
 
 int MovePlan::Find(uint32_t shard, State state) const {
   for (size_t i = 0; i < moves_.size(); ++i) {
@@ -62,11 +62,13 @@ std::vector<MovePlan::Action> MovePlan::Next(ChainMap& chains) {
     if (valid && tail >= 0 && !chains.dead(m.from) && !chains.dead(m.to) &&
         chains.Position(m.shard, m.from) >= 0 && chains.Position(m.shard, m.to) < 0) {
       const uint32_t source = static_cast<uint32_t>(tail);
-      if (shard_busy[m.shard] || sending_[source] || receiving_[m.to]) continue;  // waits
+      if (shard_busy[m.shard] || sending_[source] > 0 || receiving_[m.to] > 0) continue;  // waits
       if (chains.BeginMove(m.shard, m.from, m.to)) {
         state_[i] = State::kCopying;
         source_[i] = source;
-        sending_[source] = receiving_[m.to] = shard_busy[m.shard] = true;
+        ++sending_[source];
+        ++receiving_[m.to];
+        shard_busy[m.shard] = true;
         out.push_back({Step::kBegin, m, source});
         continue;
       }
@@ -86,8 +88,8 @@ Status MovePlan::Copied(uint32_t shard, uint32_t to) {
   }
   const size_t k = static_cast<size_t>(i);
   state_[k] = State::kCopied;
-  sending_[source_[k]] = false;
-  receiving_[to] = false;
+  --sending_[source_[k]];
+  --receiving_[to];
   return Status::Ok();
 }
 
@@ -96,8 +98,8 @@ std::vector<MovePlan::Action> MovePlan::Failed(uint32_t server, const ChainMap& 
   for (size_t i = 0; i < moves_.size(); ++i) {
     const ShardMove& m = moves_[i];
     if (state_[i] == State::kCopying && (m.to == server || source_[i] == server)) {
-      sending_[source_[i]] = false;
-      receiving_[m.to] = false;
+      --sending_[source_[i]];
+      --receiving_[m.to];
       const int tail = chains.Tail(m.shard);
       if (m.to == server || tail < 0) {
         state_[i] = State::kSkipped;
@@ -106,9 +108,11 @@ std::vector<MovePlan::Action> MovePlan::Failed(uint32_t server, const ChainMap& 
         continue;
       }
       // The copy starts again from the new live tail, even if that source is copying another
-      // shard (two at once for a while: restarting is rarer than waiting would be costly).
+      // shard (two at once for a while: restarting is rarer than waiting would be costly; no
+      // other copy begins from it until both are done).
       source_[i] = static_cast<uint32_t>(tail);
-      sending_[source_[i]] = receiving_[m.to] = true;
+      ++sending_[source_[i]];
+      ++receiving_[m.to];
       out.push_back({Step::kBegin, m, source_[i]});
     } else if (state_[i] == State::kDraining && drainer_[i] == server) {
       const int head = chains.Head(m.shard);

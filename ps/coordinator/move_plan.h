@@ -89,9 +89,9 @@ class MovePlan {
 
   std::vector<ShardMove> moves_;
   std::vector<State> state_;
-  std::vector<uint32_t> source_;           // per move: the copy's source once begun
-  std::vector<uint32_t> drainer_;          // per move: the head told to drain
-  std::vector<bool> sending_, receiving_;  // per server: a copy in progress
+  std::vector<uint32_t> source_;               // per move: the copy's source once begun
+  std::vector<uint32_t> drainer_;              // per move: the head told to drain
+  std::vector<uint32_t> sending_, receiving_;  // per server: copies in progress
   size_t finished_ = 0, skipped_ = 0;
 };
 

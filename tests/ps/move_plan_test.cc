@@ -209,5 +209,34 @@ TEST(MovePlan, ADeadHeadHandsTheDrainToTheNext) {
   EXPECT_EQ(chains.Head(0), 3);
 }
 
+TEST(MovePlan, ARestartOntoABusySourceKeepsItsOtherMovesWaitingForBoth) {
+  ChainMap chains(5, 2, 0, 10);  // shard q on q mod 5, q+1 mod 5
+  // A: shard 0 [0, 1] to 3, copied by 1. B: shard 1 [1, 2] to 0, copied by 2. C: shard 5
+  // [0, 1] to 4, copied by 1 too: it waits for A.
+  MovePlan plan({ShardMove{0, 0, 3}, ShardMove{1, 2, 0}, ShardMove{5, 0, 4}}, chains.members());
+  const auto begun = plan.Next(chains);
+  ASSERT_EQ(begun.size(), 2u);
+  EXPECT_EQ(begun[0].server, 1u);
+  EXPECT_EQ(begun[1].server, 2u);
+  // B's source dies: B starts again from shard 1's new tail, server 1, busy with A.
+  chains.MarkDead(2);
+  const auto restarted = plan.Failed(2, chains);
+  ASSERT_EQ(restarted.size(), 1u);
+  EXPECT_EQ(restarted[0].step, Step::kBegin);
+  EXPECT_EQ(restarted[0].server, 1u);
+  // A's copy is done; server 1 still sends B's: C waits.
+  ASSERT_TRUE(plan.Copied(0, 3).ok());
+  const auto after_a = plan.Next(chains);
+  ASSERT_EQ(after_a.size(), 1u);
+  EXPECT_EQ(after_a[0].step, Step::kDrain);
+  ASSERT_TRUE(plan.Copied(1, 0).ok());
+  const auto after_b = plan.Next(chains);
+  ASSERT_EQ(after_b.size(), 2u);
+  EXPECT_EQ(after_b[0].step, Step::kDrain);
+  EXPECT_EQ(after_b[1].step, Step::kBegin);
+  EXPECT_EQ(after_b[1].move.shard, 5u);
+  EXPECT_EQ(after_b[1].server, 1u);
+}
+
 }  // namespace
 }  // namespace ferry::ps
