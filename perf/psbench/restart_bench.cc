@@ -24,13 +24,11 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
@@ -86,9 +84,6 @@ JobSpec MakeJob(const ferry::testing::BackendConfig& config, const Options& o, u
 struct Round {
   Clock::time_point checkpoint_done{}, stopped{}, started{}, first_pull{};
   double checkpoint_ms = 0;
-  std::atomic<bool> body_began{false};
-  std::mutex mu;
-  std::string error;
 };
 
 // The first job: create, push, checkpoint into `dir`.
@@ -139,7 +134,6 @@ Status SecondBody(Node& node, const Options& o, Round* r) {
   if (w == nullptr) return Status::Ok();
   if (w->index() == 0) {
     r->started = Clock::now();
-    r->body_began = true;
   }
   std::vector<uint64_t> keys;
   for (uint64_t j = 0; j < o.keys; ++j) keys.push_back(KeyOf(j));
