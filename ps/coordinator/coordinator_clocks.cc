@@ -77,7 +77,7 @@ void Coordinator::Impl::AnnounceMinClock() {
   SendToRole(Role::kWorker, u);
   // Replicas: the servers free the forward-ring space of the pushes of the clocks up to it
   // (every server applied them).
-  if (job.replicas > 1) SendToRole(Role::kServer, u);
+  if (job.forwards()) SendToRole(Role::kServer, u);
 }
 
 void Coordinator::Impl::ReportBackupWorkers() {

@@ -119,6 +119,7 @@ uint64_t JobSpec::Fingerprint() const {
   h.Add(replicas);
   h.Add(backup_workers);
   h.Add(spares);
+  if (elastic) h.Add(std::string("elastic"));  // only when set: older fingerprints stay
   // Only when set apart from the default, so the jobs before shards keep their fingerprints.
   if (num_shards() != shard_servers()) h.Add(num_shards());
   h.Add(static_cast<uint64_t>(evict_tick.count()));
@@ -222,6 +223,10 @@ Status ValidateJob(const JobSpec& job) {
     if (job.shards != job.shard_servers() && job.spares > 0) {
       return InvalidArgument("spares need one shard per shard server (shards 0) for now");
     }
+  }
+  if (job.elastic && (job.spares > 0 || job.server_threads != 1)) {
+    return InvalidArgument(
+        "elastic jobs need spares 0 and server_threads 1 (a move plans whole server ranks)");
   }
   // Replicas with admission or eviction: the chain's head decides and the chain carries its
   // decisions (row records, ps/server/server_records.cc), so replicas keep the head's rows.

@@ -155,6 +155,15 @@ struct JobSpec {
   // and joins those chains at the tail, so a shard is back to `replicas` copies. Spare ranks come
   // after every other rank; a spare's server index is shard_servers() + j.
   uint32_t spares = 0;
+  // Elastic jobs (ps/job/rebalance.h, ps/coordinator/move_plan.h, docs/ps.md "Moving shards"):
+  // shards move between live servers. Every shard server then connects to every other one (any
+  // of them may become a shard's successor) and registers a forward ring for each, and pushes go
+  // through the chain machinery even with replicas 1 (a moving shard's target is forwarded to).
+  // One-sided pulls are off (a shard's rows may change server). Needs shards > 0 (moves carry
+  // whole shards), no spares, server_threads 1.
+  bool elastic = false;
+  // Whether pushes may be forwarded to another server: replicas, or moves.
+  bool forwards() const { return replicas > 1 || elastic; }
 
   // The servers' eviction tick: every `evict_tick` each server advances the tick of every table
   // that evicts or decays scores (TableSpec::evict_unseen_ticks, evict_score, score_half_life)

@@ -86,8 +86,9 @@ struct Downstream {  // a successor: this server forwards to it
 struct Upstream {  // a predecessor: it forwards to this server
   std::shared_ptr<Endpoint> ep;
   std::unique_ptr<RemoteKey> ack;  // its ack word
-  uint32_t distance = 0;  // its forward ring here is pred_rings_[distance - 1] (a spare's: 0,
-                          // each forward's imm names the ring: ForwardImm)
+  // Its forward ring here is pred_rings_[distance - 1] (an elastic job's distance is
+  // Server::ElasticRing; a spare's 0: each forward's imm names the ring, ForwardImm).
+  uint32_t distance = 0;
   uint32_t next_seq = 0;
   bool suspected = false;
 };

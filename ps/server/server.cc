@@ -70,6 +70,9 @@ Status Server::Init(const std::string& listen_host) {
   // its regions are laid out as any server's.
   const bool spare = chain_.is_spare(index_);
   slot_count_ = spare ? replicas : static_cast<uint32_t>(chain_.Hosted(index_).size());
+  // An elastic job's server gains slots while it serves (a move's target, server_moves.cc):
+  // reserved up front so that no Table moves while a request or a reply refers to it.
+  if (job_.elastic) tables_.reserve(size_t{job_.num_shards()} * job_.tables.size());
   for (uint32_t k = 0; k < slot_count_; ++k) {
     const uint32_t shard = spare ? kNoShard : chain_.HostedShard(index_, k);
     for (size_t i = 0; i < job_.tables.size(); ++i) {
@@ -110,9 +113,9 @@ Status Server::Init(const std::string& listen_host) {
   // Own shard's rows only: the only ones a worker reads one-sided.
   for (size_t i = 0; i < job_.tables.size(); ++i)
     advertised.push_back(tables_[i].map->descriptor());
-  if (replicas > 1) {
-    // Forward rings (one per predecessor distance; a spare's one per slot it may adopt) and the
-    // ack word: protocol.h "Replication".
+  if (job_.forwards()) {
+    // Forward rings (one per predecessor distance; a spare's one per slot it may adopt; an
+    // elastic job's one per other server) and the ack word: protocol.h "Replication".
     for (uint32_t r = 0; r < pred_ring_count_; ++r) {
       FERRY_ASSIGN_OR_RETURN(auto ring,
                              data_->RegisterMemory(pred_rings_ + r * forward_ring_bytes_,
@@ -124,7 +127,7 @@ Status Server::Init(const std::string& listen_host) {
   }
   staged_.resize(size_t{slot_count_} * workers);
   dropped_clocks_.resize(workers);
-  if (replicas > 1) seen_.resize(size_t{slot_count_} * workers);
+  if (job_.forwards()) seen_.resize(size_t{slot_count_} * workers);
   scratch_.resize(size_t{workers} * 2 * job_.max_outstanding);
   FERRY_ASSIGN_OR_RETURN(
       scratch_region_,
@@ -144,32 +147,36 @@ Status Server::Init(const std::string& listen_host) {
 Status Server::InitMemory() {
   // One block of shareable memory (a same-host worker over ucx then writes its requests with
   // memcpy into a mapping of it instead of cross-memory attach):
-  //   [ W staging rings | replicas: forward rings (a spare: R) | ack word | ack record |
-  //     headers | row records' scratch ]
+  //   [ W staging rings | replicas: forward rings (a spare: R; elastic: S-1) | ack word |
+  //     ack record | headers | row records' scratch ]
   // With replicas the whole block is also registered once for local access, so a forward is one
   // sparse write whose segments come from anywhere in it (a header from the scratch, keys and
   // gradients straight from the worker's ring or a forward ring).
   const uint32_t replicas = job_.replicas;
+  const bool forwards = job_.forwards();
   const uint64_t worker_rings = job_.staging_bytes * job_.workers;
   // A predecessor forwards at most what the workers can have outstanding at it for one clock:
   // every worker's ring (under BSP the pushes of a clock stay until every server applied it).
   // Row records (server_records.cc) share the ring with the pushes and free their space when
   // acknowledged, but under BSP a clock's last records (kForwardClockDone) must find room beside
   // that clock's held pushes: twice the room then.
-  records_ =
-      replicas > 1 && std::any_of(job_.tables.begin(), job_.tables.end(),
-                                  [](const TableSpec& t) { return TableTracksSightings(t); });
-  forward_ring_bytes_ = replicas > 1 ? worker_rings * (records_ ? 2 : 1) : 0;
+  records_ = forwards && std::any_of(job_.tables.begin(), job_.tables.end(),
+                                     [](const TableSpec& t) { return TableTracksSightings(t); });
+  forward_ring_bytes_ = forwards ? worker_rings * (records_ ? 2 : 1) : 0;
   // A shard server's predecessors stand at distances 1..R-1, one ring each; a spare's are the
-  // tails of the chains it adopts, one ring per adopted slot (chain.h "Repairs").
-  pred_ring_count_ = replicas == 1 ? 0 : chain_.is_spare(index_) ? replicas : replicas - 1;
+  // tails of the chains it adopts, one ring per adopted slot (chain.h "Repairs"); in an elastic
+  // job any other server may become one (a move reorders chains): one ring each.
+  pred_ring_count_ = job_.elastic              ? job_.shard_servers() - 1
+                     : replicas == 1           ? 0
+                     : chain_.is_spare(index_) ? replicas
+                                               : replicas - 1;
   const uint64_t headers =
-      replicas > 1 ? std::max<uint64_t>(256, 2ull * job_.workers * job_.max_outstanding) : 0;
+      forwards ? std::max<uint64_t>(256, 2ull * job_.workers * job_.max_outstanding) : 0;
   // Room for a few records of the largest size at once (more wait, in order), and with spares
   // for two chunks of a repair's copy (QueueCopy): up to 1 MiB of whole rows, a quarter of a
   // forward ring, or one row if that is more.
   uint64_t record_scratch = records_ ? 4 * ((RecordPayloadBytes(RecordKeys()) + 63) / 64 * 64) : 0;
-  if (replicas > 1 && job_.spares > 0) {
+  if (forwards && (job_.spares > 0 || job_.elastic)) {
     uint64_t stride = 0;
     for (const Table& t : tables_) stride = std::max<uint64_t>(stride, t.map->layout().stride);
     copy_chunk_bytes_ =
@@ -192,13 +199,13 @@ Status Server::InitMemory() {
   last_op_.assign(slot_count_, 0);
   clock_done_.assign(slot_count_, 0);
   uint64_t bytes = worker_rings;
-  if (replicas > 1) {
+  if (forwards) {
     bytes += forward_ring_bytes_ * pred_ring_count_ + 2 * kAckBytes + headers * 64 + record_scratch;
   }
   ring_memory_ = std::make_unique<RingMemory>();
   FERRY_ASSIGN_OR_RETURN(ring_memory_->memory, ShareableMemory::Allocate(bytes));
   rings_ = ring_memory_->memory.data();
-  if (replicas == 1) return Status::Ok();
+  if (!forwards) return Status::Ok();
   pred_rings_ = rings_ + worker_rings;
   const uint64_t ack_at = worker_rings + forward_ring_bytes_ * pred_ring_count_;
   ack_source_at_ = ack_at + kAckBytes;
@@ -218,7 +225,7 @@ Server::Table* Server::TableFor(uint32_t shard, uint32_t t) {
   if (t >= job_.tables.size()) return nullptr;
   // Without replicas, and one shard a shard server, every request is for this server's shard
   // (the field is not checked).
-  if (slot_count_ == 1 && !chain_.is_spare(index_)) return &tables_[t];
+  if (slot_count_ == 1 && !chain_.is_spare(index_) && !job_.elastic) return &tables_[t];
   const int k = chain_.Slot(index_, shard);
   if (k < 0) return nullptr;
   return &tables_[size_t(k) * job_.tables.size() + t];
@@ -229,7 +236,7 @@ uint32_t Server::HostedSlot(const Table& t) const {
 }
 
 bool Server::FirstSight(uint32_t k, uint32_t w, uint64_t push_id) {
-  if (job_.replicas == 1) return true;
+  if (!job_.forwards()) return true;
   Seen& s = seen_[size_t{k} * job_.workers + w];
   if (push_id <= s.upto || s.above.count(push_id) != 0) return false;
   s.above.insert(push_id);
@@ -245,7 +252,10 @@ Status Server::AcceptWorkers(ControlClient* control, Millis timeout) {
   uint32_t connected = 0, preds = 0;
   // A shard server's predecessors are the replicas-1 servers before it; every server before a
   // spare connects to it (any of them may be the tail it joins behind).
-  const uint32_t want_preds = chain_.is_spare(index_) ? index_ : job_.replicas - 1;
+  // In an elastic job every other server connects.
+  const uint32_t want_preds = job_.elastic              ? job_.shard_servers() - 1
+                              : chain_.is_spare(index_) ? index_
+                                                        : job_.replicas - 1;
   while (connected < job_.workers || preds < want_preds) {
     if (Clock::now() > deadline) {
       return Timeout("server " + std::to_string(index_) + ": only " + std::to_string(connected) +

@@ -221,6 +221,9 @@ class Server {
   Status InitMemory();
   // How many regions server `server` advertises (a spare has one forward ring more).
   size_t AdvertisedRegions(uint32_t server) const;
+  // Elastic jobs: the 1-based number of the forward ring that server `at` keeps for server
+  // `pred` (!= at): every other server in index order.
+  static uint32_t ElasticRing(uint32_t at, uint32_t pred) { return pred < at ? pred + 1 : pred; }
   // Table t of `shard` when this server hosts it, else nullptr (replicas; without them every
   // request is for this server's own shard).
   Table* TableFor(uint32_t shard, uint32_t t);

@@ -24,12 +24,17 @@ namespace ferry::ps {
 
 Status Server::ConnectSuccessors(const std::vector<MemberInfo>& members, Millis timeout) {
   const uint32_t replicas = job_.replicas;
-  if (replicas == 1) return Status::Ok();
+  if (!job_.forwards()) return Status::Ok();
   // The fixed successors (a shard server's next replicas-1), then every spare after this server:
   // a chain grows at its tail, and the spare that joins behind this server is always a later one
   // (chain.h "Repairs"). A spare's forward ring for this server comes when it adopts.
+  // An elastic job's: every other server (ElasticRing: the ring each keeps for this one).
   std::vector<std::pair<uint32_t, uint32_t>> succs;  // (server, distance; 0: a spare)
-  if (!chain_.is_spare(index_)) {
+  if (job_.elastic) {
+    for (uint32_t j = 0; j < job_.shard_servers(); ++j) {
+      if (j != index_) succs.push_back({j, ElasticRing(j, index_)});
+    }
+  } else if (!chain_.is_spare(index_)) {
     for (uint32_t dist = 1; dist < replicas; ++dist) {
       succs.push_back({(index_ + dist) % job_.shard_servers(), dist});
     }
@@ -76,19 +81,26 @@ Status Server::ConnectSuccessors(const std::vector<MemberInfo>& members, Millis 
 
 size_t Server::AdvertisedRegions(uint32_t server) const {
   // Init's list: the worker rings, the own shard's tables, the forward rings, the ack word.
-  const uint32_t rings = chain_.is_spare(server) ? job_.replicas : job_.replicas - 1;
+  const uint32_t rings = job_.elastic              ? job_.shard_servers() - 1
+                         : chain_.is_spare(server) ? job_.replicas
+                                                   : job_.replicas - 1;
   return job_.workers + job_.tables.size() + rings + 1;
 }
 
 Status Server::AcceptPredecessor(uint32_t pred, std::shared_ptr<Endpoint> ep) {
   // A shard server's predecessors sit at a fixed distance, its forward ring's index; a spare's
   // are every server before it (distance 0: the ring comes when it adopts).
+  // An elastic job's are every other server, each with a ring of its own (ElasticRing).
   const bool spare = chain_.is_spare(index_);
   const uint32_t dist =
       spare ? 0
-            : (index_ + job_.shard_servers() - pred % job_.shard_servers()) % job_.shard_servers();
-  const bool placed =
-      spare ? pred < index_ : pred < job_.shard_servers() && dist != 0 && dist < job_.replicas;
+      : job_.elastic
+          ? (pred < job_.shard_servers() && pred != index_ ? ElasticRing(index_, pred) : 0)
+          : (index_ + job_.shard_servers() - pred % job_.shard_servers()) % job_.shard_servers();
+  const bool placed = spare ? pred < index_
+                      : job_.elastic
+                          ? dist != 0
+                          : pred < job_.shard_servers() && dist != 0 && dist < job_.replicas;
   if (!placed || upstream_.count(pred) != 0) {
     ep->Close();
     return ProtocolError("server " + std::to_string(pred) + " at " + ep->peer_address() +
@@ -138,7 +150,7 @@ Status Server::AcceptPush(Forward f, const RequestView& req, int32_t pred) {
   } else {
     ++stats_.duplicates;
   }
-  const int succ = job_.replicas > 1 ? chain_.Successor(f.shard, index_) : -1;
+  const int succ = job_.forwards() ? chain_.Successor(f.shard, index_) : -1;
   if (succ >= 0 && !CatchingUp(static_cast<uint32_t>(succ), f.shard)) {
     QueueForward(std::move(f), static_cast<uint32_t>(succ));
     PostForwards(static_cast<uint32_t>(succ));

@@ -105,10 +105,11 @@ Status Worker::ConnectServers(const std::vector<MemberInfo>& members, ControlCli
     }
     l.ep = std::move(ep).value();
     const auto& regions = l.ep->peer_regions();
-    // Rings per worker, rows per table; with replicas also forward rings (R-1, a spare's R) and
-    // the ack word (protocol.h "Replication"), which only servers use.
+    // Rings per worker, rows per table; with replicas also forward rings (R-1, a spare's R; an
+    // elastic job's S-1) and the ack word (protocol.h "Replication"), which only servers use.
     const size_t expect = job_.workers + job_.tables.size() +
-                          (job_.replicas == 1   ? 0
+                          (job_.elastic         ? job_.shard_servers()
+                           : job_.replicas == 1 ? 0
                            : chain_.is_spare(s) ? job_.replicas + 1
                                                 : job_.replicas);
     if (regions.size() != expect) {

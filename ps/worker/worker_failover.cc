@@ -15,7 +15,9 @@
 namespace ferry::ps {
 
 uint32_t Worker::HeadOf(uint32_t shard) const {
-  if (job_.replicas == 1 && job_.num_shards() == job_.shard_servers()) return shard;
+  if (job_.replicas == 1 && job_.num_shards() == job_.shard_servers() && !job_.elastic) {
+    return shard;
+  }
   const int head = chain_.Head(shard);
   // No live member left: the coordinator fails the job; until it says so, the dead head stands
   // (ReserveRing refuses it).

@@ -65,9 +65,10 @@ bool DescriptorGone(Code code) {
 bool Worker::OneSidedPossible(uint32_t table) const {
   // With replicas a shard's rows may move to another server at any time (a failover): the
   // request path follows the shard's head, cached slots would not. With more shards than shard
-  // servers a server's rows are in several tables (one per shard) and the reads address one.
+  // servers a server's rows are in several tables (one per shard) and the reads address one. In
+  // an elastic job a shard's rows change server when it moves.
   return data_->capabilities().sparse_read && table < job_.tables.size() && job_.replicas == 1 &&
-         job_.num_shards() == job_.shard_servers();
+         job_.num_shards() == job_.shard_servers() && !job_.elastic;
 }
 
 Result<Ticket> Worker::PullOneSided(uint32_t table, std::span<const uint64_t> keys,

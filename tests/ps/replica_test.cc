@@ -148,13 +148,20 @@ TEST_P(PsReplica, ChainsChangeNoRowUnderBsp) {
 TEST_P(PsReplica, MoreShardsThanServersKeepEveryRow) {
   const TrainingSpec spec = Spec(false);
   const std::vector<float> want = Reference(Job(Consistency::kBsp, 1), spec);
-  for (uint32_t replicas : {1u, 2u}) {
-    JobSpec job = Job(Consistency::kBsp, replicas);
-    job.shards = 4 * ShardServers() + 1;  // uneven: some servers start with one more
-    TrainingRun run = RunTraining(job, spec);
-    ASSERT_TRUE(AllOk(run.outcomes).ok())
-        << "replicas " << replicas << DescribeOutcomes(run.outcomes);
-    EXPECT_EQ(run.final_rows, want) << "replicas " << replicas;
+  // Elastic (JobSpec::elastic, one shard server a rank): every server connected to every other
+  // one and pushes through the chain machinery even with replicas 1; no move here, no change.
+  for (bool elastic : {false, true}) {
+    if (elastic && TestServerThreads() > 1) break;
+    for (uint32_t replicas : {1u, 2u}) {
+      JobSpec job = Job(Consistency::kBsp, replicas);
+      job.shards = 4 * ShardServers() + 1;  // uneven: some servers start with one more
+      job.elastic = elastic;
+      TrainingRun run = RunTraining(job, spec);
+      const std::string what =
+          "replicas " + std::to_string(replicas) + (elastic ? ", elastic" : "");
+      ASSERT_TRUE(AllOk(run.outcomes).ok()) << what << DescribeOutcomes(run.outcomes);
+      EXPECT_EQ(run.final_rows, want) << what;
+    }
   }
   JobSpec job = Job(Consistency::kBsp, 2);
   job.shards = 3 * ShardServers();
@@ -516,6 +523,18 @@ TEST(PsReplicaSpec, RefusesReplicasBeyondTheServersAndTakesDynamicTables) {
   job.tables[0].admission.kind = AdmissionOptions::Kind::kFrequency;
   job.tables[0].admission.min_count = 2;
   EXPECT_TRUE(ValidateJob(job).ok());
+  // Elastic: moves plan whole server ranks; a spare's repair is another way to change chains.
+  job.elastic = true;
+  EXPECT_TRUE(ValidateJob(job).ok());
+  const uint64_t fingerprint = job.Fingerprint();
+  job.spares = 1;
+  EXPECT_EQ(ValidateJob(job).code(), Code::kInvalidArgument);
+  job.spares = 0;
+  job.server_threads = 2;
+  EXPECT_EQ(ValidateJob(job).code(), Code::kInvalidArgument);
+  job.server_threads = 1;
+  job.elastic = false;
+  EXPECT_NE(job.Fingerprint(), fingerprint);
 }
 
 // Server threads: shard server t of server rank r is t * S + r, so the R <= S members of a chain
