@@ -36,6 +36,11 @@ void Coordinator::Impl::OnMessage(size_t ci, ControlMessage msg) {
       return OnSuspect(ci, msg);  // coordinator_failover.cc
     case ControlKind::kChainJoined:
       return OnChainJoined(m);  // coordinator_failover.cc
+    case ControlKind::kMoveShards:
+      return OnMoveShards(ci, msg);  // coordinator_moves.cc
+    case ControlKind::kMoveCopied:
+    case ControlKind::kMoveDrained:
+      return OnMoveReport(m, msg);
     case ControlKind::kReady:
       return OnReady(m);  // membership
     case ControlKind::kFinish:

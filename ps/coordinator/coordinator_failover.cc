@@ -110,6 +110,7 @@ bool Coordinator::Impl::RemoveServer(uint32_t index, const Status& why) {
   // spare like any dead server's (StartRepair below adopts from it).
   repairs_started.erase(index);
   StartRepair(index);
+  MovesFailed(index);  // coordinator_moves.cc
   for (uint32_t spare : orphans) {
     if (!RemoveServer(spare, PeerFailure("server " + std::to_string(index) +
                                          ", the source of its copy, was removed"))) {

@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -23,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "ps/coordinator/move_plan.h"
 #include "ps/job/chain.h"
 #include "ps/job/job.h"
 #include "ps/wire/control.h"
@@ -170,6 +172,18 @@ struct CoordinatorState {
   // kChainJoined from a joining spare: its copies are complete; relayed to everyone.
   void OnChainJoined(const Member& m);
   std::map<uint32_t, Clock::time_point> repairs_started;  // joining spare -> its kChainRepair
+  // Moves (elastic jobs; coordinator_moves.cc, move_plan.h). A worker's kMoveShards starts a plan
+  // (one at a time); kMoveCopied and kMoveDrained from the servers advance it; a removed server
+  // hands it MovePlan::Failed; the requester hears kMoveShards once it is done.
+  void OnMoveShards(size_t ci, const ControlMessage& msg);
+  void OnMoveReport(const Member& m, const ControlMessage& msg);
+  void MovesFailed(uint32_t server);
+  // Sends MovePlan's actions on (to everyone, in order), and answers the requester when done.
+  void SendMoveActions(const std::vector<MovePlan::Action>& actions);
+  std::optional<MovePlan> moves;
+  size_t moves_requester = 0;  // conns index
+  uint64_t moves_id = 0;
+  Clock::time_point moves_started;
   // BSP: the clock being applied is done once every live server applied it.
   void CheckApplied();
   // kClockUpdate {min_clock} to the workers, and to the servers with replicas (BSP).

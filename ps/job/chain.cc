@@ -96,7 +96,14 @@ bool ChainMap::BeginMove(uint32_t shard, uint32_t from, uint32_t to) {
     return false;
   }
   order_[shard].push_back(to);
-  hosted_[to].push_back(shard);
+  // A slot a finished move left is taken again: a server never has more slots than shards.
+  auto& slots = hosted_[to];
+  const auto left = std::find(slots.begin(), slots.end(), kLeft);
+  if (left != slots.end()) {
+    *left = shard;
+  } else {
+    slots.push_back(shard);
+  }
   copying_.emplace_back(shard, to);
   ++version_;
   return true;

@@ -94,7 +94,8 @@ class ChainMap {
   void Joined(uint32_t spare) { joining_[spare] = false; }
   // Moves (JobSpec::shards > S; ps/job/rebalance.h: a ShardMove carried out). BeginMove: `to`, a
   // live server outside shard's chain, joins it at the tail as a copying member of that shard
-  // only (a new hosted slot at the end of its list): forwarded to, never a head, keeps nothing
+  // only (in the first slot a finished move left, else a new one at the end of its list, so a
+  // server never has more slots than the job has shards): forwarded to, never a head, keeps nothing
   // alive, like a joining spare; the live tail copies it the shard. FinishMove: its copy is
   // complete and `to` takes `from`'s place in the chain (heading the shard when `from` did;
   // ApplyMoves' result); `from` keeps its slot, which no longer names the shard (Slot() -1,

@@ -76,16 +76,8 @@ Status Server::Init(const std::string& listen_host) {
   for (uint32_t k = 0; k < slot_count_; ++k) {
     const uint32_t shard = spare ? kNoShard : chain_.HostedShard(index_, k);
     for (size_t i = 0; i < job_.tables.size(); ++i) {
-      const TableSpec spec = ShardTable(job_.tables[i], job_);
-      Table t;
-      t.spec = spec;
-      t.shard = shard;
-      const TableOptions o = ServerTableOptions(spec);
-      FERRY_ASSIGN_OR_RETURN(t.map, ArrayHashMap::Create(o));
-      if (spec.fp16_pull) {
-        t.mirror_offset = t.map->layout().state_offset + 4 * StateFloats(spec.optimizer, spec.dim);
-      }
-      if (k == 0) shapes_.push_back(TableShape{spec.dim, spec.fp16_pull});
+      FERRY_ASSIGN_OR_RETURN(Table t, MakeTable(i, shard));
+      if (k == 0) shapes_.push_back(TableShape{t.spec.dim, t.spec.fp16_pull});
       tables_.push_back(std::move(t));
     }
   }
@@ -142,6 +134,17 @@ Status Server::Init(const std::string& listen_host) {
   replies_.resize(64);
   for (uint32_t i = 64; i-- > 0;) free_replies_.push_back(i);
   return Status::Ok();
+}
+
+Result<Server::Table> Server::MakeTable(size_t i, uint32_t shard) const {
+  Table t;
+  t.spec = ShardTable(job_.tables[i], job_);
+  t.shard = shard;
+  FERRY_ASSIGN_OR_RETURN(t.map, ArrayHashMap::Create(ServerTableOptions(t.spec)));
+  if (t.spec.fp16_pull) {
+    t.mirror_offset = t.map->layout().state_offset + 4 * StateFloats(t.spec.optimizer, t.spec.dim);
+  }
+  return t;
 }
 
 Status Server::InitMemory() {
@@ -454,6 +457,7 @@ Status Server::ServeLoop(ControlClient* control) {
     for (auto& [j, d] : downstream_) {
       if (!d.queue.empty()) PostForwards(j);
     }
+    if (drained_.size() < draining_.size()) CheckDrained();
     if (!fatal_.ok()) {
       control->ReportFailure(fatal_);
       return fatal_;
@@ -468,7 +472,7 @@ Status Server::ServeLoop(ControlClient* control) {
           break;
         case ControlKind::kApplyClock:
           // A joining spare applies clocks once its copies are complete (server_repair.cc).
-          if (copies_pending_ > 0) {
+          if (copies_pending_ > 0 || move_copies_pending_ > 0) {
             deferred_apply_ = std::move(*m);
             break;
           }
@@ -479,6 +483,13 @@ Status Server::ServeLoop(ControlClient* control) {
           break;
         case ControlKind::kChainJoined:
           if (m->index < chain_.members()) chain_.Joined(m->index);
+          break;
+        case ControlKind::kMoveBegin:
+        case ControlKind::kMoveFinish:
+          FERRY_RETURN_IF_ERROR(OnMoveControl(*m));  // server_moves.cc
+          break;
+        case ControlKind::kMoveDrain:
+          OnMoveDrain(*m);
           break;
         case ControlKind::kCheckpoint:
           StartCheckpoint(*m, control);

@@ -102,6 +102,8 @@ struct ServerStats {
   // joined_at_ns (steady_clock since its epoch: lines the repair up with a benchmark's timeline).
   uint64_t copy_rows_sent = 0, copy_bytes_sent = 0, copy_snapshot_ns = 0;
   uint64_t copy_rows_received = 0, join_ns = 0, joined_at_ns = 0;
+  // Moves (elastic jobs): shards copied in and handed over here, and requests answered kMoved.
+  uint64_t moves_in = 0, moves_out = 0, moved_replies = 0;
 };
 
 class Server {
@@ -219,6 +221,8 @@ class Server {
   Server(const JobSpec& job, uint32_t index, std::unique_ptr<Transport> data);
   Status Init(const std::string& listen_host);
   Status InitMemory();
+  // Table i of `shard` (kNoShard: a spare's, before it adopts), created empty, not registered.
+  Result<Table> MakeTable(size_t i, uint32_t shard) const;
   // How many regions server `server` advertises (a spare has one forward ring more).
   size_t AdvertisedRegions(uint32_t server) const;
   // Elastic jobs: the 1-based number of the forward ring that server `at` keeps for server
@@ -239,7 +243,9 @@ class Server {
   Status ApplyPush(Table& t, const RequestView& req, uint32_t worker);
   void PrefetchAhead(const ArrayHashMap& m, bool leads, bool follows, uint32_t i, uint32_t n) const;
   Status ReplyRows(uint32_t w, const RequestView& req, Table& t);
-  Status SendRecord(uint32_t w, uint32_t seq, const Status& status);
+  // `moved_after` set: a kMoved reply instead (MakeMovedRecord; status unused).
+  Status SendRecord(uint32_t w, uint32_t seq, const Status& status,
+                    std::optional<uint32_t> moved_after = std::nullopt);
   // Reply writes of one Poll batch's requests go out as one Post (server_replies.cc): tcp sends
   // them in one sendmsg per worker, verbs in one ibv_post_send. PostReply posts `op` (a reply
   // write whose Reply `op.context` is filled in) now, or queues it while batching_; FlushReplies
@@ -275,8 +281,10 @@ class Server {
   bool SlotHasRowRecords(uint32_t k) const;
   // A worker's request or a predecessor's forward outran the coordinator's word that explains it
   // (data and control travel apart): a request for a shard whose rows the head decides, before
-  // the kServerDown that makes this server the head; a spare's copy, before its kChainRepair.
-  // Waits (up to two peer timeouts) until `done()` holds, applying kServerDown and kChainRepair
+  // the kServerDown that makes this server the head; a spare's copy, before its kChainRepair (a
+  // move's, before its kMoveBegin; a request for a moved shard, before the kMoveFinish).
+  // Waits (up to two peer timeouts) until `done()` holds, applying kServerDown, kChainRepair,
+  // kMoveBegin and kMoveFinish
   // as they come and keeping every other message for the serve loop, in order. Fails with
   // Timeout(`what()`) or the status of the word that failed (a removal also sets fatal_).
   Status AwaitControl(const std::function<bool()>& done, const std::function<std::string()>& what);
@@ -309,6 +317,20 @@ class Server {
   Status ImportSpareLane(Downstream& d, uint32_t lane);
   Status ApplyCopy(const ForwardView& fv);
   Status FinishJoin();
+  // Moves (elastic jobs; server_moves.cc, ps/coordinator/move_plan.h). kMoveBegin: every server
+  // applies ChainMap::BeginMove; the target takes a slot for the shard (TakeSlot) and the copy
+  // like a joining spare (ApplyCopy; kMoveCopied after the end marker, and kApplyClock deferred
+  // until then); the source queues the copy (QueueCopy). kMoveDrain: the shard's head answers
+  // its new pushes kMoved and reports kMoveDrained once every push of the shard it forwarded
+  // was acknowledged (CheckDrained). kMoveFinish: ChainMap::FinishMove; the source empties the
+  // slot, which names no shard from now on. A request for a shard this server does not hold
+  // (any more) is answered kMoved too (HandleRequest).
+  Status OnMoveControl(const ControlMessage& m);
+  Status TakeSlot(uint32_t shard);
+  Status EmptySlot(uint32_t k);
+  void OnMoveDrain(const ControlMessage& m);
+  void CheckDrained();
+  Status MoveCopied(uint32_t shard);
   // The bytes of one kCopyRows (InitMemory sizes the record scratch for two of them), and the
   // most rows ParseForward lets one carry.
   uint64_t CopyChunkBytes() const { return copy_chunk_bytes_; }
@@ -423,6 +445,10 @@ class Server {
   std::set<std::pair<uint32_t, uint32_t>> catching_up_;
   std::chrono::steady_clock::time_point repair_began_;  // the spare's kChainRepair (join_ns)
   std::optional<ControlMessage> deferred_apply_;
+  // Moves: copies into this server not ended yet; the shards this server heads and drains, and
+  // those of them reported drained.
+  uint32_t move_copies_pending_ = 0;
+  std::set<uint32_t> draining_, drained_;
   std::vector<std::unique_ptr<MemoryRegion>> pred_ring_regions_;
   std::unique_ptr<MemoryRegion> ack_region_;    // this server's ack word (remote-write)
   std::unique_ptr<MemoryRegion> block_region_;  // the whole ring block: forward sources

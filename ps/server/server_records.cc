@@ -221,6 +221,8 @@ Status Server::AwaitControl(const std::function<bool()>& done,
       s = HandleServerDown(m->index, m->text);
     } else if (m->kind == ControlKind::kChainRepair) {
       s = HandleChainRepair(m->index, static_cast<uint32_t>(m->value));
+    } else if (m->kind == ControlKind::kMoveBegin || m->kind == ControlKind::kMoveFinish) {
+      s = OnMoveControl(*m);
     } else {
       early_control_.push_back(std::move(m).value());
     }

@@ -87,9 +87,12 @@ Status Server::QueueCopy(uint32_t shard, uint32_t spare) {
   auto dit = downstream_.find(spare);
   if (k < 0 || lane < 0 || dit == downstream_.end()) {
     return Internal("server " + std::to_string(index_) + " cannot copy shard " +
-                    std::to_string(shard) + " to spare " + std::to_string(spare));
+                    std::to_string(shard) + " to server " + std::to_string(spare));
   }
-  FERRY_RETURN_IF_ERROR(ImportSpareLane(dit->second, static_cast<uint32_t>(lane)));
+  // A move's target (elastic jobs) takes the copy in the forward ring it keeps for this server.
+  if (chain_.is_spare(spare)) {
+    FERRY_RETURN_IF_ERROR(ImportSpareLane(dit->second, static_cast<uint32_t>(lane)));
+  }
   const size_t tables = job_.tables.size();
   const auto began = std::chrono::steady_clock::now();
   const auto copy = [shard](CopyKind kind) { return CopyForward(shard, kind); };
@@ -166,7 +169,7 @@ Status Server::QueueCopy(uint32_t shard, uint32_t spare) {
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - began)
           .count());
   stats_.copy_snapshot_ns = std::max(stats_.copy_snapshot_ns, ns);
-  std::fprintf(stderr, "ferry server %u: copies shard %u (%llu rows) to spare %u\n", index_, shard,
+  std::fprintf(stderr, "ferry server %u: copies shard %u (%llu rows) to server %u\n", index_, shard,
                static_cast<unsigned long long>(rows), spare);
   return Status::Ok();
 }
@@ -180,7 +183,8 @@ void Server::EndCopy(uint32_t spare, uint32_t shard) {
 Status Server::ApplyCopy(const ForwardView& fv) {
   const ForwardHeader& h = fv.header;
   const int k = chain_.Slot(index_, h.shard);
-  if (k < 0 || copies_pending_ == 0) {
+  const bool moving = chain_.copying(h.shard, index_);  // a move's target
+  if (k < 0 || (copies_pending_ == 0 && !moving)) {
     return ProtocolError("a copy of shard " + std::to_string(h.shard) +
                          " for a server that is not joining its chain");
   }
@@ -237,6 +241,7 @@ Status Server::ApplyCopy(const ForwardView& fv) {
       return Status::Ok();
     }
     case CopyKind::kEnd:
+      if (moving) return MoveCopied(h.shard);  // server_moves.cc
       if (--copies_pending_ > 0) return Status::Ok();
       return FinishJoin();
   }

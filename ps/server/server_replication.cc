@@ -430,12 +430,13 @@ void Server::HandleForward(uint32_t pred, uint32_t imm) {
                              job_.num_shards(), MaxCopyRows()};
   ForwardView fv;
   if (status.ok()) status = ParseForward(ring, ForwardImmOffset(imm), shapes_, limits, &fv);
-  if (status.ok() && u.distance == 0 && chain_.Slot(index_, fv.header.shard) < 0) {
-    // A copy for this spare overtook its kChainRepair.
+  if (status.ok() && (u.distance == 0 || job_.elastic) &&
+      chain_.Slot(index_, fv.header.shard) < 0) {
+    // A copy for this spare overtook its kChainRepair (a move's target: its kMoveBegin).
     const uint32_t shard = fv.header.shard;
     status = AwaitControl([&] { return chain_.Slot(index_, shard) >= 0; },
                           [&] {
-                            return "a copy of shard " + std::to_string(shard) + " reached spare " +
+                            return "a copy of shard " + std::to_string(shard) + " reached server " +
                                    std::to_string(index_) +
                                    ", and no word from the coordinator gave it that shard";
                           });

@@ -66,7 +66,8 @@ Status Server::ReplyRows(uint32_t w, const RequestView& req, Table& t) {
   return PostReply(op);
 }
 
-Status Server::SendRecord(uint32_t w, uint32_t seq, const Status& status) {
+Status Server::SendRecord(uint32_t w, uint32_t seq, const Status& status,
+                          std::optional<uint32_t> moved_after) {
   Link& l = links_[w];
   // A scratch record stays untouched until its write completes.
   Completion comps[64];
@@ -87,7 +88,12 @@ Status Server::SendRecord(uint32_t w, uint32_t seq, const Status& status) {
   l.free_scratch.pop_back();
   ReplyRecord& rec = scratch_[s];
   uint64_t length = 8;
-  if (status.ok()) {
+  ReplyKind kind = status.ok() ? ReplyKind::kOk : ReplyKind::kError;
+  if (moved_after) {
+    MakeMovedRecord(seq, *moved_after, &rec);
+    length = sizeof(ReplyRecord);
+    kind = ReplyKind::kMoved;
+  } else if (status.ok()) {
     rec.magic = kReplyMagic;
     rec.seq = seq;
   } else {
@@ -100,7 +106,7 @@ Status Server::SendRecord(uint32_t w, uint32_t seq, const Status& status) {
   Op op;
   op.type = OpType::kWrite;
   op.flags = kOpNotify;
-  op.imm = ReplyImm(status.ok() ? ReplyKind::kOk : ReplyKind::kError, seq);
+  op.imm = ReplyImm(kind, seq);
   op.ep = l.ep.get();
   op.context = r;
   op.local = scratch_region_.get();

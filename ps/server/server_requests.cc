@@ -41,14 +41,42 @@ void Server::HandleNotify(uint32_t w, uint32_t imm) {
 }
 
 Status Server::HandleRequest(uint32_t w, const RequestView& req) {
-  Table* t = TableFor(req.header.shard, req.header.table);
+  const uint32_t shard = req.header.shard;
+  const bool push = req.type() != RequestType::kPull;
+  if (job_.elastic) {
+    // Moves (server_moves.cc): the worker heard of a finish before this server did (wait for
+    // it), or this server heads the shard no more, or drains it (answer kMoved: the worker
+    // sends the request again once its chains are newer than the version named).
+    if (shard < job_.num_shards() && chain_.Head(shard) != static_cast<int>(index_) &&
+        chain_.Slot(index_, shard) >= 0) {
+      FERRY_RETURN_IF_ERROR(AwaitControl(
+          [&] {
+            return chain_.Head(shard) == static_cast<int>(index_) || chain_.Slot(index_, shard) < 0;
+          },
+          [&] {
+            return "a request for shard " + std::to_string(shard) + " reached server " +
+                   std::to_string(index_) +
+                   ", which does not head it, and no word from the coordinator made it the head";
+          }));
+    }
+    std::optional<uint32_t> after;
+    if (shard < job_.num_shards() && chain_.Slot(index_, shard) < 0 && chain_.version() > 0) {
+      after = chain_.version() - 1;  // the worker must know of what this server knows
+    } else if (push && draining_.count(shard) != 0) {
+      after = chain_.version();  // the finish is still to come
+    }
+    if (after) {
+      ++stats_.moved_replies;
+      return SendRecord(w, req.header.seq, Status::Ok(), after);
+    }
+  }
+  Table* t = TableFor(shard, req.header.table);
   if (t == nullptr) {
-    return NotFound("shard " + std::to_string(req.header.shard) + " is not held by server " +
+    return NotFound("shard " + std::to_string(shard) + " is not held by server " +
                     std::to_string(index_));
   }
   if (FollowsRows(*t)) {
     // The worker heard of a failover before this server did: wait for the word making it head.
-    const uint32_t shard = t->shard;
     FERRY_RETURN_IF_ERROR(AwaitControl(
         [&] { return chain_.Head(shard) == static_cast<int>(index_); },
         [&] {

@@ -76,6 +76,18 @@ std::string_view ControlKindName(ControlKind kind) {
       return "chain-repair";
     case ControlKind::kChainJoined:
       return "chain-joined";
+    case ControlKind::kMoveShards:
+      return "move-shards";
+    case ControlKind::kMoveBegin:
+      return "move-begin";
+    case ControlKind::kMoveCopied:
+      return "move-copied";
+    case ControlKind::kMoveDrain:
+      return "move-drain";
+    case ControlKind::kMoveDrained:
+      return "move-drained";
+    case ControlKind::kMoveFinish:
+      return "move-finish";
   }
   return "?";
 }
@@ -112,6 +124,34 @@ Result<std::vector<uint32_t>> DecodeWorkerSet(std::span<const uint8_t> bytes, ui
                            std::to_string(workers) + " workers");
     }
     out.push_back(w);
+  }
+  return out;
+}
+
+std::vector<uint8_t> EncodeMoves(std::span<const ShardMove> moves) {
+  std::vector<uint32_t> words;
+  words.reserve(moves.size() * 3);
+  for (const ShardMove& m : moves) words.insert(words.end(), {m.shard, m.from, m.to});
+  return EncodeWorkerSet(words);
+}
+
+Result<std::vector<ShardMove>> DecodeMoves(std::span<const uint8_t> bytes, uint32_t shards,
+                                           uint32_t servers) {
+  if (bytes.size() % 12 != 0) {
+    return ProtocolError("a move list of " + std::to_string(bytes.size()) +
+                         " bytes (not a multiple of 12)");
+  }
+  FERRY_ASSIGN_OR_RETURN(const std::vector<uint32_t> words, DecodeWorkerSet(bytes, UINT32_MAX));
+  std::vector<ShardMove> out;
+  for (size_t at = 0; at < words.size(); at += 3) {
+    const ShardMove m{words[at], words[at + 1], words[at + 2]};
+    if (m.shard >= shards || m.from >= servers || m.to >= servers) {
+      return ProtocolError("move of shard " + std::to_string(m.shard) + " from server " +
+                           std::to_string(m.from) + " to server " + std::to_string(m.to) +
+                           " in a job of " + std::to_string(shards) + " shards and " +
+                           std::to_string(servers) + " servers");
+    }
+    out.push_back(m);
   }
   return out;
 }
@@ -156,7 +196,7 @@ Result<ControlMessage> DecodeControl(std::span<const uint8_t> bytes) {
   ControlMessage m;
   const uint8_t kind = msg->kind();
   if (kind < static_cast<uint8_t>(ControlKind::kRegister) ||
-      kind > static_cast<uint8_t>(ControlKind::kChainJoined)) {
+      kind > static_cast<uint8_t>(ControlKind::kMoveFinish)) {
     return ProtocolError("control message kind " + std::to_string(kind) + " is unknown");
   }
   if (msg->role() > 1) return ProtocolError("control message role is unknown");

@@ -53,6 +53,11 @@
 //                           lowest idle one adopts a removed server's slots at the tail of its
 //                           chains; every member applies it in the order heard (chain.h Repairs)
 //   spare -> coordinator    kChainJoined {index}: its copies are complete; relayed to all
+//   worker -> coordinator   kMoveShards {value = id, data = EncodeMoves}: an elastic job moves
+//                           these shards (Worker::MoveShards); the coordinator carries them out
+//                           (MovePlan: kMoveBegin, kMoveCopied, kMoveDrain, kMoveDrained,
+//                           kMoveFinish, below) and answers kMoveShards {value = id, value2 =
+//                           moves finished, index = moves skipped, text = error or ""}
 //
 // ControlClient: one connection to the coordinator, driven by its own pump thread (which also
 // answers heartbeats while the owner computes). When that connection fails while the job runs and
@@ -80,6 +85,7 @@
 #include <vector>
 
 #include "ps/job/job.h"
+#include "ps/job/rebalance.h"
 #include "transport/transport.h"
 
 namespace ferry::ps {
@@ -125,6 +131,15 @@ enum class ControlKind : uint8_t {
                     //   tail of their chains (ChainMap::Join); the tails copy it the rows
   kChainJoined,     // spare -> coord {index = itself}: every adopted shard's copy arrived;
                     //   coord -> all {index = the spare}: it counts in its chains (Joined)
+  // Moves (elastic jobs; ps/coordinator/move_plan.h has the protocol):
+  kMoveShards,   // worker -> coord and back: see the list above
+  kMoveBegin,    // coord -> all {index = shard, value = from, value2 = to, rank = the copy's
+                 //   source}: ChainMap::BeginMove; the source copies the shard to `to`
+  kMoveCopied,   // server -> coord {index = shard}: `to` holds the copy
+  kMoveDrain,    // coord -> servers {index = shard, value = its head}: the head answers new
+                 //   pushes of the shard "moved" until the tail acknowledged every accepted one
+  kMoveDrained,  // server -> coord {index = shard}: the head says so
+  kMoveFinish,   // coord -> all {index = shard, value = from, value2 = to}: ChainMap::FinishMove
 };
 std::string_view ControlKindName(ControlKind kind);
 
@@ -186,6 +201,11 @@ Result<ControlMessage> DecodeControl(std::span<const uint8_t> bytes);
 // length and that each index is below `workers` (kProtocol otherwise).
 std::vector<uint8_t> EncodeWorkerSet(std::span<const uint32_t> workers);
 Result<std::vector<uint32_t>> DecodeWorkerSet(std::span<const uint8_t> bytes, uint32_t workers);
+// kMoveShards' data: (shard, from, to) as three such numbers a move. DecodeMoves checks the
+// length, shard < `shards` and both servers < `servers` (kProtocol otherwise).
+std::vector<uint8_t> EncodeMoves(std::span<const ShardMove> moves);
+Result<std::vector<ShardMove>> DecodeMoves(std::span<const uint8_t> bytes, uint32_t shards,
+                                           uint32_t servers);
 
 // Options of the control transports (client and coordinator).
 TransportOptions ControlTransportOptions(const JobSpec& job);

@@ -212,6 +212,24 @@ Status DecodeErrorRecord(const ReplyRecord& r, uint32_t expected_seq) {
   return Status(static_cast<Code>(r.code), std::string(r.text, r.text_bytes));
 }
 
+void MakeMovedRecord(uint32_t seq, uint32_t retry_after, ReplyRecord* out) {
+  *out = ReplyRecord{};
+  out->seq = seq;
+  out->text_bytes = 4;
+  std::memcpy(out->text, &retry_after, 4);
+}
+
+Result<uint32_t> DecodeMovedRecord(const ReplyRecord& r, uint32_t expected_seq) {
+  if (r.magic != kReplyMagic || (r.seq & 0xffffffu) != (expected_seq & 0xffffffu) || r.code != 0 ||
+      r.text_bytes != 4) {
+    return ProtocolError("server \"moved\" reply for request " + std::to_string(expected_seq) +
+                         " is malformed");
+  }
+  uint32_t v = 0;
+  std::memcpy(&v, r.text, 4);
+  return v;
+}
+
 namespace {
 
 constexpr uint32_t kWorkerHelloMagic = 0x314b5746;  // "FWK1"

@@ -148,7 +148,10 @@ Status ParseRequest(std::span<const uint8_t> ring, uint64_t offset,
                     RequestView* out);
 
 // Reply notification: bits 31..28 kind, 23..0 the request's seq (mod 2^24).
-enum class ReplyKind : uint8_t { kOk = 1, kError = 2 };
+// kMoved (elastic jobs): the shard is not served here now (its head drains it for a move, or it
+// moved away); the worker sends the request again, with the same push id, once its chains are
+// newer than the record's retry_after (MakeMovedRecord).
+enum class ReplyKind : uint8_t { kOk = 1, kError = 2, kMoved = 3 };
 inline uint32_t ReplyImm(ReplyKind kind, uint32_t seq) {
   return (static_cast<uint32_t>(kind) << 28) | (seq & 0xffffffu);
 }
@@ -174,6 +177,10 @@ static_assert(sizeof(ReplyRecord) == kReplySlotBytes);
 void MakeErrorRecord(uint32_t seq, const Status& status, ReplyRecord* out);
 // Reads an error record back; kProtocol if it is malformed or names another seq.
 Status DecodeErrorRecord(const ReplyRecord& record, uint32_t expected_seq);
+// A kMoved reply's record: code 0 and the ChainMap version the worker's must exceed before it
+// sends the request again (4 bytes of text). Decode: kProtocol if malformed or another seq.
+void MakeMovedRecord(uint32_t seq, uint32_t retry_after, ReplyRecord* out);
+Result<uint32_t> DecodeMovedRecord(const ReplyRecord& record, uint32_t expected_seq);
 
 // What a data connection says in its handshake (TransportOptions::hello_info): a worker's
 // (every worker connects to every server), or a server's (with replicas, each server connects

@@ -201,6 +201,19 @@ void Worker::DrainControl() {
       case ControlKind::kChainJoined:
         if (m->index < chain_.members()) chain_.Joined(m->index);
         break;
+      // Moves (elastic jobs): a copying member heads nothing, so a begin changes no head; a
+      // finish may, and the pushes answered "moved" go to the new head (PostReroutes).
+      case ControlKind::kMoveBegin:
+        (void)chain_.BeginMove(m->index, static_cast<uint32_t>(m->value),
+                               static_cast<uint32_t>(m->value2));
+        break;
+      case ControlKind::kMoveFinish:
+        (void)chain_.FinishMove(m->index, static_cast<uint32_t>(m->value),
+                                static_cast<uint32_t>(m->value2));
+        break;
+      case ControlKind::kMoveShards:
+        st.moves_done[m->value] = std::move(*m);
+        break;
       default:
         break;
     }
@@ -240,6 +253,12 @@ void Worker::OnNotify(uint32_t s, uint32_t imm) {
   slot->replied = true;
   --l.unreplied;
   TicketState* it = st.tickets.Find(slot->ticket);
+  if (it != nullptr && ReplyImmKind(imm) == ReplyKind::kMoved) {
+    OnMoved(s, *slot, *it);
+    slot->free = true;
+    FreeRingSlots(l);
+    return;
+  }
   if (it != nullptr) {
     TicketState& tk = *it;
     if (ReplyImmKind(imm) == ReplyKind::kError) {

@@ -75,6 +75,7 @@ namespace ferry::ps {
 struct TicketState;
 struct WorkerState;
 struct ServerLink;
+struct RingSlot;
 struct SendData;
 struct RangePlan;
 struct SlotCache;
@@ -157,6 +158,7 @@ struct WorkerStats {
   uint64_t bytes_sent = 0, bytes_received = 0;
   uint64_t filtered = 0;         // gradient rows dropped by the significance filter
   uint64_t waits_for_space = 0;  // requests that waited for ring/arena space or a reply slot
+  uint64_t moved_resends = 0;    // requests answered "moved" (elastic jobs) and sent again
   // One-sided pulls.
   uint64_t one_sided_reads = 0;      // sparse reads posted (one per server and pull, or more)
   uint64_t keys_one_sided = 0;       // keys whose rows a one-sided read delivered
@@ -262,6 +264,15 @@ class Worker {
   // flight (it does not wait for them, so their effects may or may not be counted) and from any
   // worker at any time. Blocks for the round trip.
   Result<std::vector<ps::TableStats>> TableStats();
+  // Elastic jobs (JobSpec::elastic): moves each shard copy of `moves` (ps/job/rebalance.h: `to`
+  // takes `from`'s place in the shard's chain) while the job runs, and returns how many moves
+  // finished (the others no longer applied: a failure changed the chains meanwhile). Every
+  // worker's requests keep going during the moves; a push that reaches a shard's head while the
+  // shard drains is answered "moved" and sent again to the head after the move, with the same
+  // push id (applied once). Any worker may call it, one plan at a time in the job; blocks until
+  // the plan is done. InvalidArgument-like errors (a move that does not apply) come back as the
+  // coordinator's refusal, with nothing moved.
+  Result<size_t> MoveShards(std::span<const ShardMove> moves);
   // Waits for this worker's requests (under BSP, clocks once more if pushes were made since the
   // last Clock(), or they would never be applied), tells the coordinator it is done, and waits
   // for the job's shutdown (or failure).
@@ -325,6 +336,9 @@ class Worker {
   void OnServerDown(uint32_t server);
   // Posts queued re-sent requests as ring space allows (no waiting).
   void PostReroutes();
+  // A kMoved reply (elastic jobs) to `slot` of server `s`: its request goes to the shard's head
+  // again once this worker's chains are newer than the reply says (PostReroutes).
+  void OnMoved(uint32_t s, const RingSlot& slot, TicketState& tk);
   // Tells the coordinator once that the connection to `server` failed (replicas).
   void SuspectServer(uint32_t server);
   // Keys per request for this ticket (max_keys_per_request, and at most half the ring).

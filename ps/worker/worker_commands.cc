@@ -30,6 +30,22 @@ Result<std::vector<ps::TableStats>> Worker::TableStats() {
   return out;
 }
 
+Result<size_t> Worker::MoveShards(std::span<const ShardMove> moves) {
+  FERRY_RETURN_IF_ERROR(Usable());
+  ControlMessage m;
+  m.kind = ControlKind::kMoveShards;
+  m.value = ++st_->checkpoint_id;
+  m.data = EncodeMoves(moves);
+  FERRY_RETURN_IF_ERROR(control_->Send(m));
+  const uint64_t want = m.value;
+  FERRY_RETURN_IF_ERROR(WaitFor([this, want] { return st_->moves_done.count(want) != 0; },
+                                Millis(3600000), "shard moves"));
+  const ControlMessage done = std::move(st_->moves_done[want]);
+  st_->moves_done.erase(want);
+  if (!done.text.empty()) return Status(Code::kInvalidArgument, "shard moves: " + done.text);
+  return static_cast<size_t>(done.value2);
+}
+
 Status Worker::ServerCommand(const std::string& dir, uint64_t mode, const std::string& what) {
   FERRY_RETURN_IF_ERROR(Usable());
   FERRY_RETURN_IF_ERROR(WaitAllReplies("the requests before " + what));

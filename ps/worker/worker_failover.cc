@@ -9,6 +9,8 @@
 // pushes of the clock it was made in. The ticket's reply count stays held from the moment the
 // server is removed until the copy is posted: waiting calls never see a half-answered ticket as
 // done.
+#include <cstring>
+
 #include "ps/worker/worker.h"
 #include "ps/worker/worker_state.h"
 
@@ -66,10 +68,38 @@ void Worker::OnServerDown(uint32_t server) {
   l.unreplied = 0;
 }
 
+void Worker::OnMoved(uint32_t s, const RingSlot& slot, TicketState& tk) {
+  State& st = *st_;
+  ReplyRecord rec;
+  std::memcpy(&rec, st.arena->data() + ReplySlotOffset(s, slot.seq, job_.max_outstanding),
+              sizeof rec);
+  auto after = DecodeMovedRecord(rec, slot.seq);
+  for (uint32_t i = 0; i < tk.requests.size(); ++i) {
+    Request& q = tk.requests[i];
+    if (q.server != s || q.seq != slot.seq || q.abandoned) continue;
+    if (!after.ok()) break;
+    q.abandoned = true;
+    st.reroutes.push_back(Reroute{tk.id, i, true, *after});
+    ++stats_.moved_resends;
+    return;
+  }
+  // Not a request of this ticket's in flight there, or a malformed record: the ticket fails.
+  if (tk.error.ok()) {
+    tk.error = after.ok() ? ProtocolError("server " + std::to_string(s) +
+                                          " answered \"moved\" to a request not in flight")
+                          : after.status();
+  }
+  --tk.unreplied;
+  Retire(tk.id);
+}
+
 void Worker::PostReroutes() {
   State& st = *st_;
   while (!st.reroutes.empty()) {
     const Reroute r = st.reroutes.front();
+    // A request answered "moved" waits for the move's finish (the ones behind it too: they are
+    // few, and the finish follows within a chain's round trip).
+    if (r.moved && chain_.version() <= r.after_version) return;
     TicketState* it = st.tickets.Find(r.ticket);
     if (it == nullptr) {
       st.reroutes.pop_front();

@@ -88,6 +88,9 @@ struct Request {
 struct Reroute {
   Ticket ticket = 0;
   uint32_t request = 0;  // index in the ticket's requests
+  // Answered kMoved (elastic jobs): sent again once the chains' version exceeds after_version.
+  bool moved = false;
+  uint32_t after_version = 0;
 };
 
 // ---- One-sided pulls (worker_onesided.cc; docs/ps.md "One-sided pulls") ----------------------
@@ -322,6 +325,7 @@ struct WorkerState {
   uint64_t checkpoint_id = 0;
   std::unordered_map<uint64_t, std::string> checkpoints_done;  // id -> error text ("" = ok)
   std::unordered_map<uint64_t, std::vector<TableStats>> table_stats_done;  // kCheckpointStats
+  std::unordered_map<uint64_t, ControlMessage> moves_done;  // kMoveShards answers, by id
 };
 
 }  // namespace ferry::ps

@@ -85,7 +85,7 @@ TEST(Protocol, RemoteRowFormatIsTheServersRowLayout) {
 
 TEST(Protocol, ReplyImm) {
   for (uint32_t seq : {0u, 1u, 0xffffffu, 0x1000000u, 0xffffffffu}) {
-    for (ReplyKind k : {ReplyKind::kOk, ReplyKind::kError}) {
+    for (ReplyKind k : {ReplyKind::kOk, ReplyKind::kError, ReplyKind::kMoved}) {
       const uint32_t imm = ReplyImm(k, seq);
       EXPECT_EQ(ReplyImmKind(imm), k);
       EXPECT_EQ(ReplyImmSeq(imm), seq & 0xffffffu);
@@ -562,6 +562,24 @@ int LastKnownKind() {
   return last;
 }
 
+// A kMoved reply (elastic jobs): the version to wait past, checked like an error record.
+TEST(Protocol, MovedRecordsRoundTripAndAreChecked) {
+  ReplyRecord r;
+  MakeMovedRecord(7, 41, &r);
+  auto v = DecodeMovedRecord(r, 7);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(*v, 41u);
+  EXPECT_EQ(DecodeMovedRecord(r, 8).status().code(), Code::kProtocol);
+  ReplyRecord bad = r;
+  bad.text_bytes = 5;
+  EXPECT_EQ(DecodeMovedRecord(bad, 7).status().code(), Code::kProtocol);
+  MakeErrorRecord(7, NotFound("x"), &bad);  // an error record is no moved record
+  EXPECT_EQ(DecodeMovedRecord(bad, 7).status().code(), Code::kProtocol);
+  bad = r;
+  bad.magic = kRequestMagic;
+  EXPECT_EQ(DecodeMovedRecord(bad, 7).status().code(), Code::kProtocol);
+}
+
 TEST(Control, EveryKindRoundTripsEveryField) {
   const int last = LastKnownKind();
   ASSERT_GE(last, static_cast<int>(ControlKind::kFailure));
@@ -601,6 +619,19 @@ TEST(Control, WorkerSetsRoundTripAndRefuseBadIndicesOrLengths) {
   std::vector<uint8_t> odd = EncodeWorkerSet(set);
   odd.pop_back();
   EXPECT_EQ(DecodeWorkerSet(odd, 65535).status().code(), Code::kProtocol);
+}
+
+TEST(Control, MoveListsRoundTripAndRefuseBadShardsServersOrLengths) {
+  const std::vector<ShardMove> moves = {{0, 1, 2}, {5, 2, 0}};
+  auto d = DecodeMoves(EncodeMoves(moves), 6, 3);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(*d, moves);
+  EXPECT_TRUE(DecodeMoves({}, 1, 1).ok());
+  EXPECT_EQ(DecodeMoves(EncodeMoves(moves), 5, 3).status().code(), Code::kProtocol);  // shard 5
+  EXPECT_EQ(DecodeMoves(EncodeMoves(moves), 6, 2).status().code(), Code::kProtocol);  // server 2
+  std::vector<uint8_t> cut = EncodeMoves(moves);
+  cut.resize(cut.size() - 4);
+  EXPECT_EQ(DecodeMoves(cut, 6, 3).status().code(), Code::kProtocol);
 }
 
 TEST(Control, RefusesGarbageAndTruncation) {

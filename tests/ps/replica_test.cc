@@ -730,7 +730,12 @@ TEST(ChainMap, AMoveCopiesAtTheTailThenTheSourceLeaves) {
   ASSERT_TRUE(d.FinishMove(4, 2, 1));
   EXPECT_EQ(std::vector<uint32_t>(d.Chain(4).begin(), d.Chain(4).end()),
             (std::vector<uint32_t>{0, 1}));
-  EXPECT_EQ(d.Slot(1, 4), static_cast<int>(d.Hosted(1).size()) - 1);  // a new slot, not the old
+  EXPECT_EQ(d.Slot(1, 4), 1);  // the slot its move away left, taken again
+  // Server 2 left shard 4 too: it takes that slot back, its slot count stays.
+  const size_t slots2 = d.Hosted(2).size();
+  ASSERT_TRUE(d.BeginMove(4, 0, 2));
+  EXPECT_EQ(d.Hosted(2).size(), slots2);
+  EXPECT_GE(d.Slot(2, 4), 0);
 }
 
 // Repairs (chain.h): a spare adopts a dead server's slots at the tail of its chains, copies while

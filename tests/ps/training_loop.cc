@@ -31,6 +31,7 @@ Status TrainOnRank(Node& node, const TrainingSpec& spec, std::vector<float>* fin
     w->Release(p);
     FERRY_RETURN_IF_ERROR(PushAndWait(*w, 0, keys, grads));
     FERRY_RETURN_IF_ERROR(w->Clock());
+    if (spec.after_clock) FERRY_RETURN_IF_ERROR(spec.after_clock(*w, it));
   }
   FERRY_RETURN_IF_ERROR(w->Barrier());
   FERRY_ASSIGN_OR_RETURN(Ticket r, w->Pull(0, keys));

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -24,6 +25,8 @@ struct TrainingSpec {
   // reproducible under BSP only); or, with `constant`, 1/64 everywhere (any order gives the same
   // rows: for ASP).
   bool constant = false;
+  // Called on every worker after each of its clocks (iteration `it`), when set.
+  std::function<Status(Worker&, int it)> after_clock;
 };
 
 struct TrainingRun {

@@ -1,0 +1,117 @@
+// Moves on the coordinator (elastic jobs; move_plan.h has the protocol, coordinator_state.h the
+// state): a worker asks for a list of shard moves (Worker::MoveShards), MovePlan sequences them,
+// and each action goes to every member in the order it was decided, as repairs do, so that every
+// process's ChainMap goes through the same states. The servers' reports (kMoveCopied from a
+// move's target, kMoveDrained from a draining head) advance the plan; a removed server hands it
+// MovePlan::Failed. The requester is answered once every move finished or was skipped.
+//
+// Not yet: a standby coordinator that takes over does not know of a plan in progress (the
+// journal records repairs, not moves), so elastic jobs with replicas and a standby lose the
+// plan's requester then (it times out) and a shard mid-move stays copying.
+#include <cstdio>
+#include <string>
+
+#include "ps/coordinator/coordinator.h"
+#include "ps/coordinator/coordinator_state.h"
+
+namespace ferry::ps {
+
+void Coordinator::Impl::OnMoveShards(size_t ci, const ControlMessage& msg) {
+  ControlMessage answer;
+  answer.kind = ControlKind::kMoveShards;
+  answer.value = msg.value;
+  const auto refuse = [&](const std::string& why) {
+    answer.text = why;
+    Send(conns[ci].ep, answer);
+  };
+  if (conns[ci].info.role != Role::kWorker) return;
+  if (!job.elastic) return refuse("moves need an elastic job (JobSpec::elastic)");
+  if (phase != Phase::kRunning) return refuse("moves only while the job runs");
+  if (moves) return refuse("another move plan is in progress");
+  auto decoded = DecodeMoves(msg.data, job.num_shards(), chain.members());
+  if (!decoded.ok()) return refuse(decoded.status().ToString());
+  std::vector<bool> seen(job.num_shards(), false);
+  for (const ShardMove& mv : *decoded) {
+    if (seen[mv.shard]) return refuse("shard " + std::to_string(mv.shard) + " moves twice");
+    seen[mv.shard] = true;
+    if (mv.from == mv.to || chain.Position(mv.shard, mv.from) < 0 ||
+        chain.Position(mv.shard, mv.to) >= 0 || chain.dead(mv.to)) {
+      return refuse("shard " + std::to_string(mv.shard) + " cannot move from server " +
+                    std::to_string(mv.from) + " to server " + std::to_string(mv.to) +
+                    ": the first must hold it and the second, a live server, must not");
+    }
+  }
+  std::fprintf(stderr, "ferry coordinator: %zu shard moves begin after %.1f s\n", decoded->size(),
+               ElapsedMs() / 1000.0);
+  moves.emplace(std::move(decoded).value(), chain.members());
+  moves_requester = ci;
+  moves_id = msg.value;
+  moves_started = Clock::now();
+  SendMoveActions(moves->Next(chain));
+}
+
+void Coordinator::Impl::OnMoveReport(const Member& m, const ControlMessage& msg) {
+  if (!moves || m.info.role != Role::kServer) return;
+  const Status s = msg.kind == ControlKind::kMoveCopied ? moves->Copied(msg.index, m.info.index)
+                                                        : moves->Drained(msg.index);
+  if (!s.ok()) {
+    // A report out of turn is a bug somewhere: the plan stays as it was.
+    std::fprintf(stderr, "ferry coordinator: %s from server %u ignored: %s\n",
+                 std::string(ControlKindName(msg.kind)).c_str(), m.info.index,
+                 s.ToString().c_str());
+    return;
+  }
+  SendMoveActions(moves->Next(chain));
+}
+
+void Coordinator::Impl::MovesFailed(uint32_t server) {
+  if (!moves) return;
+  SendMoveActions(moves->Failed(server, chain));
+  SendMoveActions(moves->Next(chain));
+}
+
+void Coordinator::Impl::SendMoveActions(const std::vector<MovePlan::Action>& actions) {
+  for (const MovePlan::Action& a : actions) {
+    ControlMessage c;
+    c.index = a.move.shard;
+    c.value = a.move.from;
+    c.value2 = a.move.to;
+    switch (a.step) {
+      case MovePlan::Step::kBegin:
+        c.kind = ControlKind::kMoveBegin;
+        c.rank = a.server;  // the copy's source
+        SendToAll(c);
+        break;
+      case MovePlan::Step::kDrain:
+        c.kind = ControlKind::kMoveDrain;
+        c.value = a.server;  // the head
+        SendToRole(Role::kServer, c);
+        break;
+      case MovePlan::Step::kFinish:
+        c.kind = ControlKind::kMoveFinish;
+        SendToAll(c);
+        break;
+      case MovePlan::Step::kSkip:
+        std::fprintf(stderr,
+                     "ferry coordinator: the move of shard %u from server %u to %u no "
+                     "longer applies: skipped\n",
+                     a.move.shard, a.move.from, a.move.to);
+        break;
+    }
+  }
+  if (!moves || !moves->done()) return;
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - moves_started).count();
+  std::fprintf(stderr, "ferry coordinator: %zu shard moves finished, %zu skipped, in %.1f ms\n",
+               moves->finished(), moves->skipped(), ms);
+  ControlMessage done;
+  done.kind = ControlKind::kMoveShards;
+  done.value = moves_id;
+  done.value2 = moves->finished();
+  done.index = static_cast<uint32_t>(moves->skipped());
+  if (moves_requester < conns.size() && !conns[moves_requester].gone) {
+    Send(conns[moves_requester].ep, done);
+  }
+  moves.reset();
+}
+
+}  // namespace ferry::ps

@@ -1,0 +1,183 @@
+// Shards moving between live servers (elastic jobs: JobSpec::elastic, Worker::MoveShards;
+// ps/coordinator/move_plan.h, ps/server/server_moves.cc), in-process over every transport
+// configuration available here (FERRY_TEST_BACKENDS narrows it).
+//
+// The rule: a move changes no result. Worker 0 asks for moves between two of its clocks while
+// worker 1 keeps pulling and pushing (under ASP it does not wait for worker 0), so pushes reach
+// a shard while its rows are copied, while its head drains it (answered "moved" and sent again
+// after the finish, same push id) and after it moved. The final rows (worker 0's pull of every
+// key after a barrier) must equal those of the same job without moves, byte for byte: under ASP
+// with constant gradients (a lost or repeated push changes the count), under BSP with gradients
+// that depend on the rows. Afterwards every shard is held by exactly the servers its moved
+// chain names, each copy with the same rows.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tests/ps/job_util.h"
+#include "tests/ps/training_loop.h"
+
+namespace ferry::ps::testing {
+namespace {
+
+constexpr uint32_t kServers = 3, kWorkers = 2, kDim = 4, kShards = 6;
+
+using RowsCopy = std::map<uint64_t, std::vector<uint8_t>>;  // key -> weights and state bytes
+
+struct Holdings {
+  std::mutex mu;
+  std::map<uint32_t, std::map<uint32_t, RowsCopy>> of_shard;  // shard -> server -> rows
+  uint64_t moved_resends = 0, moves_in = 0, moves_out = 0, moved_replies = 0;
+  std::vector<size_t> finished;  // MoveShards' counts, per call
+};
+
+// One moves list per call, made by worker 0 after clock `at[i]`.
+struct MoveSpec {
+  std::vector<int> at;
+  std::vector<std::vector<ShardMove>> moves;
+};
+
+// The training loop (training_loop.h) with worker 0 making `ms`'s calls, then every server's
+// holdings once it stopped serving.
+Status TrainAndMove(Node& node, TrainingSpec spec, const MoveSpec& ms,
+                    std::vector<float>* final_rows, Holdings* h) {
+  spec.after_clock = [&](Worker& w, int it) -> Status {
+    for (size_t c = 0; c < ms.at.size(); ++c) {
+      if (w.index() != 0 || ms.at[c] != it) continue;
+      FERRY_ASSIGN_OR_RETURN(const size_t done, w.MoveShards(ms.moves[c]));
+      std::lock_guard<std::mutex> lock(h->mu);
+      h->finished.push_back(done);
+    }
+    return Status::Ok();
+  };
+  FERRY_RETURN_IF_ERROR(TrainOnRank(node, spec, final_rows, &h->mu));
+  if (Worker* w = node.worker()) {
+    std::lock_guard<std::mutex> lock(h->mu);
+    h->moved_resends += w->stats().moved_resends;
+  }
+  FERRY_RETURN_IF_ERROR(node.Join());  // the tables may be read once the servers stopped
+  for (size_t t = 0; t < node.num_shard_servers(); ++t) {
+    Server* s = node.shard_server(t);
+    std::lock_guard<std::mutex> lock(h->mu);
+    h->moves_in += s->stats().moves_in;
+    h->moves_out += s->stats().moves_out;
+    h->moved_replies += s->stats().moved_replies;
+    for (uint32_t shard = 0; shard < kShards; ++shard) {
+      const ArrayHashMap* m = s->HostedTable(shard, 0);
+      if (m == nullptr) continue;
+      RowsCopy& out = h->of_shard[shard][s->index()];
+      const RowLayout& l = m->layout();
+      m->ForEach([&](uint32_t, const uint8_t* row) {
+        uint64_t key;
+        std::memcpy(&key, row, 8);
+        out[key].assign(row + l.embedding_offset, row + l.stride);
+      });
+    }
+  }
+  return Status::Ok();
+}
+
+class PsMove : public ::testing::TestWithParam<BackendConfig> {
+ protected:
+  void SetUp() override {
+    if (TestServerThreads() > 1) GTEST_SKIP() << "elastic jobs take one shard server a rank";
+  }
+
+  JobSpec Job(Consistency c, uint32_t replicas) const {
+    JobSpec job = SmallJob(GetParam(), kServers, kWorkers, kDim);
+    job.consistency.kind = c;
+    job.replicas = replicas;
+    job.shards = kShards;  // shard q starts on server q mod 3 (and its successor with R 2)
+    job.elastic = true;
+    job.tables[0].optimizer.kind = Optimizer::kSgd;
+    job.tables[0].optimizer.learning_rate = 0.1f;
+    job.tables[0].init = UniformInit(7);
+    job.peer_timeout = Millis(3000);
+    return job;
+  }
+
+  // Runs `job` with and without `ms`'s moves: same final rows; every shard on exactly the
+  // servers of its chain after the moves (`chains`, head first), every copy the same.
+  void Check(const JobSpec& job, const TrainingSpec& spec, const MoveSpec& ms,
+             const std::vector<std::vector<uint32_t>>& chains) {
+    TrainingRun plain = RunTraining(job, spec);
+    ASSERT_TRUE(AllOk(plain.outcomes).ok()) << DescribeOutcomes(plain.outcomes);
+    Holdings h;
+    std::vector<float> rows;
+    const auto outcomes =
+        RunJob(job, [&](Node& node) { return TrainAndMove(node, spec, ms, &rows, &h); });
+    ASSERT_TRUE(AllOk(outcomes).ok()) << DescribeOutcomes(outcomes);
+    EXPECT_EQ(rows, plain.final_rows) << "the moves changed the rows";
+    size_t moves = 0;
+    for (size_t c = 0; c < ms.moves.size(); ++c) {
+      moves += ms.moves[c].size();
+      ASSERT_LT(c, h.finished.size());
+      EXPECT_EQ(h.finished[c], ms.moves[c].size()) << "call " << c << " skipped a move";
+    }
+    EXPECT_EQ(h.moves_in, moves);
+    EXPECT_EQ(h.moves_out, moves);
+    for (uint32_t shard = 0; shard < kShards; ++shard) {
+      std::set<uint32_t> holders, want(chains[shard].begin(), chains[shard].end());
+      const RowsCopy* first = nullptr;
+      for (const auto& [server, copy] : h.of_shard[shard]) {
+        holders.insert(server);
+        if (first == nullptr) {
+          first = &copy;
+          EXPECT_FALSE(copy.empty()) << "shard " << shard << " on server " << server;
+        } else {
+          EXPECT_TRUE(copy == *first) << "shard " << shard << ": server " << server
+                                      << "'s copy differs from the first holder's";
+        }
+      }
+      EXPECT_EQ(holders, want) << "shard " << shard << " is not exactly on its chain";
+    }
+    std::printf("[ info     ] %s: %zu moves; %llu requests answered \"moved\" and sent again\n",
+                GetParam().name.c_str(), moves, static_cast<unsigned long long>(h.moved_resends));
+    EXPECT_EQ(h.moved_resends, h.moved_replies);
+  }
+
+  static TrainingSpec Spec(bool constant) {
+    TrainingSpec spec;
+    spec.dim = kDim;
+    spec.constant = constant;
+    spec.iterations = 24;
+    return spec;
+  }
+};
+
+// Replicas 1: server 0's shards (0 and 3) go to servers 2 and 1, then shard 0 comes back to
+// server 0 (into the slot it left) while shard 1 goes from server 1 to server 2.
+TEST_P(PsMove, ShardsMoveUnderAspCountingEveryPushOnce) {
+  MoveSpec ms;
+  ms.at = {2, 10};
+  ms.moves = {{{0, 0, 2}, {3, 0, 1}}, {{0, 2, 0}, {1, 1, 2}}};
+  Check(Job(Consistency::kAsp, 1), Spec(true), ms, {{0}, {2}, {2}, {1}, {1}, {2}});
+}
+
+TEST_P(PsMove, ShardsMoveUnderBspWithTheSameRows) {
+  MoveSpec ms;
+  ms.at = {3};
+  ms.moves = {{{0, 0, 2}, {4, 1, 0}}};
+  Check(Job(Consistency::kBsp, 1), Spec(false), ms, {{2}, {1}, {2}, {0}, {0}, {2}});
+}
+
+// Replicas 2 (shard q on q mod 3, then the next server): a head moves (shard 0: 0 -> 2 takes
+// its place, heading it) and a tail moves (shard 4: 2 -> 0).
+TEST_P(PsMove, HeadsAndTailsOfChainsMove) {
+  MoveSpec ms;
+  ms.at = {3};
+  ms.moves = {{{0, 0, 2}, {4, 2, 0}}};
+  Check(Job(Consistency::kAsp, 2), Spec(true), ms,
+        {{2, 1}, {1, 2}, {2, 0}, {0, 1}, {1, 0}, {2, 0}});
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, PsMove, ::testing::ValuesIn(JobConfigs()), JobConfigName);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(PsMove);
+
+}  // namespace
+}  // namespace ferry::ps::testing
