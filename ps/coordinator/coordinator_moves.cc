@@ -28,12 +28,19 @@ void Coordinator::Impl::OnMoveShards(size_t ci, const ControlMessage& msg) {
   if (!job.elastic) return refuse("moves need an elastic job (JobSpec::elastic)");
   if (phase != Phase::kRunning) return refuse("moves only while the job runs");
   if (moves) return refuse("another move plan is in progress");
-  auto decoded = DecodeMoves(msg.data, job.num_shards(), chain.members());
+  Result<std::vector<ShardMove>> decoded = std::vector<ShardMove>{};
+  if (msg.rank == kMoveLeave) {
+    decoded = PlanLeaveOf(msg.index);
+  } else {
+    decoded = DecodeMoves(msg.data, job.num_shards(), chain.members());
+  }
   if (!decoded.ok()) return refuse(decoded.status().ToString());
   std::vector<bool> seen(job.num_shards(), false);
   for (const ShardMove& mv : *decoded) {
     if (seen[mv.shard]) return refuse("shard " + std::to_string(mv.shard) + " moves twice");
     seen[mv.shard] = true;
+  }
+  for (const ShardMove& mv : *decoded) {
     if (mv.from == mv.to || chain.Position(mv.shard, mv.from) < 0 ||
         chain.Position(mv.shard, mv.to) >= 0 || chain.dead(mv.to)) {
       return refuse("shard " + std::to_string(mv.shard) + " cannot move from server " +
@@ -44,10 +51,62 @@ void Coordinator::Impl::OnMoveShards(size_t ci, const ControlMessage& msg) {
   std::fprintf(stderr, "ferry coordinator: %zu shard moves begin after %.1f s\n", decoded->size(),
                ElapsedMs() / 1000.0);
   moves.emplace(std::move(decoded).value(), chain.members());
+  leaving = msg.rank == kMoveLeave ? static_cast<int>(msg.index) : -1;
   moves_requester = ci;
   moves_id = msg.value;
   moves_started = Clock::now();
   SendMoveActions(moves->Next(chain));
+}
+
+Result<std::vector<ShardMove>> Coordinator::Impl::PlanLeaveOf(uint32_t server) const {
+  if (server >= servers.size() || chain.dead(server)) {
+    return InvalidArgument("server " + std::to_string(server) + " is not a live server");
+  }
+  // The chains as they serve: live members that are not copying, head first.
+  std::vector<std::vector<uint32_t>> chains(job.num_shards());
+  for (uint32_t q = 0; q < job.num_shards(); ++q) {
+    for (uint32_t m : chain.Chain(q)) {
+      if (!chain.dead(m) && !chain.copying(q, m)) chains[q].push_back(m);
+    }
+  }
+  std::vector<uint32_t> live;
+  for (uint32_t s = 0; s < servers.size(); ++s) {
+    if (!chain.dead(s)) live.push_back(s);
+  }
+  auto plan = PlanLeave(chains, live, server);
+  if (!plan) {
+    return InvalidArgument("server " + std::to_string(server) +
+                           " cannot leave: a shard it holds is on every other live server already");
+  }
+  return std::move(*plan);
+}
+
+void Coordinator::Impl::FinishLeave() {
+  const auto server = static_cast<uint32_t>(leaving);
+  leaving = -1;
+  for (uint32_t q = 0; q < job.num_shards(); ++q) {
+    if (chain.Position(q, server) >= 0) {
+      std::fprintf(stderr,
+                   "ferry coordinator: server %u still holds shard %u after its leave's moves "
+                   "(one was skipped): it stays\n",
+                   server, q);
+      return;
+    }
+  }
+  Member& m = conns[servers[server]];
+  chain.MarkDead(server);
+  m.removed = true;  // nothing it says or loses counts any more (OnGone, OnSuspect)
+  ForgetAccusations(server);
+  ControlMessage l;
+  l.kind = ControlKind::kServerLeave;
+  l.index = server;
+  std::fprintf(stderr, "ferry coordinator: server %u left the job after %.1f s (%u servers left)\n",
+               server, ElapsedMs() / 1000.0, chain.live_servers());
+  SendToRole(Role::kServer, l);
+  SendToRole(Role::kWorker, l);
+  if (!m.gone) Send(m.ep, l);
+  CheckApplied();
+  CheckCheckpoints();
 }
 
 void Coordinator::Impl::OnMoveReport(const Member& m, const ControlMessage& msg) {
@@ -103,6 +162,7 @@ void Coordinator::Impl::SendMoveActions(const std::vector<MovePlan::Action>& act
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - moves_started).count();
   std::fprintf(stderr, "ferry coordinator: %zu shard moves finished, %zu skipped, in %.1f ms\n",
                moves->finished(), moves->skipped(), ms);
+  if (leaving >= 0) FinishLeave();
   ControlMessage done;
   done.kind = ControlKind::kMoveShards;
   done.value = moves_id;

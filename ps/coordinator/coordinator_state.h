@@ -180,7 +180,12 @@ struct CoordinatorState {
   void MovesFailed(uint32_t server);
   // Sends MovePlan's actions on (to everyone, in order), and answers the requester when done.
   void SendMoveActions(const std::vector<MovePlan::Action>& actions);
+  // A graceful leave's plan (kMoveLeave): the server leaving once it is done, else -1.
+  void FinishLeave();
+  // PlanLeave (ps/job/rebalance.h) over the chains as they serve; an error when it cannot leave.
+  Result<std::vector<ShardMove>> PlanLeaveOf(uint32_t server) const;
   std::optional<MovePlan> moves;
+  int leaving = -1;
   size_t moves_requester = 0;  // conns index
   uint64_t moves_id = 0;
   Clock::time_point moves_started;

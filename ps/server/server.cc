@@ -491,6 +491,14 @@ Status Server::ServeLoop(ControlClient* control) {
         case ControlKind::kMoveDrain:
           OnMoveDrain(*m);
           break;
+        case ControlKind::kServerLeave:
+          // A graceful leave (server_moves.cc): this server holds nothing any more.
+          if (m->index == index_) {
+            std::fprintf(stderr, "ferry server %u: leaves the job\n", index_);
+            return Status::Ok();
+          }
+          if (m->index < chain_.members()) chain_.MarkDead(m->index);
+          break;
         case ControlKind::kCheckpoint:
           StartCheckpoint(*m, control);
           break;

@@ -446,9 +446,21 @@ void Server::HandleForward(uint32_t pred, uint32_t imm) {
                            std::to_string(u.next_seq) + " expected");
   }
   if (status.ok()) {
-    const int from = chain_.Position(fv.header.shard, pred);
-    const int here = chain_.Position(fv.header.shard, index_);
-    if (from < 0 || here <= from) {
+    const uint32_t shard = fv.header.shard;
+    const auto runs = [&] {
+      const int from = chain_.Position(shard, pred);
+      return from >= 0 && chain_.Position(shard, index_) > from;
+    };
+    if (!runs() && job_.elastic) {
+      // A move's finish reordered the chain and the new predecessor forwarded a push before
+      // this server heard of the finish.
+      status = AwaitControl(runs, [&] {
+        return "a forward of shard " + std::to_string(shard) + " from server " +
+               std::to_string(pred) + " reached server " + std::to_string(index_) +
+               ", and no word from the coordinator put them in that order";
+      });
+    }
+    if (status.ok() && !runs()) {
       status = ProtocolError("forward of shard " + std::to_string(fv.header.shard) +
                              ", whose chain does not run from server " + std::to_string(pred) +
                              " to server " + std::to_string(index_));

@@ -57,7 +57,10 @@
 //                           these shards (Worker::MoveShards); the coordinator carries them out
 //                           (MovePlan: kMoveBegin, kMoveCopied, kMoveDrain, kMoveDrained,
 //                           kMoveFinish, below) and answers kMoveShards {value = id, value2 =
-//                           moves finished, index = moves skipped, text = error or ""}
+//                           moves finished, index = moves skipped, text = error or ""}; with
+//                           rank = kMoveLeave and index = a server, the coordinator plans that
+//                           server's leave itself (PlanLeave), carries it out and sends
+//                           kServerLeave once the server holds nothing
 //
 // ControlClient: one connection to the coordinator, driven by its own pump thread (which also
 // answers heartbeats while the owner computes). When that connection fails while the job runs and
@@ -140,6 +143,9 @@ enum class ControlKind : uint8_t {
                  //   pushes of the shard "moved" until the tail acknowledged every accepted one
   kMoveDrained,  // server -> coord {index = shard}: the head says so
   kMoveFinish,   // coord -> all {index = shard, value = from, value2 = to}: ChainMap::FinishMove
+  kServerLeave,  // coord -> all {index = server}: it holds no shard any more and leaves the job
+                 //   (a graceful leave: kMoveShards with rank = kMoveLeave); every process counts
+                 //   it dead, the server itself stops serving (Ok)
 };
 std::string_view ControlKindName(ControlKind kind);
 
@@ -149,6 +155,8 @@ inline constexpr uint64_t kCheckpointClear = 1;
 inline constexpr uint64_t kCheckpointStats = 2;
 // kGather's rank: relay the part to every worker (else to worker 0 only).
 inline constexpr uint32_t kGatherToAll = 1;
+// kMoveShards' rank: plan and carry out the leave of server `index` (Worker::RetireServer).
+inline constexpr uint32_t kMoveLeave = 1;
 // kClock's rank: the worker asks for a checkpoint at this clock (Worker::Clock's `checkpoint`).
 inline constexpr uint32_t kClockCheckpoint = 1;
 

@@ -214,6 +214,10 @@ void Worker::DrainControl() {
       case ControlKind::kMoveShards:
         st.moves_done[m->value] = std::move(*m);
         break;
+      // A graceful leave: the server holds nothing; what it did not answer goes to the heads.
+      case ControlKind::kServerLeave:
+        OnServerDown(m->index);
+        break;
       default:
         break;
     }
@@ -298,7 +302,7 @@ void Worker::OnRequestWritten(const Completion& c) {
   TicketState& tk = *it;
   --tk.unsent;
   const uint64_t index = c.context & ((uint64_t{1} << kContextShift) - 1);
-  if (!c.ok() && job_.replicas > 1 && index < tk.requests.size()) {
+  if (!c.ok() && job_.forwards() && index < tk.requests.size()) {
     // The server may be gone: the request stays outstanding and goes to the shard's next head
     // when the coordinator removes the server (or the job fails). Not the ticket's error.
     const Request& q = tk.requests[index];
@@ -369,9 +373,10 @@ Status Worker::WaitFor(const std::function<bool()>& pred, Millis timeout, std::s
     for (uint32_t s = 0; s < st_->servers.size(); ++s) {
       ServerLink& l = st_->servers[s];
       if (l.dead) continue;
-      if (!l.failed.ok() && job_.replicas > 1 && !st_->shutdown) {
+      if (!l.failed.ok() && job_.forwards() && !st_->shutdown) {
         // A server of a replicated job may be gone for good: the coordinator decides whether
-        // it leaves the job (kServerDown: its requests move on) or the job fails (kFailure).
+        // it leaves the job (kServerDown: its requests move on; an elastic job's server may
+        // also have left it gracefully, kServerLeave) or the job fails (kFailure).
         // Its word comes within moments; only a coordinator that says nothing lets the wait
         // end in this server's failure.
         SuspectServer(s);

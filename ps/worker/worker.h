@@ -273,6 +273,12 @@ class Worker {
   // the plan is done. InvalidArgument-like errors (a move that does not apply) come back as the
   // coordinator's refusal, with nothing moved.
   Result<size_t> MoveShards(std::span<const ShardMove> moves);
+  // Elastic jobs: server `server` leaves the job gracefully. The coordinator plans where its
+  // shard copies go (PlanLeave: to live servers outside each chain, heads to the server heading
+  // fewest), moves them as MoveShards does, and then the server leaves (every process counts it
+  // gone; its Serve returns Ok). Returns the moves made; an error, with nothing moved, when no
+  // other server can take one of its copies. Blocks until it left.
+  Result<size_t> RetireServer(uint32_t server);
   // Waits for this worker's requests (under BSP, clocks once more if pushes were made since the
   // last Clock(), or they would never be applied), tells the coordinator it is done, and waits
   // for the job's shutdown (or failure).
@@ -303,6 +309,8 @@ class Worker {
   Status ServerCommand(const std::string& dir, uint64_t mode, const std::string& what);
   // Sends a kCheckpoint command with `mode` and waits for its answer; its error text, or ok.
   Status AskServers(const std::string& dir, uint64_t mode, const std::string& what, uint64_t* id);
+  // Sends a kMoveShards request (`m`'s rank, index and data set) and waits for its answer.
+  Result<size_t> AskMoves(ControlMessage m);
 
   // Requests (worker_requests.cc).
   Result<TicketState*> NewTicket(uint32_t table, RequestType type, bool fp16_rows);

@@ -31,11 +31,22 @@ Result<std::vector<ps::TableStats>> Worker::TableStats() {
 }
 
 Result<size_t> Worker::MoveShards(std::span<const ShardMove> moves) {
-  FERRY_RETURN_IF_ERROR(Usable());
   ControlMessage m;
+  m.data = EncodeMoves(moves);
+  return AskMoves(std::move(m));
+}
+
+Result<size_t> Worker::RetireServer(uint32_t server) {
+  ControlMessage m;
+  m.rank = kMoveLeave;
+  m.index = server;
+  return AskMoves(std::move(m));
+}
+
+Result<size_t> Worker::AskMoves(ControlMessage m) {
+  FERRY_RETURN_IF_ERROR(Usable());
   m.kind = ControlKind::kMoveShards;
   m.value = ++st_->checkpoint_id;
-  m.data = EncodeMoves(moves);
   FERRY_RETURN_IF_ERROR(control_->Send(m));
   const uint64_t want = m.value;
   FERRY_RETURN_IF_ERROR(WaitFor([this, want] { return st_->moves_done.count(want) != 0; },

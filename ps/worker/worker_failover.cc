@@ -44,7 +44,7 @@ void Worker::SuspectServer(uint32_t server) {
 
 void Worker::OnServerDown(uint32_t server) {
   State& st = *st_;
-  if (job_.replicas == 1 || server >= st.servers.size() || chain_.dead(server)) return;
+  if (!job_.forwards() || server >= st.servers.size() || chain_.dead(server)) return;
   chain_.MarkDead(server);
   ServerLink& l = st.servers[server];
   l.dead = true;
