@@ -4,10 +4,13 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
@@ -15,8 +18,10 @@
 #include "ps/launch/rendezvous.h"
 
 namespace ferry::ps {
-
 namespace {
+
+// Set by SIGTERM in an elastic job's server rank (lock-free: safe in a handler).
+std::atomic<bool> g_sigterm_leave{false};
 
 std::string HostName() {
   char buf[256] = {};
@@ -208,6 +213,17 @@ Status Node::StartRoles(const JobSpec& job) {
     FERRY_ASSIGN_OR_RETURN(worker_, Worker::Create(job, i, std::move(data)));
     FERRY_RETURN_IF_ERROR(
         RegisterRole(job, Role::kWorker, i, "", worker_->transport(), &worker_control_).status());
+  }
+  // Elastic jobs: SIGTERM on a server rank is a graceful leave (its shards move to the other
+  // servers first; Server::RequestLeave), not an end.
+  if (job.elastic && !servers_.empty()) {
+    struct sigaction sa = {};
+    sa.sa_handler = [](int) { g_sigterm_leave.store(true); };
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGTERM, &sa, nullptr) != 0) {
+      return IoError("install the SIGTERM handler", errno);
+    }
+    for (ShardServer& s : servers_) s.server->LeaveWhenSet(&g_sigterm_leave);
   }
   // Each shard server accepts on its own thread while this thread's worker (if any) connects.
   for (ShardServer& s : servers_) {

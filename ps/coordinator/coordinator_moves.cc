@@ -24,7 +24,9 @@ void Coordinator::Impl::OnMoveShards(size_t ci, const ControlMessage& msg) {
     answer.text = why;
     Send(conns[ci].ep, answer);
   };
-  if (conns[ci].info.role != Role::kWorker) return;
+  // A worker's request, or a server asking for its own leave (SIGTERM on its rank).
+  const MemberInfo& who = conns[ci].info;
+  if (who.role != Role::kWorker && !(msg.rank == kMoveLeave && msg.index == who.index)) return;
   if (!job.elastic) return refuse("moves need an elastic job (JobSpec::elastic)");
   if (phase != Phase::kRunning) return refuse("moves only while the job runs");
   if (moves) return refuse("another move plan is in progress");

@@ -159,8 +159,8 @@ struct JobSpec {
   // shards move between live servers. Every shard server then connects to every other one (any
   // of them may become a shard's successor) and registers a forward ring for each, and pushes go
   // through the chain machinery even with replicas 1 (a moving shard's target is forwarded to).
-  // One-sided pulls are off (a shard's rows may change server). Needs shards > 0 (moves carry
-  // whole shards), no spares, server_threads 1.
+  // One-sided pulls are off (a shard's rows may change server). SIGTERM to a server rank is a
+  // graceful leave (ps::Node; Worker::RetireServer). No spares, server_threads 1.
   bool elastic = false;
   // Whether pushes may be forwarded to another server: replicas, or moves.
   bool forwards() const { return replicas > 1 || elastic; }

@@ -462,6 +462,16 @@ Status Server::ServeLoop(ControlClient* control) {
       control->ReportFailure(fatal_);
       return fatal_;
     }
+    if ((leave_requested_ || (leave_flag_ != nullptr && *leave_flag_)) && !leave_asked_ &&
+        job_.elastic) {
+      leave_asked_ = true;
+      ControlMessage leave;
+      leave.kind = ControlKind::kMoveShards;
+      leave.rank = kMoveLeave;
+      leave.index = index_;
+      std::fprintf(stderr, "ferry server %u: asks to leave the job\n", index_);
+      FERRY_RETURN_IF_ERROR(control->Send(leave));
+    }
     while (auto m = NextControl(control)) {
       switch (m->kind) {
         case ControlKind::kServerDown:
@@ -490,6 +500,12 @@ Status Server::ServeLoop(ControlClient* control) {
           break;
         case ControlKind::kMoveDrain:
           OnMoveDrain(*m);
+          break;
+        case ControlKind::kMoveShards:  // the answer to this server's leave: only a refusal
+          if (!m->text.empty()) {
+            std::fprintf(stderr, "ferry server %u: its leave was refused: %s\n", index_,
+                         m->text.c_str());
+          }
           break;
         case ControlKind::kServerLeave:
           // A graceful leave (server_moves.cc): this server holds nothing any more.

@@ -137,6 +137,16 @@ class Server {
     stop_ = true;
     data_->Wake();
   }
+  // Elastic jobs: asks the coordinator for this server's graceful leave (its shards move to the
+  // others, then Serve returns Ok; Worker::RetireServer). Thread-safe; the serve loop sends the
+  // request. A refusal (R = S, another plan in progress) is logged and the server keeps serving.
+  void RequestLeave() {
+    leave_requested_ = true;
+    data_->Wake();
+  }
+  // As RequestLeave once `*flag` is set (a signal handler's flag: the loop looks at it between
+  // batches, at least every peer_timeout / 8). Before Serve.
+  void LeaveWhenSet(const std::atomic<bool>* flag) { leave_flag_ = flag; }
 
   // For tests and checkpoints: this server's own shard of table `t` (only between requests).
   ArrayHashMap& table(uint32_t t) { return *tables_[t].map; }
@@ -502,6 +512,9 @@ class Server {
   std::thread checkpoint_writer_;
   std::vector<SnapshotImage> checkpoint_images_;  // one per table, reused by every checkpoint
   std::atomic<bool> stop_{false};
+  std::atomic<bool> leave_requested_{false};
+  const std::atomic<bool>* leave_flag_ = nullptr;
+  bool leave_asked_ = false;
   Status fatal_;           // ends Serve at once (a broken invariant, a protocol violation)
   Status worker_failure_;  // a worker's connection failed; ends Serve after a grace period
   std::chrono::steady_clock::time_point worker_failure_deadline_;

@@ -307,6 +307,7 @@ struct JobOptions {
   std::string die_how = "kill";
   int slow_worker = -1;
   int64_t slow_ms = 0;
+  uint32_t shards = 0;  // > 0: an elastic job of that many shards
 };
 
 struct RankResult {
@@ -357,6 +358,10 @@ JobResult RunJob(const JobOptions& o, const TempDir& dir, Millis deadline) {
   if (o.slow_worker >= 0) {
     add("--slow-worker", std::to_string(o.slow_worker));
     add("--slow-ms", std::to_string(o.slow_ms));
+  }
+  if (o.shards > 0) {
+    add("--elastic", "1");
+    add("--shards", std::to_string(o.shards));
   }
   auto env_of = [&](int r) {
     return std::vector<std::string>{
@@ -665,6 +670,7 @@ struct RunCase {
   TransportConfig transport;
   int slow_worker = -1;
   int64_t slow_ms = 0;
+  int leave_rank = -1;  // an elastic job whose server rank gets SIGTERM: a graceful leave
 };
 
 void PrintTo(const RunCase& c, std::ostream* os) {
@@ -674,10 +680,16 @@ void PrintTo(const RunCase& c, std::ostream* os) {
 class PsRun : public ::testing::TestWithParam<RunCase> {};
 
 // Every rank ends ok; with a slow worker (computing longer than peer_timeout per iteration),
-// nobody declares it dead and, under BSP, the other worker keeps pace with it.
+// nobody declares it dead and, under BSP, the other worker keeps pace with it. With a leaving
+// server (an elastic job of 4 shards; SIGTERM on server rank 1 a second into the run), its shards
+// move to server 0 while the workers train on, it leaves the job, and every rank, it too, ends
+// ok.
 TEST_P(PsRun, EveryRankEndsOk) {
   const RunCase& c = GetParam();
   if (std::string why = Unavailable(c.transport); !why.empty()) GTEST_SKIP() << why;
+  if (c.leave_rank >= 0 && ServerThreads() != "1") {
+    GTEST_SKIP() << "elastic jobs take one shard server a rank";
+  }
   TempDir dir;
   ASSERT_FALSE(dir.path().empty()) << "mkdtemp failed";
   JobOptions o;
@@ -685,6 +697,11 @@ TEST_P(PsRun, EveryRankEndsOk) {
   o.slow_worker = c.slow_worker;
   o.slow_ms = c.slow_ms;
   o.seconds = c.slow_worker >= 0 ? 4 : 2;
+  if (c.leave_rank >= 0) {
+    o.shards = 4;
+    o.die_rank = c.leave_rank;
+    o.die_how = "term";
+  }
   JobResult res = RunJob(o, dir, Millis(40000));
   ASSERT_TRUE(res.setup_error.empty()) << res.setup_error;
   std::string outcome = "completed", problems, first_error;
@@ -701,6 +718,12 @@ TEST_P(PsRun, EveryRankEndsOk) {
     }
   }
   std::string note = "-";
+  if (c.leave_rank >= 0) {
+    const RankResult& left = res.ranks[c.leave_rank];
+    EXPECT_NE(left.stderr_tail.find("leaves the job"), std::string::npos)
+        << "server rank " << c.leave_rank << " did not leave gracefully: " << left.stderr_tail;
+    note = "left_after_ms=" + std::to_string(MsBetween(res.started, left.ended));
+  }
   if (c.slow_worker >= 0) {
     const RankLine& slow = res.ranks[kServers + c.slow_worker].line;
     const RankLine& other = res.ranks[kServers + 1 - c.slow_worker].line;
@@ -725,6 +748,8 @@ TEST_P(PsRun, EveryRankEndsOk) {
 INSTANTIATE_TEST_SUITE_P(
     Runs, PsRun,
     ::testing::Values(RunCase{"ps-clean", kTcp}, RunCase{"ps-clean", kUcxShm},
+                      RunCase{"ps-server-leaves", kTcp, -1, 0, 1},
+                      RunCase{"ps-server-leaves", kUcxShm, -1, 0, 1},
                       RunCase{"ps-slow-worker", kTcp, 1, kPeerTimeout.count() * 5 / 4},
                       RunCase{"ps-slow-worker", kUcxShm, 1, kPeerTimeout.count() * 5 / 4}),
     [](const ::testing::TestParamInfo<RunCase>& info) {

@@ -13,7 +13,10 @@
 // Faults:
 //   --die-rank R --die-after-ms T --die-how kill|exit|stop
 //       rank R, whatever its roles (rank 0 hosts the coordinator), raises SIGKILL, calls _exit(42)
-//       or raises SIGSTOP (a silent, hung process) T ms after the start barrier.
+//       or raises SIGSTOP (a silent, hung process) T ms after the start barrier; or, with
+//       --die-how term, raises SIGTERM (with --elastic 1 a server rank's graceful leave: its
+//       shards move to the other servers and it ends ok).
+//   --elastic 1 --shards Q: an elastic job (JobSpec::elastic) of Q shards.
 //   With --replicas 2 every shard has two copies and rank 1 runs a standby coordinator: killing
 //   rank 0 (the coordinator and server 0) must leave every other rank ending ok.
 //   --slow-worker W --slow-ms M
@@ -70,6 +73,8 @@ struct Args {
   int die_rank = -1;
   int64_t die_after_ms = 1000;
   std::string die_how = "kill";
+  bool elastic = false;
+  uint32_t shards = 0;
   int slow_worker = -1;
   int64_t slow_ms = 0;
   int64_t hard_timeout_s = 120;
@@ -80,7 +85,8 @@ void Usage() {
                "usage: ps_rank [--transport tcp|ucx|verbs|auto] [--param K=V]... "
                "[--consistency asp|bsp|ssp:S] [--seconds S] [--peer-timeout-ms MS] "
                "[--startup-timeout-ms MS] [--servers S] [--workers W] [--replicas R] [--keys K] "
-               "[--die-rank R --die-after-ms T [--die-how kill|exit|stop]] "
+               "[--die-rank R --die-after-ms T [--die-how kill|exit|stop|term]] "
+               "[--elastic 0|1] [--shards Q] "
                "[--slow-worker W --slow-ms M] [--hard-timeout-s S]\n");
 }
 
@@ -128,8 +134,12 @@ bool Parse(int argc, char** argv, Args* a) {
       a->die_rank = static_cast<int>(n);
     } else if (k == "--die-after-ms" && num && n >= 0) {
       a->die_after_ms = n;
-    } else if (k == "--die-how" && (v == "kill" || v == "exit" || v == "stop")) {
+    } else if (k == "--die-how" && (v == "kill" || v == "exit" || v == "stop" || v == "term")) {
       a->die_how = v;
+    } else if (k == "--elastic" && (v == "0" || v == "1")) {
+      a->elastic = v == "1";
+    } else if (k == "--shards" && num && n >= 0 && n <= 65535) {
+      a->shards = static_cast<uint32_t>(n);
     } else if (k == "--slow-worker" && num && n >= 0) {
       a->slow_worker = static_cast<int>(n);
     } else if (k == "--slow-ms" && num && n >= 0) {
@@ -258,6 +268,8 @@ int main(int argc, char** argv) {
   job.servers = a.servers;
   job.workers = a.workers;
   job.replicas = a.replicas;
+  job.elastic = a.elastic;
+  job.shards = a.shards;
   if (job.servers == 0 && job.workers == 0 && shape->servers < 0 && shape->workers < 0) {
     job.servers = env->size == 1 ? 1 : static_cast<uint32_t>(env->size / 2);
   }
@@ -291,7 +303,7 @@ int main(int argc, char** argv) {
     std::thread([death, how = a.die_how] {
       std::this_thread::sleep_until(death);
       if (how == "exit") std::_Exit(42);
-      raise(how == "stop" ? SIGSTOP : SIGKILL);
+      raise(how == "stop" ? SIGSTOP : how == "term" ? SIGTERM : SIGKILL);
     }).detach();
   }
 
