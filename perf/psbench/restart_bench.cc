@@ -41,45 +41,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-struct Options {
-  std::string transport = "tcp";
-  uint64_t rows = 1500000;
-  uint32_t dim = 16;
-  uint32_t shards = 12;
+struct Options : BenchTable {
   uint32_t from = 2;
   uint32_t to = 3;
-  uint32_t keys = 4096;
   double seconds = 1.0;
-  int rounds = 1;
 };
-
-uint64_t KeyOf(uint64_t i) {
-  return i * 0x9e3779b97f4a7c15ull + 1;
-}
-
-double Ms(Clock::duration d) {
-  return std::chrono::duration<double, std::milli>(d).count();
-}
-
-JobSpec MakeJob(const ferry::testing::BackendConfig& config, const Options& o, uint32_t servers) {
-  JobSpec job = SmallJob(config, servers, 2, o.dim);
-  job.shards = o.shards;
-  job.consistency.kind = Consistency::kAsp;
-  TableSpec& t = job.tables[0];
-  t.optimizer.kind = Optimizer::kAdagrad;
-  t.optimizer.learning_rate = 1.0f;  // the restored rows are told from fresh ones (SecondBody)
-  t.init.kind = InitializerSpec::Kind::kUniform;
-  t.init.a = -0.1f;
-  t.init.b = 0.1f;
-  t.initial_rows = static_cast<uint32_t>(o.rows / servers + o.rows / 8 + 1024);
-  job.max_keys_per_request = 4096;
-  const uint64_t batch = std::max<uint64_t>(o.keys, 4096) * (8 + 4 * o.dim) + (1u << 20);
-  job.staging_bytes = 4 * batch;
-  job.send_bytes = 4 * batch;
-  job.arena_bytes = 4 * batch;
-  job.startup_timeout = Millis(120000);
-  return job;
-}
 
 struct Round {
   Clock::time_point checkpoint_done{}, stopped{}, started{}, first_pull{};
@@ -94,7 +60,7 @@ Status FirstBody(Node& node, const Options& o, const std::string& dir, Round* r)
   std::vector<uint64_t> keys;
   for (uint64_t i = first; i < last; i += o.keys) {
     keys.clear();
-    for (uint64_t j = i; j < std::min(last, i + o.keys); ++j) keys.push_back(KeyOf(j));
+    for (uint64_t j = i; j < std::min(last, i + o.keys); ++j) keys.push_back(BenchKey(j));
     FERRY_ASSIGN_OR_RETURN(Ticket p, w->Pull(0, keys));
     FERRY_RETURN_IF_ERROR(w->Wait(p));
     w->Release(p);
@@ -105,13 +71,13 @@ Status FirstBody(Node& node, const Options& o, const std::string& dir, Round* r)
                                       std::chrono::duration<double>(o.seconds));
   // The first batch of keys is pushed every time: the second job checks it.
   keys.clear();
-  for (uint64_t j = 0; j < o.keys; ++j) keys.push_back(KeyOf(j));
+  for (uint64_t j = 0; j < o.keys; ++j) keys.push_back(BenchKey(j));
   do {
     FERRY_ASSIGN_OR_RETURN(Ticket p, w->Push(0, keys, std::span(grads).first(keys.size() * o.dim)));
     FERRY_RETURN_IF_ERROR(w->Wait(p));
     w->Release(p);
     keys.clear();
-    for (uint32_t i = 0; i < o.keys; ++i) keys.push_back(KeyOf(rng() % o.rows));
+    for (uint32_t i = 0; i < o.keys; ++i) keys.push_back(BenchKey(rng() % o.rows));
     std::sort(keys.begin(), keys.end());
     keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
   } while (Clock::now() < end);
@@ -120,7 +86,7 @@ Status FirstBody(Node& node, const Options& o, const std::string& dir, Round* r)
     const auto t0 = Clock::now();
     FERRY_RETURN_IF_ERROR(w->Checkpoint(dir));
     r->checkpoint_done = Clock::now();
-    r->checkpoint_ms = Ms(r->checkpoint_done - t0);
+    r->checkpoint_ms = MsOf(r->checkpoint_done - t0);
   }
   FERRY_RETURN_IF_ERROR(w->Barrier());
   return w->Finish();
@@ -136,7 +102,7 @@ Status SecondBody(Node& node, const Options& o, Round* r) {
     r->started = Clock::now();
   }
   std::vector<uint64_t> keys;
-  for (uint64_t j = 0; j < o.keys; ++j) keys.push_back(KeyOf(j));
+  for (uint64_t j = 0; j < o.keys; ++j) keys.push_back(BenchKey(j));
   FERRY_ASSIGN_OR_RETURN(Ticket p, w->Pull(0, keys));
   FERRY_RETURN_IF_ERROR(w->Wait(p));
   if (w->index() == 0) r->first_pull = Clock::now();
@@ -169,15 +135,15 @@ int RunRound(const ferry::testing::BackendConfig& config, const Options& o) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   auto first = RunJob(
-      MakeJob(config, o, o.from), [&](Node& node) -> Status { return FirstBody(node, o, dir, &r); },
-      Millis(600000));
+      o.Job(config, o.from, o.rows / o.from + o.rows / 8 + 1024),
+      [&](Node& node) -> Status { return FirstBody(node, o, dir, &r); }, Millis(600000));
   r.stopped = Clock::now();
   if (Status s = AllOk(first); !s.ok()) {
     std::fprintf(stderr, "ps_restart_bench: the first job failed: %s\n", s.ToString().c_str());
     return 1;
   }
   const uint64_t bytes = DirBytes(dir);
-  JobSpec second = MakeJob(config, o, o.to);
+  JobSpec second = o.Job(config, o.to, o.rows / o.to + o.rows / 8 + 1024);
   second.restore_dir = dir;
   const auto t0 = Clock::now();
   auto outcomes = RunJob(
@@ -187,9 +153,9 @@ int RunRound(const ferry::testing::BackendConfig& config, const Options& o) {
     std::fprintf(stderr, "ps_restart_bench: the restored job failed: %s\n", s.ToString().c_str());
     return 1;
   }
-  const double stop = Ms(r.stopped - r.checkpoint_done);
-  const double start = Ms(r.started - t0);
-  const double pull = Ms(r.first_pull - r.started);
+  const double stop = MsOf(r.stopped - r.checkpoint_done);
+  const double start = MsOf(r.started - t0);
+  const double pull = MsOf(r.first_pull - r.started);
   std::printf("| %s | %" PRIu64
               " x %u | %u | %u -> %u | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n",
               config.name.c_str(), o.rows, o.dim, o.shards, o.from, o.to, r.checkpoint_ms, stop,
@@ -208,16 +174,7 @@ void PrintHeader() {
 int Main(int argc, char** argv) {
   Options o;
   CLI::App app{"ps_restart_bench: a job's server count changed by checkpoint, stop and restore"};
-  app.add_option("--transport", o.transport, "tcp, ucx-shm or ucx-tcp")->capture_default_str();
-  app.add_option("--rows", o.rows, "rows created before the checkpoint")
-      ->check(CLI::Range(uint64_t{4096}, uint64_t{1} << 32))
-      ->capture_default_str();
-  app.add_option("--dim", o.dim, "floats per row")
-      ->check(CLI::Range(1, 1024))
-      ->capture_default_str();
-  app.add_option("--shards", o.shards, "shards (JobSpec::shards), at least --from and --to")
-      ->check(CLI::Range(1, 65535))
-      ->capture_default_str();
+  o.AddOptions(app);
   app.add_option("--from", o.from, "servers of the first job")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
@@ -226,9 +183,6 @@ int Main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--seconds", o.seconds, "seconds of pushes before the checkpoint")
       ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  app.add_option("--rounds", o.rounds, "rounds, one table row each")
-      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   return RunRounds(
       app, argc, argv, "ps_restart_bench", o.transport, o.rounds, PrintHeader,

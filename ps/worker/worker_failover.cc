@@ -15,6 +15,11 @@
 #include "ps/worker/worker_state.h"
 
 namespace ferry::ps {
+namespace {
+
+constexpr uint32_t kMaxMovedAnswers = 1000;
+
+}  // namespace
 
 uint32_t Worker::HeadOf(uint32_t shard) const {
   if (job_.replicas == 1 && job_.num_shards() == job_.shard_servers() && !job_.elastic) {
@@ -74,6 +79,14 @@ void Worker::OnMoved(uint32_t s, const RingSlot& slot, TicketState& tk) {
   std::memcpy(&rec, st.arena->data() + ReplySlotOffset(s, slot.seq, job_.max_outstanding),
               sizeof rec);
   auto after = DecodeMovedRecord(rec, slot.seq);
+  // A move answers a request "moved" once or twice; far more means the chains disagree (a bug):
+  // the ticket fails instead of going round for ever.
+  if (after.ok() && ++tk.moved > kMaxMovedAnswers) {
+    after = Internal("worker " + std::to_string(index_) + ": a " +
+                     std::string(RequestTypeName(tk.type)) + " was answered \"moved\" " +
+                     std::to_string(kMaxMovedAnswers) + " times (server " + std::to_string(s) +
+                     " last): the chains disagree");
+  }
   for (uint32_t i = 0; i < tk.requests.size(); ++i) {
     Request& q = tk.requests[i];
     if (q.server != s || q.seq != slot.seq || q.abandoned) continue;

@@ -169,6 +169,7 @@ struct TicketState {
   std::vector<OneSidedRead> reads;  // one-sided: per server read of the cached keys
   std::deque<Request> requests;
   uint32_t unreplied = 0;  // requests without a reply
+  uint32_t moved = 0;      // "moved" answers so far (elastic jobs): bounded, never a livelock
   uint32_t unsent = 0;     // sparse writes without a local completion
   Status error;
   bool released = false;

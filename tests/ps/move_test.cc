@@ -22,7 +22,8 @@
 #include "tests/ps/job_util.h"
 #include "tests/ps/training_loop.h"
 
-namespace ferry::ps::testing {
+// A namespace of its own: the sanitizer builds compile this file in one unit with replica_test.cc.
+namespace ferry::ps::testing::move_test {
 namespace {
 
 constexpr uint32_t kServers = 3, kWorkers = 2, kDim = 4, kShards = 6;
@@ -243,4 +244,4 @@ INSTANTIATE_TEST_SUITE_P(Backends, PsMove, ::testing::ValuesIn(JobConfigs()), Jo
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(PsMove);
 
 }  // namespace
-}  // namespace ferry::ps::testing
+}  // namespace ferry::ps::testing::move_test
