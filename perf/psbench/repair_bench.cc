@@ -45,10 +45,6 @@ struct Options {
   int rounds = 1;
 };
 
-uint64_t KeyOf(uint64_t i) {
-  return i * 0x9e3779b97f4a7c15ull + 1;
-}
-
 struct Done {  // one push completed
   Clock::time_point at;
   uint32_t keys;
@@ -93,7 +89,7 @@ Status WorkerBody(Node& node, const Options& o, Round* r) {
   std::vector<uint64_t> keys;
   for (uint64_t i = first; i < last; i += 4096) {
     keys.clear();
-    for (uint64_t j = i; j < std::min(last, i + 4096); ++j) keys.push_back(KeyOf(j));
+    for (uint64_t j = i; j < std::min(last, i + 4096); ++j) keys.push_back(BenchKey(j));
     FERRY_ASSIGN_OR_RETURN(Ticket p, w->Pull(0, keys));
     FERRY_RETURN_IF_ERROR(w->Wait(p));
     w->Release(p);
@@ -111,7 +107,7 @@ Status WorkerBody(Node& node, const Options& o, Round* r) {
                                   std::chrono::duration<double>(o.seconds));
   while (Clock::now() < end) {
     keys.clear();
-    for (uint32_t i = 0; i < o.keys; ++i) keys.push_back(KeyOf(rng() % o.rows));
+    for (uint32_t i = 0; i < o.keys; ++i) keys.push_back(BenchKey(rng() % o.rows));
     std::sort(keys.begin(), keys.end());
     keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
     FERRY_ASSIGN_OR_RETURN(Ticket p, w->Push(0, keys, std::span(grads).first(keys.size() * o.dim)));
