@@ -44,6 +44,10 @@ void AddTrainFlags(CLI::App& app, TrainOptions* o, TrainFlagText* t) {
                  "replicas while training goes on, so every shard is back to --replicas copies")
       ->check(CLI::Range(0, 64))
       ->capture_default_str();
+  app.add_flag("--elastic", o->elastic,
+               "an elastic job: a server rank may leave while training goes on (SIGTERM to\n"
+               "it: its shards move to the other servers, then it exits 0); with --shards 0\n"
+               "the keys are cut into 4 shards a server, so a leave spreads its rows evenly");
   app.add_option("--shards", o->shards,
                  "parts the keys are cut into, spread over the shard servers (0: one per shard\n"
                  "server); a checkpoint restores into any count")

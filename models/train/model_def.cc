@@ -381,7 +381,10 @@ Result<ps::JobSpec> MakeJob(const TrainOptions& o, const ModelDef& def) {
   job.workers = o.workers;
   job.replicas = o.replicas;
   job.spares = o.spares;
-  job.shards = o.shards;
+  job.elastic = o.elastic;
+  // An elastic job's leave moves whole shards: with 4 a server, the leaver's rows spread over
+  // the others (one shard a server would land all of them on one).
+  job.shards = o.elastic && o.shards == 0 ? 4 * o.servers * o.server_threads : o.shards;
   job.backup_workers = o.backup_workers;
   job.server_threads = o.server_threads;
   job.peer_timeout = ps::Millis(static_cast<int64_t>(o.peer_timeout_s * 1000));

@@ -214,6 +214,10 @@ Status ValidateJob(const JobSpec& job) {
       return InvalidArgument("spares " + std::to_string(job.spares) + " must be 0..64");
     }
   }
+  if (job.elastic && (job.spares > 0 || job.server_threads != 1)) {
+    return InvalidArgument(
+        "elastic jobs need spares 0 and server_threads 1 (a move plans whole server ranks)");
+  }
   if (job.shards != 0) {
     if (job.shards < job.shard_servers() || job.shards > 65535) {
       return InvalidArgument("shards " + std::to_string(job.shards) + " must be " +
@@ -223,10 +227,6 @@ Status ValidateJob(const JobSpec& job) {
     if (job.shards != job.shard_servers() && job.spares > 0) {
       return InvalidArgument("spares need one shard per shard server (shards 0) for now");
     }
-  }
-  if (job.elastic && (job.spares > 0 || job.server_threads != 1)) {
-    return InvalidArgument(
-        "elastic jobs need spares 0 and server_threads 1 (a move plans whole server ranks)");
   }
   // Replicas with admission or eviction: the chain's head decides and the chain carries its
   // decisions (row records, ps/server/server_records.cc), so replicas keep the head's rows.

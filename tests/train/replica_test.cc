@@ -72,18 +72,9 @@ class Replicas : public ::testing::Test {
     const std::string tag = model + "_" + transport + "_rank" + std::to_string(rank) + suffix;
     const std::string metrics = *dir_ / (tag + ".jsonl");
     const int delay_ms = std::uniform_int_distribution<int>(0, 500)(rng_);
-    Clock::time_point training{};
     pid_t killed = -1;
-    auto killer = [&](pid_t launcher) {
-      if (killed > 0) return;
-      if (training == Clock::time_point{}) {
-        if (!Lines(Slurp(metrics)).empty()) training = Clock::now();
-        return;
-      }
-      if (Clock::now() - training < std::chrono::milliseconds(delay_ms)) return;
-      const pid_t pid = RankPid(launcher, rank);
-      if (pid > 0 && kill(pid, SIGKILL) == 0) killed = pid;
-    };
+    auto killer = SignalRankAfter([&] { return !Lines(Slurp(metrics)).empty(); }, delay_ms, rank,
+                                  SIGKILL, &killed);
     const std::string out = *dir_ / (tag + ".model");
     // Train() names its own metrics file <dir>/<tag>.jsonl: the killer watches that one.
     TrainRun run = Train(

@@ -10,7 +10,6 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -22,8 +21,6 @@
 
 namespace ferry::train_test {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 class Resume : public ::testing::Test {
  protected:
@@ -73,19 +70,13 @@ class Resume : public ::testing::Test {
     const std::string tag = model + "_" + transport + "_rank" + std::to_string(rank);
     const std::string ck = *dir_ / (tag + ".ck");
     const int delay_ms = std::uniform_int_distribution<int>(0, 400)(rng_);
-    Clock::time_point first_checkpoint{};
     pid_t killed = -1;
-    auto killer = [&](pid_t launcher) {
-      if (killed > 0) return;
-      if (first_checkpoint == Clock::time_point{}) {
-        std::error_code ec;
-        if (std::filesystem::exists(ck + "/" + trigger, ec)) first_checkpoint = Clock::now();
-        return;
-      }
-      if (Clock::now() - first_checkpoint < std::chrono::milliseconds(delay_ms)) return;
-      const pid_t pid = RankPid(launcher, rank);
-      if (pid > 0 && kill(pid, SIGKILL) == 0) killed = pid;
-    };
+    auto killer = SignalRankAfter(
+        [&] {
+          std::error_code ec;
+          return std::filesystem::exists(ck + "/" + trigger, ec);
+        },
+        delay_ms, rank, SIGKILL, &killed);
     TrainRun crashed =
         Train(*dir_, tag + "_killed",
               Cat(Job(model, change), {"--transport", transport, "--checkpoint-dir", ck,

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -219,6 +220,22 @@ pid_t FindProcess(const std::string& env_entry, const std::string& arg, pid_t pa
 
 pid_t RankPid(pid_t parent, int rank) {
   return FindProcess("FERRY_RANK=" + std::to_string(rank), "", parent);
+}
+
+std::function<void(pid_t)> SignalRankAfter(std::function<bool()> started, int delay_ms, int rank,
+                                           int sig, pid_t* signalled) {
+  *signalled = -1;
+  auto since = std::make_shared<std::chrono::steady_clock::time_point>();
+  return [started = std::move(started), since, delay_ms, rank, sig, signalled](pid_t launcher) {
+    if (*signalled > 0) return;
+    if (*since == std::chrono::steady_clock::time_point{}) {
+      if (started()) *since = std::chrono::steady_clock::now();
+      return;
+    }
+    if (std::chrono::steady_clock::now() - *since < std::chrono::milliseconds(delay_ms)) return;
+    const pid_t pid = RankPid(launcher, rank);
+    if (pid > 0 && kill(pid, sig) == 0) *signalled = pid;
+  };
 }
 
 uint64_t SeedFromEnv(const char* var) {

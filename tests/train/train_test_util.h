@@ -39,6 +39,11 @@ Proc Exec(const std::vector<std::string>& argv, double timeout_s,
 // The pid of the child of `parent` whose environment holds FERRY_RANK=`rank` (a rank that
 // ferry-train's local cluster started), or -1.
 pid_t RankPid(pid_t parent, int rank);
+// A `while_running` callback for Exec/Train: once `started()` first holds (training began, a
+// checkpoint appeared), and `delay_ms` later, sends `sig` to the launcher's rank `rank` once;
+// *signalled gets that rank's pid (it stays -1 until then, e.g. when the job ended first).
+std::function<void(pid_t)> SignalRankAfter(std::function<bool()> started, int delay_ms, int rank,
+                                           int sig, pid_t* signalled);
 // A process whose environment holds `env_entry` ("OMPI_COMM_WORLD_RANK=1"), with an argument
 // containing `arg` (when not empty), a child of `parent` (when > 0); -1 if none.
 pid_t FindProcess(const std::string& env_entry, const std::string& arg, pid_t parent = -1);

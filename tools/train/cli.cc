@@ -50,7 +50,10 @@ std::string SelfPath(const char* argv0) {
 int RunAsLocalCluster(const models::TrainOptions& o, int argc, char** argv) {
   auto resolved = models::ResolveAutoSettings(o);
   if (!resolved.ok()) return TrainFailed("", resolved.status());
-  if (auto def = models::DefineModel(*resolved); !def.ok()) return TrainFailed("", def.status());
+  auto def = models::DefineModel(*resolved);
+  if (!def.ok()) return TrainFailed("", def.status());
+  // The job's own checks (ps::ValidateJob: flags that do not go together) too.
+  if (auto job = models::MakeJob(*resolved, *def); !job.ok()) return TrainFailed("", job.status());
   ps::LocalClusterOptions lc;
   lc.argv.push_back(SelfPath(argv[0]));
   for (int i = 1; i < argc; ++i) lc.argv.push_back(argv[i]);

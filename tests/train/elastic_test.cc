@@ -1,0 +1,122 @@
+// Elastic jobs under ferry-train (--elastic; docs/ps.md "Moving shards between live servers"): a
+// server rank leaves while the job trains. A bsp run with fixed seeds on 3 servers (12 shards)
+// and 2 workers has server 2 sent SIGTERM at a random moment after its first streaming
+// evaluation: its shards move to servers 0 and 1 while the workers push, it exits 0, ferry-train's
+// local launcher lets the others run on, and the job finishes on 2 servers. The final test
+// logloss must be within 0.5 % of the same job's at a fixed size (3 servers, 12 shards, not
+// elastic), and, as bsp applies every clock's pushes in the same order wherever a row lives, the
+// model file must equal that job's byte for byte: no push lost or applied twice by the move.
+//
+// The random moments come from one seed, printed; FERRY_ELASTIC_SEED=N replays them.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+
+#include "tests/train/train_test_util.h"
+
+namespace ferry::train_test {
+namespace {
+
+class Elastic : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    data_ = GenerateData({"--fields", "10", "--features", "20000", "--samples", "40000",
+                          "--test-samples", "2000", "--seed", "29"})
+                .release();
+    seed_ = SeedFromEnv("FERRY_ELASTIC_SEED");
+    rng_.seed(seed_);
+  }
+  static void TearDownTestSuite() {
+    delete data_;
+    data_ = nullptr;
+  }
+
+  static std::vector<std::string> Job(const std::string& transport) {
+    return {"--model",       "ftrl", "--train",      data_->train, "--test",       data_->test,
+            "--consistency", "bsp",  "--batch-size", "64",         "--epochs",     "2",
+            "--workers",     "2",    "--servers",    "3",          "--seed",       "5",
+            "--shards",      "12",   "--transport",  transport,    "--eval-every", "25"};
+  }
+
+  static TrainRun Reference(std::string* bytes) {
+    const std::string out = data_->dir / "fixed.model";
+    TrainRun r = Train(data_->dir, "fixed", Cat(Job("tcp"), {"--model-out", out}), 180);
+    EXPECT_TRUE(r.ok()) << r.proc.Describe();
+    *bytes = Slurp(out);
+    return r;
+  }
+
+  // The elastic job over `transport`, server rank 2 sent SIGTERM a random 0-300 ms after the
+  // first streaming evaluation line.
+  static void LeaveWhileTraining(const std::string& transport, const TrainRun& fixed,
+                                 const std::string& fixed_bytes) {
+    const std::string tag = "elastic_" + transport;
+    const std::string metrics = data_->dir / (tag + ".jsonl");
+    const int delay_ms = std::uniform_int_distribution<int>(0, 300)(rng_);
+    pid_t signalled = -1;
+    auto leaver = SignalRankAfter([&] { return !Lines(Slurp(metrics)).empty(); }, delay_ms, 2,
+                                  SIGTERM, &signalled);
+    const std::string out = data_->dir / (tag + ".model");
+    TrainRun run =
+        Train(data_->dir, tag, Cat(Job(transport), {"--elastic", "--model-out", out}), 180, leaver);
+    std::printf(
+        "%s: server 2 sent SIGTERM %d ms into training; the job took %.1f s (%.1f s at a "
+        "fixed size); test logloss %.5f (fixed %.5f)\n",
+        tag.c_str(), delay_ms, run.proc.seconds, fixed.proc.seconds, run.logloss(),
+        fixed.logloss());
+    // The coordinator's account of the moves (how many, how long).
+    const size_t moves = run.proc.err.find("ferry coordinator: ");
+    for (size_t at = moves; at != std::string::npos;
+         at = run.proc.err.find("ferry coordinator: ", at + 1)) {
+      const std::string line = run.proc.err.substr(at, run.proc.err.find('\n', at) - at);
+      if (line.find("shard moves") != std::string::npos ||
+          line.find(" left ") != std::string::npos) {
+        std::printf("%s: %s\n", tag.c_str(), line.c_str());
+      }
+    }
+    ASSERT_GT(signalled, 0) << tag << ": the job ended before the SIGTERM: " << run.proc.Describe();
+    ASSERT_TRUE(run.ok()) << tag << ": " << run.proc.Describe();
+    // The coordinator carried the leave out; the launcher saw rank 2 end well and went on.
+    EXPECT_NE(run.proc.err.find("ferry coordinator: server 2 left the job"), std::string::npos)
+        << run.proc.Describe();
+    EXPECT_EQ(run.proc.err.find("rank 2 (server 2) exited with status"), std::string::npos)
+        << run.proc.Describe();
+    EXPECT_EQ(run.final_line.value("samples", uint64_t{0}), 2 * 40000u) << run.final_line;
+    EXPECT_LE(std::fabs(run.logloss() - fixed.logloss()), 0.005 * fixed.logloss())
+        << tag << ": logloss " << run.logloss() << " against " << fixed.logloss()
+        << " at a fixed size";
+    EXPECT_EQ(Slurp(out), fixed_bytes) << tag << ": the model differs from the fixed-size job's";
+  }
+
+  static GeneratedData* data_;
+  static uint64_t seed_;
+  static std::mt19937_64 rng_;
+};
+GeneratedData* Elastic::data_ = nullptr;
+uint64_t Elastic::seed_ = 0;
+std::mt19937_64 Elastic::rng_;
+
+TEST_F(Elastic, AServerLeavesWhileTrainingAndTheModelIsTheFixedSizeJobs) {
+  std::string fixed_bytes;
+  const TrainRun fixed = Reference(&fixed_bytes);
+  ASSERT_FALSE(fixed_bytes.empty());
+  LeaveWhileTraining("tcp", fixed, fixed_bytes);
+  LeaveWhileTraining("ucx", fixed, fixed_bytes);
+}
+
+// Refused before any rank starts, with the reason.
+TEST_F(Elastic, ElasticWithSparesIsRefused) {
+  TrainRun r = Train(data_->dir, "elastic_spares",
+                     Cat(Job("tcp"), {"--elastic", "--replicas", "2", "--spares", "1"}), 60);
+  EXPECT_NE(r.proc.exit_code, 0) << r.proc.Describe();
+  EXPECT_NE(r.proc.err.find("elastic jobs need spares 0"), std::string::npos) << r.proc.Describe();
+  EXPECT_EQ(r.proc.err.find("rank 0"), std::string::npos)
+      << "a rank started: " << r.proc.Describe();
+}
+
+}  // namespace
+}  // namespace ferry::train_test
