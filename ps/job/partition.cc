@@ -5,14 +5,15 @@
 #include <numeric>
 #include <string>
 
+#include "ps/store/mix.h"
+
 namespace ferry::ps {
 namespace {
 
-uint64_t Mix(uint64_t x) {  // splitmix64 finaliser: point positions, independent of KeyHash
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
+// Point positions, independent of KeyHash: splitmix64's step (the golden-ratio increment, then
+// its finaliser).
+uint64_t PointMix(uint64_t x) {
+  return SplitMix64Finalize(x + 0x9e3779b97f4a7c15ull);
 }
 
 }  // namespace
@@ -30,7 +31,7 @@ Result<Partition> Partition::Create(uint32_t servers, uint32_t virtual_nodes, ui
   p.servers_ = servers;
   p.virtual_nodes_ = virtual_nodes;
   p.seed_ = seed;
-  p.version_ = Mix(Mix(Mix(seed) ^ servers) ^ (uint64_t{virtual_nodes} << 20));
+  p.version_ = PointMix(PointMix(PointMix(seed) ^ servers) ^ (uint64_t{virtual_nodes} << 20));
   struct Point {
     uint64_t pos;
     uint32_t owner;
@@ -41,7 +42,7 @@ Result<Partition> Partition::Create(uint32_t servers, uint32_t virtual_nodes, ui
     for (uint32_t v = 0; v < virtual_nodes; ++v) {
       // A server's points depend only on (seed, s, v): adding server S leaves servers 0..S-1's
       // points where they were, which is what makes the hashing consistent.
-      ring.push_back({Mix(seed ^ Mix((uint64_t{s} << 32) | v)), s});
+      ring.push_back({PointMix(seed ^ PointMix((uint64_t{s} << 32) | v)), s});
     }
   }
   // Ties (astronomically unlikely) resolve by owner so every process builds the same ring.

@@ -3,18 +3,9 @@
 #include <algorithm>
 #include <bit>
 
+#include "ps/store/mix.h"
+
 namespace ferry::ps {
-namespace {
-
-uint64_t Mix(uint64_t x) {  // splitmix64 finaliser
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
 
 CountMinFilter::CountMinFilter(size_t width, uint64_t aging_period)
     : width_(std::bit_ceil(std::max<size_t>(width, 64))),
@@ -23,7 +14,8 @@ CountMinFilter::CountMinFilter(size_t width, uint64_t aging_period)
 
 size_t CountMinFilter::Index(uint64_t key, int row) const {
   // Row r uses its own seeded mix; the low bits select the counter.
-  const uint64_t h = Mix(key + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(row + 1));
+  const uint64_t h =
+      SplitMix64Finalize(key + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(row + 1));
   return static_cast<size_t>(row) * width_ + (h & (width_ - 1));
 }
 

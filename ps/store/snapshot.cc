@@ -68,14 +68,14 @@ uint64_t HeaderChecksum(const SnapshotHeader& h) {
   return XXH3_64bits(&h, offsetof(SnapshotHeader, header_xxh3));
 }
 
-class Fd {
+class ScopedFd {
  public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
+  explicit ScopedFd(int fd) : fd_(fd) {}
+  ~ScopedFd() {
     if (fd_ >= 0) close(fd_);
   }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
+  ScopedFd(const ScopedFd&) = delete;
+  ScopedFd& operator=(const ScopedFd&) = delete;
   int get() const { return fd_; }
   int release() { return std::exchange(fd_, -1); }
 
@@ -181,7 +181,7 @@ Status SnapshotIo::Write(SnapshotHeader h, const uint8_t* rows, const uint8_t* l
   h.header_xxh3 = HeaderChecksum(h);
 
   const std::string tmp = path + ".tmp";
-  Fd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  ScopedFd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (fd.get() < 0) return IoError("create snapshot " + tmp, errno);
   Status s = WriteAll(fd.get(), &h, sizeof h, 0, tmp);
   if (s.ok()) s = WriteAll(fd.get(), rows, h.rows_bytes, h.rows_offset, tmp);
@@ -202,7 +202,7 @@ Status SnapshotIo::Write(SnapshotHeader h, const uint8_t* rows, const uint8_t* l
   // Make the rename itself durable.
   const size_t slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
-  Fd dfd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  ScopedFd dfd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (dfd.get() < 0) return IoError("open directory " + dir, errno);
   if (fsync(dfd.get()) != 0) return IoError("fsync directory " + dir, errno);
   return Status::Ok();
@@ -362,7 +362,7 @@ Status SnapshotIo::CheckStructure(const SnapshotHeader& h, const std::string& pa
 
 Result<std::unique_ptr<ArrayHashMap>> SnapshotIo::Load(const std::string& path,
                                                        const TableOptions& options) {
-  Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  ScopedFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) return IoError("open snapshot " + path, errno);
   FERRY_ASSIGN_OR_RETURN(const SnapshotHeader h, ReadHeader(fd.get(), path, options));
   FERRY_RETURN_IF_ERROR(CheckPadding(fd.get(), h, path));
