@@ -325,6 +325,11 @@ class HandJob {
       server->RequestStop();
       server_thread_.join();
     }
+    // The control clients first: their pump threads wake the server's and the worker's data
+    // transports (the callbacks Start gave them), which must not be gone yet (TSan saw the
+    // server's TcpTransport destroyed under a Wake from the pump).
+    worker_control.reset();
+    server_control.reset();
     // The data transports go down together: closing an endpoint (ucx) waits a while for the
     // peer to take part, as it does when every rank of a job ends at once.
     std::thread w([this] { worker.reset(); });
@@ -332,8 +337,6 @@ class HandJob {
     server.reset();
     w.join();
     r.join();
-    worker_control.reset();
-    server_control.reset();
     coordinator.reset();
   }
 
