@@ -7,7 +7,7 @@
 namespace ferry::ps {
 namespace {
 
-std::unique_ptr<ArrayHashMap> Make(const TableOptions& o) {
+std::unique_ptr<ArrayHashMap> MakeMap(const TableOptions& o) {
   auto m = ArrayHashMap::Create(o);
   EXPECT_TRUE(m.ok()) << m.status().ToString();
   return std::move(m).value();
@@ -28,7 +28,7 @@ TEST(Admission, FrequencyThreshold) {
   TableOptions o;
   o.admission.kind = AdmissionOptions::Kind::kFrequency;
   o.admission.min_count = 3;
-  auto m = Make(o);
+  auto m = MakeMap(o);
   auto a = m->Access(5);
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(a->row, nullptr);
@@ -55,18 +55,18 @@ TEST(Admission, Probability) {
   o.admission.kind = AdmissionOptions::Kind::kProbability;
   o.admission.probability = 0.25;
   o.admission.seed = 3;
-  auto m = Make(o);
+  auto m = MakeMap(o);
   for (uint64_t k = 0; k < 20000; ++k) ASSERT_TRUE(m->Access(k).ok());
   EXPECT_GT(m->size(), 4400u);
   EXPECT_LT(m->size(), 5600u);
   o.admission.probability = 0.0;
-  auto none = Make(o);
+  auto none = MakeMap(o);
   for (uint64_t k = 0; k < 1000; ++k) ASSERT_TRUE(none->Access(k).ok());
   EXPECT_EQ(none->size(), 0u);
 }
 
 TEST(Eviction, UnseenForNTicks) {
-  auto m = Make(TableOptions{});
+  auto m = MakeMap(TableOptions{});
   for (uint64_t k = 0; k < 100; ++k) ASSERT_TRUE(m->Access(k).ok());
   m->AdvanceTick(10);
   for (uint64_t k = 0; k < 100; k += 2) ASSERT_TRUE(m->Access(k).ok());  // evens seen at 10
@@ -80,7 +80,7 @@ TEST(Eviction, UnseenForNTicks) {
 TEST(Eviction, DecayedScoreBelowThreshold) {
   TableOptions o;
   o.score_half_life = 10;
-  auto m = Make(o);
+  auto m = MakeMap(o);
   for (int i = 0; i < 8; ++i) ASSERT_TRUE(m->Access(1).ok());  // score 8
   ASSERT_TRUE(m->Access(2).ok());                              // score 1
   m->AdvanceTick(20);                                          // two half-lives: 2 and 0.25
@@ -95,7 +95,7 @@ TEST(Eviction, DecayedScoreBelowThreshold) {
 TEST(Eviction, CapacityBoundKeepsTheHottestRows) {
   TableOptions o;
   o.max_rows = 64;
-  auto m = Make(o);
+  auto m = MakeMap(o);
   // Keys 0..15 are hot (seen 10 times); the rest stream past once.
   for (int round = 0; round < 10; ++round) {
     for (uint64_t k = 0; k < 16; ++k) ASSERT_TRUE(m->Access(k).ok());
@@ -116,13 +116,13 @@ TEST(Eviction, CapacityBoundKeepsTheHottestRows) {
 TEST(Eviction, NeedsMetadata) {
   TableOptions o;
   o.metadata = false;
-  auto m = Make(o);
+  auto m = MakeMap(o);
   EXPECT_EQ(m->EvictUnseen(1).status().code(), Code::kInvalidArgument);
   EXPECT_EQ(m->EvictToCapacity(0).status().code(), Code::kInvalidArgument);
 }
 
 TEST(Metadata, MarkUpdatedBumpsVersion) {
-  auto m = Make(TableOptions{});
+  auto m = MakeMap(TableOptions{});
   auto r = m->Insert(9);
   ASSERT_TRUE(r.ok());
   ArrayHashMap::MarkUpdated(r->row);

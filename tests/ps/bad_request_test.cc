@@ -108,7 +108,7 @@ Status Register(ControlClient& c, const JobSpec& job, uint32_t rank, Role role, 
   return c.Send(m);
 }
 
-Result<ControlMessage> Expect(ControlClient& c, ControlKind kind) {
+Result<ControlMessage> ExpectKind(ControlClient& c, ControlKind kind) {
   const auto deadline = SteadyClock::now() + std::chrono::seconds(20);
   while (SteadyClock::now() < deadline) {
     auto m = c.Receive(Millis(100));
@@ -365,13 +365,13 @@ class HandJob {
                            ControlClient::Connect(coord, job, nullptr, Millis(20000)));
     FERRY_RETURN_IF_ERROR(Register(*raw->control, job, 2, Role::kWorker, 1, ""));
     FERRY_ASSIGN_OR_RETURN(ControlMessage members,
-                           Expect(*worker_control, ControlKind::kMembership));
-    FERRY_RETURN_IF_ERROR(Expect(*raw->control, ControlKind::kMembership).status());
-    FERRY_RETURN_IF_ERROR(Expect(*server_control, ControlKind::kMembership).status());
+                           ExpectKind(*worker_control, ControlKind::kMembership));
+    FERRY_RETURN_IF_ERROR(ExpectKind(*raw->control, ControlKind::kMembership).status());
+    FERRY_RETURN_IF_ERROR(ExpectKind(*server_control, ControlKind::kMembership).status());
     server_thread_ = std::thread([this] {
       Status s = server->AcceptWorkers(server_control.get(), Millis(20000));
       if (s.ok()) s = SendKind(*server_control, ControlKind::kReady);
-      if (s.ok()) s = Expect(*server_control, ControlKind::kStart).status();
+      if (s.ok()) s = ExpectKind(*server_control, ControlKind::kStart).status();
       if (s.ok()) s = server->Serve(server_control.get());
       serve_status_ = s;
     });
@@ -380,8 +380,8 @@ class HandJob {
     FERRY_RETURN_IF_ERROR(raw->Connect(server->data_address(), 1));
     FERRY_RETURN_IF_ERROR(SendKind(*worker_control, ControlKind::kReady));
     FERRY_RETURN_IF_ERROR(SendKind(*raw->control, ControlKind::kReady));
-    FERRY_RETURN_IF_ERROR(Expect(*worker_control, ControlKind::kStart).status());
-    FERRY_RETURN_IF_ERROR(Expect(*raw->control, ControlKind::kStart).status());
+    FERRY_RETURN_IF_ERROR(ExpectKind(*worker_control, ControlKind::kStart).status());
+    FERRY_RETURN_IF_ERROR(ExpectKind(*raw->control, ControlKind::kStart).status());
     return Status::Ok();
   }
 

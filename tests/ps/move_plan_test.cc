@@ -12,19 +12,12 @@
 
 #include "ps/job/chain.h"
 #include "ps/job/rebalance.h"
+#include "tests/ps/chains_of.h"
 
 namespace ferry::ps {
 namespace {
 
 using Step = MovePlan::Step;
-
-std::vector<std::vector<uint32_t>> ChainsOf(const ChainMap& map) {
-  std::vector<std::vector<uint32_t>> out;
-  for (uint32_t q = 0; q < map.shards(); ++q) {
-    out.emplace_back(map.Chain(q).begin(), map.Chain(q).end());
-  }
-  return out;
-}
 
 std::vector<uint32_t> Live(const ChainMap& map) {
   std::vector<uint32_t> live;

@@ -1,6 +1,7 @@
 // The data-path protocol (ps/wire/protocol.h) and the control codec (ps/wire/control.h): request
 // framing versus content checks, sizes, reply records, the worker hello, half floats (checked
-// against GCC's _Float16) and the control messages' round trip and rejection of damaged input.
+// against the compiler's half type) and the control messages' round trip and rejection of
+// damaged input.
 #include "ps/wire/protocol.h"
 
 #include <gtest/gtest.h>
@@ -435,14 +436,22 @@ TEST(Protocol, BadForwardsAreProtocolErrorsNeverReadsOutside) {
 
 // ---- Half floats ------------------------------------------------------------------------------
 
-uint16_t RefHalf(float f) {  // GCC's conversion (round to nearest even)
-  const _Float16 h = static_cast<_Float16>(f);
+// The compiler's IEEE half: _Float16 (GCC 12; clang from 15 on x86), else clang 14's __fp16 (a
+// storage-only half with the same conversions, round to nearest even).
+#if defined(__FLT16_MAX__)
+using CompilerHalf = _Float16;
+#else
+using CompilerHalf = __fp16;
+#endif
+
+uint16_t RefHalf(float f) {  // the compiler's conversion (round to nearest even)
+  const CompilerHalf h = static_cast<CompilerHalf>(f);
   uint16_t u;
   std::memcpy(&u, &h, 2);
   return u;
 }
 float RefFloat(uint16_t u) {
-  _Float16 h;
+  CompilerHalf h;
   std::memcpy(&h, &u, 2);
   return static_cast<float>(h);
 }

@@ -13,6 +13,7 @@
 
 #include "ps/job/chain.h"
 #include "ps/job/partition.h"
+#include "tests/ps/chains_of.h"
 
 namespace ferry::ps {
 namespace {
@@ -140,13 +141,6 @@ TEST(Rebalance, ALeaveNobodyCanTakeIsRefused) {
 }
 
 // The chains a ChainMap holds, head first.
-std::vector<std::vector<uint32_t>> ChainsOf(const ChainMap& map) {
-  std::vector<std::vector<uint32_t>> out;
-  for (uint32_t q = 0; q < map.shards(); ++q)
-    out.emplace_back(map.Chain(q).begin(), map.Chain(q).end());
-  return out;
-}
-
 // Every server's slots name exactly the shards whose chains hold it, once each.
 void ExpectSlotsMatchChains(const ChainMap& map) {
   for (uint32_t m = 0; m < map.members(); ++m) {

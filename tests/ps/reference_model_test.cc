@@ -43,10 +43,11 @@ TEST_P(ReferenceModel, RandomOperationSequences) {
   o.initial_rows = 64;
   o.growth = mode;
   o.reserve_rows = 1u << 20;
+  // Declared first, so it outlives the table whose registered regions name it.
+  testing::FakeTransport transport;
   auto created = ArrayHashMap::Create(o);
   ASSERT_TRUE(created.ok());
   std::unique_ptr<ArrayHashMap> m = std::move(created).value();
-  testing::FakeTransport transport;
   ASSERT_TRUE(m->AttachTransport(&transport, kAccessRemoteRead).ok());
   std::unordered_map<uint64_t, Expected> model;
   const std::string snap = ::testing::TempDir() + "ferry_ref_" + std::to_string(getpid()) + "_" +
