@@ -6,7 +6,7 @@
 # Stages (scripts/test-stages.sh says what each builds and runs):
 #   main  the Debian packages (dpkg-buildpackage -b, -Dwerror=true), then every meson suite in
 #         their build tree (obj-x86_64-linux-gnu), 'install' checking the packages and lintian;
-#   asan  ASan+UBSan build, every suite but 'rdma', 'install' and 'ps-threads' (train_formats: 6 of 18 pairs;
+#   asan  ASan+UBSan build (clang), every suite but 'rdma', 'install' and 'ps-threads' (train_formats: 6 of 18 pairs;
 #         train_ranking: ModelRanking only; train_consistency: no bsp determinism runs;
 #         train_liblinear in main only);
 #   tsan  TSan build, the multi-threaded tests;

@@ -26,8 +26,8 @@ FERRY_PACKAGES=(
   # training layer: gzip input, dense layers, the quality reference
   zlib1g-dev libeigen3-dev liblinear-tools
 )
-# The fuzz build's compiler (tests/fuzz/run.sh; the fuzz stage of test.sh).
-FERRY_FUZZ_PACKAGES=(clang libclang-rt-14-dev)
+# The clang builds: the asan and fuzz stages of test.sh (tests/fuzz/run.sh).
+FERRY_CLANG_PACKAGES=(clang libclang-rt-14-dev)
 
 ferry_missing_packages() {
   local missing=() p

@@ -8,7 +8,7 @@
 #         With FERRY_REQUIRE_ALL=1 (a plain ./test.sh, CI's run, sets it) it also fails when a
 #         test CI must run skipped: the launchers (mpirun, srun), LIBLINEAR, netns, the VM
 #         (scripts/check-must-run.py has the list).
-#   asan  gcc, ASan+UBSan (UBSan without alignment and vptr), no jemalloc, no benchmarks, no
+#   asan  clang, ASan+UBSan (UBSan without alignment and vptr), no jemalloc, no benchmarks, no
 #         verbs backend: every suite but 'rdma',
 #         'install' and 'ps-threads' (the ps suites again with two shard servers a rank)
 #         (the VM's time budget: verbs in the VM run without sanitizers, and the host has no
@@ -118,8 +118,9 @@ ferry_ninja() {  # dir [targets...]
 FERRY_BACKGROUND_PID=
 ferry_background_builds() {
   [ $# -gt 0 ] || return 0
-  # The fuzz build's compiler, installed now: apt must not run beside the 'install' suite.
-  case " $* " in *" fuzz "*) ferry_install_packages "${FERRY_FUZZ_PACKAGES[@]}" ;; esac
+  # The asan and fuzz builds' compiler, installed now: apt must not run beside the 'install'
+  # suite.
+  case " $* " in *" asan "* | *" fuzz "*) ferry_install_packages "${FERRY_CLANG_PACKAGES[@]}" ;; esac
   rm -f "$FERRY_RESULTS_DIR"/background-*.done
   FERRY_RESULTS_DIR=$FERRY_RESULTS_DIR setsid bash -c '
     echo 19 >/proc/self/autogroup 2>/dev/null || echo "background builds: no autogroup nice"
@@ -186,8 +187,10 @@ ferry_tsan_ucx_env() {
 # With no -dbgsym package the debug info would only be stripped again, so this build leaves out
 # -g (DEB_*FLAGS_STRIP): 20-35 % less compile time per file (measured on ps/server/server.cc
 # and tests/ps/replica_test.cc, 8.1 -> 5.9 s and 11.9 -> 9.7 s). Unity sources (up to 6 files as
-# one, as the sanitizer builds) cut another quarter of the CPU time; the fuzz stage's clang build
-# still compiles the libraries file by file, so a file missing an include still fails CI there.
+# one) cut another quarter of the CPU time; up to 40, as the sanitizer builds, another 10 % at
+# -O2 (ps + transport at -j2: 94 s of compile steps against 105 s at 6; the 248-step build
+# 496 s wall, 937 s of steps). Every CI build is a unity build now: a source file missing an
+# include shows in a plain `meson setup` build (unity off, the default), not in CI.
 # The packages and their .changes land in FERRY_DEB_DIR (default build-deb/), not in '..'.
 FERRY_DEB_DIR=${FERRY_DEB_DIR:-build-deb}
 
@@ -204,7 +207,7 @@ ferry_package_build() {
     keep=(-nc)
     rm -f debian/debhelper-build-stamp debian/files
   fi
-  FERRY_MESON_OPTIONS="-Dwerror=true -Dunity=on -Dunity_size=6" DEB_CFLAGS_STRIP=-g \
+  FERRY_MESON_OPTIONS="-Dwerror=true -Dunity=on -Dunity_size=40" DEB_CFLAGS_STRIP=-g \
     DEB_CXXFLAGS_STRIP=-g DEB_BUILD_OPTIONS="nocheck noautodbgsym ${DEB_BUILD_OPTIONS:-}" \
     dpkg-buildpackage -us -uc -b "${keep[@]}" -J"${FERRY_TEST_JOBS:-$(nproc)}" || return 1
   # dpkg-buildpackage writes next to the source tree; gather what this build made (.changes
@@ -251,14 +254,20 @@ ferry_main_stage() {
 
 ferry_asan_setup() {  # dir
   [ -f "$1/build.ninja" ] && return 0
-  meson setup "$1" -Dwerror=true -Db_sanitize=address,undefined -Db_lundef=false \
+  ferry_install_packages "${FERRY_CLANG_PACKAGES[@]}" || return 1
+  CC=clang CXX=clang++ meson setup "$1" -Dwerror=true -Db_sanitize=address,undefined -Db_lundef=false \
     -Dcpp_args=-fno-sanitize=alignment,vptr -Doptimization=1 -Ddebug=false -Djemalloc=false \
     -Dbenchmarks=false -Dverbs=disabled -Dunity=on -Dunity_size=40 >/dev/null
 }
 
 ferry_asan_stage() {
   local build=${FERRY_ASAN_BUILD_DIR:-build-asan}
-  # -O1: gcc compiles ASan+UBSan code about 4x slower than plain -O2 and -O1 cuts that by 40 %;
+  # clang, not gcc: the same build (ASan+UBSan, -O1, unity 40) took 913 s of compile steps with
+  # clang 14 against 1402 s with gcc 12 (-j2 here, 7m46 wall), and the asan build is CI's
+  # critical path (below). The main stage's build stays gcc (Debian's compiler), so every file
+  # still compiles warning-free (-Werror) with both; clang 14 needs compiler-rt's builtins for
+  # one test's half floats (tests/ps/meson.build), from the fuzz stage's packages.
+  # -O1: gcc compiled ASan+UBSan code about 4x slower than plain -O2 and -O1 cut that by 40 %;
   # the sanitizers still see everything (ASan's documented recommendation is -O1). No -g: debug
   # info is a large share of a sanitized build's compile and link time on 2 cores, and reports
   # still name the functions (symbol tables); rebuild with -Ddebug=true to get line numbers.
@@ -268,7 +277,7 @@ ferry_asan_stage() {
   # critical path (it runs at nice 19 beside the main stage's tests and the asan stage waited
   # 633 s for it at 6): the whole build at 40 is 1402 s of CPU. Fewer, larger sources build
   # with less parallelism, which the background build does not need.
-  # UBSan without its 'alignment' and 'vptr' checks: gcc compiles ASan+UBSan 1.7-2.4x slower
+  # UBSan without its 'alignment' and 'vptr' checks: gcc compiled ASan+UBSan 1.7-2.4x slower
   # than ASan alone, and those two checks are a third of the whole (measured: ps unity2 35.8 s
   # -> 24.9 s, ps_replica_test 22.0 s -> 14.4 s; ASan alone 21.4 s and 9.1 s). x86-64 loads
   # unaligned data, our wire decoders copy fields out with memcpy, and the fuzz stage's clang
@@ -328,11 +337,13 @@ FERRY_TSAN_RUNS=(
 FERRY_TSAN_COMMANDS=(FERRY_TRAIN=tools/train/ferry-train FERRY_PREDICT=tools/train/ferry-predict
   FERRY_GEN=tools/gen/ferry-gen FERRY_SERVE=tools/serve/ferry-serve)
 
+# Unity sources of up to 40 files, as the asan build (which says why): the stage's 108 targets
+# built in 169 s at -j2 here, and its runs stayed free of reports.
 ferry_tsan_setup() {  # dir
   [ -f "$1/build.ninja" ] && return 0
   meson setup "$1" -Dwerror=true -Db_sanitize=thread -Db_lundef=false -Djemalloc=false \
     -Doptimization=1 -Ddebug=false -Dbenchmarks=false -Dverbs=disabled -Dunity=on \
-    -Dunity_size=6 >/dev/null
+    -Dunity_size=40 >/dev/null
 }
 
 # The targets the tsan stage runs, one a line: the FERRY_TSAN_RUNS binaries this build has, the

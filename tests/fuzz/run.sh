@@ -11,17 +11,17 @@ cd "$(dirname "$0")/../.."
 seconds=${1:-60}
 results=${2:-}
 source scripts/deps.sh
-ferry_install_packages "${FERRY_FUZZ_PACKAGES[@]}"
+ferry_install_packages "${FERRY_CLANG_PACKAGES[@]}"
 build=${FERRY_FUZZ_BUILD_DIR:-build-fuzz}
 jobs=${FERRY_FUZZ_JOBS:-2}
 if [ ! -f "$build/build.ninja" ]; then
   # The parsers under test need no verbs/UCX backend: leaving them out builds faster.
   # -O1 with line tables only (libFuzzer's own advice: -O1 fuzzes faster than -O0, and reports
-  # keep file:line), unity sources of up to 6 files as the sanitizer builds: most of this stage
+  # keep file:line), unity sources of up to 40 files as the sanitizer builds: most of this stage
   # was the -O0 -g build of the libraries.
   CXX=clang++ meson setup "$build" -Dfuzz=true -Djemalloc=false -Dbenchmarks=false \
     -Dverbs=disabled -Ducx=disabled -Doptimization=1 -Ddebug=false \
-    -Dcpp_args=-gline-tables-only -Dunity=on -Dunity_size=6 >/dev/null
+    -Dcpp_args=-gline-tables-only -Dunity=on -Dunity_size=40 >/dev/null
 fi
 mapfile -t targets < <(ninja -C "$build" -t targets all |
                        sed -nE 's/^(tests\/fuzz\/fuzz_[a-z_]+): cpp_LINKER$/\1/p')
