@@ -29,7 +29,16 @@ void Coordinator::Impl::OnMoveShards(size_t ci, const ControlMessage& msg) {
   if (who.role != Role::kWorker && !(msg.rank == kMoveLeave && msg.index == who.index)) return;
   if (!job.elastic) return refuse("moves need an elastic job (JobSpec::elastic)");
   if (phase != Phase::kRunning) return refuse("moves only while the job runs");
-  if (moves) return refuse("another move plan is in progress");
+  if (moves) {
+    if (msg.rank != kMoveLeave) return refuse("another move plan is in progress");
+    // Several servers told to leave at once (a job scaled down by more than one): each leave
+    // is planned over the chains the ones before it left.
+    std::fprintf(stderr,
+                 "ferry coordinator: server %u's leave waits for the move plan in progress\n",
+                 msg.index);
+    queued_leaves.emplace_back(ci, msg);
+    return;
+  }
   Result<std::vector<ShardMove>> decoded = std::vector<ShardMove>{};
   if (msg.rank == kMoveLeave) {
     decoded = PlanLeaveOf(msg.index);
@@ -174,6 +183,18 @@ void Coordinator::Impl::SendMoveActions(const std::vector<MovePlan::Action>& act
     Send(conns[moves_requester].ep, done);
   }
   moves.reset();
+  StartQueuedLeaves();
+}
+
+void Coordinator::Impl::StartQueuedLeaves() {
+  // A queued leave that no longer applies (its server left or died meanwhile, the job ended) is
+  // refused to its requester as a fresh request would be; the next one is tried then.
+  while (!moves && !queued_leaves.empty()) {
+    auto [ci, msg] = std::move(queued_leaves.front());
+    queued_leaves.pop_front();
+    if (ci >= conns.size() || conns[ci].gone) continue;
+    OnMoveShards(ci, msg);
+  }
 }
 
 }  // namespace ferry::ps

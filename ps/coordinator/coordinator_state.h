@@ -174,8 +174,12 @@ struct CoordinatorState {
   std::map<uint32_t, Clock::time_point> repairs_started;  // joining spare -> its kChainRepair
   // Moves (elastic jobs; coordinator_moves.cc, move_plan.h). A worker's kMoveShards starts a plan
   // (one at a time); kMoveCopied and kMoveDrained from the servers advance it; a removed server
-  // hands it MovePlan::Failed; the requester hears kMoveShards once it is done.
+  // hands it MovePlan::Failed; the requester hears kMoveShards once it is done. A leave asked for
+  // while a plan runs waits in queued_leaves (in arrival order) and is planned when it ends,
+  // from the chains as they are then; other moves are refused meanwhile.
   void OnMoveShards(size_t ci, const ControlMessage& msg);
+  void StartQueuedLeaves();
+  std::deque<std::pair<size_t, ControlMessage>> queued_leaves;  // conns index, the request
   void OnMoveReport(const Member& m, const ControlMessage& msg);
   void MovesFailed(uint32_t server);
   // Sends MovePlan's actions on (to everyone, in order), and answers the requester when done.

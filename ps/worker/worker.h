@@ -183,6 +183,9 @@ class Worker {
   uint32_t index() const { return index_; }
   uint32_t num_workers() const { return job_.workers; }
   uint32_t num_servers() const { return job_.shard_servers(); }  // shard servers
+  // Shard servers still serving: not removed by a graceful leave or a failover (as this
+  // worker has heard; adopted spares count).
+  uint32_t live_servers() const { return chain_.live_servers(); }
   const JobSpec& job() const { return job_; }
   Result<uint32_t> TableId(std::string_view name) const;
   const Partition& partition() const { return partition_; }
