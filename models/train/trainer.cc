@@ -358,6 +358,9 @@ Status RunTraining(ps::Node& node, const TrainOptions& o, const ModelDef& def,
   if (ps::Worker* w = node.worker()) {
     WorkerLoop loop(*w, o, def);
     first = loop.Run(report);
+    if (report != nullptr && w->live_servers() < w->num_servers()) {
+      report->servers_removed = w->num_servers() - w->live_servers();
+    }
     // A worker that failed alone (its input, say) must not finish politely: the others may be
     // waiting for it in a collective, and Finish would wait for them. Leaving the job (the
     // Node's destructor) fails their waits at once.

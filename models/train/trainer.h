@@ -53,17 +53,18 @@ struct TrainReport {
   uint64_t samples = 0;      // trained, all workers and epochs
   double train_seconds = 0;  // the slowest worker's loop
   double samples_per_sec = 0;
-  double train_logloss = 0;  // mean over all trained samples
-  uint32_t epochs = 0;       // passes made
-  uint32_t kept_epoch = 0;   // the pass whose model was kept and exported (with a refit: the
-                             // pass count the fresh model trained on all the lines)
-  bool refit = false;        // the exported model is the refit one (TrainOptions::refit)
-  double logit_offset = 0;   // intercept calibration on the held-out data (0: none)
-  std::string stop_reason;   // why the passes ended
-  uint32_t batch_size = 0;   // per worker, as resolved
-  EvalMetrics validation;    // of the kept model (count 0: no held-out data)
-  EvalMetrics test;          // of the kept model (count 0: no test files)
-  uint64_t malformed = 0;    // training lines skipped
+  double train_logloss = 0;      // mean over all trained samples
+  uint32_t epochs = 0;           // passes made
+  uint32_t kept_epoch = 0;       // the pass whose model was kept and exported (with a refit: the
+                                 // pass count the fresh model trained on all the lines)
+  bool refit = false;            // the exported model is the refit one (TrainOptions::refit)
+  double logit_offset = 0;       // intercept calibration on the held-out data (0: none)
+  std::string stop_reason;       // why the passes ended
+  uint32_t batch_size = 0;       // per worker, as resolved
+  EvalMetrics validation;        // of the kept model (count 0: no held-out data)
+  EvalMetrics test;              // of the kept model (count 0: no test files)
+  uint64_t malformed = 0;        // training lines skipped
+  uint32_t servers_removed = 0;  // shard servers that left (--elastic) or failed over meanwhile
 };
 
 // Runs this rank's part. On worker 0 fills `report` (when not null). Every rank returns the

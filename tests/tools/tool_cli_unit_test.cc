@@ -118,6 +118,12 @@ TEST(TrainCli, FormatTrainSummary) {
             "ferry-train: lr on 1 servers + 1 workers over ?: 1000 samples in 2.0 s "
             "(500 samples/s), 1 epoch (refit: 2 on all lines); test logloss 0.50000, AUC "
             "0.75000 (10 samples), calibration 1.000; 4 malformed lines skipped\n");
+  r.servers_removed = 1;
+  r.test.count = 0;
+  r.malformed = 0;
+  EXPECT_EQ(train::FormatTrainSummary("ftrl", 3, 2, "tcp", r),
+            "ferry-train: ftrl on 3 servers + 2 workers over tcp (1 server removed while "
+            "training): 1000 samples in 2.0 s (500 samples/s), 1 epoch (refit: 2 on all lines)\n");
 }
 
 }  // namespace

@@ -87,6 +87,10 @@ class Elastic : public ::testing::Test {
               std::string::npos)
         << run.proc.Describe();
     EXPECT_EQ(run.proc.err.find("exited with status"), std::string::npos) << run.proc.Describe();
+    EXPECT_NE(run.proc.out.find("on 3 servers + 2 workers over " + transport +
+                                " (1 server removed while training)"),
+              std::string::npos)
+        << run.proc.Describe();
     EXPECT_EQ(run.final_line.value("samples", uint64_t{0}), 2 * 40000u) << run.final_line;
     EXPECT_LE(std::fabs(run.logloss() - fixed.logloss()), 0.005 * fixed.logloss())
         << tag << ": logloss " << run.logloss() << " against " << fixed.logloss()

@@ -160,12 +160,16 @@ int RunJobRank(const CLI::App& app, models::TrainOptions o, const ps::LaunchEnv&
 
 std::string FormatTrainSummary(std::string_view model, uint32_t servers, uint32_t workers,
                                const std::string& transport, const models::TrainReport& report) {
-  std::string out = Printf(
-      "ferry-train: %s on %u servers + %u workers over %s: %llu samples in %.1f s "
-      "(%.0f samples/s)",
-      std::string(model).c_str(), servers, workers, transport.c_str(),
-      static_cast<unsigned long long>(report.samples), report.train_seconds,
-      report.samples_per_sec);
+  std::string out = Printf("ferry-train: %s on %u servers + %u workers over %s",
+                           std::string(model).c_str(), servers, workers, transport.c_str());
+  // An elastic job's leaves (or replicas' failovers) end it on fewer servers than it began with.
+  if (report.servers_removed > 0) {
+    out += Printf(" (%u server%s removed while training)", report.servers_removed,
+                  report.servers_removed == 1 ? "" : "s");
+  }
+  out += Printf(": %llu samples in %.1f s (%.0f samples/s)",
+                static_cast<unsigned long long>(report.samples), report.train_seconds,
+                report.samples_per_sec);
   out += Printf(", %u epoch%s", report.epochs, report.epochs == 1 ? "" : "s");
   if (report.refit) {
     out += Printf(" (refit: %u on all lines)", report.kept_epoch);
