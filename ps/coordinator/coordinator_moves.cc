@@ -7,7 +7,8 @@
 //
 // Not yet: a standby coordinator that takes over does not know of a plan in progress (the
 // journal records repairs, not moves), so elastic jobs with replicas and a standby lose the
-// plan's requester then (it times out) and a shard mid-move stays copying.
+// plan's requester then (it times out), the leaves queued behind it, and a shard mid-move stays
+// copying.
 #include <cstdio>
 #include <string>
 
