@@ -64,6 +64,13 @@ void Forward(std::span<const uint8_t> in) {
     g_sink = sum;
     return;
   }
+  if ((v.header.flags & ferry::ps::kForwardRecord) != 0) {
+    // A record hands out its keys and their row ops (no gradients: push.grads is null).
+    uint64_t sum = 0;
+    for (uint32_t i = 0; i < v.header.num_keys; ++i) sum += v.push.keys[i] + v.ops[i];
+    g_sink = sum;
+    return;
+  }
   // An accepted forward hands out a push whose keys and gradients lie in the ring.
   if (v.push.type() != ferry::ps::RequestType::kPush || v.push.header.shard >= limits.shards) {
     __builtin_trap();

@@ -186,7 +186,11 @@ TEST_F(Export, AStreamPublishesVersionsInOrderAndEndsWithTheFinalModel) {
   Proc p = Exec({"/bin/sh", "-c", cmd}, 90);
   ASSERT_EQ(p.exit_code, 0) << p.Describe();
   const models::ExportManifest m = Manifest(ex);
-  ASSERT_GE(m.entries.size(), 4u);  // 10k, 20k, 30k, 40k (pruned to the last 2 bases) and the end
+  // Versions at 10k, 20k and 30k samples, at 40k when the last window's round reaches it before
+  // the stream ends (timing: the windows are dealt to 2 workers), and at the end: 4 or 5, bases
+  // every 2nd, pruned to the last 2 bases with their deltas (v1-v4, or v3-v5: 3 entries).
+  ASSERT_GE(m.entries.size(), 3u);
+  EXPECT_GE(m.entries.back().version, 4u);
   EXPECT_TRUE(m.entries.front().base);
   for (size_t i = 1; i < m.entries.size(); ++i) {
     EXPECT_EQ(m.entries[i].version, m.entries[i - 1].version + 1);
