@@ -80,6 +80,10 @@ Result<ControlMessage> Expect(ControlClient* control, ControlKind kind, Millis t
     if (m->kind == ControlKind::kFailure) {
       return PeerFailure(who + ": job failed before it started: " + m->text);
     }
+    // Only a join slot hears it before its start (the job ended while it waited to join).
+    if (m->kind == ControlKind::kShutdown) {
+      return Cancelled(who + ": the job ended before this server joined it");
+    }
   }
 }
 
@@ -192,14 +196,17 @@ Status Node::StartRoles(const JobSpec& job) {
   // Bring every role up to "registered" first: the coordinator publishes the membership only
   // once every member of the job registered, and a server rank is server_threads members (a
   // colocated rank one more).
-  if (roles_.server >= 0 || roles_.spare >= 0) {
-    // A spare rank runs one server, index shard_servers() + j (job.h "spares").
-    const uint32_t n = roles_.spare >= 0 ? 1 : job.server_threads;
+  if (roles_.server >= 0 || roles_.spare >= 0 || roles_.join >= 0) {
+    // A spare rank runs one server, index shard_servers() + j (job.h "spares"); a join slot's
+    // rank one, first_join_slot() + j, which joins the running job (job.h "join_slots").
+    const bool one = roles_.spare >= 0 || roles_.join >= 0;
+    const uint32_t n = one ? 1 : job.server_threads;
     servers_ = std::vector<ShardServer>(n);
     for (uint32_t t = 0; t < n; ++t) {
       ShardServer& s = servers_[t];
-      s.index = roles_.spare >= 0 ? job.shard_servers() + static_cast<uint32_t>(roles_.spare)
-                                  : ShardServerOf(job, static_cast<uint32_t>(roles_.server), t);
+      s.index = roles_.join >= 0    ? job.first_join_slot() + static_cast<uint32_t>(roles_.join)
+                : roles_.spare >= 0 ? job.shard_servers() + static_cast<uint32_t>(roles_.spare)
+                                    : ShardServerOf(job, static_cast<uint32_t>(roles_.server), t);
       FERRY_ASSIGN_OR_RETURN(auto data, CreateDataTransport(job, Role::kServer, s.index));
       FERRY_ASSIGN_OR_RETURN(s.server, Server::Create(job, s.index, std::move(data), data_host_));
       FERRY_RETURN_IF_ERROR(RegisterRole(job, Role::kServer, s.index, s.server->data_address(),
@@ -260,6 +267,7 @@ void Node::RunShardServer(ShardServer* ss, Millis timeout) {
   ControlClient* control = ss->control.get();
   auto mem = Expect(control, ControlKind::kMembership, timeout, who, stopping_);
   Status s = mem.status();
+  if (s.ok()) s = server->SetMembership(*mem);
   if (s.ok()) {
     // With replicas every server also connects to its successors while it accepts its
     // predecessors: the connections form a ring, so both happen at once (the transport is
@@ -279,6 +287,12 @@ void Node::RunShardServer(ShardServer* ss, Millis timeout) {
     s = control->Send(ready);
   }
   if (s.ok()) s = Expect(control, ControlKind::kStart, timeout, who, stopping_).status();
+  if (roles_.join >= 0 && s.code() == Code::kCancelled && !stopping_) {
+    // The job ended before this join slot joined: nothing to serve, and nothing failed.
+    std::fprintf(stderr, "ferry %s: %s\n", who.c_str(), s.message().c_str());
+    ss->started.set_value(Status::Ok());
+    return;
+  }
   ss->started.set_value(s);
   if (s.ok()) s = server->Serve(control);
   ss->status = s.ok() ? s : s.Annotate(who + " (rank " + std::to_string(env_.rank) + ")");

@@ -48,6 +48,17 @@ void AddTrainFlags(CLI::App& app, TrainOptions* o, TrainFlagText* t) {
                "an elastic job: a server rank may leave while training goes on (SIGTERM to\n"
                "it: its shards move to the other servers, then it exits 0); with --shards 0\n"
                "the keys are cut into 4 shards a server, so a leave spreads its rows evenly");
+  app.add_option("--join-slots", o->join_slots,
+                 "with --elastic: this many more server ranks that the job does not wait for;\n"
+                 "each joins the running job when started with --join J (and FERRY_COORDINATOR\n"
+                 "naming the job's coordinator, which the job's launch prints), and takes its\n"
+                 "share of the shards while training goes on")
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
+  app.add_option("--join", o->join,
+                 "start only join slot J's server rank, which joins the running job named by\n"
+                 "FERRY_COORDINATOR (the job's other flags the same as its own launch's)")
+      ->check(CLI::Range(0, 63));
   app.add_option("--shards", o->shards,
                  "parts the keys are cut into, spread over the shard servers (0: one per shard\n"
                  "server); a checkpoint restores into any count")

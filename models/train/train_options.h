@@ -84,6 +84,8 @@ struct TrainOptions {
   uint32_t spares = 0;          // ps::JobSpec::spares (repairs lost copies)
   uint32_t shards = 0;          // ps::JobSpec::shards (0: one per shard server; elastic: 4)
   bool elastic = false;         // ps::JobSpec::elastic (server ranks may leave)
+  uint32_t join_slots = 0;      // ps::JobSpec::join_slots (server ranks that join later)
+  int join = -1;                // local cluster: start only this join slot, into a running job
   uint32_t backup_workers = 0;  // ps::JobSpec::backup_workers (bsp: stragglers' clocks dropped)
   uint32_t server_threads = 1;  // ps::JobSpec::server_threads
   double peer_timeout_s = 4.0;  // ps::JobSpec::peer_timeout

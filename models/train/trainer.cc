@@ -358,8 +358,10 @@ Status RunTraining(ps::Node& node, const TrainOptions& o, const ModelDef& def,
   if (ps::Worker* w = node.worker()) {
     WorkerLoop loop(*w, o, def);
     first = loop.Run(report);
-    if (report != nullptr && w->live_servers() < w->num_servers()) {
-      report->servers_removed = w->num_servers() - w->live_servers();
+    if (report != nullptr) {
+      report->servers_joined = w->servers_joined();
+      const uint32_t served = w->num_servers() + report->servers_joined;
+      report->servers_removed = served > w->live_servers() ? served - w->live_servers() : 0;
     }
     // A worker that failed alone (its input, say) must not finish politely: the others may be
     // waiting for it in a collective, and Finish would wait for them. Leaving the job (the

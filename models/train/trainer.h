@@ -65,6 +65,7 @@ struct TrainReport {
   EvalMetrics test;              // of the kept model (count 0: no test files)
   uint64_t malformed = 0;        // training lines skipped
   uint32_t servers_removed = 0;  // shard servers that left (--elastic) or failed over meanwhile
+  uint32_t servers_joined = 0;   // join slots that joined and took shards (--join-slots)
 };
 
 // Runs this rank's part. On worker 0 fills `report` (when not null). Every rank returns the

@@ -1,6 +1,7 @@
 // ps_leave_bench: what a server leaving a running elastic job costs (JobSpec::elastic,
-// Worker::RetireServer), beside ps_restart_bench's checkpoint-stop-restore (the baseline;
-// both in docs/perf/ps-elastic.md through perf/psbench/restart.sh).
+// Worker::RetireServer), or with --join one joining it (JobSpec::join_slots), beside
+// ps_restart_bench's checkpoint-stop-restore (the baseline; all in
+// docs/perf/ps-elastic.md through perf/psbench/restart.sh).
 //
 // The job runs in this process (every rank a thread, tests/ps/cluster.h) over a real transport
 // configuration: --from servers, 2 workers, ASP, one Adagrad table of --rows rows x --dim floats
@@ -13,14 +14,20 @@
 // drain; Adagrad state moves with the rows). After the leave worker 1 pulls the first batch and
 // checks it is not fresh (the moved rows kept their pushes).
 //
+// --join: the job has --from servers and one join slot, whose rank starts (Node::Start, in this
+// process) halfway; it registers, everyone connects to it, and it takes its share (PlanJoin)
+// while both workers push on. The join's time runs from its rank's start until worker 0's chains
+// show it heading its share (floor(shards / (from + 1)) shards).
+//
 // Usage: ps_leave_bench [--transport tcp|ucx-shm|ucx-tcp] [--rows N] [--dim D] [--shards Q]
-//                       [--from S] [--seconds T] [--rounds N] [--header]
+//                       [--from S] [--seconds T] [--join] [--rounds N] [--header]
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cinttypes>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <mutex>
 #include <random>
@@ -38,10 +45,13 @@ using Clock = std::chrono::steady_clock;
 struct Options : BenchTable {
   uint32_t from = 3;
   double seconds = 2.0;
+  bool join = false;
 };
 
 struct Round {
   std::mutex mu;
+  std::condition_variable cv;
+  bool let_join = false;  // --join: the join slot's rank may start
   Clock::time_point leave_began{}, leave_ended{};
   std::atomic<bool> leaving{false}, left{false};
   size_t moves = 0;
@@ -86,13 +96,28 @@ Status Body(Node& node, const Options& o, Round* r) {
       } else if (!r->left) {
         gap_before = std::max(gap_before, gap);
       }
-      if (w->index() == 0 && now >= half && !r->left) {
+      if (w->index() == 0 && now >= half && !r->left && !r->leaving) {
         r->leave_began = Clock::now();
         r->leaving = true;
-        FERRY_ASSIGN_OR_RETURN(r->moves, w->RetireServer(o.from - 1));
+        if (o.join) {
+          std::lock_guard<std::mutex> lock(r->mu);
+          r->let_join = true;
+          r->cv.notify_all();
+        } else {
+          FERRY_ASSIGN_OR_RETURN(r->moves, w->RetireServer(o.from - 1));
+        }
+      }
+      // A leave ends with its call; a join once the joining server heads its share.
+      const uint32_t share = o.shards / (o.from + 1);
+      if (w->index() == 0 && r->leaving &&
+          (!o.join || w->ShardsHeadedBy(w->job().first_join_slot()) >= share)) {
         r->leave_ended = Clock::now();
+        if (o.join) r->moves = share;
         r->leaving = false;
         r->left = true;
+      }
+      if (o.join && r->leaving && MsOf(Clock::now() - r->leave_began) > 60000) {
+        return Timeout("the join did not finish within 60 s");
       }
       keys.clear();
       for (uint32_t i = 0; i < o.keys; ++i) keys.push_back(BenchKey(rng() % o.rows));
@@ -134,25 +159,34 @@ int RunRound(const ferry::testing::BackendConfig& config, const Options& o) {
   // Room for a leaving server's share on top of a server's own.
   JobSpec job = o.Job(config, o.from, 2 * o.rows / o.from + o.rows / 8 + 1024);
   job.elastic = true;
+  job.join_slots = o.join ? 1 : 0;
+  const int join_rank = RanksNeeded(job) - 1;
   auto outcomes = RunJob(
-      job, [&](Node& node) { return Body(node, o, &r); }, Millis(600000));
+      job, [&](Node& node) { return Body(node, o, &r); }, Millis(600000),
+      [&](int rank) {
+        if (!o.join || rank != join_rank) return;
+        std::unique_lock<std::mutex> lock(r.mu);
+        r.cv.wait_for(lock, std::chrono::seconds(300), [&] { return r.let_join; });
+      });
   if (Status s = AllOk(outcomes); !s.ok()) {
     std::fprintf(stderr, "ps_leave_bench: the job failed: %s\n", s.ToString().c_str());
     return 1;
   }
   std::printf("| %s | %" PRIu64 " x %u | %u | %u -> %u | %zu | %.3f | %.1f | %.1f | %.1f |\n",
-              config.name.c_str(), o.rows, o.dim, o.shards, o.from, o.from - 1, r.moves,
+              config.name.c_str(), o.rows, o.dim, o.shards, o.from,
+              o.join ? o.from + 1 : o.from - 1, r.moves,
               static_cast<double>(r.rows_moved) / static_cast<double>(o.rows),
               MsOf(r.leave_ended - r.leave_began), r.gap_during_ms, r.gap_before_ms);
   std::fflush(stdout);
   return 0;
 }
 
-void PrintHeader() {
+void PrintHeader(bool join) {
   std::printf(
       "| transport | rows x dim | shards | servers | shards moved | rows moved (fraction) | "
-      "leave (ms) | longest push gap during it (ms) | longest push gap before (ms) |\n"
-      "|---|---|---:|---|---:|---:|---:|---:|---:|\n");
+      "%s (ms) | longest push gap during it (ms) | longest push gap before (ms) |\n"
+      "|---|---|---:|---|---:|---:|---:|---:|---:|\n",
+      join ? "join" : "leave");
 }
 
 int Main(int argc, char** argv) {
@@ -165,8 +199,9 @@ int Main(int argc, char** argv) {
   app.add_option("--seconds", o.seconds, "seconds of pushes (the leave starts halfway)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  app.add_flag("--join", o.join, "a server joins halfway instead (a join slot's rank starts)");
   return RunRounds(
-      app, argc, argv, "ps_leave_bench", o.transport, o.rounds, PrintHeader,
+      app, argc, argv, "ps_leave_bench", o.transport, o.rounds, [&] { PrintHeader(o.join); },
       [&]() -> std::string { return o.shards < o.from ? "--shards must be at least --from" : ""; },
       [&](const ferry::testing::BackendConfig& config) { return RunRound(config, o); });
 }

@@ -4,9 +4,10 @@
 # ps_restart_bench (restart_bench.cc) in rounds over each backend in BACKENDS, alternated, growing
 # (FROM -> TO) and shrinking (TO -> FROM), and docs/perf/ps-elastic.md from its rows. Per round:
 # 2 workers create ROWS rows x DIM floats in SHARDS shards, push for PUSH_SECONDS, checkpoint,
-# stop; a job at the new size restores and pulls. Beside it, the alternative built so far: a
-# server leaving the running job (ps_leave_bench, leave_bench.cc; max(FROM, TO) servers, the last
-# leaves halfway through LEAVE_SECONDS of pushes), in the same rounds.
+# stop; a job at the new size restores and pulls. Beside it, the elastic alternatives: a server
+# joining the running job (ps_leave_bench --join; min(FROM, TO) servers and a join slot whose rank
+# starts halfway through LEAVE_SECONDS of pushes) and one leaving it (ps_leave_bench, leave_bench.cc;
+# max(FROM, TO) servers, the last leaves halfway), in the same rounds.
 #
 # Usage: [ROUNDS=3] [BACKENDS="tcp ucx-shm"] [ROWS=1500000] [DIM=16] [SHARDS=12] [FROM=2] [TO=3]
 #        [PUSH_SECONDS=1] [LEAVE_SECONDS=4] [BUILD=obj-x86_64-linux-gnu]
@@ -29,6 +30,7 @@ TO=${TO:-3}
 PUSH_SECONDS=${PUSH_SECONDS:-1}
 LEAVE_SECONDS=${LEAVE_SECONDS:-4}
 BIG=$((FROM > TO ? FROM : TO))
+SMALL=$((FROM > TO ? TO : FROM))
 DOC=${DOC:-$ROOT/docs/perf/ps-elastic.md}
 for b in "$BENCH" "$LEAVE"; do
   [ -x "$b" ] || { echo "restart.sh: $b not built (meson -Dtests=true)" >&2; exit 1; }
@@ -47,6 +49,9 @@ for _ in $(seq "$ROUNDS"); do
         2>"$work/log" || { tail -30 "$work/log" >&2; exit 1; }
     done
     timeout 600 "$LEAVE" --transport "$backend" --rows "$ROWS" --dim "$DIM" --shards "$SHARDS" \
+      --from "$SMALL" --seconds "$LEAVE_SECONDS" --join >>"$work/join.$backend" 2>"$work/log" ||
+      { tail -30 "$work/log" >&2; exit 1; }
+    timeout 600 "$LEAVE" --transport "$backend" --rows "$ROWS" --dim "$DIM" --shards "$SHARDS" \
       --from "$BIG" --seconds "$LEAVE_SECONDS" >>"$work/leave.$backend" 2>"$work/log" ||
       { tail -30 "$work/log" >&2; exit 1; }
   done
@@ -59,10 +64,21 @@ ended=$(date -u +%FT%TZ)
     "alternated; $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//');" \
     "load average at the end $(cut -d' ' -f1-3 /proc/loadavg))."
   echo
-  echo "A server leaving a running elastic job (whole shards moved while the pushes go on:" \
-    "docs/ps.md \"Moving shards between live servers\") is measured below beside the baseline," \
-    "checkpoint, stop and restore at the new size. A server joining a running job is not built" \
-    "yet (#29): its fraction of rows moved and its longest stall go here when it is."
+  echo "A server joining and one leaving a running elastic job (whole shards moved while the" \
+    "pushes go on: docs/ps.md \"Moving shards between live servers\", \"A server" \
+    "joining\") are measured below beside the baseline, checkpoint, stop and restore at the new size."
+  echo
+  echo "## A server joining the running job (ps_leave_bench --join)"
+  echo
+  echo "$SMALL servers and one join slot (JobSpec::join_slots), 2 workers pushing 4096 random" \
+    "existing keys a batch for ${LEAVE_SECONDS} s; halfway the join slot's rank starts (in the" \
+    "same process: its transport, tables and rings, registration, every worker's and server's" \
+    "connection to it), and takes its share of the shards (PlanJoin: floor($SHARDS / $BIG) of" \
+    "them) while both workers push on. Columns as in the leave's table below; *join*: from the" \
+    "rank's start until worker 0's chains show the new server heading its share."
+  echo
+  "$LEAVE" --header --join
+  for backend in $BACKENDS; do cat "$work/join.$backend"; done
   echo
   echo "## A server leaving the running job (ps_leave_bench)"
   echo
@@ -80,13 +96,15 @@ ended=$(date -u +%FT%TZ)
   "$LEAVE" --header
   for backend in $BACKENDS; do cat "$work/leave.$backend"; done
   echo
-  echo "Reading it: a leave copies only the leaving server's shards (about 1/S of the rows, the" \
-    "*rows moved* column) while the job trains, and no push waits longer than the longest gap" \
-    "column; the restart below writes and reads every row and stops every push for its *total*."
+  echo "Reading it: a join copies only the shards the new server takes (about 1/(S+1) of the" \
+    "rows; whole shards, so a $SHARDS-shard job moves floor($SHARDS / $BIG) of them), a leave" \
+    "only the leaving server's (about 1/S), while the job trains, and no push waits longer than" \
+    "the longest gap column; the restart below writes and reads every row and stops every push" \
+    "for its *total*."
   echo
   echo "## The baseline: checkpoint, stop, restore at the new size (ps_restart_bench)"
   echo
-  echo "Without an elastic job (and for a join, until it is built), the way to change a job's size" \
+  echo "Without an elastic job, the way to change a job's size" \
     "is the one MXNet's users were given: checkpoint, stop, start again at the new size from the" \
     "checkpoint (\`--resume\` with another \`--servers\`; the rows are re-cut to the new servers" \
     "as they are read). The jobs run in one process (every rank a thread): $FROM or $TO servers," \

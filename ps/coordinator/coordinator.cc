@@ -105,7 +105,7 @@ bool Coordinator::Impl::Ended(Clock::time_point now) {
   if (phase == Phase::kFailed) {
     // Members still starting would wait for the startup timeout: stay a little longer to
     // answer their registration with the failure. Then let the notices leave, and end.
-    const bool waiting = registered < servers.size() + workers.size();
+    const bool waiting = registered < StartMembers();
     if (!waiting || now > failed_at + std::min(job.startup_timeout, Millis(3000))) {
       DrainSends(now + Millis(1000));
       return true;
@@ -183,7 +183,7 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Create(const JobSpec& job,
   impl->servers.assign(job.server_members(), -1);
   impl->workers.assign(job.workers, -1);
   impl->completed_without.assign(job.workers, 0);
-  impl->chain = ChainMap(job.shard_servers(), job.replicas, job.spares, job.num_shards());
+  impl->chain = JobChains(job);
   impl->server_applied.assign(job.server_members(), 0);
   if (!job.restore_dir.empty()) {
     // A restored job goes on from the checkpoint's clock (the workers start there too).

@@ -59,6 +59,7 @@ void Coordinator::Impl::OnGone(size_t ci, const Status& why) {
   const bool expected = phase == Phase::kFinishing || phase == Phase::kDone || m.removed ||
                         (m.registered && m.info.role == Role::kWorker && m.finished);
   if (expected || !m.registered) return;
+  if (m.joining) return JoinFailed(m.info.index, why.ToString());  // coordinator_joins.cc
   if (m.info.role == Role::kServer && job.replicas > 1 && phase == Phase::kRunning) {
     (void)RemoveServer(m.info.index, why);
     return;

@@ -23,7 +23,9 @@ void Coordinator::Impl::Reject(Member& m, const ControlMessage& msg, const std::
 std::string Coordinator::Impl::RegistrationProblem(const Member& m,
                                                    const ControlMessage& msg) const {
   if (m.registered) return "registered twice";
-  if (phase != Phase::kRegistering) return "the job has already started";
+  // A join slot registers while the job runs (OnJoinRegister decides when and whether).
+  const bool join = msg.role == Role::kServer && IsJoinSlot(msg.index);
+  if (phase != Phase::kRegistering && !join) return "the job has already started";
   if (msg.members.size() != 1) return "registration without the member's identity";
   if (msg.value != fingerprint) {
     return "rank " + std::to_string(msg.rank) +
@@ -36,7 +38,7 @@ std::string Coordinator::Impl::RegistrationProblem(const Member& m,
     return std::string(RoleName(msg.role)) + " index " + std::to_string(msg.index) +
            " is out of range";
   }
-  if (slots[msg.index] >= 0) {
+  if (slots[msg.index] >= 0 && !join) {
     return std::string(RoleName(msg.role)) + " " + std::to_string(msg.index) +
            " registered twice (two ranks with the same rank number?)";
   }
@@ -51,6 +53,7 @@ void Coordinator::Impl::OnRegister(size_t ci, const ControlMessage& msg) {
     return;
   }
   if (std::string why = RegistrationProblem(m, msg); !why.empty()) return Reject(m, msg, why);
+  if (msg.role == Role::kServer && IsJoinSlot(msg.index)) return OnJoinRegister(ci, msg);
   auto& slots = msg.role == Role::kServer ? servers : workers;
   slots[msg.index] = static_cast<int>(ci);
   m.registered = true;
@@ -59,11 +62,13 @@ void Coordinator::Impl::OnRegister(size_t ci, const ControlMessage& msg) {
   m.info.role = msg.role;
   m.info.index = msg.index;
   if (!msg.text.empty()) standby_address = msg.text;  // the rank that runs the standby
-  if (++registered == servers.size() + workers.size()) {
+  if (++registered == StartMembers()) {
     ControlMessage mem;
     mem.kind = ControlKind::kMembership;
     mem.text = standby_address;
-    for (int i : servers) mem.members.push_back(conns[i].info);
+    for (int i : servers) {
+      if (i >= 0) mem.members.push_back(conns[i].info);  // join slots join later
+    }
     for (int i : workers) mem.members.push_back(conns[i].info);
     SendToAll(mem);
     phase = Phase::kConnecting;
@@ -73,6 +78,13 @@ void Coordinator::Impl::OnRegister(size_t ci, const ControlMessage& msg) {
 void Coordinator::Impl::OnFailureReport(const Member& m, const ControlMessage& msg) {
   // msg.value: ControlClient::kFailureWhileRunning, or a failure to start; msg.text: why.
   if (m.removed) return;  // it lost its peers because it was taken out
+  if (m.joining) return JoinFailed(m.info.index, msg.text);  // coordinator_joins.cc
+  if (!m.registered && JoinSlotRank(msg.rank)) {
+    // A server that could not join (a wrong slot, its own start failed): the job goes on.
+    std::fprintf(stderr, "ferry coordinator: rank %u could not join the job: %s\n", msg.rank,
+                 msg.text.c_str());
+    return;
+  }
   if (m.registered && msg.value == ControlClient::kFailureWhileRunning) {
     // A clean shutdown has begun: a member's connections end anyway (see OnGone).
     if (phase == Phase::kFinishing) return;
@@ -88,13 +100,15 @@ void Coordinator::Impl::OnFailureReport(const Member& m, const ControlMessage& m
 }
 
 void Coordinator::Impl::OnReady(Member& m) {
+  if (m.joining && phase == Phase::kRunning) return OnJoinReady(m);  // coordinator_joins.cc
   if (m.ready || phase != Phase::kConnecting) return;
   m.ready = true;
-  if (++ready == servers.size() + workers.size()) {
+  if (++ready == StartMembers()) {
     ControlMessage s;
     s.kind = ControlKind::kStart;
     SendToAll(s);
     phase = Phase::kRunning;
+    StartQueuedJoins();  // join slots that registered early (coordinator_joins.cc)
   }
 }
 
@@ -122,6 +136,9 @@ void Coordinator::Impl::MaybeShutdown() {
     s.kind = ControlKind::kShutdown;
     s.text = "every worker finished";
     SendToAll(s);
+    // Join slots still connecting or waiting to: they leave too (ps::Node: not a failure).
+    if (joiner >= 0) Send(conns[joiner].ep, s);
+    for (const auto& [ci, msg] : queued_joins) Send(conns[ci].ep, s);
     phase = Phase::kFinishing;
     finish_deadline = Clock::now() + std::max(job.peer_timeout * 2, Millis(5000));
   }
@@ -131,7 +148,9 @@ void Coordinator::Impl::CheckStarted() {
   if (phase != Phase::kRegistering && phase != Phase::kConnecting) return;
   std::string missing;
   auto note = [&](const std::vector<int>& slots, const char* role) {
-    for (size_t k = 0; k < slots.size(); ++k) {
+    // Not the join slots: the job does not wait for them.
+    const size_t n = &slots == &servers ? job.first_join_slot() : slots.size();
+    for (size_t k = 0; k < n; ++k) {
       const int i = slots[k];
       if (i < 0 || (phase == Phase::kConnecting && !conns[i].ready)) {
         missing += (missing.empty() ? "" : ", ") + std::string(role) + " " + std::to_string(k);

@@ -9,6 +9,7 @@
 // journal records repairs, not moves), so elastic jobs with replicas and a standby lose the
 // plan's requester then (it times out), the leaves queued behind it, and a shard mid-move stays
 // copying.
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -27,10 +28,12 @@ void Coordinator::Impl::OnMoveShards(size_t ci, const ControlMessage& msg) {
   };
   // A worker's request, or a server asking for its own leave (SIGTERM on its rank).
   const MemberInfo& who = conns[ci].info;
-  if (who.role != Role::kWorker && !(msg.rank == kMoveLeave && msg.index == who.index)) return;
+  // A server's own leave or join (the coordinator asks for a join itself: OnJoinReady).
+  const bool own = (msg.rank == kMoveLeave || msg.rank == kMoveJoin) && msg.index == who.index;
+  if (who.role != Role::kWorker && !own) return;
   if (!job.elastic) return refuse("moves need an elastic job (JobSpec::elastic)");
   if (phase != Phase::kRunning) return refuse("moves only while the job runs");
-  if (moves) {
+  if (MovesBusy()) {
     if (msg.rank != kMoveLeave) return refuse("another move plan is in progress");
     // Several servers told to leave at once (a job scaled down by more than one): each leave
     // is planned over the chains the ones before it left.
@@ -43,6 +46,8 @@ void Coordinator::Impl::OnMoveShards(size_t ci, const ControlMessage& msg) {
   Result<std::vector<ShardMove>> decoded = std::vector<ShardMove>{};
   if (msg.rank == kMoveLeave) {
     decoded = PlanLeaveOf(msg.index);
+  } else if (msg.rank == kMoveJoin) {
+    decoded = PlanJoinOf(msg.index);
   } else {
     decoded = DecodeMoves(msg.data, job.num_shards(), chain.members());
   }
@@ -70,27 +75,43 @@ void Coordinator::Impl::OnMoveShards(size_t ci, const ControlMessage& msg) {
   SendMoveActions(moves->Next(chain));
 }
 
-Result<std::vector<ShardMove>> Coordinator::Impl::PlanLeaveOf(uint32_t server) const {
-  if (server >= servers.size() || chain.dead(server)) {
-    return InvalidArgument("server " + std::to_string(server) + " is not a live server");
-  }
-  // The chains as they serve: live members that are not copying, head first.
+std::vector<std::vector<uint32_t>> Coordinator::Impl::ServingChains() const {
   std::vector<std::vector<uint32_t>> chains(job.num_shards());
   for (uint32_t q = 0; q < job.num_shards(); ++q) {
     for (uint32_t m : chain.Chain(q)) {
       if (!chain.dead(m) && !chain.copying(q, m)) chains[q].push_back(m);
     }
   }
+  return chains;
+}
+
+std::vector<uint32_t> Coordinator::Impl::LiveServers() const {
   std::vector<uint32_t> live;
   for (uint32_t s = 0; s < servers.size(); ++s) {
     if (!chain.dead(s)) live.push_back(s);
   }
-  auto plan = PlanLeave(chains, live, server);
+  return live;
+}
+
+Result<std::vector<ShardMove>> Coordinator::Impl::PlanLeaveOf(uint32_t server) const {
+  if (server >= servers.size() || chain.dead(server)) {
+    return InvalidArgument("server " + std::to_string(server) + " is not a live server");
+  }
+  auto plan = PlanLeave(ServingChains(), LiveServers(), server);
   if (!plan) {
     return InvalidArgument("server " + std::to_string(server) +
                            " cannot leave: a shard it holds is on every other live server already");
   }
   return std::move(*plan);
+}
+
+Result<std::vector<ShardMove>> Coordinator::Impl::PlanJoinOf(uint32_t server) const {
+  std::vector<uint32_t> live = LiveServers();
+  if (server >= servers.size() || chain.dead(server) || !chain.Hosted(server).empty()) {
+    return InvalidArgument("server " + std::to_string(server) + " is not a live empty server");
+  }
+  live.erase(std::find(live.begin(), live.end(), server));
+  return PlanJoin(ServingChains(), live, server);
 }
 
 void Coordinator::Impl::FinishLeave() {
@@ -185,12 +206,13 @@ void Coordinator::Impl::SendMoveActions(const std::vector<MovePlan::Action>& act
   }
   moves.reset();
   StartQueuedLeaves();
+  StartQueuedJoins();  // coordinator_joins.cc
 }
 
 void Coordinator::Impl::StartQueuedLeaves() {
   // A queued leave that no longer applies (its server left or died meanwhile, the job ended) is
   // refused to its requester as a fresh request would be; the next one is tried then.
-  while (!moves && !queued_leaves.empty()) {
+  while (!MovesBusy() && !queued_leaves.empty()) {
     auto [ci, msg] = std::move(queued_leaves.front());
     queued_leaves.pop_front();
     if (ci >= conns.size() || conns[ci].gone) continue;

@@ -4,8 +4,9 @@
 // coordinator_membership.cc (registration, the start barrier, finishing, the startup timeout),
 // coordinator_clocks.cc (barriers, clocks, gathers), coordinator_failover.cc (failure notices,
 // removing a replicated server, weighing accusations), coordinator_checkpoints.cc (worker-asked
-// and periodic checkpoints), coordinator_takeover.cc (a standby taking over from the members'
-// rejoins).
+// and periodic checkpoints), coordinator_moves.cc (shard moves and graceful leaves),
+// coordinator_joins.cc (join slots joining the running job), coordinator_takeover.cc (a standby
+// taking over from the members' rejoins).
 // Threading: every member is used by the coordinator's thread alone, but `result`,
 // `result_without` and `ended` (guarded by mu).
 #pragma once
@@ -47,6 +48,7 @@ struct CoordinatorState {
     uint64_t clock = 0;          // workers: completed clocks
     uint64_t position = 0;       // workers: the data position reported with that clock
     uint64_t checkpoint_at = 0;  // workers: the last clock they asked a checkpoint at
+    bool joining = false;        // a join slot registered while the job runs, not ready yet
   };
 
   JobSpec job;
@@ -60,6 +62,9 @@ struct CoordinatorState {
   std::unordered_map<uint64_t, size_t> by_ep;  // endpoint id -> conns index
   std::vector<int> servers, workers;           // role index -> conns index (-1: none yet)
   size_t registered = 0, ready = 0, finished = 0;
+  // The members the job starts with: every slot but the join slots (counted by registered and
+  // ready; a join slot joins later, coordinator_joins.cc).
+  size_t StartMembers() const { return servers.size() - job.join_slots + workers.size(); }
   enum class Phase {
     kRegistering,
     kConnecting,
@@ -122,7 +127,9 @@ struct CoordinatorState {
   }
   void SendToRole(Role role, const ControlMessage& m) {
     for (int i : role == Role::kServer ? servers : workers) {
-      if (i >= 0 && !conns[i].gone && !conns[i].removed) Send(conns[i].ep, m);
+      if (i >= 0 && !conns[i].gone && !conns[i].removed && !conns[i].joining) {
+        Send(conns[i].ep, m);
+      }
     }
   }
   void SendToAll(const ControlMessage& m) {
@@ -178,6 +185,8 @@ struct CoordinatorState {
   // while a plan runs waits in queued_leaves (in arrival order) and is planned when it ends,
   // from the chains as they are then; other moves are refused meanwhile.
   void OnMoveShards(size_t ci, const ControlMessage& msg);
+  // Whether a move plan or a join occupies the membership (a new plan waits).
+  bool MovesBusy() const { return moves.has_value() || joiner >= 0; }
   void StartQueuedLeaves();
   std::deque<std::pair<size_t, ControlMessage>> queued_leaves;  // conns index, the request
   void OnMoveReport(const Member& m, const ControlMessage& msg);
@@ -188,6 +197,30 @@ struct CoordinatorState {
   void FinishLeave();
   // PlanLeave (ps/job/rebalance.h) over the chains as they serve; an error when it cannot leave.
   Result<std::vector<ShardMove>> PlanLeaveOf(uint32_t server) const;
+  // PlanJoin (ps/job/rebalance.h) of a server that joined: it takes its share.
+  Result<std::vector<ShardMove>> PlanJoinOf(uint32_t server) const;
+  // The chains as they serve (live members not copying, head first) and the live servers.
+  std::vector<std::vector<uint32_t>> ServingChains() const;
+  std::vector<uint32_t> LiveServers() const;
+  // Join slots (JobSpec::join_slots; coordinator_joins.cc). A join slot's kRegister while the job
+  // runs: it gets the live membership and the chains, everyone else kServerJoin; once it is
+  // ready (connected to every live server and worker) kStart, and its PlanJoin runs as a move
+  // plan. One join at a time, and none while a move plan runs (the joining server would miss
+  // its steps): a registration that arrives meanwhile, or before the job runs, waits in
+  // queued_joins. A joining server that fails or leaves before it is ready is out of the job
+  // (kServerLeave to everyone); a failure to start on a join slot's rank never fails the job.
+  bool IsJoinSlot(uint32_t server) const {
+    return server >= job.first_join_slot() && server < servers.size();
+  }
+  bool JoinSlotRank(uint32_t rank) const {
+    return job.join_slots > 0 && rank >= RanksNeeded(job) - job.join_slots;
+  }
+  void OnJoinRegister(size_t ci, const ControlMessage& msg);
+  void OnJoinReady(Member& m);
+  void JoinFailed(uint32_t server, const std::string& why);
+  void StartQueuedJoins();
+  int joiner = -1;  // conns index of the server joining (registered, not ready), or -1
+  std::deque<std::pair<size_t, ControlMessage>> queued_joins;
   std::optional<MovePlan> moves;
   int leaving = -1;
   size_t moves_requester = 0;  // conns index

@@ -112,6 +112,11 @@ void Coordinator::Impl::TakeOver() {
     auto& slots = role == Role::kServer ? servers : workers;
     for (uint32_t index = 0; index < slots.size(); ++index) {
       if (slots[index] >= 0) continue;
+      // A join slot no member names never joined (one that did and is missing is lost).
+      const bool named = std::any_of(membership.begin(), membership.end(), [&](const auto& i) {
+        return i.role == role && i.index == index;
+      });
+      if (role == Role::kServer && IsJoinSlot(index) && !named) continue;
       Member lost;
       lost.registered = lost.ready = lost.gone = true;
       lost.info = {kPrimaryRank, role, index, "", "?", 0};
@@ -122,7 +127,7 @@ void Coordinator::Impl::TakeOver() {
       conns.push_back(lost);
     }
   }
-  registered = ready = servers.size() + workers.size();
+  registered = ready = StartMembers();
   // kShutdown goes out once every worker finished, and a member that heard it leaves instead of
   // rejoining (ControlClient): when every worker that rejoined had finished, a member missing
   // from a rank other than the primary's heard it and left (the standby survives one failure,
@@ -143,7 +148,7 @@ void Coordinator::Impl::TakeOver() {
   const std::vector<uint32_t> joined_list(joined.begin(), joined.end());
   (void)chain.Replay(down_list, repairs, joined_list);
   for (uint32_t s : down) {
-    if (s < servers.size()) conns[servers[s]].removed = true;
+    if (s < servers.size() && servers[s] >= 0) conns[servers[s]].removed = true;
   }
   for (const auto& [dead, spare] : repairs) {
     if (!chain.dead(spare) && chain.joining(spare)) repairs_started[spare] = Clock::now();
@@ -178,6 +183,7 @@ void Coordinator::Impl::TakeOver() {
     return;
   }
   for (size_t s = 0; s < servers.size(); ++s) {
+    if (servers[s] < 0) continue;  // a join slot that never joined
     Member& m = conns[servers[s]];
     if (!m.gone || m.removed || shutdown) continue;
     const Status why =

@@ -2,6 +2,7 @@
 #include "ps/job/chain.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace ferry::ps {
 
@@ -164,6 +165,109 @@ bool ChainMap::Replay(std::span<const uint32_t> down,
     if (s < members() && joining_[s]) Joined(s);
   }
   return all;
+}
+
+bool ChainMap::Revive(uint32_t server) {
+  if (server >= members() || !dead_[server] || !hosted_[server].empty() || adopted_[server]) {
+    return false;
+  }
+  dead_[server] = false;
+  return true;
+}
+
+// Little-endian u32s: servers, shards, replicas, spares, version; each chain (length, members);
+// each member's hosted slots (length, shards); each member's flags (dead, joining, adopted);
+// the copying pairs (count, then shard and server of each).
+std::vector<uint8_t> ChainMap::Encode() const {
+  std::vector<uint32_t> w = {servers_, shards_, replicas_, spares_, version_};
+  for (const auto& o : order_) {
+    w.push_back(static_cast<uint32_t>(o.size()));
+    w.insert(w.end(), o.begin(), o.end());
+  }
+  for (const auto& h : hosted_) {
+    w.push_back(static_cast<uint32_t>(h.size()));
+    w.insert(w.end(), h.begin(), h.end());
+  }
+  for (uint32_t i = 0; i < members(); ++i) {
+    w.push_back((dead_[i] ? 1u : 0u) | (joining_[i] ? 2u : 0u) | (adopted_[i] ? 4u : 0u));
+  }
+  w.push_back(static_cast<uint32_t>(copying_.size()));
+  for (const auto& [shard, server] : copying_) {
+    w.push_back(shard);
+    w.push_back(server);
+  }
+  std::vector<uint8_t> out(w.size() * 4);
+  for (size_t i = 0; i < w.size(); ++i) {
+    for (int b = 0; b < 4; ++b) out[i * 4 + b] = static_cast<uint8_t>(w[i] >> (8 * b));
+  }
+  return out;
+}
+
+bool ChainMap::Decode(std::span<const uint8_t> bytes) {
+  if (bytes.size() % 4 != 0) return false;
+  size_t at = 0;
+  const size_t n = bytes.size() / 4;
+  bool ok = true;
+  auto next = [&]() -> uint32_t {
+    if (at >= n) {
+      ok = false;
+      return 0;
+    }
+    uint32_t v = 0;
+    for (int b = 0; b < 4; ++b) v |= uint32_t{bytes[at * 4 + b]} << (8 * b);
+    ++at;
+    return v;
+  };
+  ChainMap m;
+  m.servers_ = next();
+  m.shards_ = next();
+  m.replicas_ = next();
+  m.spares_ = next();
+  m.version_ = next();
+  const uint64_t members = uint64_t{m.servers_} + m.spares_;
+  if (!ok || m.servers_ == 0 || m.shards_ < m.servers_ || m.shards_ > 65535 || m.replicas_ == 0 ||
+      m.replicas_ > m.servers_ || members > 65535 + 64) {
+    return false;
+  }
+  // A list of at most `limit` entries, each below `below` (or kLeft when `left`).
+  auto list = [&](uint32_t limit, uint64_t below, bool left, std::vector<uint32_t>* out) {
+    const uint32_t len = next();
+    if (!ok || len > limit || len > n - at) return false;
+    out->resize(len);
+    for (uint32_t& v : *out) {
+      v = next();
+      if (!(v < below || (left && v == kLeft))) return false;
+    }
+    return ok;
+  };
+  m.order_.assign(m.shards_, {});
+  for (auto& o : m.order_) {
+    if (!list(static_cast<uint32_t>(members), members, false, &o)) return false;
+  }
+  m.hosted_.assign(members, {});
+  for (auto& h : m.hosted_) {
+    if (!list(m.shards_, m.shards_, true, &h)) return false;
+  }
+  m.dead_.assign(members, false);
+  m.joining_.assign(members, false);
+  m.adopted_.assign(members, false);
+  for (uint32_t i = 0; i < members; ++i) {
+    const uint32_t f = next();
+    if (!ok || f > 7) return false;
+    m.dead_[i] = (f & 1) != 0;
+    m.joining_[i] = (f & 2) != 0;
+    m.adopted_[i] = (f & 4) != 0;
+  }
+  const uint32_t copies = next();
+  if (!ok || copies > m.shards_ || copies > (n - at) / 2) return false;
+  for (uint32_t c = 0; c < copies; ++c) {
+    const uint32_t shard = next(), server = next();
+    if (!ok || shard >= m.shards_ || server >= members) return false;
+    m.copying_.emplace_back(shard, server);
+  }
+  if (at != n) return false;
+  *this = std::move(m);
+  return true;
 }
 
 }  // namespace ferry::ps

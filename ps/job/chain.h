@@ -68,6 +68,11 @@ class ChainMap {
 
   bool dead(uint32_t server) const { return dead_[server]; }
   void MarkDead(uint32_t server) { dead_[server] = true; }
+  // A join slot (JobSpec::join_slots: members counted as spares here, dead until they join)
+  // comes alive: it holds nothing and is in no chain, so nothing routes to it until a move
+  // (BeginMove) makes it a target. False (nothing changed) unless `server` is a dead member that
+  // hosts nothing and was never adopted.
+  bool Revive(uint32_t server);
   bool joining(uint32_t server) const { return joining_[server]; }
   bool is_spare(uint32_t server) const { return server >= servers_; }
   // Live shard servers and adopted spares (idle spares not counted).
@@ -113,9 +118,16 @@ class ChainMap {
   // it from what the members heard, control_journal.h): each repair (dead, spare) in order, its
   // dead server marked dead just before it, then every server in `down` dead, then the spares
   // in `joined` joined. A repair that does not apply is skipped (false returned).
+  // The whole map as bytes, and back (a joining server gets the chains as the others hold them,
+  // ControlKind::kMembership). Decode returns false on malformed bytes (the map is unchanged).
+  std::vector<uint8_t> Encode() const;
+  bool Decode(std::span<const uint8_t> bytes);
+
   bool Replay(std::span<const uint32_t> down,
               std::span<const std::pair<uint32_t, uint32_t>> repairs,
               std::span<const uint32_t> joined);
+
+  bool operator==(const ChainMap&) const = default;
 
  private:
   uint32_t servers_ = 1;

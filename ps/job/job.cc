@@ -120,6 +120,7 @@ uint64_t JobSpec::Fingerprint() const {
   h.Add(backup_workers);
   h.Add(spares);
   if (elastic) h.Add(std::string("elastic"));  // only when set: older fingerprints stay
+  if (join_slots > 0) h.Add(std::string("join_slots ") + std::to_string(join_slots));
   // Only when set apart from the default, so the jobs before shards keep their fingerprints.
   if (num_shards() != shard_servers()) h.Add(num_shards());
   h.Add(static_cast<uint64_t>(evict_tick.count()));
@@ -218,6 +219,12 @@ Status ValidateJob(const JobSpec& job) {
     return InvalidArgument(
         "elastic jobs need spares 0 and server_threads 1 (a move plans whole server ranks)");
   }
+  if (job.join_slots > 0 && !job.elastic) {
+    return InvalidArgument("join slots need an elastic job (a joining server takes shards)");
+  }
+  if (job.join_slots > 64) {
+    return InvalidArgument("join_slots " + std::to_string(job.join_slots) + " must be 0..64");
+  }
   if (job.shards != 0) {
     if (job.shards < job.shard_servers() || job.shards > 65535) {
       return InvalidArgument("shards " + std::to_string(job.shards) + " must be " +
@@ -260,11 +267,17 @@ Status ValidateJob(const JobSpec& job) {
   return Status::Ok();
 }
 
+ChainMap JobChains(const JobSpec& job) {
+  ChainMap c(job.shard_servers(), job.replicas, job.spares + job.join_slots, job.num_shards());
+  for (uint32_t j = 0; j < job.join_slots; ++j) c.MarkDead(job.first_join_slot() + j);
+  return c;
+}
+
 int RanksNeeded(const JobSpec& job) {
   if (job.role_rule == RoleRule::kColocated) {
-    return static_cast<int>(std::max(job.servers, job.workers) + job.spares);
+    return static_cast<int>(std::max(job.servers, job.workers) + job.spares + job.join_slots);
   }
-  return static_cast<int>(job.servers + job.workers + job.spares);
+  return static_cast<int>(job.servers + job.workers + job.spares + job.join_slots);
 }
 
 Result<RankRoles> RolesOf(const JobSpec& job, int rank, int size) {
@@ -284,8 +297,14 @@ Result<RankRoles> RolesOf(const JobSpec& job, int rank, int size) {
   r.coordinator = rank == 0;
   const int s = static_cast<int>(job.servers);
   const int w = static_cast<int>(job.workers);
-  if (rank >= need - static_cast<int>(job.spares)) {
-    r.spare = rank - (need - static_cast<int>(job.spares));
+  // Join slots come last, spares before them.
+  const int joins_at = need - static_cast<int>(job.join_slots);
+  if (rank >= joins_at) {
+    r.join = rank - joins_at;
+    return r;
+  }
+  if (rank >= joins_at - static_cast<int>(job.spares)) {
+    r.spare = rank - (joins_at - static_cast<int>(job.spares));
     return r;
   }
   if (job.role_rule == RoleRule::kColocated) {

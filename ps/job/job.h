@@ -24,6 +24,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ps/job/chain.h"
 #include "ps/store/admission.h"
 #include "ps/store/optimizer.h"
 #include "transport/status.h"
@@ -94,8 +95,10 @@ struct JobSpec {
   // The shard servers of the job: the count the partition, the chains, the coordinator's
   // membership and the workers' connections use.
   uint32_t shard_servers() const { return servers * server_threads; }
-  // Shard servers and spares: every server index is below this.
-  uint32_t server_members() const { return shard_servers() + spares; }
+  // Shard servers, spares and join slots: every server index is below this.
+  uint32_t server_members() const { return shard_servers() + spares + join_slots; }
+  // The server index of join slot 0 (join_slots, below).
+  uint32_t first_join_slot() const { return shard_servers() + spares; }
   // Shards: how many parts the partition cuts the keys into (ps/job/partition.h); 0 (the
   // default) is one per shard server, as before shards existed. More shards than shard servers
   // (up to 65535) puts several on each (shard q starts on shard server q mod shard_servers(),
@@ -162,6 +165,12 @@ struct JobSpec {
   // One-sided pulls are off (a shard's rows may change server). SIGTERM to a server rank is a
   // graceful leave (ps::Node; Worker::RetireServer). No spares, server_threads 1.
   bool elastic = false;
+  // Join slots (elastic jobs; docs/ps.md "Joining"): `join_slots` more server ranks, after every
+  // other rank, that the job does not wait for. Each may start any time while the job runs (a
+  // late rank: ferry-launch --join), registers with the coordinator, is connected to by every
+  // worker and server, and then takes its share of the shards (PlanJoin, ps/job/rebalance.h)
+  // while the job goes on. Join slot j is server first_join_slot() + j; 0..64.
+  uint32_t join_slots = 0;
   // Whether pushes may be forwarded to another server: replicas, or moves.
   bool forwards() const { return replicas > 1 || elastic; }
 
@@ -202,6 +211,10 @@ TableSpec ShardServerTable(const TableSpec& t, uint32_t server_threads);
 // per shard server).
 TableSpec ShardTable(const TableSpec& t, const JobSpec& job);
 
+// The chains every process of `job` starts from (chain.h): join slots are members above the
+// spares, dead until they join (ChainMap::Revive).
+ChainMap JobChains(const JobSpec& job);
+
 // Checks ranges and consistency (names unique, dims > 0, sizes sane); names the bad field.
 Status ValidateJob(const JobSpec& job);
 
@@ -209,6 +222,7 @@ struct RankRoles {
   bool coordinator = false;
   int server = -1;  // server rank index, -1 if none (its shard servers: ShardServerOf)
   int spare = -1;   // spare index j (server shard_servers() + j), -1 if none
+  int join = -1;    // join slot j (server first_join_slot() + j), -1 if none
   int worker = -1;  // worker index, -1 if none
 };
 // The roles of `rank` in a job of `size` ranks; kInvalidArgument if size does not fit the rule.

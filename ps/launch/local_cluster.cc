@@ -33,6 +33,7 @@ namespace ferry::ps {
 std::string RolesText(const RankRoles& roles) {
   std::string s;
   if (roles.server >= 0) s = "server " + std::to_string(roles.server);
+  if (roles.join >= 0) s = "join slot " + std::to_string(roles.join);
   if (roles.worker >= 0) {
     if (!s.empty()) s += ", ";
     s += "worker " + std::to_string(roles.worker);
@@ -282,11 +283,22 @@ Status Launch::Prepare() {
   shape.workers = o_.workers;
   shape.role_rule = o_.role_rule;
   shape.spares = o_.spares;
+  shape.join_slots = o_.join_slots;
   size_ = RanksNeeded(shape);
-  ranks_.resize(static_cast<size_t>(size_));
-  for (int r = 0; r < size_; ++r) {
-    ranks_[r].rank = r;
-    FERRY_ASSIGN_OR_RETURN(ranks_[r].roles, RolesOf(shape, r, size_));
+  if (o_.join >= static_cast<int>(o_.join_slots)) {
+    return InvalidArgument("join slot " + std::to_string(o_.join) +
+                           " is out of range: the job has " + std::to_string(o_.join_slots) +
+                           " (--join-slots)");
+  }
+  // The ranks this launch starts: all but the join slots, or the one join slot that joins.
+  const int joins_at = size_ - static_cast<int>(o_.join_slots);
+  const int first = o_.join >= 0 ? joins_at + o_.join : 0;
+  const int end = o_.join >= 0 ? first + 1 : joins_at;
+  ranks_.resize(static_cast<size_t>(end - first));
+  for (int r = first; r < end; ++r) {
+    Rank& rank = ranks_[static_cast<size_t>(r - first)];
+    rank.rank = r;
+    FERRY_ASSIGN_OR_RETURN(rank.roles, RolesOf(shape, r, size_));
   }
   // The environment every rank starts from: ours without the launcher's own variables and
   // without those options.env replaces.
@@ -301,6 +313,11 @@ Status Launch::Prepare() {
   }
   for (const auto& [key, value] : o_.env) {
     if (key == kCoordinatorVar) coordinator_ = value;
+  }
+  if (coordinator_.empty() && o_.join >= 0) {
+    return InvalidArgument(
+        "joining a running job needs its coordinator's address: set FERRY_COORDINATOR=host:port "
+        "(the job's own launch names it when it has join slots)");
   }
   if (coordinator_.empty()) {
     FERRY_RETURN_IF_ERROR(dir_.Create());
@@ -465,6 +482,10 @@ void Launch::CheckCoordinatorFile() {
     return;
   }
   coordinator_ = text;
+  if (o_.join_slots > 0) {
+    Report("the job's coordinator is at " + coordinator_ + ": a join slot joins with " +
+           kCoordinatorVar + "=" + coordinator_ + " and --join J");
+  }
   for (Rank& r : ranks_) {
     if (r.rank == 0) continue;
     Status s = StartRank(r);

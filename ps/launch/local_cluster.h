@@ -10,7 +10,9 @@
 //
 // What a run does:
 //   1. ranks = RanksNeeded(servers, workers, role_rule) (servers + workers, or the larger of the
-//      two when colocated); ps/job/job.h RolesOf gives each rank its roles.
+//      two when colocated; then spares and join slots); ps/job/job.h RolesOf gives each rank its
+//      roles. Join slots are not started: a later launch with options.join starts one of them
+//      (alone, with FERRY_COORDINATOR naming the running job's coordinator), which joins the job.
 //   2. Every rank gets the launcher's environment plus
 //        FERRY_RANK=r FERRY_SIZE=n FERRY_LOCAL_RANK=r FERRY_LOCAL_SIZE=n
 //        FERRY_SERVERS=S FERRY_WORKERS=W FERRY_TRANSPORT=t FERRY_ROLE_RULE=servers-first|colocated
@@ -109,6 +111,12 @@ struct LocalClusterOptions {
   Millis startup_timeout{120000};
   uint32_t replicas = 1;  // the job's JobSpec::replicas (see 4)
   uint32_t spares = 0;    // the job's JobSpec::spares: ranks after all others (see 4)
+  // The job's JobSpec::join_slots: ranks after all others that this launch does not start; each
+  // joins the running job when a launch with `join` = j starts it (elastic jobs).
+  uint32_t join_slots = 0;
+  // >= 0: start only join slot `join`'s rank, into the running job whose coordinator
+  // FERRY_COORDINATOR names (in `env`, else inherited; required). -1: start the job.
+  int join = -1;
   // Shard servers per server rank (JobSpec::server_threads), passed as FERRY_SERVER_THREADS;
   // 0: not set (the program's own flag decides).
   uint32_t server_threads = 0;

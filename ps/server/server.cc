@@ -63,7 +63,7 @@ Result<std::unique_ptr<Server>> Server::Create(const JobSpec& job, uint32_t inde
 Status Server::Init(const std::string& listen_host) {
   const uint32_t workers = job_.workers;
   const uint32_t replicas = job_.replicas;
-  chain_ = ChainMap(job_.shard_servers(), replicas, job_.spares, job_.num_shards());
+  chain_ = JobChains(job_);
   // Tables, per hosted shard (one without replicas and more shards): rows registered for remote
   // reads (one-sided pulls); the rows buffer is the source of every pull reply. A spare holds as
   // many as a server, empty and of no shard until it adopts a dead server's (chain.h "Repairs"):
@@ -91,6 +91,14 @@ Status Server::Init(const std::string& listen_host) {
     }
   }
   FERRY_RETURN_IF_ERROR(InitMemory());
+  // Who connects (SetMembership refines it from the membership): every worker, and a shard
+  // server's predecessors are the replicas-1 servers before it; every server before a spare
+  // connects to it (any of them may be the tail it joins behind); in an elastic job every
+  // other server the job starts with.
+  want_workers_ = workers;
+  want_preds_ = job_.elastic          ? job_.first_join_slot() - 1
+                : RepairSpare(index_) ? index_
+                                      : job_.replicas - 1;
   links_.resize(workers);
   std::vector<RemoteRegion> advertised;
   for (uint32_t w = 0; w < workers; ++w) {
@@ -169,7 +177,7 @@ Status Server::InitMemory() {
   // A shard server's predecessors stand at distances 1..R-1, one ring each; a spare's are the
   // tails of the chains it adopts, one ring per adopted slot (chain.h "Repairs"); in an elastic
   // job any other server may become one (a move reorders chains): one ring each.
-  pred_ring_count_ = job_.elastic              ? job_.shard_servers() - 1
+  pred_ring_count_ = job_.elastic              ? job_.server_members() - 1
                      : replicas == 1           ? 0
                      : chain_.is_spare(index_) ? replicas
                                                : replicas - 1;
@@ -250,19 +258,37 @@ bool Server::FirstSight(uint32_t k, uint32_t w, uint64_t push_id) {
   return true;
 }
 
+Status Server::SetMembership(const ControlMessage& mem) {
+  if (!mem.data.empty()) {
+    ChainMap chains;
+    if (!chains.Decode(mem.data) || chains.members() != chain_.members() ||
+        chains.shards() != chain_.shards() || chains.dead(index_)) {
+      return ProtocolError("server " + std::to_string(index_) +
+                           ": the membership's chains do not fit this job");
+    }
+    chain_ = std::move(chains);
+  }
+  if (!job_.elastic) return Status::Ok();
+  // Every other server of the membership connects, and a join slot waits for the workers
+  // still running (those the membership names).
+  uint32_t workers = 0, preds = 0;
+  for (const MemberInfo& m : mem.members) {
+    if (m.role == Role::kWorker) ++workers;
+    if (m.role == Role::kServer && m.index != index_) ++preds;
+  }
+  want_preds_ = preds;
+  if (!mem.data.empty()) want_workers_ = workers;
+  return Status::Ok();
+}
+
 Status Server::AcceptWorkers(ControlClient* control, Millis timeout) {
   const auto deadline = Clock::now() + timeout;
   uint32_t connected = 0, preds = 0;
-  // A shard server's predecessors are the replicas-1 servers before it; every server before a
-  // spare connects to it (any of them may be the tail it joins behind).
-  // In an elastic job every other server connects.
-  const uint32_t want_preds = job_.elastic              ? job_.shard_servers() - 1
-                              : chain_.is_spare(index_) ? index_
-                                                        : job_.replicas - 1;
-  while (connected < job_.workers || preds < want_preds) {
+  const uint32_t want_preds = want_preds_, want_workers = want_workers_;
+  while (connected < want_workers || preds < want_preds) {
     if (Clock::now() > deadline) {
       return Timeout("server " + std::to_string(index_) + ": only " + std::to_string(connected) +
-                     " of " + std::to_string(job_.workers) + " workers and " +
+                     " of " + std::to_string(want_workers) + " workers and " +
                      std::to_string(preds) + " of " + std::to_string(want_preds) +
                      " predecessor servers connected in time");
     }
@@ -458,6 +484,7 @@ Status Server::ServeLoop(ControlClient* control) {
       if (!d.queue.empty()) PostForwards(j);
     }
     if (drained_.size() < draining_.size()) CheckDrained();
+    if (!awaited_preds_.empty()) AcceptJoining();
     if (!fatal_.ok()) {
       control->ReportFailure(fatal_);
       return fatal_;
@@ -507,6 +534,9 @@ Status Server::ServeLoop(ControlClient* control) {
                          m->text.c_str());
           }
           break;
+        case ControlKind::kServerJoin:
+          FERRY_RETURN_IF_ERROR(OnServerJoin(*m));  // server_moves.cc
+          break;
         case ControlKind::kServerLeave:
           // A graceful leave (server_moves.cc): this server holds nothing any more.
           if (m->index == index_) {
@@ -514,6 +544,7 @@ Status Server::ServeLoop(ControlClient* control) {
             return Status::Ok();
           }
           if (m->index < chain_.members()) chain_.MarkDead(m->index);
+          awaited_preds_.erase(m->index);  // a joining server that failed to join
           break;
         case ControlKind::kCheckpoint:
           StartCheckpoint(*m, control);

@@ -121,6 +121,11 @@ class Server {
   const std::string& data_address() const { return data_address_; }
   Transport* transport() const { return data_.get(); }
 
+  // The job's membership (kMembership) before AcceptWorkers and ConnectSuccessors: who connects
+  // to this server and to whom it connects. A join slot's (JobSpec::join_slots, joining a running
+  // job) also carries the chains as the others hold them, taken as this server's own; it waits
+  // for the live servers and the workers still running that the membership names.
+  Status SetMembership(const ControlMessage& membership);
   // Accepts one data connection per worker (and, with replicas, one from each predecessor).
   // `control` is checked between attempts so that a failure elsewhere ends the wait.
   Status AcceptWorkers(ControlClient* control, Millis timeout);
@@ -236,7 +241,7 @@ class Server {
   // How many regions server `server` advertises (a spare has one forward ring more).
   size_t AdvertisedRegions(uint32_t server) const;
   // Elastic jobs: the 1-based number of the forward ring that server `at` keeps for server
-  // `pred` (!= at): every other server in index order.
+  // `pred` (!= at): every other server in index order, join slots included.
   static uint32_t ElasticRing(uint32_t at, uint32_t pred) { return pred < at ? pred + 1 : pred; }
   // Table t of `shard` when this server hosts it, else nullptr (replicas; without them every
   // request is for this server's own shard).
@@ -325,6 +330,17 @@ class Server {
   // its acks again, and the end marker follows the pushes answered here before (server_repair.cc).
   void EndCopy(uint32_t spare, uint32_t shard);
   Status ImportSpareLane(Downstream& d, uint32_t lane);
+  // A spare of the repair kind (JobSpec::spares). An elastic job's members above the shard
+  // servers are join slots: they take moves like any server (a forward ring for each other).
+  bool RepairSpare(uint32_t server) const { return !job_.elastic && chain_.is_spare(server); }
+  // Connects to successor `m` (its forward ring `dist` for this server; 0: a spare's, imported
+  // when it adopts) and keeps the Downstream.
+  Status ConnectSuccessor(const MemberInfo& m, uint32_t dist, Millis timeout);
+  // Join slots (server_moves.cc). kServerJoin: the joining server comes alive in the chains;
+  // this server connects to it (a successor, like every other server in an elastic job) and
+  // accepts its connection between requests (AcceptJoining) until it arrived.
+  Status OnServerJoin(const ControlMessage& m);
+  void AcceptJoining();
   Status ApplyCopy(const ForwardView& fv);
   Status FinishJoin();
   // Moves (elastic jobs; server_moves.cc, ps/coordinator/move_plan.h). kMoveBegin: every server
@@ -459,6 +475,11 @@ class Server {
   // those of them reported drained.
   uint32_t move_copies_pending_ = 0;
   std::set<uint32_t> draining_, drained_;
+  // The connections AcceptWorkers waits for (SetMembership), and the joining servers whose
+  // connection the serve loop still awaits (AcceptJoining), with when it gives up.
+  uint32_t want_workers_ = 0, want_preds_ = 0;
+  std::set<uint32_t> awaited_preds_;
+  std::chrono::steady_clock::time_point awaited_until_;
   std::vector<std::unique_ptr<MemoryRegion>> pred_ring_regions_;
   std::unique_ptr<MemoryRegion> ack_region_;    // this server's ack word (remote-write)
   std::unique_ptr<MemoryRegion> block_region_;  // the whole ring block: forward sources

@@ -15,6 +15,11 @@
 // holds the same rows. On kMoveFinish every process puts the target in the source's place; the
 // source empties its slot. A request that reaches the source for that shard afterwards is
 // answered kMoved (server_requests.cc): the worker's chains were older than the move.
+//
+// A join slot joining a running job (JobSpec::join_slots) is connected to first: on kServerJoin
+// every server revives it in its chains, connects to it (its forward ring for this server, as
+// between any two servers of an elastic job) and accepts its connection between requests. The
+// coordinator plans the join's moves once the joining server has every connection.
 #include <chrono>
 #include <cstdio>
 
@@ -161,6 +166,57 @@ void Server::CheckDrained() {
     Status s = control_->Send(d);
     if (!s.ok() && fatal_.ok()) fatal_ = s;
   }
+}
+
+Status Server::OnServerJoin(const ControlMessage& m) {
+  const uint32_t j = m.index;
+  if (!job_.elastic || m.members.size() != 1 || m.members[0].index != j || j == index_ ||
+      !chain_.Revive(j) || downstream_.count(j) != 0) {
+    return ProtocolError("server " + std::to_string(index_) + ": the join of server " +
+                         std::to_string(j) + " does not apply here");
+  }
+  const auto began = std::chrono::steady_clock::now();
+  FERRY_RETURN_IF_ERROR(ConnectSuccessor(m.members[0], ElasticRing(j, index_), job_.peer_timeout));
+  awaited_preds_.insert(j);
+  awaited_until_ = std::chrono::steady_clock::now() + job_.startup_timeout;
+  std::fprintf(
+      stderr, "ferry server %u: connected to joining server %u in %.1f ms\n", index_, j,
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count());
+  return Status::Ok();
+}
+
+void Server::AcceptJoining() {
+  // Between requests: a handshake completes as the loop polls, and Accept(0) takes it.
+  auto ep = data_->Accept(Millis(0));
+  if (!ep.ok()) {
+    if (ep.status().code() != Code::kTimeout) {
+      std::fprintf(stderr, "ferry server %u: refused a connection: %s\n", index_,
+                   ep.status().ToString().c_str());
+    } else if (std::chrono::steady_clock::now() > awaited_until_ && fatal_.ok()) {
+      // The joining server is gone, or the coordinator tells of it (kServerLeave) meanwhile.
+      std::fprintf(stderr, "ferry server %u: the joining server %u never connected\n", index_,
+                   *awaited_preds_.begin());
+      awaited_preds_.clear();
+    }
+    return;
+  }
+  auto hello = DecodeHello((*ep)->peer_info());
+  if (!hello.ok() || !hello->server || awaited_preds_.count(hello->index) == 0) {
+    std::fprintf(stderr,
+                 "ferry server %u: refused a data connection from %s: not a joining "
+                 "server\n",
+                 index_, (*ep)->peer_address().c_str());
+    (*ep)->Close();
+    return;
+  }
+  const uint32_t j = hello->index;
+  Status s = AcceptPredecessor(j, std::move(ep).value());
+  if (!s.ok()) {
+    std::fprintf(stderr, "ferry server %u: refused joining server %u: %s\n", index_, j,
+                 s.ToString().c_str());
+    return;
+  }
+  awaited_preds_.erase(j);
 }
 
 }  // namespace ferry::ps

@@ -90,7 +90,7 @@ Status Server::QueueCopy(uint32_t shard, uint32_t spare) {
                     std::to_string(shard) + " to server " + std::to_string(spare));
   }
   // A move's target (elastic jobs) takes the copy in the forward ring it keeps for this server.
-  if (chain_.is_spare(spare)) {
+  if (RepairSpare(spare)) {
     FERRY_RETURN_IF_ERROR(ImportSpareLane(dit->second, static_cast<uint32_t>(lane)));
   }
   const size_t tables = job_.tables.size();

@@ -28,19 +28,24 @@ Status Server::ConnectSuccessors(const std::vector<MemberInfo>& members, Millis 
   // The fixed successors (a shard server's next replicas-1), then every spare after this server:
   // a chain grows at its tail, and the spare that joins behind this server is always a later one
   // (chain.h "Repairs"). A spare's forward ring for this server comes when it adopts.
-  // An elastic job's: every other server (ElasticRing: the ring each keeps for this one).
+  // An elastic job's: every other server of the membership (ElasticRing: the ring each keeps
+  // for this one); a join slot that joins later is connected to then (OnServerJoin).
   std::vector<std::pair<uint32_t, uint32_t>> succs;  // (server, distance; 0: a spare)
   if (job_.elastic) {
-    for (uint32_t j = 0; j < job_.shard_servers(); ++j) {
-      if (j != index_) succs.push_back({j, ElasticRing(j, index_)});
+    for (const MemberInfo& m : members) {
+      if (m.role == Role::kServer && m.index != index_ && m.index < job_.server_members()) {
+        succs.push_back({m.index, ElasticRing(m.index, index_)});
+      }
     }
-  } else if (!chain_.is_spare(index_)) {
-    for (uint32_t dist = 1; dist < replicas; ++dist) {
-      succs.push_back({(index_ + dist) % job_.shard_servers(), dist});
+  } else {
+    if (!chain_.is_spare(index_)) {
+      for (uint32_t dist = 1; dist < replicas; ++dist) {
+        succs.push_back({(index_ + dist) % job_.shard_servers(), dist});
+      }
     }
-  }
-  for (uint32_t j = std::max(index_ + 1, job_.shard_servers()); j < job_.server_members(); ++j) {
-    succs.push_back({j, 0});
+    for (uint32_t j = std::max(index_ + 1, job_.shard_servers()); j < job_.server_members(); ++j) {
+      succs.push_back({j, 0});
+    }
   }
   for (const auto& succ : succs) {
     // Named copies: clang 14 (the fuzz build's) cannot capture a structured binding.
@@ -49,39 +54,47 @@ Status Server::ConnectSuccessors(const std::vector<MemberInfo>& members, Millis 
       return mi.role == Role::kServer && mi.index == j;
     });
     if (m == members.end()) return ProtocolError("membership lacks server " + std::to_string(j));
-    auto ep = data_->Connect(m->data_address, timeout);
-    if (!ep.ok()) {
-      return ep.status().Annotate("server " + std::to_string(index_) + ": connect to successor " +
-                                  std::to_string(j) + " at " + m->data_address);
-    }
-    const auto& regions = (*ep)->peer_regions();
-    const size_t expect = AdvertisedRegions(j);
-    if (regions.size() != expect) {
-      return ProtocolError("server " + std::to_string(j) + " advertised " +
-                           std::to_string(regions.size()) + " regions, expected " +
-                           std::to_string(expect));
-    }
-    Downstream d;
-    const size_t rings_at = job_.workers + job_.tables.size();
-    if (dist > 0) {
-      const RemoteRegion& ring = regions[rings_at + dist - 1];
-      d.lanes.resize(1);
-      FERRY_ASSIGN_OR_RETURN(d.lanes[0].ring, (*ep)->Import(ring));
-      d.lanes[0].space = RangeAllocator(0, ring.length, kRequestAlign);
-    } else {
-      // A spare's rings, one per slot it may adopt: imported when it adopts (ImportSpareLane).
-      d.spare_rings.assign(regions.begin() + rings_at, regions.begin() + rings_at + replicas);
-      d.lanes.resize(replicas);
-    }
-    d.ep = std::move(ep).value();
-    downstream_.emplace(j, std::move(d));
+    FERRY_RETURN_IF_ERROR(ConnectSuccessor(*m, dist, timeout));
   }
+  return Status::Ok();
+}
+
+Status Server::ConnectSuccessor(const MemberInfo& m, uint32_t dist, Millis timeout) {
+  const uint32_t j = m.index;
+  auto ep = data_->Connect(m.data_address, timeout);
+  if (!ep.ok()) {
+    return ep.status().Annotate("server " + std::to_string(index_) + ": connect to successor " +
+                                std::to_string(j) + " at " + m.data_address);
+  }
+  const auto& regions = (*ep)->peer_regions();
+  const size_t expect = AdvertisedRegions(j);
+  if (regions.size() != expect) {
+    return ProtocolError("server " + std::to_string(j) + " advertised " +
+                         std::to_string(regions.size()) + " regions, expected " +
+                         std::to_string(expect));
+  }
+  Downstream d;
+  const size_t rings_at = job_.workers + job_.tables.size();
+  if (dist > 0) {
+    const RemoteRegion& ring = regions[rings_at + dist - 1];
+    d.lanes.resize(1);
+    FERRY_ASSIGN_OR_RETURN(d.lanes[0].ring, (*ep)->Import(ring));
+    d.lanes[0].space = RangeAllocator(0, ring.length, kRequestAlign);
+  } else {
+    // A spare's rings, one per slot it may adopt: imported when it adopts (ImportSpareLane).
+    d.spare_rings.assign(regions.begin() + rings_at, regions.begin() + rings_at + job_.replicas);
+    d.lanes.resize(job_.replicas);
+  }
+  d.ep = std::move(ep).value();
+  // Serving already (a join): the serve loop learns of it here, not at its start.
+  if (control_ != nullptr) peer_of_ep_[d.ep->id()] = Peer{PeerKind::kDownstream, j};
+  downstream_.emplace(j, std::move(d));
   return Status::Ok();
 }
 
 size_t Server::AdvertisedRegions(uint32_t server) const {
   // Init's list: the worker rings, the own shard's tables, the forward rings, the ack word.
-  const uint32_t rings = job_.elastic              ? job_.shard_servers() - 1
+  const uint32_t rings = job_.elastic              ? job_.server_members() - 1
                          : chain_.is_spare(server) ? job_.replicas
                                                    : job_.replicas - 1;
   return job_.workers + job_.tables.size() + rings + 1;
@@ -91,11 +104,11 @@ Status Server::AcceptPredecessor(uint32_t pred, std::shared_ptr<Endpoint> ep) {
   // A shard server's predecessors sit at a fixed distance, its forward ring's index; a spare's
   // are every server before it (distance 0: the ring comes when it adopts).
   // An elastic job's are every other server, each with a ring of its own (ElasticRing).
-  const bool spare = chain_.is_spare(index_);
+  const bool spare = RepairSpare(index_);
   const uint32_t dist =
       spare ? 0
       : job_.elastic
-          ? (pred < job_.shard_servers() && pred != index_ ? ElasticRing(index_, pred) : 0)
+          ? (pred < job_.server_members() && pred != index_ ? ElasticRing(index_, pred) : 0)
           : (index_ + job_.shard_servers() - pred % job_.shard_servers()) % job_.shard_servers();
   const bool placed = spare ? pred < index_
                       : job_.elastic
@@ -185,7 +198,7 @@ void Server::ForwardToJoining(const Forward& f, uint32_t spare) {
 void Server::QueueForward(Forward f, uint32_t succ) {
   f.successor = static_cast<int>(succ);
   // A spare takes each shard in the ring of the slot it adopted it in.
-  const int slot = chain_.is_spare(succ) ? chain_.Slot(succ, f.shard) : 0;
+  const int slot = RepairSpare(succ) ? chain_.Slot(succ, f.shard) : 0;
   f.lane = slot < 0 ? 0 : static_cast<uint32_t>(slot);
   f.seq = 0;
   f.ring_at = f.ring_bytes = 0;
@@ -258,7 +271,7 @@ void Server::PostForwards(uint32_t succ) {
     Op op;
     op.type = OpType::kSparseWrite;
     op.flags = kOpNotify;
-    op.imm = ForwardImm(chain_.is_spare(succ) ? f.lane + 1 : 0, *at);
+    op.imm = ForwardImm(RepairSpare(succ) ? f.lane + 1 : 0, *at);
     op.ep = d.ep.get();
     op.context = kForwardContext | id;
     op.local = block_region_.get();

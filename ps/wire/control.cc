@@ -90,6 +90,8 @@ std::string_view ControlKindName(ControlKind kind) {
       return "move-finish";
     case ControlKind::kServerLeave:
       return "server-leave";
+    case ControlKind::kServerJoin:
+      return "server-join";
   }
   return "?";
 }
@@ -198,7 +200,7 @@ Result<ControlMessage> DecodeControl(std::span<const uint8_t> bytes) {
   ControlMessage m;
   const uint8_t kind = msg->kind();
   if (kind < static_cast<uint8_t>(ControlKind::kRegister) ||
-      kind > static_cast<uint8_t>(ControlKind::kServerLeave)) {
+      kind > static_cast<uint8_t>(ControlKind::kServerJoin)) {
     return ProtocolError("control message kind " + std::to_string(kind) + " is unknown");
   }
   if (msg->role() > 1) return ProtocolError("control message role is unknown");

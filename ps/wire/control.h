@@ -61,6 +61,10 @@
 //                           rank = kMoveLeave and index = a server, the coordinator plans that
 //                           server's leave itself (PlanLeave), carries it out and sends
 //                           kServerLeave once the server holds nothing
+//   join slot -> coordinator kRegister while the job runs (JobSpec::join_slots): the coordinator
+//                           answers kMembership {members = the live members, data = the
+//                           chains}, tells everyone kServerJoin, and once the joining server is
+//                           ready (every connection made) kStart, then plans its moves (PlanJoin)
 //
 // ControlClient: one connection to the coordinator, driven by its own pump thread (which also
 // answers heartbeats while the owner computes). When that connection fails while the job runs and
@@ -146,6 +150,10 @@ enum class ControlKind : uint8_t {
   kServerLeave,  // coord -> all {index = server}: it holds no shard any more and leaves the job
                  //   (a graceful leave: kMoveShards with rank = kMoveLeave); every process counts
                  //   it dead, the server itself stops serving (Ok)
+  kServerJoin,   // coord -> all {index = server, members = {its identity}}: a join slot joins the
+                 //   running job (JobSpec::join_slots): every process revives it in its chains
+                 //   (ChainMap::Revive), workers and servers connect to it; its own kMembership
+                 //   carries data = the chains (ChainMap::Encode). Its shards come by moves.
 };
 std::string_view ControlKindName(ControlKind kind);
 
@@ -157,6 +165,9 @@ inline constexpr uint64_t kCheckpointStats = 2;
 inline constexpr uint32_t kGatherToAll = 1;
 // kMoveShards' rank: plan and carry out the leave of server `index` (Worker::RetireServer).
 inline constexpr uint32_t kMoveLeave = 1;
+// kMoveShards' rank (the coordinator's own, for a join slot that joined): plan and carry out the
+// join of server `index` (PlanJoin).
+inline constexpr uint32_t kMoveJoin = 2;
 // kClock's rank: the worker asks for a checkpoint at this clock (Worker::Clock's `checkpoint`).
 inline constexpr uint32_t kClockCheckpoint = 1;
 

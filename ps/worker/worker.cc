@@ -39,7 +39,7 @@ Result<std::unique_ptr<Worker>> Worker::Create(const JobSpec& job, uint32_t inde
   std::unique_ptr<Worker> w(new Worker(job, index, std::move(data)));
   FERRY_ASSIGN_OR_RETURN(
       w->partition_, Partition::Create(job.num_shards(), job.virtual_nodes, job.partition_seed));
-  w->chain_ = ChainMap(job.shard_servers(), job.replicas, job.spares, job.num_shards());
+  w->chain_ = JobChains(job);
   w->st_->push_ids.assign(job.num_shards(), 0);
   if (!job.restore_dir.empty()) {
     // The job goes on from the checkpoint's clock (the coordinator starts there too).
@@ -83,7 +83,7 @@ Status Worker::ConnectServers(const std::vector<MemberInfo>& members, ControlCli
   control_ = control;
   State& st = *st_;
   // Every server, spares included: a spare that adopted a shard may come to head it, and data
-  // connections are made only here.
+  // connections are made only here (and for a join slot, when it joins: kServerJoin).
   const uint32_t servers = job_.server_members();
   st.servers.resize(servers);
   uint32_t found = 0;
@@ -92,36 +92,62 @@ Status Worker::ConnectServers(const std::vector<MemberInfo>& members, ControlCli
     st.servers[m.index].member = m;
     ++found;
   }
-  if (found != servers) return ProtocolError("membership lacks some servers");
-  // The transport sends hello_info in the handshake; set per connection through a fresh
-  // transport option is not possible, so the worker's hello was fixed at creation (Node).
-  for (uint32_t s = 0; s < servers; ++s) {
-    ServerLink& l = st.servers[s];
-    auto ep = data_->Connect(l.member.data_address, timeout);
-    if (!ep.ok()) {
-      return ep.status().Annotate("worker " + std::to_string(index_) + ": connect to server " +
-                                  std::to_string(s) + " (rank " + std::to_string(l.member.rank) +
-                                  ") at " + l.member.data_address);
-    }
-    l.ep = std::move(ep).value();
-    const auto& regions = l.ep->peer_regions();
-    // Rings per worker, rows per table; with replicas also forward rings (R-1, a spare's R; an
-    // elastic job's S-1) and the ack word (protocol.h "Replication"), which only servers use.
-    const size_t expect = job_.workers + job_.tables.size() +
-                          (job_.elastic         ? job_.shard_servers()
-                           : job_.replicas == 1 ? 0
-                           : chain_.is_spare(s) ? job_.replicas + 1
-                                                : job_.replicas);
-    if (regions.size() != expect) {
-      return ProtocolError("server " + std::to_string(s) + " advertised " +
-                           std::to_string(regions.size()) + " regions, expected " +
-                           std::to_string(expect));
-    }
-    FERRY_ASSIGN_OR_RETURN(l.ring, l.ep->Import(regions[index_]));
-    l.ring_bytes = regions[index_].length;
-    st.server_of_ep[l.ep->id()] = s;
+  if (found != job_.first_join_slot()) return ProtocolError("membership lacks some servers");
+  for (uint32_t s = 0; s < job_.first_join_slot(); ++s) {
+    FERRY_RETURN_IF_ERROR(ConnectServer(s, timeout));
   }
   return Status::Ok();
+}
+
+Status Worker::ConnectServer(uint32_t s, Millis timeout) {
+  State& st = *st_;
+  ServerLink& l = st.servers[s];
+  // The transport sends hello_info in the handshake; set per connection through a fresh
+  // transport option is not possible, so the worker's hello was fixed at creation (Node).
+  auto ep = data_->Connect(l.member.data_address, timeout);
+  if (!ep.ok()) {
+    return ep.status().Annotate("worker " + std::to_string(index_) + ": connect to server " +
+                                std::to_string(s) + " (rank " + std::to_string(l.member.rank) +
+                                ") at " + l.member.data_address);
+  }
+  l.ep = std::move(ep).value();
+  const auto& regions = l.ep->peer_regions();
+  // Rings per worker, rows per table; with replicas also forward rings (R-1, a spare's R; an
+  // elastic job's one per other server) and the ack word (protocol.h "Replication"), which only
+  // servers use.
+  const size_t expect = job_.workers + job_.tables.size() +
+                        (job_.elastic         ? job_.server_members()
+                         : job_.replicas == 1 ? 0
+                         : chain_.is_spare(s) ? job_.replicas + 1
+                                              : job_.replicas);
+  if (regions.size() != expect) {
+    return ProtocolError("server " + std::to_string(s) + " advertised " +
+                         std::to_string(regions.size()) + " regions, expected " +
+                         std::to_string(expect));
+  }
+  FERRY_ASSIGN_OR_RETURN(l.ring, l.ep->Import(regions[index_]));
+  l.ring_bytes = regions[index_].length;
+  st.server_of_ep[l.ep->id()] = s;
+  return Status::Ok();
+}
+
+void Worker::OnServerJoin(const ControlMessage& m) {
+  State& st = *st_;
+  const uint32_t j = m.index;
+  if (m.members.size() != 1 || j >= st.servers.size() || st.servers[j].ep != nullptr ||
+      !chain_.Revive(j)) {
+    if (st.failure.ok()) {
+      st.failure = ProtocolError("worker " + std::to_string(index_) + ": the join of server " +
+                                 std::to_string(j) + " does not apply here");
+    }
+    return;
+  }
+  st.servers[j].member = m.members[0];
+  // Nothing is sent to it before a move makes it a head, which comes after this word. A join
+  // that fails here fails at the joining server too (it waits for every worker), and the
+  // coordinator then tells of its leave (kServerLeave).
+  Status s = ConnectServer(j, job_.peer_timeout);
+  if (!s.ok()) std::fprintf(stderr, "ferry worker %u: %s\n", index_, s.ToString().c_str());
 }
 
 Result<uint32_t> Worker::TableId(std::string_view name) const {
@@ -217,6 +243,9 @@ void Worker::DrainControl() {
       // A graceful leave: the server holds nothing; what it did not answer goes to the heads.
       case ControlKind::kServerLeave:
         OnServerDown(m->index);
+        break;
+      case ControlKind::kServerJoin:
+        OnServerJoin(*m);
         break;
       default:
         break;

@@ -175,8 +175,9 @@ class Worker {
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
 
-  // Connects to every server (members with Role::kServer, in index order) and imports its
-  // staging ring. Node calls this; `control` stays attached for clocks, barriers and failures.
+  // Connects to every server (members with Role::kServer, in index order; join slots join
+  // later, kServerJoin) and imports its staging ring. Node calls this; `control` stays attached
+  // for clocks, barriers and failures.
   Status ConnectServers(const std::vector<MemberInfo>& members, ControlClient* control,
                         Millis timeout);
 
@@ -186,6 +187,21 @@ class Worker {
   // Shard servers still serving: not removed by a graceful leave or a failover (as this
   // worker has heard; adopted spares count).
   uint32_t live_servers() const { return chain_.live_servers(); }
+  // The shards `server` heads in this worker's chains (a move finished counts, as heard).
+  uint32_t ShardsHeadedBy(uint32_t server) const {
+    uint32_t n = 0;
+    for (uint32_t q = 0; q < chain_.shards(); ++q) n += chain_.Head(q) == int(server) ? 1 : 0;
+    return n;
+  }
+  // Join slots that joined the job and took shards (as this worker has heard; one that left
+  // since still counts).
+  uint32_t servers_joined() const {
+    uint32_t n = 0;
+    for (uint32_t s = job_.first_join_slot(); s < job_.server_members(); ++s) {
+      n += chain_.Hosted(s).empty() ? 0 : 1;
+    }
+    return n;
+  }
   const JobSpec& job() const { return job_; }
   Result<uint32_t> TableId(std::string_view name) const;
   const Partition& partition() const { return partition_; }
@@ -345,6 +361,10 @@ class Worker {
   // Replicas (worker_failover.cc): a server the coordinator removed; its waiting requests go to
   // the new heads of their shards.
   void OnServerDown(uint32_t server);
+  // Connects to server `s` (its member info known), imports its staging ring.
+  Status ConnectServer(uint32_t s, Millis timeout);
+  // kServerJoin: a join slot joins the running job; revived in the chains and connected to.
+  void OnServerJoin(const ControlMessage& m);
   // Posts queued re-sent requests as ring space allows (no waiting).
   void PostReroutes();
   // A kMoved reply (elastic jobs) to `slot` of server `s`: its request goes to the shard's head

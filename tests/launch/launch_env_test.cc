@@ -452,6 +452,33 @@ TEST(ApplyLaunchShapeTest, MpirunWithServersFromTheProgramDerivesWorkers) {
   EXPECT_EQ(RolesOf(job, 3, 4)->worker, 1);
 }
 
+// Join slots come after every other rank (spares before them), and need an elastic job.
+TEST(RolesOfTest, JoinSlotsAreTheLastRanks) {
+  JobSpec job = Job(2, 2);
+  TableSpec t;
+  t.name = "t";
+  t.dim = 4;
+  job.tables.push_back(t);
+  job.elastic = true;
+  job.join_slots = 2;
+  ASSERT_TRUE(ValidateJob(job).ok()) << ValidateJob(job).ToString();
+  EXPECT_EQ(RanksNeeded(job), 6);
+  EXPECT_EQ(job.first_join_slot(), 2u);
+  EXPECT_EQ(job.server_members(), 4u);
+  EXPECT_EQ(RolesOf(job, 3, 6)->worker, 1);
+  EXPECT_EQ(RolesOf(job, 4, 6)->join, 0);
+  EXPECT_EQ(RolesOf(job, 5, 6)->join, 1);
+  EXPECT_EQ(RolesOf(job, 5, 6)->server, -1);
+  const uint64_t fingerprint = job.Fingerprint();
+  job.join_slots = 1;
+  EXPECT_NE(job.Fingerprint(), fingerprint);
+  job.elastic = false;
+  EXPECT_THAT(ValidateJob(job).ToString(), ::testing::HasSubstr("join slots need an elastic"));
+  job.elastic = true;
+  job.join_slots = 65;
+  EXPECT_THAT(ValidateJob(job).ToString(), ::testing::HasSubstr("join_slots 65"));
+}
+
 TEST(ApplyLaunchShapeTest, SrunWithFerryServersDerivesWorkers) {
   // srun -n 5 --export=ALL,FERRY_SERVERS=1 prog
   LaunchShape shape;

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <cstdlib>
 #include <string>
 
 namespace ferry::ps {
@@ -106,6 +107,32 @@ TEST(RunLocalClusterTest, TheFailingRanksStatusIsTheExitCode) {
   auto code = RunLocalCluster(ShJob(1, 2, "0 0 7"));
   ASSERT_TRUE(code.ok()) << code.status().ToString();
   EXPECT_EQ(*code, 7);
+}
+
+// Join slots: the job's launch starts every rank but them (and names its coordinator); a launch
+// with `join` starts that slot's rank alone, with the size of the whole job.
+TEST(RunLocalClusterTest, JoinSlotsStartOnlyWhenAskedTo) {
+  LocalClusterOptions o = ShJob(1, 1, "0 0 9");  // rank 2, the join slot, would exit 9
+  o.join_slots = 1;
+  auto code = RunLocalCluster(o);
+  ASSERT_TRUE(code.ok()) << code.status().ToString();
+  EXPECT_EQ(*code, 0) << "the join slot's rank started with the job";
+  o.join = 0;
+  o.env = {{"FERRY_COORDINATOR", "127.0.0.1:1"}};
+  code = RunLocalCluster(o);
+  ASSERT_TRUE(code.ok()) << code.status().ToString();
+  EXPECT_EQ(*code, 9) << "join slot 0 is rank 2 of 3";
+  o.env.clear();
+  ::unsetenv("FERRY_COORDINATOR");
+  EXPECT_THAT(RunLocalCluster(o).status().message(), HasSubstr("FERRY_COORDINATOR"));
+  o.join = 1;
+  o.env = {{"FERRY_COORDINATOR", "127.0.0.1:1"}};
+  EXPECT_THAT(RunLocalCluster(o).status().message(), HasSubstr("join slot 1 is out of range"));
+  JobSpec job;
+  job.servers = 1;
+  job.workers = 1;
+  job.join_slots = 1;
+  EXPECT_EQ(RolesText(RolesOf(job, 2, 3).value()), "join slot 0");
 }
 
 TEST(RunLocalClusterTest, BadOptionsAreErrorsBeforeAnythingStarts) {

@@ -53,7 +53,8 @@ uint32_t TestServerThreads() {
 }
 
 std::vector<RankOutcome> RunJob(const JobSpec& spec, const std::function<Status(Node&)>& body,
-                                Millis deadline) {
+                                Millis deadline,
+                                const std::function<void(int rank)>& before_start) {
   JobSpec job = spec;
   if (job.server_threads == 1) job.server_threads = TestServerThreads();  // else the test's own
   const int size = RanksNeeded(job);
@@ -76,6 +77,7 @@ std::vector<RankOutcome> RunJob(const JobSpec& spec, const std::function<Status(
       env.local_rank = r;
       env.local_size = size;
       env.coordinator_file = file;
+      if (before_start) before_start(r);
       auto node = Node::Start(job, env);
       RankOutcome& o = out[r];
       if (!node.ok()) {

@@ -31,8 +31,11 @@ struct RankOutcome {
 // meson.build). A rank
 // whose body returns an error still joins. Aborts the process with a message if the job is not over
 // within `deadline` (a hang is a failure).
+// `before_start`, when set, runs on each rank's thread before its Node::Start (a join slot's rank
+// waits there until the test lets it join the running job).
 std::vector<RankOutcome> RunJob(const JobSpec& job, const std::function<Status(Node&)>& body,
-                                Millis deadline = Millis(120000));
+                                Millis deadline = Millis(120000),
+                                const std::function<void(int rank)>& before_start = nullptr);
 
 // The server_threads RunJob gives every job (FERRY_TEST_SERVER_THREADS, else 1).
 uint32_t TestServerThreads();

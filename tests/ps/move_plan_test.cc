@@ -231,5 +231,49 @@ TEST(MovePlan, ARestartOntoABusySourceKeepsItsOtherMovesWaitingForBoth) {
   EXPECT_EQ(after_b[1].server, 1u);
 }
 
+// A joining server learns the chains as bytes (kMembership): the same map comes back, after
+// moves and deaths too, and malformed bytes leave the map as it was.
+TEST(ChainMapBytes, RoundTripsAndRefusesMalformed) {
+  ChainMap chains(3, 2, 1, 12);
+  chains.MarkDead(3);  // a join slot
+  ASSERT_TRUE(chains.BeginMove(0, 0, 2));
+  ASSERT_TRUE(chains.FinishMove(0, 0, 2));
+  ASSERT_TRUE(chains.BeginMove(4, 1, 0));  // one still copying
+  chains.MarkDead(1);
+  const std::vector<uint8_t> bytes = chains.Encode();
+  ChainMap back;
+  ASSERT_TRUE(back.Decode(bytes));
+  EXPECT_TRUE(back == chains);
+  EXPECT_EQ(back.version(), chains.version());
+  EXPECT_EQ(ChainsOf(back), ChainsOf(chains));
+  const ChainMap before = back;
+  for (size_t cut : {size_t{0}, size_t{3}, size_t{4}, bytes.size() / 2, bytes.size() - 4}) {
+    EXPECT_FALSE(back.Decode(std::span(bytes).first(cut))) << "cut at " << cut;
+  }
+  std::vector<uint8_t> bad = bytes;
+  bad.push_back(0);
+  bad.push_back(0);
+  bad.push_back(0);
+  bad.push_back(0);
+  EXPECT_FALSE(back.Decode(bad)) << "trailing bytes";
+  bad = bytes;
+  bad[20 + 4] = 99;  // shard 0's first member: no such server
+  EXPECT_FALSE(back.Decode(bad));
+  EXPECT_TRUE(back == before);
+}
+
+// A join slot (a dead member that holds nothing) comes alive once; a server that held shards
+// and died or left does not.
+TEST(ChainMapRevive, OnlyAnEmptyDeadMemberRevives) {
+  ChainMap chains(2, 1, 1, 6);
+  chains.MarkDead(2);
+  EXPECT_FALSE(chains.BeginMove(0, 0, 2)) << "a dead join slot takes no move";
+  EXPECT_TRUE(chains.Revive(2));
+  EXPECT_FALSE(chains.Revive(2)) << "alive already";
+  EXPECT_TRUE(chains.BeginMove(0, 0, 2));
+  chains.MarkDead(1);
+  EXPECT_FALSE(chains.Revive(1)) << "it held shards";
+}
+
 }  // namespace
 }  // namespace ferry::ps

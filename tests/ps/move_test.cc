@@ -12,6 +12,8 @@
 // chain names, each copy with the same rows.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -53,7 +55,8 @@ struct MoveSpec {
 // holdings once it stopped serving.
 Status TrainAndMove(Node& node, TrainingSpec spec, const MoveSpec& ms,
                     std::vector<float>* final_rows, Holdings* h) {
-  spec.after_clock = [&](Worker& w, int it) -> Status {
+  spec.after_clock = [&, own = spec.after_clock](Worker& w, int it) -> Status {
+    if (own) FERRY_RETURN_IF_ERROR(own(w, it));  // the test's own, first
     for (size_t c = 0; c < ms.at.size(); ++c) {
       const uint32_t by = c < ms.by.size() ? ms.by[c] : 0;
       if (w.index() != by || ms.at[c] != it) continue;
@@ -94,7 +97,7 @@ Status TrainAndMove(Node& node, TrainingSpec spec, const MoveSpec& ms,
 }
 
 class PsMove : public ::testing::TestWithParam<BackendConfig> {
- protected:
+ public:  // Job and Spec: JoinThenLeave's too
   void SetUp() override {
     if (TestServerThreads() > 1) GTEST_SKIP() << "elastic jobs take one shard server a rank";
   }
@@ -230,6 +233,102 @@ TEST_P(PsMove, TwoServersLeaveAtOnce) {
   ms.total_moves = 5;
   Check(Job(Consistency::kAsp, 1), Spec(true), ms,
         std::vector<std::vector<uint32_t>>(kShards, {0}));
+}
+
+// 2 -> 3 -> 2 (JobSpec::join_slots): the join slot's rank starts only after worker 0's clock 2,
+// joins the running job and takes its share of the shards (PlanJoin); once it holds one, worker
+// 0 retires server 1, whose leave waits for the join's plan and is planned over the chains it
+// left. Every push counted once (the rows equal the fixed-size job's), every shard on exactly
+// the servers of its chain after both, and the join slot's rank ends ok.
+void JoinThenLeave(const JobSpec& elastic, bool constant, bool early) {
+  JobSpec job = elastic;
+  job.servers = 2;
+  TrainingSpec spec = PsMove::Spec(constant);
+  TrainingRun plain = RunTraining(job, spec);  // the fixed-size job: 2 servers throughout
+  ASSERT_TRUE(AllOk(plain.outcomes).ok()) << DescribeOutcomes(plain.outcomes);
+  job.join_slots = 1;
+  const int join_rank = RanksNeeded(job) - 1;
+  const uint32_t joiner = job.first_join_slot();  // server 2
+
+  std::vector<std::vector<uint32_t>> chains(kShards);
+  for (uint32_t q = 0; q < kShards; ++q) chains[q] = {q % 2};
+  const std::vector<ShardMove> join = PlanJoin(chains, std::vector<uint32_t>{0, 1}, joiner);
+  ASSERT_EQ(join.size(), 2u);  // floor(6 / 3) copies, from the two servers
+  const auto grown = ApplyMoves(chains, join);
+  const auto leave = PlanLeave(grown, std::vector<uint32_t>{0, 1, joiner}, 1);
+  ASSERT_TRUE(leave.has_value());
+  const auto final_chains = ApplyMoves(grown, *leave);
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool let_join = false;
+  Holdings h;
+  std::vector<float> rows;
+  spec.after_clock = [&](Worker& w, int it) -> Status {
+    if (w.index() != 0 || it != 2) return Status::Ok();
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      let_join = true;
+    }
+    cv.notify_all();
+    // Pulls drive the worker's control messages until the joining server holds a shard.
+    const std::vector<uint64_t> key = {1};
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (w.live_servers() < 3) {
+      if (std::chrono::steady_clock::now() > deadline) return Timeout("the server never joined");
+      FERRY_ASSIGN_OR_RETURN(Ticket p, w.Pull(0, key));
+      FERRY_RETURN_IF_ERROR(w.Wait(p));
+      w.Release(p);
+    }
+    FERRY_ASSIGN_OR_RETURN(const size_t done, w.RetireServer(1));
+    std::lock_guard<std::mutex> lock(h.mu);
+    h.finished.push_back(done);
+    return Status::Ok();
+  };
+  MoveSpec none;
+  const auto outcomes = RunJob(
+      job, [&](Node& node) { return TrainAndMove(node, spec, none, &rows, &h); }, Millis(120000),
+      [&](int rank) {
+        if (rank != join_rank || early) return;
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait_for(lock, std::chrono::seconds(60), [&] { return let_join; });
+      });
+  ASSERT_TRUE(AllOk(outcomes).ok()) << DescribeOutcomes(outcomes);
+  EXPECT_EQ(rows, plain.final_rows) << "the join or the leave changed the rows";
+  ASSERT_EQ(h.finished.size(), 1u);
+  EXPECT_EQ(h.finished[0], leave->size());
+  EXPECT_EQ(h.moves_in, join.size() + leave->size());
+  EXPECT_EQ(h.moves_out, join.size() + leave->size());
+  for (uint32_t shard = 0; shard < kShards; ++shard) {
+    std::set<uint32_t> holders, want(final_chains[shard].begin(), final_chains[shard].end());
+    for (const auto& [server, copy] : h.of_shard[shard]) {
+      holders.insert(server);
+      EXPECT_FALSE(copy.empty()) << "shard " << shard << " on server " << server;
+    }
+    EXPECT_EQ(holders, want) << "shard " << shard << " is not exactly on its chain";
+  }
+  std::printf(
+      "[ info     ] %s: the join moved %zu of %u shards, the leave %zu; %llu requests "
+      "answered \"moved\" and sent again\n",
+      ConsistencyName(job.consistency).c_str(), join.size(), kShards, leave->size(),
+      static_cast<unsigned long long>(h.moved_resends));
+}
+
+TEST_P(PsMove, AServerJoinsThenAnotherLeaves) {
+  {
+    SCOPED_TRACE("asp");
+    JoinThenLeave(Job(Consistency::kAsp, 1), true, false);
+  }
+  {
+    SCOPED_TRACE("bsp: rows that depend on the order of updates");
+    JoinThenLeave(Job(Consistency::kBsp, 1), false, false);
+  }
+  {
+    // The join slot's rank starts with the others: it registers before the job runs and joins
+    // once it does.
+    SCOPED_TRACE("the join slot starts with the job");
+    JoinThenLeave(Job(Consistency::kAsp, 1), true, true);
+  }
 }
 
 // Moves that do not apply are refused with the reason, and nothing moves: a source that does not

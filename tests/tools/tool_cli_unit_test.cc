@@ -124,6 +124,14 @@ TEST(TrainCli, FormatTrainSummary) {
   EXPECT_EQ(train::FormatTrainSummary("ftrl", 3, 2, "tcp", r),
             "ferry-train: ftrl on 3 servers + 2 workers over tcp (1 server removed while "
             "training): 1000 samples in 2.0 s (500 samples/s), 1 epoch (refit: 2 on all lines)\n");
+  r.servers_joined = 1;
+  EXPECT_EQ(train::FormatTrainSummary("ftrl", 2, 2, "tcp", r),
+            "ferry-train: ftrl on 2 servers + 2 workers over tcp (1 server joined and 1 removed "
+            "while training): 1000 samples in 2.0 s (500 samples/s), 1 epoch (refit: 2 on all "
+            "lines)\n");
+  r.servers_removed = 0;
+  EXPECT_NE(train::FormatTrainSummary("ftrl", 2, 2, "tcp", r).find("(1 server joined while "),
+            std::string::npos);
 }
 
 }  // namespace

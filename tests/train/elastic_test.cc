@@ -10,18 +10,41 @@
 // applied twice by the moves.
 //
 // The random moments come from one seed, printed; FERRY_ELASTIC_SEED=N replays them.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <string>
+#include <thread>
 
 #include "tests/train/train_test_util.h"
 
 namespace ferry::train_test {
 namespace {
+
+// A port that was free a moment ago on 127.0.0.1 (the job's coordinator listens there).
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  int port = 0;
+  if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    port = ntohs(a.sin_port);
+  }
+  if (fd >= 0) close(fd);
+  return port;
+}
 
 class Elastic : public ::testing::Test {
  protected:
@@ -112,6 +135,80 @@ TEST_F(Elastic, AServerLeavesWhileTrainingAndTheModelIsTheFixedSizeJobs) {
   ASSERT_FALSE(fixed_bytes.empty());
   LeaveWhileTraining("tcp", 2, fixed, fixed_bytes);
   LeaveWhileTraining("ucx", 0, fixed, fixed_bytes);
+}
+
+// 2 -> 3 -> 2 (--join-slots): the job starts on 2 servers (12 shards) with one join slot and a
+// chosen coordinator address (FERRY_COORDINATOR); once training began a second ferry-train
+// starts the join slot's server (--join 0), which joins and takes its share (4 of the 12 shards
+// move); once it holds one, server 1 gets SIGTERM and leaves (its leave waits for the join's
+// plan). The model must equal the 2-server job's byte for byte, and the logloss be within 0.5 %.
+TEST_F(Elastic, AServerJoinsAndAnotherLeavesWhileTraining) {
+  const auto job = [](const std::string& transport) {
+    std::vector<std::string> args = Job(transport);
+    *std::find(args.begin(), args.end(), "3") = "2";               // --servers 2
+    *(std::find(args.begin(), args.end(), "--epochs") + 1) = "4";  // room for the join and leave
+    return args;
+  };
+  const std::string fixed_out = data_->dir / "fixed2.model";
+  const TrainRun fixed =
+      Train(data_->dir, "fixed2", Cat(job("tcp"), {"--model-out", fixed_out}), 180);
+  ASSERT_TRUE(fixed.ok()) << fixed.proc.Describe();
+  const std::string fixed_bytes = Slurp(fixed_out);
+  for (const std::string transport : {"tcp", "ucx"}) {
+    const std::string tag = "join_" + transport;
+    const std::string metrics = data_->dir / (tag + ".jsonl");
+    const std::string out = data_->dir / (tag + ".model");
+    const std::string joiner_err = data_->dir / (tag + "_joiner.err");
+    const std::vector<std::string> args =
+        Cat(job(transport), {"--elastic", "--join-slots", "1", "--model-out", out});
+    const std::string coordinator = "127.0.0.1:" + std::to_string(FreePort());
+    ASSERT_EQ(setenv("FERRY_COORDINATOR", coordinator.c_str(), 1), 0);
+    std::thread joiner;
+    Proc joined;
+    int step = 0;  // 0: training not begun; 1: the joiner started; 2: server 1 signalled
+    pid_t leaver = -1;
+    TrainRun run = Train(data_->dir, tag, args, 180, [&](pid_t launcher) {
+      if (step == 0 && !Lines(Slurp(metrics)).empty()) {
+        step = 1;
+        // ferry-train --join 0 with the job's own flags, its stderr kept in a file to watch.
+        std::vector<std::string> argv = {"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>" + joiner_err,
+                                         TrainBin()};
+        argv = Cat(argv, Cat(args, {"--join", "0", "-q"}));
+        joiner = std::thread([&joined, argv] { joined = Exec(argv, 120); });
+      } else if (step == 1 && Slurp(joiner_err).find("holds its copy") != std::string::npos) {
+        step = 2;
+        const pid_t pid = RankPid(launcher, 1);
+        if (pid > 0 && kill(pid, SIGTERM) == 0) leaver = pid;
+      }
+    });
+    if (joiner.joinable()) joiner.join();
+    unsetenv("FERRY_COORDINATOR");
+    std::printf(
+        "%s: the job took %.1f s (%.1f s at a fixed size); test logloss %.5f (fixed %.5f)\n",
+        tag.c_str(), run.proc.seconds, fixed.proc.seconds, run.logloss(), fixed.logloss());
+    for (size_t at = run.proc.err.find("ferry coordinator: "); at != std::string::npos;
+         at = run.proc.err.find("ferry coordinator: ", at + 1)) {
+      std::printf("%s: %s\n", tag.c_str(),
+                  run.proc.err.substr(at, run.proc.err.find('\n', at) - at).c_str());
+    }
+    ASSERT_TRUE(run.ok()) << tag << ": " << run.proc.Describe();
+    ASSERT_EQ(step, 2) << tag << ": the join or the leave did not happen in time:\n"
+                       << run.proc.Describe() << "\njoiner: " << Slurp(joiner_err);
+    EXPECT_GT(leaver, 0);
+    EXPECT_EQ(joined.exit_code, 0) << tag << ": the joiner: " << joined.Describe() << "\n"
+                                   << Slurp(joiner_err);
+    EXPECT_NE(run.proc.err.find("(rank 4, pid"), std::string::npos) << run.proc.Describe();
+    EXPECT_NE(run.proc.err.find("ferry coordinator: server 1 left the job"), std::string::npos)
+        << run.proc.Describe();
+    EXPECT_NE(run.proc.out.find("on 2 servers + 2 workers over " + transport +
+                                " (1 server joined and 1 removed while training)"),
+              std::string::npos)
+        << run.proc.Describe();
+    EXPECT_EQ(run.final_line.value("samples", uint64_t{0}), 4 * 40000u) << run.final_line;
+    EXPECT_LE(std::fabs(run.logloss() - fixed.logloss()), 0.005 * fixed.logloss())
+        << tag << ": logloss " << run.logloss() << " against " << fixed.logloss();
+    EXPECT_EQ(Slurp(out), fixed_bytes) << tag << ": the model differs from the fixed-size job's";
+  }
 }
 
 // Refused before any rank starts, with the reason.

@@ -42,6 +42,15 @@ void AddFlags(CLI::App& app, LaunchFlags& f) {
                  "others that adopt a dead server's shards; they may die without stopping the job")
       ->capture_default_str()
       ->check(CLI::Range(0, 64));
+  app.add_option("--join-slots", o.join_slots,
+                 "the job's join slots (the program's own flag sets them): server ranks after\n"
+                 "all others that this launch does not start; each joins the running job later")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 64));
+  app.add_option("--join", o.join,
+                 "start only join slot J's rank, into the running job whose coordinator\n"
+                 "FERRY_COORDINATOR names (the job's launch prints it)")
+      ->check(CLI::Range(0, 63));
   app.add_option("--server-threads", o.server_threads,
                  "shard servers per server rank, each on its own thread with its own share of\n"
                  "the keys (FERRY_SERVER_THREADS; default: the program's own flag)")

@@ -61,6 +61,8 @@ int RunAsLocalCluster(const models::TrainOptions& o, int argc, char** argv) {
   lc.workers = o.workers;
   lc.replicas = o.replicas;
   lc.spares = o.spares;
+  lc.join_slots = o.join_slots;
+  lc.join = o.join;
   lc.transport = o.transport;
   lc.name = "ferry-train";
   // A lockstep stream is read by the workers themselves (each follows the directory).
@@ -162,8 +164,14 @@ std::string FormatTrainSummary(std::string_view model, uint32_t servers, uint32_
                                const std::string& transport, const models::TrainReport& report) {
   std::string out = Printf("ferry-train: %s on %u servers + %u workers over %s",
                            std::string(model).c_str(), servers, workers, transport.c_str());
-  // An elastic job's leaves (or replicas' failovers) end it on fewer servers than it began with.
-  if (report.servers_removed > 0) {
+  // An elastic job's joins and leaves (or replicas' failovers) change its servers meanwhile.
+  if (report.servers_joined > 0 && report.servers_removed > 0) {
+    out += Printf(" (%u server%s joined and %u removed while training)", report.servers_joined,
+                  report.servers_joined == 1 ? "" : "s", report.servers_removed);
+  } else if (report.servers_joined > 0) {
+    out += Printf(" (%u server%s joined while training)", report.servers_joined,
+                  report.servers_joined == 1 ? "" : "s");
+  } else if (report.servers_removed > 0) {
     out += Printf(" (%u server%s removed while training)", report.servers_removed,
                   report.servers_removed == 1 ? "" : "s");
   }
