@@ -1,8 +1,9 @@
 // Everything the parameter server decodes from a peer or from disk: request headers and key
 // arrays in a staging ring (ps/wire/protocol.h ParseRequest), control messages (ps/wire/control.h
 // DecodeControl), error reply records and connection hellos, checkpoint manifests
-// (ps/job/checkpoint.h ParseManifest), and pushes a replica forwards into a forward ring
-// (ParseForward). The first input byte picks the decoder; the rest is its input.
+// (ps/job/checkpoint.h ParseManifest), the chains a joining server learns (ps/job/chain.h
+// ChainMap::Decode, from a control message's data), and pushes a replica forwards into a forward
+// ring (ParseForward). The first input byte picks the decoder; the rest is its input.
 // A decoder must either refuse with a clear status or hand out a view whose every byte lies in
 // the input: the keys and gradients of an accepted request are read in full (ASan checks).
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ps/job/chain.h"
 #include "ps/job/checkpoint.h"
 #include "ps/wire/control.h"
 #include "ps/wire/control_journal.h"
@@ -97,6 +99,19 @@ void Control(std::span<const uint8_t> in) {
   rejoin.kind = ferry::ps::ControlKind::kRejoin;
   auto j = ferry::ps::DecodeRejoin(rejoin, 64, 64);
   if (j.ok() && ferry::ps::EncodeJournal(*j) != rejoin.data) __builtin_trap();
+  // A membership's chains (a join slot's): refused or read, every query in bounds, and what is
+  // read encodes back to the same bytes.
+  ferry::ps::ChainMap chains;
+  if (!chains.Decode(m->data)) return;
+  if (chains.Encode() != m->data) __builtin_trap();
+  uint64_t sum = chains.live_servers();
+  for (uint32_t q = 0; q < chains.shards(); ++q) {
+    sum += static_cast<uint64_t>(chains.Head(q) + chains.Tail(q)) + chains.Chain(q).size();
+    for (uint32_t member : chains.Chain(q))
+      sum += static_cast<uint64_t>(chains.Successor(q, member));
+  }
+  for (uint32_t s = 0; s < chains.members(); ++s) sum += chains.Hosted(s).size();
+  g_sink = sum;
 }
 
 void Records(std::span<const uint8_t> in) {
