@@ -65,9 +65,12 @@ int RunAsLocalCluster(const models::TrainOptions& o, int argc, char** argv) {
   lc.join = o.join;
   lc.transport = o.transport;
   lc.name = "ferry-train";
-  // A lockstep stream is read by the workers themselves (each follows the directory).
+  // A lockstep stream is read by the workers themselves (each follows the directory). A join
+  // slot's launch (--join) starts one server rank: it reads and deals nothing.
   Result<int> rc = 0;
-  if (models::LockstepStream(*resolved)) {
+  if (o.join >= 0) {
+    rc = ps::RunLocalCluster(lc);
+  } else if (models::LockstepStream(*resolved)) {
     rc = RunLockstepLocalCluster(std::move(lc));
   } else if (models::StreamTraining(*resolved)) {
     rc = RunStreamingLocalCluster(*resolved, std::move(lc));
