@@ -51,6 +51,26 @@ struct MoveSpec {
   size_t total_moves = 0;
 };
 
+// Every shard held by exactly the servers of its chain (`chains`, head first) after the moves,
+// each copy non-empty and equal to the first holder's.
+void ExpectEachShardOnItsChain(Holdings& h, const std::vector<std::vector<uint32_t>>& chains) {
+  for (uint32_t shard = 0; shard < kShards; ++shard) {
+    std::set<uint32_t> holders, want(chains[shard].begin(), chains[shard].end());
+    const RowsCopy* first = nullptr;
+    for (const auto& [server, copy] : h.of_shard[shard]) {
+      holders.insert(server);
+      if (first == nullptr) {
+        first = &copy;
+        EXPECT_FALSE(copy.empty()) << "shard " << shard << " on server " << server;
+      } else {
+        EXPECT_TRUE(copy == *first) << "shard " << shard << ": server " << server
+                                    << "'s copy differs from the first holder's";
+      }
+    }
+    EXPECT_EQ(holders, want) << "shard " << shard << " is not exactly on its chain";
+  }
+}
+
 // The training loop (training_loop.h) with worker 0 making `ms`'s calls, then every server's
 // holdings once it stopped serving.
 Status TrainAndMove(Node& node, TrainingSpec spec, const MoveSpec& ms,
@@ -142,21 +162,7 @@ class PsMove : public ::testing::TestWithParam<BackendConfig> {
     }
     EXPECT_EQ(h.moves_in, moves);
     EXPECT_EQ(h.moves_out, moves);
-    for (uint32_t shard = 0; shard < kShards; ++shard) {
-      std::set<uint32_t> holders, want(chains[shard].begin(), chains[shard].end());
-      const RowsCopy* first = nullptr;
-      for (const auto& [server, copy] : h.of_shard[shard]) {
-        holders.insert(server);
-        if (first == nullptr) {
-          first = &copy;
-          EXPECT_FALSE(copy.empty()) << "shard " << shard << " on server " << server;
-        } else {
-          EXPECT_TRUE(copy == *first) << "shard " << shard << ": server " << server
-                                      << "'s copy differs from the first holder's";
-        }
-      }
-      EXPECT_EQ(holders, want) << "shard " << shard << " is not exactly on its chain";
-    }
+    ExpectEachShardOnItsChain(h, chains);
     std::printf("[ info     ] %s: %zu moves; %llu requests answered \"moved\" and sent again\n",
                 GetParam().name.c_str(), moves, static_cast<unsigned long long>(h.moved_resends));
     // Each "moved" answer that reached a worker was sent again once (a leaving server's last
@@ -299,14 +305,7 @@ void JoinThenLeave(const JobSpec& elastic, bool constant, bool early) {
   EXPECT_EQ(h.finished[0], leave->size());
   EXPECT_EQ(h.moves_in, join.size() + leave->size());
   EXPECT_EQ(h.moves_out, join.size() + leave->size());
-  for (uint32_t shard = 0; shard < kShards; ++shard) {
-    std::set<uint32_t> holders, want(final_chains[shard].begin(), final_chains[shard].end());
-    for (const auto& [server, copy] : h.of_shard[shard]) {
-      holders.insert(server);
-      EXPECT_FALSE(copy.empty()) << "shard " << shard << " on server " << server;
-    }
-    EXPECT_EQ(holders, want) << "shard " << shard << " is not exactly on its chain";
-  }
+  ExpectEachShardOnItsChain(h, final_chains);
   std::printf(
       "[ info     ] %s: the join moved %zu of %u shards, the leave %zu; %llu requests "
       "answered \"moved\" and sent again\n",
