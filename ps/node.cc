@@ -82,12 +82,16 @@ Result<ControlMessage> Expect(ControlClient* control, ControlKind kind, Millis t
     }
     // Only a join slot hears it before its start (the job ended while it waited to join).
     if (m->kind == ControlKind::kShutdown) {
-      return Cancelled(who + ": the job ended before this server joined it");
+      return Cancelled(who + ": the job ended before this rank joined it");
     }
   }
 }
 
 }  // namespace
+
+bool Node::worker_leave_requested() const {
+  return worker_ != nullptr && job_worker_leaves_ && g_sigterm_leave.load();
+}
 
 Result<std::string> ResolveTransportName(const JobSpec& job) {
   if (job.transport != "auto") return job.transport;
@@ -222,8 +226,9 @@ Status Node::StartRoles(const JobSpec& job) {
         RegisterRole(job, Role::kWorker, i, "", worker_->transport(), &worker_control_).status());
   }
   // Elastic jobs: SIGTERM on a server rank is a graceful leave (its shards move to the other
-  // servers first; Server::RequestLeave), not an end.
-  if (job.elastic && !servers_.empty()) {
+  // servers first; Server::RequestLeave), not an end; so it is on a worker rank with worker join
+  // slots (the program leaves at its next clock boundary: worker_leave_requested).
+  if (job.elastic && (!servers_.empty() || (worker_ != nullptr && job.worker_join_slots > 0))) {
     struct sigaction sa = {};
     sa.sa_handler = [](int) { g_sigterm_leave.store(true); };
     sigemptyset(&sa.sa_mask);
@@ -231,6 +236,7 @@ Status Node::StartRoles(const JobSpec& job) {
       return IoError("install the SIGTERM handler", errno);
     }
     for (ShardServer& s : servers_) s.server->LeaveWhenSet(&g_sigterm_leave);
+    job_worker_leaves_ = job.worker_join_slots > 0;
   }
   // Each shard server accepts on its own thread while this thread's worker (if any) connects.
   for (ShardServer& s : servers_) {
@@ -238,18 +244,15 @@ Status Node::StartRoles(const JobSpec& job) {
         std::thread([this, &s, timeout = job.startup_timeout] { RunShardServer(&s, timeout); });
   }
   if (worker_ != nullptr) {
-    const std::string who = "worker " + std::to_string(roles_.worker);
-    FERRY_ASSIGN_OR_RETURN(ControlMessage mem,
-                           Expect(worker_control_.get(), ControlKind::kMembership,
-                                  job.startup_timeout, who, stopping_));
-    FERRY_RETURN_IF_ERROR(
-        worker_->ConnectServers(mem.members, worker_control_.get(), job.startup_timeout));
-    ControlMessage ready;
-    ready.kind = ControlKind::kReady;
-    FERRY_RETURN_IF_ERROR(worker_control_->Send(ready));
-    FERRY_RETURN_IF_ERROR(
-        Expect(worker_control_.get(), ControlKind::kStart, job.startup_timeout, who, stopping_)
-            .status());
+    Status s = StartWorker(job);
+    if (roles_.worker_join && s.code() == Code::kCancelled && !stopping_) {
+      // The job ended before this worker join slot joined: nothing to do, and nothing failed.
+      std::fprintf(stderr, "ferry worker %d: %s\n", roles_.worker, s.message().c_str());
+      worker_.reset();
+      worker_control_.reset();
+    } else {
+      FERRY_RETURN_IF_ERROR(s);
+    }
   }
   // The contract (node.h): Start returns once the whole job passed the start barrier, on a
   // server-only rank too. (Measured without this: rank 0 = coordinator + server 0 returned
@@ -258,6 +261,27 @@ Status Node::StartRoles(const JobSpec& job) {
     Status st = s.started.get_future().get();
     if (!st.ok()) return st.Annotate("server " + std::to_string(s.index));
   }
+  return Status::Ok();
+}
+
+Status Node::StartWorker(const JobSpec& job) {
+  const std::string who = "worker " + std::to_string(roles_.worker);
+  FERRY_ASSIGN_OR_RETURN(ControlMessage mem, Expect(worker_control_.get(), ControlKind::kMembership,
+                                                    job.startup_timeout, who, stopping_));
+  if (roles_.worker_join) {
+    // A worker join slot joins the running job (job.h "worker_join_slots").
+    FERRY_RETURN_IF_ERROR(
+        worker_->ConnectJoining(mem.members, mem.data, worker_control_.get(), job.startup_timeout));
+  } else {
+    FERRY_RETURN_IF_ERROR(
+        worker_->ConnectServers(mem.members, worker_control_.get(), job.startup_timeout));
+  }
+  ControlMessage ready;
+  ready.kind = ControlKind::kReady;
+  FERRY_RETURN_IF_ERROR(worker_control_->Send(ready));
+  FERRY_ASSIGN_OR_RETURN(ControlMessage start, Expect(worker_control_.get(), ControlKind::kStart,
+                                                      job.startup_timeout, who, stopping_));
+  if (roles_.worker_join) FERRY_RETURN_IF_ERROR(worker_->StartAt(start));
   return Status::Ok();
 }
 

@@ -59,6 +59,10 @@ class Node {
   const std::string& coordinator_address() const { return coordinator_address_; }
   // This rank's worker, or nullptr.
   Worker* worker() { return worker_.get(); }
+  // An elastic job with worker join slots (JobSpec::worker_join_slots): SIGTERM on a worker rank
+  // asks its worker to leave the job (the program calls Worker::Leave at its next clock
+  // boundary; ferry-train does) instead of ending the process. True once it arrived.
+  bool worker_leave_requested() const;
   // This rank's first shard server, or nullptr. Its tables may be read only after Join().
   Server* server() { return servers_.empty() ? nullptr : servers_.front().server.get(); }
   // This rank's shard servers (JobSpec::server_threads of them on a server rank; ps/job/job.h),
@@ -105,12 +109,16 @@ class Node {
     std::promise<Status> started;
   };
   void RunShardServer(ShardServer* s, Millis timeout);
+  // The worker's start: membership, connections (a worker join slot's into the running job),
+  // ready, start. Cancelled when the job ended first.
+  Status StartWorker(const JobSpec& job);
 
   std::unique_ptr<ControlClient> worker_control_;
   std::vector<ShardServer> servers_;  // sized once, before any thread starts
   std::unique_ptr<Worker> worker_;
   bool worker_finished_ = false;
   std::atomic<bool> stopping_{false};
+  bool job_worker_leaves_ = false;  // SIGTERM asks this rank's worker to leave
 };
 
 // The data transport a job uses ("auto" resolved), for reports.

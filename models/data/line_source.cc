@@ -60,6 +60,10 @@ LineSource::~LineSource() = default;
 void LineSource::Rewind() {
   stream_.reset();
   piece_ = 0;
+  if (supplier_) {
+    pieces_.clear();
+    supplied_all_ = false;
+  }
 }
 
 void LineSource::HashOverlongLines(uint64_t seed) {
@@ -101,7 +105,13 @@ Status LineSource::Fill() {
 }
 
 Result<LineSource::Block> LineSource::Next() {
-  while (piece_ < pieces_.size()) {
+  while (true) {
+    if (piece_ == pieces_.size()) {
+      if (!supplier_ || supplied_all_) break;
+      FERRY_ASSIGN_OR_RETURN(const bool more, supplier_(&pieces_));
+      if (!more) supplied_all_ = true;
+      continue;
+    }
     if (!stream_) FERRY_RETURN_IF_ERROR(OpenPiece());
     const uint64_t end = pieces_[piece_].end;
     char* const buf = buffer_.get();

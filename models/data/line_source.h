@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string_view>
 #include <vector>
@@ -58,8 +59,14 @@ class LineSource {
 
   // The next block; kEnd (repeatedly) after the last piece. Errors name the file.
   Result<Block> Next();
-  // Back to the first line of the first piece.
+  // Back to the first line of the first piece; with a supplier, the pieces are dropped and the
+  // supplier asked again.
   void Rewind();
+  // Pieces on demand: whenever the pieces run out, Next() calls `more` (on its own thread), which
+  // appends the next pieces to *out and returns true, or returns false: the end (kEnd until
+  // Rewind). Its error fails Next().
+  using Supplier = std::function<Result<bool>(std::vector<Piece>* out)>;
+  void SetSupplier(Supplier more) { supplier_ = std::move(more); }
   // From now on, kOverlong blocks carry the LineHash (holdout.h) of the line they skip, with
   // this seed: the held-out split places those lines too, though they are never held whole.
   void HashOverlongLines(uint64_t seed);
@@ -75,6 +82,8 @@ class LineSource {
 
   std::vector<InputFile> inputs_;
   std::vector<Piece> pieces_;
+  Supplier supplier_;
+  bool supplied_all_ = false;  // the supplier said there is no more (until Rewind)
   std::unique_ptr<char[]> buffer_;
   size_t capacity_;
   size_t piece_ = 0;

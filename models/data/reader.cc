@@ -37,6 +37,16 @@ Status CheckOptions(const ReaderOptions& o) {
                            std::string(FormatName(o.format)) + " lines carry their own fields");
   }
   if (o.field_map && o.field_map->empty()) return InvalidArgument("the field map is empty");
+  if (o.deal) {
+    if (o.deal_items == 0 || o.deal_items > (1u << 24)) {
+      return InvalidArgument("deal_items " + std::to_string(o.deal_items) +
+                             " is out of range 1..16777216");
+    }
+    if (o.threads != 1) {
+      return InvalidArgument("dealt input is read by the calling thread: threads must be 1, not " +
+                             std::to_string(o.threads));
+    }
+  }
   return ValidateHashBits(o.hash_bits);
 }
 
@@ -61,11 +71,31 @@ Result<std::unique_ptr<Reader>> Reader::Open(const ReaderOptions& options) {
     FERRY_ASSIGN_OR_RETURN(InputFile in, ProbeInput(path));
     inputs.push_back(std::move(in));
   }
-  std::vector<Piece> pieces = PlanShard(inputs, options.shard, options.num_shards);
+  std::vector<Piece> pieces;
+  if (!options.deal) pieces = PlanShard(inputs, options.shard, options.num_shards);
   std::unique_ptr<Reader> r(new Reader(options));
   r->first_line_.assign(pieces.size(), -1);
+  std::vector<InputFile> planned = options.deal ? inputs : std::vector<InputFile>();
   r->source_ =
       std::make_unique<LineSource>(std::move(inputs), std::move(pieces), options.buffer_bytes);
+  if (options.deal) {
+    Reader* raw = r.get();
+    const uint32_t items = options.deal_items;
+    r->source_->SetSupplier([raw, items, planned = std::move(planned)](
+                                std::vector<Piece>* out) -> Result<bool> {
+      FERRY_ASSIGN_OR_RETURN(const std::optional<uint64_t> item, raw->options_.deal(raw->pass_));
+      if (!item) return false;
+      if (*item >= items) {
+        return InvalidArgument("dealt item " + std::to_string(*item) + " of " +
+                               std::to_string(items));
+      }
+      for (const Piece& p : PlanShard(planned, static_cast<uint32_t>(*item), items)) {
+        out->push_back(p);
+        raw->first_line_.push_back(-1);
+      }
+      return true;
+    });
+  }
   // A line too long for the buffer is never held whole, yet belongs to one side of the split.
   if (options.holdout.Filters()) r->source_->HashOverlongLines(options.holdout.seed);
   FERRY_RETURN_IF_ERROR(r->Start());
@@ -89,6 +119,7 @@ Status Reader::Rewind() {
   pipeline_.reset();  // joins the threads before the source is touched
   chunk_.reset();
   source_->Rewind();
+  if (options_.deal) first_line_.clear();  // the next pass's items come as they are dealt
   stats_ = ReaderStats{};
   piece_ = SIZE_MAX;
   piece_lines_ = 0;

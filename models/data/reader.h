@@ -19,6 +19,17 @@
 // (the g-th gzip file of `files` goes to shard g mod num_shards), so balance needs at least as
 // many gzip files as shards. Files are recognised as gzip by their magic bytes, not their name.
 //
+// Dealt input (options.deal, instead of shard/num_shards): the inputs are cut into deal_items
+// items as PlanShard cuts shards (an item's lines are those starting in its byte range; a gzip
+// or stream input is one item's, whole), and the reader reads the items deal(pass) hands it, in
+// the order it hands them, asking for the next one each time it has read the last (inside
+// Next, on the calling thread; threads must be 1). nullopt ends the pass. pass is 0 for the
+// first pass, 1 after the first Rewind, and so on. So a pass's items dealt among several
+// readers (ps::Worker::TakeWork: each item to one worker) are every line exactly once, however
+// many readers take part and whenever one stops asking: a reader that stops asking has read
+// every item it took once Next returned 0. (Stopping early: a deal that returns nullopt from
+// then on.)
+//
 // Order: samples come in file order, then line order. threads > 1 parses chunks in parallel
 // and yields exactly the samples, in exactly the order, of threads = 1.
 //
@@ -54,6 +65,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -83,6 +95,9 @@ struct ReaderOptions {
   // LIBSVM only (Open refuses it with another format): fields of the features by index.
   // Shared, immutable; the reader keeps a reference for its lifetime.
   std::shared_ptr<const FieldMap> field_map;
+  // Dealt input (above): the next item (< deal_items) of pass `pass`, or nullopt at its end.
+  std::function<Result<std::optional<uint64_t>>(uint64_t pass)> deal;
+  uint32_t deal_items = 0;  // 1 .. 2^24 with `deal`
 };
 
 // Counters of the current pass (reset by Rewind).

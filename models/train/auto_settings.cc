@@ -127,6 +127,43 @@ bool StreamTraining(const TrainOptions& o) {
          (o.train_files.size() == 1 && IsStreamInput(o.train_files.front()));
 }
 
+bool DealtTraining(const TrainOptions& o) {
+  return o.worker_join_slots > 0;
+}
+
+Status CheckDealtTraining(const TrainOptions& o) {
+  if (!DealtTraining(o)) {
+    if (o.join_worker >= 0) {
+      return InvalidArgument("--join-worker " + std::to_string(o.join_worker) +
+                             " needs the job's --worker-join-slots");
+    }
+    return Status::Ok();
+  }
+  const auto refuse = [](const std::string& what) {
+    return InvalidArgument("--worker-join-slots: the workers change while the job runs, so " +
+                           what);
+  };
+  if (o.join_worker >= static_cast<int>(o.worker_join_slots)) {
+    return InvalidArgument("--join-worker " + std::to_string(o.join_worker) +
+                           " is out of range: the job has " + std::to_string(o.worker_join_slots) +
+                           " (--worker-join-slots)");
+  }
+  if (StreamTraining(o)) return refuse("a stream cannot be dealt again (train from files)");
+  if (o.epochs == 0 || !o.validation_files.empty() || o.validation_fraction > 0) {
+    return refuse(
+        "nothing is decided between passes: give --epochs N (no held-out data, no early "
+        "stopping)");
+  }
+  if (!o.checkpoint_dir.empty() || o.checkpoint_every > 0 || !o.resume.empty()) {
+    return refuse(
+        "no worker has a fixed place in the data to checkpoint or resume (no "
+        "--checkpoint-dir, --checkpoint-every or --resume)");
+  }
+  if (!o.exports.dir.empty()) return refuse("no --export-dir (its versions count clocks)");
+  if (o.backup_workers > 0) return refuse("no --backup-workers");
+  return Status::Ok();
+}
+
 bool LockstepStream(const TrainOptions& o) {
   return StreamTraining(o) && !o.stream.follow.empty() &&
          o.consistency.kind == ps::Consistency::kBsp;

@@ -73,6 +73,13 @@ bool StreamStopOnStdin();
 // FollowShare), one batch per clock, so a checkpoint's clock fixes every worker's position and
 // --resume continues exactly once. Otherwise a stream is dealt (stream_dealer.h).
 bool LockstepStream(const TrainOptions& o);
+// Whether the training data is dealt to the workers as they ask (worker join slots: workers join
+// and leave the running job; ps::Worker::TakeWork, models/data/reader.h "Dealt input"), and
+// whether o (resolved) allows it: fixed passes with nothing decided between them (no held-out
+// data), files rather than a stream, no periodic checkpoints, resume, export directory or
+// backup workers (each needs every worker's place in the data, or the same workers throughout).
+bool DealtTraining(const TrainOptions& o);
+Status CheckDealtTraining(const TrainOptions& o);
 
 struct SampleEstimate {
   uint64_t samples = 0;  // estimated samples in all the files together

@@ -102,6 +102,7 @@ Result<EvalMetrics> MergeParts(const std::vector<std::vector<uint8_t>>& parts) {
   EvalPart all;
   bool scored = true;
   for (const auto& bytes : parts) {
+    if (bytes.empty()) continue;  // a worker that sent none (an elastic job's, absent)
     FERRY_ASSIGN_OR_RETURN(EvalPart p, EvalPart::Decode(bytes));
     if (p.count > 0 && p.scores.empty()) scored = false;
     all.Merge(p);

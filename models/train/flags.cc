@@ -59,6 +59,19 @@ void AddTrainFlags(CLI::App& app, TrainOptions* o, TrainFlagText* t) {
                  "start only join slot J's server rank, which joins the running job named by\n"
                  "FERRY_COORDINATOR (the job's other flags the same as its own launch's)")
       ->check(CLI::Range(0, 63));
+  app.add_option("--worker-join-slots", o->worker_join_slots,
+                 "with --elastic: this many more worker ranks that the job does not wait for;\n"
+                 "each joins the running job when started with --join-worker J (and\n"
+                 "FERRY_COORDINATOR). The training data is then dealt to the workers piece by\n"
+                 "piece as they ask, so a joining worker takes a share of what is left, and a\n"
+                 "worker sent SIGTERM leaves once it read the piece it holds (worker 0 stays:\n"
+                 "it writes the model). Needs --epochs N")
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
+  app.add_option("--join-worker", o->join_worker,
+                 "start only worker join slot J's rank, which joins the running job named by\n"
+                 "FERRY_COORDINATOR (the job's other flags the same as its own launch's)")
+      ->check(CLI::Range(0, 63));
   app.add_option("--shards", o->shards,
                  "parts the keys are cut into, spread over the shard servers (0: one per shard\n"
                  "server); a checkpoint restores into any count")

@@ -383,6 +383,8 @@ Result<ps::JobSpec> MakeJob(const TrainOptions& o, const ModelDef& def) {
   job.spares = o.spares;
   job.elastic = o.elastic;
   job.join_slots = o.join_slots;
+  job.worker_join_slots = o.worker_join_slots;
+  FERRY_RETURN_IF_ERROR(CheckDealtTraining(o));
   // An elastic job's leave moves whole shards: with 4 a server, the leaver's rows spread over
   // the others (one shard a server would land all of them on one).
   job.shards = o.elastic && o.shards == 0 ? 4 * o.servers * o.server_threads : o.shards;

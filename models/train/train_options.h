@@ -80,12 +80,16 @@ struct TrainOptions {
   // Job.
   uint32_t servers = 2;
   uint32_t workers = 2;
-  uint32_t replicas = 1;        // ps::JobSpec::replicas
-  uint32_t spares = 0;          // ps::JobSpec::spares (repairs lost copies)
-  uint32_t shards = 0;          // ps::JobSpec::shards (0: one per shard server; elastic: 4)
-  bool elastic = false;         // ps::JobSpec::elastic (server ranks may leave)
-  uint32_t join_slots = 0;      // ps::JobSpec::join_slots (server ranks that join later)
-  int join = -1;                // local cluster: start only this join slot, into a running job
+  uint32_t replicas = 1;    // ps::JobSpec::replicas
+  uint32_t spares = 0;      // ps::JobSpec::spares (repairs lost copies)
+  uint32_t shards = 0;      // ps::JobSpec::shards (0: one per shard server; elastic: 4)
+  bool elastic = false;     // ps::JobSpec::elastic (server ranks may leave)
+  uint32_t join_slots = 0;  // ps::JobSpec::join_slots (server ranks that join later)
+  int join = -1;            // local cluster: start only this join slot, into a running job
+  // ps::JobSpec::worker_join_slots: worker ranks that join later; with them the training data is
+  // dealt to the workers as they ask (ps::Worker::TakeWork), and a worker may leave (SIGTERM).
+  uint32_t worker_join_slots = 0;
+  int join_worker = -1;  // local cluster: start only this worker join slot, into a running job
   uint32_t backup_workers = 0;  // ps::JobSpec::backup_workers (bsp: stragglers' clocks dropped)
   uint32_t server_threads = 1;  // ps::JobSpec::server_threads
   double peer_timeout_s = 4.0;  // ps::JobSpec::peer_timeout

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 
@@ -26,6 +27,8 @@ namespace {
 constexpr uint64_t kHoldoutSeed = 0x6665727279686f6cull;
 // After a refit of at most this many passes, the model's own offset (Finish).
 constexpr uint32_t kOwnOffsetPasses = 2;
+// Dealt training: items of a pass per worker (and worker join slot).
+constexpr uint32_t kDealItemsPerWorker = 32;
 
 EarlyStoppingOptions StoppingFor(const TrainOptions& o) {
   EarlyStoppingOptions s;
@@ -58,13 +61,21 @@ double SecondsSince(TrainClock::time_point since) {
 }
 
 WorkerLoop::WorkerLoop(ps::Worker& w, const TrainOptions& o, const ModelDef& def)
-    : w_(w), o_(o), def_(def), step_(w, def), lead_(w.index() == 0), stopper_(StoppingFor(o)) {}
+    : w_(w),
+      o_(o),
+      def_(def),
+      step_(w, def),
+      lead_(w.index() == 0),
+      stopper_(StoppingFor(o)),
+      dealt_(DealtTraining(o)) {}
 
 Result<ReaderOptions> WorkerLoop::ReaderFor(const std::vector<std::string>& files, Side side,
                                             bool sharded) const {
   ReaderOptions r;
   r.format = o_.format;
   r.files = files;
+  // Dealt training scores the test files on worker 0 alone: the workers change meanwhile.
+  if (dealt_ && sharded && side == Side::kAll && files == o_.test_files) sharded = false;
   r.shard = sharded ? w_.index() : 0;
   r.num_shards = sharded ? w_.num_workers() : 1;
   r.strict = o_.strict;
@@ -100,8 +111,21 @@ Status WorkerLoop::Setup() {
   FERRY_ASSIGN_OR_RETURN(
       ReaderOptions train,
       ReaderFor(o_.train_files, split ? Side::kTraining : Side::kAll, /*sharded=*/true));
+  if (dealt_) {
+    // Items of about 1/32 of a worker's share each: a joining worker finds some left, and a
+    // leaving one reads at most one more. Read by this thread (dealt input: reader.h).
+    deal_items_ = kDealItemsPerWorker * w_.job().worker_members();
+    train.deal_items = deal_items_;
+    train.shard = 0;  // no shard of its own: the items it is dealt
+    train.num_shards = 1;
+    train.threads = 1;
+    train.deal = [this](uint64_t pass) -> Result<std::optional<uint64_t>> {
+      if (Leaving()) return std::optional<uint64_t>();
+      return w_.TakeWork(pass, deal_items_);
+    };
+  }
   FERRY_ASSIGN_OR_RETURN(reader_, Reader::Open(train));
-  if (lead_ && w_.num_workers() > 1) FERRY_RETURN_IF_ERROR(WarnIdleWorkers());
+  if (lead_ && w_.num_workers() > 1 && !dealt_) FERRY_RETURN_IF_ERROR(WarnIdleWorkers());
   if (split || !o_.validation_files.empty()) {
     FERRY_ASSIGN_OR_RETURN(ReaderOptions held,
                            split ? ReaderFor(o_.train_files, Side::kHeldOut, true)
@@ -114,7 +138,9 @@ Status WorkerLoop::Setup() {
   const bool bar = lead_ && !o_.quiet &&
                    (o_.progress == TrainOptions::Progress::kAlways ||
                     (o_.progress == TrainOptions::Progress::kAuto && IsTerminal(STDERR_FILENO)));
-  if (o_.consistency.kind != ps::Consistency::kAsp) {
+  if (dealt_) {
+    // No counting pass: the workers' shares are not known before they are dealt.
+  } else if (o_.consistency.kind != ps::Consistency::kAsp) {
     FERRY_RETURN_IF_ERROR(CountSteps(/*share=*/true));
   } else if (bar) {
     // Only worker 0 knows it has a terminal: it counts its own shard, without a gather (every
@@ -195,7 +221,12 @@ Status WorkerLoop::Run(TrainReport* report) {
   FERRY_RETURN_IF_ERROR(ReadStraggler());
   FERRY_ASSIGN_OR_RETURN(const ResumePoint at, Resume());
   start_ = TrainClock::now();
+  if (w_.join_slot() && !o_.quiet) {
+    std::fprintf(stderr, "ferry-train: worker %u joined the running job at clock %llu\n",
+                 w_.index(), static_cast<unsigned long long>(w_.clock()));
+  }
   FERRY_ASSIGN_OR_RETURN(const uint32_t last_epoch, RunEpochs(at));
+  if (leaving_) return LeaveJob();  // trainer_passes.cc
   LogStop(last_epoch);
   if (o_.refit == TrainOptions::Refit::kOn) FERRY_RETURN_IF_ERROR(Refit());
   return Finish(last_epoch, report);
@@ -230,7 +261,12 @@ Result<uint32_t> WorkerLoop::RunEpochs(const ResumePoint& at) {
     if (epoch > first_epoch) FERRY_RETURN_IF_ERROR(reader_->Rewind());
     const uint64_t skip =
         epoch == first_epoch ? at.first_step % std::max<uint64_t>(steps_per_epoch_, 1) : 0;
-    FERRY_RETURN_IF_ERROR(pipelined ? TrainPipelined(epoch) : TrainSequential(epoch, skip));
+    if (dealt_) {
+      FERRY_RETURN_IF_ERROR(TrainDealt(epoch));
+      if (leaving_) break;
+    } else {
+      FERRY_RETURN_IF_ERROR(pipelined ? TrainPipelined(epoch) : TrainSequential(epoch, skip));
+    }
     FERRY_ASSIGN_OR_RETURN(stop, EndEpoch(epoch));
     if (stop) break;
   }
@@ -249,6 +285,9 @@ Status WorkerLoop::Finish(uint32_t last_epoch, TrainReport* report) {
   FERRY_RETURN_IF_ERROR(step_.Drain());
   ReportSkipped();
   const double train_seconds = SecondsSince(start_);
+  // Dealt training: the workers run out of data at different clocks, and one waiting in the
+  // barrier must not hold the others' clocks (bsp, ssp).
+  if (dealt_) FERRY_RETURN_IF_ERROR(w_.StopClocks());
   // Every worker's pushes are applied before anyone evaluates the final model.
   FERRY_RETURN_IF_ERROR(w_.Barrier());
   const bool current = kept_.epoch == 0 || kept_.epoch == last_epoch || refitted_;
@@ -286,6 +325,23 @@ Result<double> WorkerLoop::FinalOffset() {
   return kept_.offset;
 }
 
+Status WorkerLoop::LeaveJob() {
+  FERRY_RETURN_IF_ERROR(step_.Drain());
+  // The totals it would have given the end's gather go to the others with its leave: worker 0
+  // adds them (Reduce).
+  Totals mine;
+  mine.samples = samples_;
+  mine.seconds = SecondsSince(start_);
+  mine.loss_sum = loss_sum_;
+  mine.malformed = reader_->stats().malformed;
+  std::vector<uint8_t> bytes(sizeof mine);
+  std::memcpy(bytes.data(), &mine, sizeof mine);
+  FERRY_RETURN_IF_ERROR(w_.Leave(bytes));
+  std::fprintf(stderr, "ferry-train: worker %u left the job after %llu samples\n", w_.index(),
+               static_cast<unsigned long long>(samples_));
+  return Status::Ok();
+}
+
 Result<std::optional<TrainReport>> WorkerLoop::Reduce(uint32_t last_epoch, double train_seconds) {
   Totals mine;
   mine.samples = samples_;
@@ -293,10 +349,23 @@ Result<std::optional<TrainReport>> WorkerLoop::Reduce(uint32_t last_epoch, doubl
   mine.loss_sum = loss_sum_;
   // After a refit the training reader reads every line, the held-out ones included.
   mine.malformed = reader_->stats().malformed + (refitted_ ? 0 : held_out_malformed_);
-  FERRY_ASSIGN_OR_RETURN(std::vector<Totals> parts,
-                         GatherSums(w_, mine, /*to_all=*/false, "worker totals have a bad length"));
+  std::vector<uint32_t> from;
+  FERRY_ASSIGN_OR_RETURN(
+      std::vector<Totals> parts,
+      GatherSums(w_, mine, /*to_all=*/false, "worker totals have a bad length", &from));
   if (!lead_) return std::optional<TrainReport>();
   TrainReport rep;
+  // Dealt training: the workers that joined sent theirs too, and those that left said theirs on
+  // leaving (LeaveJob).
+  for (uint32_t w : from) rep.workers_joined += w >= w_.job().workers ? 1 : 0;
+  for (const auto& [w, bytes] : w_.farewells()) {
+    if (bytes.size() != sizeof(Totals)) return ProtocolError("worker totals have a bad length");
+    Totals t;
+    std::memcpy(&t, bytes.data(), sizeof t);
+    parts.push_back(t);
+    ++rep.workers_left;
+    rep.workers_joined += w >= w_.job().workers ? 1 : 0;
+  }
   double train_loss = 0;
   for (const Totals& t : parts) {
     rep.samples += t.samples;
@@ -357,6 +426,7 @@ Status RunTraining(ps::Node& node, const TrainOptions& o, const ModelDef& def,
   Status first;
   if (ps::Worker* w = node.worker()) {
     WorkerLoop loop(*w, o, def);
+    loop.SetLeaveCheck([&node] { return node.worker_leave_requested(); });
     first = loop.Run(report);
     if (report != nullptr) {
       report->servers_joined = w->servers_joined();
@@ -367,7 +437,7 @@ Status RunTraining(ps::Node& node, const TrainOptions& o, const ModelDef& def,
     // waiting for it in a collective, and Finish would wait for them. Leaving the job (the
     // Node's destructor) fails their waits at once.
     if (!first.ok()) return first;
-    first = w->Finish();
+    first = w->Finish();  // Ok at once after a leave
   }
   Status joined = node.Join();
   return first.ok() ? joined : first;

@@ -66,6 +66,8 @@ struct TrainReport {
   uint64_t malformed = 0;        // training lines skipped
   uint32_t servers_removed = 0;  // shard servers that left (--elastic) or failed over meanwhile
   uint32_t servers_joined = 0;   // join slots that joined and took shards (--join-slots)
+  uint32_t workers_joined = 0;   // worker join slots that joined (--worker-join-slots)
+  uint32_t workers_left = 0;     // workers that left the job (SIGTERM, --worker-join-slots)
 };
 
 // Runs this rank's part. On worker 0 fills `report` (when not null). Every rank returns the

@@ -133,6 +133,48 @@ Status WorkerLoop::TrainSequential(uint32_t epoch, uint64_t first_step) {
   return Status::Ok();
 }
 
+Status WorkerLoop::TrainDealt(uint32_t epoch) {
+  // Each worker's items of the pass come as it asks (the reader's deal), so the workers make
+  // different numbers of batches: asp pipelines them as usual; bsp/ssp clock each batch, and a
+  // worker out of data stops its clocks at the end (Finish), not here (a later pass has more).
+  if (o_.consistency.kind == ps::Consistency::kAsp) return TrainPipelined(epoch);
+  Batch batch;
+  Stepper::Slot slot;
+  while (true) {
+    batch.Clear();
+    FERRY_ASSIGN_OR_RETURN(const size_t n, reader_->Next(o_.batch_size, &batch));
+    if (n == 0) return Status::Ok();
+    position_ += n;
+    FERRY_RETURN_IF_ERROR(step_.Begin(batch, &slot, Stepper::Use::kTrain));
+    FERRY_ASSIGN_OR_RETURN(double loss, step_.Finish(&slot, true, nullptr));
+    Account(loss, n);
+    FERRY_RETURN_IF_ERROR(w_.Clock(position_));
+    FERRY_RETURN_IF_ERROR(MaybeEvaluate(epoch));
+    ShowProgress();
+  }
+}
+
+bool WorkerLoop::Leaving() {
+  // Asked when the reader wants its next item: a worker that leaves has trained every line it
+  // took, and takes no more.
+  if (leaving_ || !leave_asked_ || !leave_asked_()) return leaving_;
+  if (lead_) {
+    if (!refused_leave_) {
+      refused_leave_ = true;
+      std::fprintf(stderr,
+                   "ferry-train: worker 0 does not leave the job: it writes the model at the "
+                   "end\n");
+    }
+    return false;
+  }
+  leaving_ = true;
+  std::fprintf(stderr,
+               "ferry-train: worker %u leaves the job: it takes no more data and goes once it "
+               "trained what it holds\n",
+               w_.index());
+  return true;
+}
+
 Status WorkerLoop::ReadStraggler() {
   // A test hook, for the backup-workers tests (tests/train/backup_workers_test.cc): a real
   // straggler, without a slow machine.

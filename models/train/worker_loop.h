@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -40,6 +41,9 @@ class WorkerLoop {
   WorkerLoop(ps::Worker& w, const TrainOptions& o, const ModelDef& def);
 
   Status Run(TrainReport* report);
+  // Dealt training (DealtTraining): asked at every batch boundary whether this worker is to leave
+  // the job (ps::Node::worker_leave_requested: SIGTERM).
+  void SetLeaveCheck(std::function<bool()> asked) { leave_asked_ = std::move(asked); }
   // A stream (StreamTraining): one pass, progressive evaluation per window (trainer_stream.cc).
   Status RunStream(TrainReport* report);
 
@@ -126,6 +130,13 @@ class WorkerLoop {
   ModelParams ExportParams() const;
 
   // --- trainer_passes.cc: one pass.
+  // Dealt training: the batches of this worker's items of the pass, one clock each (bsp/ssp).
+  Status TrainDealt(uint32_t epoch);
+  // Dealt training: true once this worker stops taking items to leave the job (SIGTERM; never
+  // worker 0, which writes the model).
+  bool Leaving();
+  // Dealt training: this worker's totals to the others (ps::Worker::Leave's farewell), and out.
+  Status LeaveJob();
   Status CountSteps(bool share);
   Result<uint64_t> SeekToCheckpoint();
   Status TrainSequential(uint32_t epoch, uint64_t first_step);
@@ -227,6 +238,13 @@ class WorkerLoop {
   uint64_t resumed_clock_ = 0;
   bool own_ended_ = false;
   std::vector<ps::TableStats> last_table_stats_;  // worker 0: at the last window
+  // Dealt training (auto_settings.h DealtTraining): the items of a pass, whether this worker
+  // stopped taking them to leave, and what asks it to.
+  const bool dealt_;
+  uint32_t deal_items_ = 0;
+  bool leaving_ = false;
+  bool refused_leave_ = false;  // worker 0 said once that it stays
+  std::function<bool()> leave_asked_;
   // Worker 0 with --export-dir: the writer, the last version's time, the sample count that makes
   // the next one due, and the time spent exporting.
   std::optional<ExportDirWriter> exporter_;

@@ -44,7 +44,7 @@ void Coordinator::Impl::OnMessage(size_t ci, ControlMessage msg) {
     case ControlKind::kReady:
       return OnReady(m);  // membership
     case ControlKind::kFinish:
-      return OnFinish(m);  // membership
+      return OnFinish(m, msg);  // membership
     case ControlKind::kBarrier:
       return OnBarrier(m, msg);  // clocks
     case ControlKind::kClock:
@@ -57,6 +57,10 @@ void Coordinator::Impl::OnMessage(size_t ci, ControlMessage msg) {
       return OnCheckpointRequest(ci, msg);  // checkpoints
     case ControlKind::kCheckpointDone:
       return OnCheckpointDone(m, msg);
+    case ControlKind::kWorkerJoin:
+      return OnWorkerAccepted(m, msg);  // coordinator_joins.cc
+    case ControlKind::kWorkTake:
+      return OnWorkTake(m, msg);  // coordinator_work.cc
     default:
       return;  // messages only the coordinator sends
   }
@@ -181,8 +185,8 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Create(const JobSpec& job,
   impl->job = job;
   impl->fingerprint = job.Fingerprint();
   impl->servers.assign(job.server_members(), -1);
-  impl->workers.assign(job.workers, -1);
-  impl->completed_without.assign(job.workers, 0);
+  impl->workers.assign(job.worker_members(), -1);
+  impl->completed_without.assign(job.worker_members(), 0);
   impl->chain = JobChains(job);
   impl->server_applied.assign(job.server_members(), 0);
   if (!job.restore_dir.empty()) {
@@ -191,11 +195,11 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Create(const JobSpec& job,
     impl->min_clock = m.clock;
   }
   TransportOptions o = ControlTransportOptions(job);
-  o.max_endpoints = job.server_members() + job.workers + 64;
+  o.max_endpoints = job.server_members() + job.worker_members() + 64;
   FERRY_ASSIGN_OR_RETURN(impl->t, CreateTransport("tcp", o));
   FERRY_ASSIGN_OR_RETURN(
       impl->mailbox,
-      ControlMailbox::Create(impl->t.get(), 16 + job.server_members() + job.workers));
+      ControlMailbox::Create(impl->t.get(), 16 + job.server_members() + job.worker_members()));
   FERRY_RETURN_IF_ERROR(impl->mailbox->PostReceives());
   auto addr = impl->t->Listen(bind_address);
   if (!addr.ok()) return addr.status().Annotate("coordinator: listen on " + bind_address);

@@ -68,15 +68,20 @@ void Coordinator::Impl::MaybeStartPeriodicCheckpoint() {
   // Asked for: every worker still running ended min_clock with kClockCheckpoint (the last clock
   // of a stream stopped cleanly), so the stream's positions there are in the checkpoint.
   bool asked = !job.checkpoint_dir.empty() && min_clock > 0;
-  for (int i : workers) asked = asked && conns[i].checkpoint_at == min_clock;
+  for (size_t w = 0; w < workers.size(); ++w) {
+    const int i = Participant(w);
+    asked = asked && (i < 0 || conns[i].checkpoint_at == min_clock);
+  }
   if (!(scheduled || asked) || phase != Phase::kRunning) return;
   PendingCheckpoint p;
   p.requester = kPeriodic;
   p.clock = min_clock;
   p.started = Clock::now();
-  for (int i : workers) {
-    // A finished worker's position is past its data: a job it left is not resumable here.
-    if (conns[i].finished || conns[i].clock != min_clock) return;
+  for (size_t w = 0; w < workers.size(); ++w) {
+    // A finished worker's position is past its data: a job it left is not resumable here; nor
+    // is one whose worker join slots are not all taken (the restored job starts them all).
+    const int i = Participant(w);
+    if (i < 0 || conns[i].finished || conns[i].clock != min_clock) return;
     p.positions.push_back(conns[i].position);
   }
   p.dir = job.checkpoint_dir + "/" + PeriodicCheckpointName(min_clock);

@@ -21,6 +21,7 @@ void Coordinator::Impl::OnBarrier(const Member& m, const ControlMessage& msg) {
   // msg.value: the barrier's id.
   if (m.info.role != Role::kWorker) return;
   ++barriers[msg.value];
+  barrier_high = std::max(barrier_high, msg.value);
   ReleaseBarriers();
 }
 
@@ -47,6 +48,7 @@ void Coordinator::Impl::OnGather(const Member& m, ControlMessage msg) {
   // msg.rank: kGatherToAll to relay the part to every worker, else to worker 0 only.
   if (m.info.role != Role::kWorker || workers.empty()) return;
   const bool to_all = msg.rank == kGatherToAll;
+  gather_high = std::max(gather_high, msg.value);
   msg.kind = ControlKind::kGatherPart;
   msg.rank = m.info.index;
   if (to_all) {
@@ -99,8 +101,13 @@ void Coordinator::Impl::ReportBackupWorkers() {
 }
 
 void Coordinator::Impl::ReleaseBarriers() {
-  const size_t running = workers.size() - finished;
   for (auto it = barriers.begin(); it != barriers.end();) {
+    // The running workers this barrier waits for: not those that joined after it began.
+    size_t running = 0;
+    for (size_t w = 0; w < workers.size(); ++w) {
+      const int i = Participant(w);
+      running += i >= 0 && !conns[i].finished && conns[i].barrier_base < it->first ? 1 : 0;
+    }
     if (it->second < running) {
       ++it;
       continue;
@@ -120,8 +127,8 @@ void Coordinator::Impl::AdvanceClocks() {
     if (applying != 0) return;  // one clock at a time; the next is checked once this is applied
     std::vector<std::optional<uint64_t>> clocks(workers.size());
     for (size_t w = 0; w < workers.size(); ++w) {
-      const int i = workers[w];
-      if (i >= 0 && !conns[i].finished) clocks[w] = conns[i].clock;
+      const int i = Participant(w);
+      if (i >= 0 && !conns[i].finished && !conns[i].clocks_done) clocks[w] = conns[i].clock;
     }
     // A periodic checkpoint's boundary waits for every worker even with backup workers: the
     // checkpoint needs each worker's data position there, and a worker left behind has none.
@@ -140,8 +147,9 @@ void Coordinator::Impl::AdvanceClocks() {
     return;
   }
   uint64_t lo = UINT64_MAX;  // the slowest worker still running
-  for (int i : workers) {
-    if (!conns[i].finished) lo = std::min(lo, conns[i].clock);
+  for (size_t w = 0; w < workers.size(); ++w) {
+    const int i = Participant(w);
+    if (i >= 0 && !conns[i].finished && !conns[i].clocks_done) lo = std::min(lo, conns[i].clock);
   }
   if (lo == UINT64_MAX || lo <= min_clock) return;
   min_clock = lo;

@@ -59,7 +59,10 @@ void Coordinator::Impl::OnGone(size_t ci, const Status& why) {
   const bool expected = phase == Phase::kFinishing || phase == Phase::kDone || m.removed ||
                         (m.registered && m.info.role == Role::kWorker && m.finished);
   if (expected || !m.registered) return;
-  if (m.joining) return JoinFailed(m.info.index, why.ToString());  // coordinator_joins.cc
+  if (m.joining) {  // coordinator_joins.cc
+    return m.info.role == Role::kServer ? JoinFailed(m.info.index, why.ToString())
+                                        : WorkerJoinFailed(m.info.index, why.ToString());
+  }
   if (m.info.role == Role::kServer && job.replicas > 1 && phase == Phase::kRunning) {
     (void)RemoveServer(m.info.index, why);
     return;
@@ -120,6 +123,7 @@ bool Coordinator::Impl::RemoveServer(uint32_t index, const Status& why) {
   }
   CheckApplied();
   CheckCheckpoints();
+  MaybeStartJoiningWorker();  // coordinator_joins.cc: it waits for no removed server
   return true;
 }
 

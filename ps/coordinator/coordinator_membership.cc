@@ -24,7 +24,7 @@ std::string Coordinator::Impl::RegistrationProblem(const Member& m,
                                                    const ControlMessage& msg) const {
   if (m.registered) return "registered twice";
   // A join slot registers while the job runs (OnJoinRegister decides when and whether).
-  const bool join = msg.role == Role::kServer && IsJoinSlot(msg.index);
+  const bool join = msg.role == Role::kServer ? IsJoinSlot(msg.index) : IsWorkerJoinSlot(msg.index);
   if (phase != Phase::kRegistering && !join) return "the job has already started";
   if (msg.members.size() != 1) return "registration without the member's identity";
   if (msg.value != fingerprint) {
@@ -53,7 +53,9 @@ void Coordinator::Impl::OnRegister(size_t ci, const ControlMessage& msg) {
     return;
   }
   if (std::string why = RegistrationProblem(m, msg); !why.empty()) return Reject(m, msg, why);
-  if (msg.role == Role::kServer && IsJoinSlot(msg.index)) return OnJoinRegister(ci, msg);
+  if (msg.role == Role::kServer ? IsJoinSlot(msg.index) : IsWorkerJoinSlot(msg.index)) {
+    return OnJoinRegister(ci, msg);  // coordinator_joins.cc
+  }
   auto& slots = msg.role == Role::kServer ? servers : workers;
   slots[msg.index] = static_cast<int>(ci);
   m.registered = true;
@@ -69,7 +71,9 @@ void Coordinator::Impl::OnRegister(size_t ci, const ControlMessage& msg) {
     for (int i : servers) {
       if (i >= 0) mem.members.push_back(conns[i].info);  // join slots join later
     }
-    for (int i : workers) mem.members.push_back(conns[i].info);
+    for (int i : workers) {
+      if (i >= 0) mem.members.push_back(conns[i].info);  // worker join slots join later
+    }
     SendToAll(mem);
     phase = Phase::kConnecting;
   }
@@ -78,7 +82,10 @@ void Coordinator::Impl::OnRegister(size_t ci, const ControlMessage& msg) {
 void Coordinator::Impl::OnFailureReport(const Member& m, const ControlMessage& msg) {
   // msg.value: ControlClient::kFailureWhileRunning, or a failure to start; msg.text: why.
   if (m.removed) return;  // it lost its peers because it was taken out
-  if (m.joining) return JoinFailed(m.info.index, msg.text);  // coordinator_joins.cc
+  if (m.joining) {        // coordinator_joins.cc
+    return m.info.role == Role::kServer ? JoinFailed(m.info.index, msg.text)
+                                        : WorkerJoinFailed(m.info.index, msg.text);
+  }
   if (!m.registered && JoinSlotRank(msg.rank)) {
     // A server that could not join (a wrong slot, its own start failed): the job goes on.
     std::fprintf(stderr, "ferry coordinator: rank %u could not join the job: %s\n", msg.rank,
@@ -112,9 +119,17 @@ void Coordinator::Impl::OnReady(Member& m) {
   }
 }
 
-void Coordinator::Impl::OnFinish(Member& m) {
-  if (m.info.role != Role::kWorker || m.finished) return;
+void Coordinator::Impl::OnFinish(Member& m, const ControlMessage& msg) {
+  if (m.info.role != Role::kWorker || m.finished || m.joining) return;
+  if (msg.rank == kFinishClocks) {
+    // Out of data while others still train: the clocks go on without it (it waits in a barrier
+    // or a gather meanwhile, which a clock waiting for it would deadlock).
+    m.clocks_done = true;
+    AdvanceClocks();
+    return;
+  }
   m.finished = true;
+  if (msg.rank == kFinishLeave && job.elastic) OnWorkerLeave(m, msg);  // coordinator_joins.cc
   // The others no longer wait for this worker's clock, nor for it at a barrier (it waited
   // for its own requests before finishing: its pushes are in).
   ++finished;
@@ -124,7 +139,7 @@ void Coordinator::Impl::OnFinish(Member& m) {
 }
 
 void Coordinator::Impl::MaybeShutdown() {
-  if (finished == workers.size() && phase == Phase::kRunning) {
+  if (RunningWorkers() == 0 && phase == Phase::kRunning) {
     // A periodic checkpoint still being written (the one a stream's last clock asks for, often):
     // servers told to shut down now would leave before answering it, and its manifest would
     // never be written. FinishCheckpoint calls again.
@@ -149,7 +164,7 @@ void Coordinator::Impl::CheckStarted() {
   std::string missing;
   auto note = [&](const std::vector<int>& slots, const char* role) {
     // Not the join slots: the job does not wait for them.
-    const size_t n = &slots == &servers ? job.first_join_slot() : slots.size();
+    const size_t n = &slots == &servers ? job.first_join_slot() : job.workers;
     for (size_t k = 0; k < n; ++k) {
       const int i = slots[k];
       if (i < 0 || (phase == Phase::kConnecting && !conns[i].ready)) {

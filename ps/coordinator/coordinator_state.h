@@ -49,6 +49,8 @@ struct CoordinatorState {
     uint64_t position = 0;       // workers: the data position reported with that clock
     uint64_t checkpoint_at = 0;  // workers: the last clock they asked a checkpoint at
     bool joining = false;        // a join slot registered while the job runs, not ready yet
+    uint64_t barrier_base = 0;   // workers: barriers up to this id do not wait for it (joined)
+    bool clocks_done = false;    // workers: makes no more clocks (kFinishClocks); clocks go on
   };
 
   JobSpec job;
@@ -64,7 +66,24 @@ struct CoordinatorState {
   size_t registered = 0, ready = 0, finished = 0;
   // The members the job starts with: every slot but the join slots (counted by registered and
   // ready; a join slot joins later, coordinator_joins.cc).
-  size_t StartMembers() const { return servers.size() - job.join_slots + workers.size(); }
+  size_t StartMembers() const {
+    return servers.size() - job.join_slots + workers.size() - job.worker_join_slots;
+  }
+  // Conns index of worker w taking part in the job now (started with it, or joined and ready;
+  // finished or not), else -1: a worker join slot not joined (yet).
+  int Participant(size_t w) const {
+    const int i = workers[w];
+    return i >= 0 && !conns[i].joining ? i : -1;
+  }
+  // Workers taking part and not finished (barriers and clocks wait for these).
+  size_t RunningWorkers() const {
+    size_t n = 0;
+    for (size_t w = 0; w < workers.size(); ++w) {
+      const int i = Participant(w);
+      n += i >= 0 && !conns[i].finished ? 1 : 0;
+    }
+    return n;
+  }
   enum class Phase {
     kRegistering,
     kConnecting,
@@ -75,6 +94,8 @@ struct CoordinatorState {
     kStandby  // a standby's: waiting for rejoins (coordinator_takeover.cc), then kRunning
   } phase = Phase::kRegistering;
   std::map<uint64_t, size_t> barriers;  // id -> workers entered
+  uint64_t barrier_high = 0;            // the highest barrier id entered so far
+  uint64_t gather_high = 0;             // the highest gather id relayed so far
   uint64_t min_clock = 0;
   ChainMap chain;                                // which servers are dead (replicas > 1)
   std::map<uint32_t, std::set<size_t>> accused;  // server -> conns indices of its accusers
@@ -213,9 +234,36 @@ struct CoordinatorState {
     return server >= job.first_join_slot() && server < servers.size();
   }
   bool JoinSlotRank(uint32_t rank) const {
-    return job.join_slots > 0 && rank >= RanksNeeded(job) - job.join_slots;
+    return job.join_slots + job.worker_join_slots > 0 &&
+           rank >= RanksNeeded(job) - job.join_slots - job.worker_join_slots;
   }
+  bool IsWorkerJoinSlot(uint32_t worker) const {
+    return worker >= job.workers && worker < workers.size();
+  }
+  // Worker join slots (coordinator_joins.cc), through the same queue as the servers': a worker
+  // joining gets the live servers and the chains, the servers kWorkerJoin (they accept its
+  // connection); once ready, kStart {value = the clock it starts after}: it takes part in the
+  // clocks from the next boundary on. A worker that fails before it is ready is out (kWorkerLeave).
+  void OnWorkerJoinRegister(size_t ci, const ControlMessage& msg);
+  void OnWorkerJoinReady(Member& m);
+  // kWorkerJoin from a server: it accepted the joining worker's connection.
+  void OnWorkerAccepted(const Member& server, const ControlMessage& msg);
+  // Starts the joining worker once it is ready and every live server accepted it.
+  void MaybeStartJoiningWorker();
+  std::set<uint32_t> joiner_accepted;  // servers that accepted the joining worker
+  void WorkerJoinFailed(uint32_t worker, const std::string& why);
+  // kFinish {rank = kFinishLeave}: a worker leaves the running job (kWorkerLeave to everyone).
+  void OnWorkerLeave(Member& m, const ControlMessage& msg);
+  // Work dealing (coordinator_work.cc; Worker::TakeWork): per pass, the items dealt so far.
+  struct WorkPass {
+    uint64_t items = 0;
+    uint64_t next = 0;
+  };
+  std::map<uint64_t, WorkPass> work;
+  void OnWorkTake(const Member& m, const ControlMessage& msg);
   void OnJoinRegister(size_t ci, const ControlMessage& msg);
+  // The registering member conns[ci] takes its join slot (msg's role and index) and is the joiner.
+  void TakeJoinSlot(size_t ci, const ControlMessage& msg);
   void OnJoinReady(Member& m);
   void JoinFailed(uint32_t server, const std::string& why);
   void StartQueuedJoins();
@@ -257,7 +305,7 @@ struct CoordinatorState {
   void Reject(Member& m, const ControlMessage& msg, const std::string& why);
   void OnFailureReport(const Member& m, const ControlMessage& msg);
   void OnReady(Member& m);
-  void OnFinish(Member& m);
+  void OnFinish(Member& m, const ControlMessage& msg);
   // Past the startup deadline: fails the job naming who never registered or became ready.
   void CheckStarted();
   // Barriers, clocks, gathers (coordinator_clocks.cc).

@@ -116,7 +116,8 @@ void Coordinator::Impl::TakeOver() {
       const bool named = std::any_of(membership.begin(), membership.end(), [&](const auto& i) {
         return i.role == role && i.index == index;
       });
-      if (role == Role::kServer && IsJoinSlot(index) && !named) continue;
+      const bool join_slot = role == Role::kServer ? IsJoinSlot(index) : IsWorkerJoinSlot(index);
+      if (join_slot && !named) continue;
       Member lost;
       lost.registered = lost.ready = lost.gone = true;
       lost.info = {kPrimaryRank, role, index, "", "?", 0};
@@ -171,6 +172,7 @@ void Coordinator::Impl::TakeOver() {
     }
   }
   for (size_t w = 0; w < workers.size(); ++w) {
+    if (workers[w] < 0) continue;  // a worker join slot that never joined
     Member& m = conns[workers[w]];
     if (!m.gone || m.finished) continue;
     if (shutdown) {  // it heard kShutdown and left before the primary died

@@ -121,6 +121,9 @@ uint64_t JobSpec::Fingerprint() const {
   h.Add(spares);
   if (elastic) h.Add(std::string("elastic"));  // only when set: older fingerprints stay
   if (join_slots > 0) h.Add(std::string("join_slots ") + std::to_string(join_slots));
+  if (worker_join_slots > 0) {
+    h.Add(std::string("worker_join_slots ") + std::to_string(worker_join_slots));
+  }
   // Only when set apart from the default, so the jobs before shards keep their fingerprints.
   if (num_shards() != shard_servers()) h.Add(num_shards());
   h.Add(static_cast<uint64_t>(evict_tick.count()));
@@ -225,6 +228,14 @@ Status ValidateJob(const JobSpec& job) {
   if (job.join_slots > 64) {
     return InvalidArgument("join_slots " + std::to_string(job.join_slots) + " must be 0..64");
   }
+  if (job.worker_join_slots > 0 && !job.elastic) {
+    return InvalidArgument(
+        "worker join slots need an elastic job (the job's workers change while it runs)");
+  }
+  if (job.worker_join_slots > 64) {
+    return InvalidArgument("worker_join_slots " + std::to_string(job.worker_join_slots) +
+                           " must be 0..64");
+  }
   if (job.shards != 0) {
     if (job.shards < job.shard_servers() || job.shards > 65535) {
       return InvalidArgument("shards " + std::to_string(job.shards) + " must be " +
@@ -275,9 +286,11 @@ ChainMap JobChains(const JobSpec& job) {
 
 int RanksNeeded(const JobSpec& job) {
   if (job.role_rule == RoleRule::kColocated) {
-    return static_cast<int>(std::max(job.servers, job.workers) + job.spares + job.join_slots);
+    return static_cast<int>(std::max(job.servers, job.workers) + job.spares + job.join_slots +
+                            job.worker_join_slots);
   }
-  return static_cast<int>(job.servers + job.workers + job.spares + job.join_slots);
+  return static_cast<int>(job.servers + job.workers + job.spares + job.join_slots +
+                          job.worker_join_slots);
 }
 
 Result<RankRoles> RolesOf(const JobSpec& job, int rank, int size) {
@@ -297,8 +310,14 @@ Result<RankRoles> RolesOf(const JobSpec& job, int rank, int size) {
   r.coordinator = rank == 0;
   const int s = static_cast<int>(job.servers);
   const int w = static_cast<int>(job.workers);
-  // Join slots come last, spares before them.
-  const int joins_at = need - static_cast<int>(job.join_slots);
+  // Worker join slots come last, server join slots before them, spares before those.
+  const int worker_joins_at = need - static_cast<int>(job.worker_join_slots);
+  if (rank >= worker_joins_at) {
+    r.worker = w + (rank - worker_joins_at);
+    r.worker_join = true;
+    return r;
+  }
+  const int joins_at = worker_joins_at - static_cast<int>(job.join_slots);
   if (rank >= joins_at) {
     r.join = rank - joins_at;
     return r;

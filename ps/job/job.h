@@ -171,6 +171,14 @@ struct JobSpec {
   // worker and server, and then takes its share of the shards (PlanJoin, ps/job/rebalance.h)
   // while the job goes on. Join slot j is server first_join_slot() + j; 0..64.
   uint32_t join_slots = 0;
+  // Worker join slots (elastic jobs; docs/ps.md "Workers joining and leaving"): `worker_join_slots`
+  // more worker ranks, the very last ranks, that the job does not wait for. Each may start while
+  // the job runs: it registers, connects to every live server (whose staging rings are reserved
+  // for it from the start: worker_members()), and takes part from the next clock boundary on.
+  // Worker join slot j is worker `workers` + j; 0..64. (Any worker may leave: Worker::Leave.)
+  uint32_t worker_join_slots = 0;
+  // Workers and worker join slots: every worker index is below this.
+  uint32_t worker_members() const { return workers + worker_join_slots; }
   // Whether pushes may be forwarded to another server: replicas, or moves.
   bool forwards() const { return replicas > 1 || elastic; }
 
@@ -220,10 +228,11 @@ Status ValidateJob(const JobSpec& job);
 
 struct RankRoles {
   bool coordinator = false;
-  int server = -1;  // server rank index, -1 if none (its shard servers: ShardServerOf)
-  int spare = -1;   // spare index j (server shard_servers() + j), -1 if none
-  int join = -1;    // join slot j (server first_join_slot() + j), -1 if none
-  int worker = -1;  // worker index, -1 if none
+  int server = -1;           // server rank index, -1 if none (its shard servers: ShardServerOf)
+  int spare = -1;            // spare index j (server shard_servers() + j), -1 if none
+  int join = -1;             // join slot j (server first_join_slot() + j), -1 if none
+  int worker = -1;           // worker index, -1 if none (a worker join slot's: workers + j)
+  bool worker_join = false;  // the worker is a join slot (JobSpec::worker_join_slots)
 };
 // The roles of `rank` in a job of `size` ranks; kInvalidArgument if size does not fit the rule.
 Result<RankRoles> RolesOf(const JobSpec& job, int rank, int size);

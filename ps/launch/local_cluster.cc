@@ -36,7 +36,7 @@ std::string RolesText(const RankRoles& roles) {
   if (roles.join >= 0) s = "join slot " + std::to_string(roles.join);
   if (roles.worker >= 0) {
     if (!s.empty()) s += ", ";
-    s += "worker " + std::to_string(roles.worker);
+    s += "worker " + std::to_string(roles.worker) + (roles.worker_join ? " (join slot)" : "");
   }
   return s.empty() ? "no role" : s;
 }
@@ -284,16 +284,29 @@ Status Launch::Prepare() {
   shape.role_rule = o_.role_rule;
   shape.spares = o_.spares;
   shape.join_slots = o_.join_slots;
+  shape.worker_join_slots = o_.worker_join_slots;
   size_ = RanksNeeded(shape);
   if (o_.join >= static_cast<int>(o_.join_slots)) {
     return InvalidArgument("join slot " + std::to_string(o_.join) +
                            " is out of range: the job has " + std::to_string(o_.join_slots) +
                            " (--join-slots)");
   }
-  // The ranks this launch starts: all but the join slots, or the one join slot that joins.
-  const int joins_at = size_ - static_cast<int>(o_.join_slots);
-  const int first = o_.join >= 0 ? joins_at + o_.join : 0;
-  const int end = o_.join >= 0 ? first + 1 : joins_at;
+  if (o_.join_worker >= static_cast<int>(o_.worker_join_slots)) {
+    return InvalidArgument("worker join slot " + std::to_string(o_.join_worker) +
+                           " is out of range: the job has " + std::to_string(o_.worker_join_slots) +
+                           " (--worker-join-slots)");
+  }
+  if (o_.join >= 0 && o_.join_worker >= 0) {
+    return InvalidArgument("one join slot at a time: --join or --join-worker, not both");
+  }
+  // The ranks this launch starts: all but the join slots (worker join slots last, server join
+  // slots before them), or the one join slot that joins.
+  const int worker_joins_at = size_ - static_cast<int>(o_.worker_join_slots);
+  const int joins_at = worker_joins_at - static_cast<int>(o_.join_slots);
+  const int first = o_.join >= 0          ? joins_at + o_.join
+                    : o_.join_worker >= 0 ? worker_joins_at + o_.join_worker
+                                          : 0;
+  const int end = o_.join >= 0 || o_.join_worker >= 0 ? first + 1 : joins_at;
   ranks_.resize(static_cast<size_t>(end - first));
   for (int r = first; r < end; ++r) {
     Rank& rank = ranks_[static_cast<size_t>(r - first)];
@@ -314,7 +327,7 @@ Status Launch::Prepare() {
   for (const auto& [key, value] : o_.env) {
     if (key == kCoordinatorVar) coordinator_ = value;
   }
-  if (coordinator_.empty() && o_.join >= 0) {
+  if (coordinator_.empty() && (o_.join >= 0 || o_.join_worker >= 0)) {
     return InvalidArgument(
         "joining a running job needs its coordinator's address: set FERRY_COORDINATOR=host:port "
         "(the job's own launch names it when it has join slots)");
@@ -482,9 +495,11 @@ void Launch::CheckCoordinatorFile() {
     return;
   }
   coordinator_ = text;
-  if (o_.join_slots > 0) {
+  if (o_.join_slots > 0 || o_.worker_join_slots > 0) {
     Report("the job's coordinator is at " + coordinator_ + ": a join slot joins with " +
-           kCoordinatorVar + "=" + coordinator_ + " and --join J");
+           kCoordinatorVar + "=" + coordinator_ + " and " + (o_.join_slots > 0 ? "--join J" : "") +
+           (o_.join_slots > 0 && o_.worker_join_slots > 0 ? " (a server) or " : "") +
+           (o_.worker_join_slots > 0 ? "--join-worker J" : ""));
   }
   for (Rank& r : ranks_) {
     if (r.rank == 0) continue;

@@ -117,6 +117,11 @@ struct LocalClusterOptions {
   // >= 0: start only join slot `join`'s rank, into the running job whose coordinator
   // FERRY_COORDINATOR names (in `env`, else inherited; required). -1: start the job.
   int join = -1;
+  // The job's JobSpec::worker_join_slots: worker ranks after all others (the server join slots
+  // included) that this launch does not start; `join_worker` = j starts worker join slot j's
+  // rank alone, as `join` does a server's.
+  uint32_t worker_join_slots = 0;
+  int join_worker = -1;
   // Shard servers per server rank (JobSpec::server_threads), passed as FERRY_SERVER_THREADS;
   // 0: not set (the program's own flag decides).
   uint32_t server_threads = 0;

@@ -61,7 +61,7 @@ Result<std::unique_ptr<Server>> Server::Create(const JobSpec& job, uint32_t inde
 }
 
 Status Server::Init(const std::string& listen_host) {
-  const uint32_t workers = job_.workers;
+  const uint32_t workers = job_.worker_members();
   const uint32_t replicas = job_.replicas;
   chain_ = JobChains(job_);
   // Tables, per hosted shard (one without replicas and more shards): rows registered for remote
@@ -95,7 +95,7 @@ Status Server::Init(const std::string& listen_host) {
   // server's predecessors are the replicas-1 servers before it; every server before a spare
   // connects to it (any of them may be the tail it joins behind); in an elastic job every
   // other server the job starts with.
-  want_workers_ = workers;
+  want_workers_ = job_.workers;  // worker join slots connect when they join (kWorkerJoin)
   want_preds_ = job_.elastic          ? job_.first_join_slot() - 1
                 : RepairSpare(index_) ? index_
                                       : job_.replicas - 1;
@@ -165,7 +165,7 @@ Status Server::InitMemory() {
   // gradients straight from the worker's ring or a forward ring).
   const uint32_t replicas = job_.replicas;
   const bool forwards = job_.forwards();
-  const uint64_t worker_rings = job_.staging_bytes * job_.workers;
+  const uint64_t worker_rings = job_.staging_bytes * job_.worker_members();
   // A predecessor forwards at most what the workers can have outstanding at it for one clock:
   // every worker's ring (under BSP the pushes of a clock stay until every server applied it).
   // Row records (server_records.cc) share the ring with the pushes and free their space when
@@ -182,7 +182,7 @@ Status Server::InitMemory() {
                      : chain_.is_spare(index_) ? replicas
                                                : replicas - 1;
   const uint64_t headers =
-      forwards ? std::max<uint64_t>(256, 2ull * job_.workers * job_.max_outstanding) : 0;
+      forwards ? std::max<uint64_t>(256, 2ull * job_.worker_members() * job_.max_outstanding) : 0;
   // Room for a few records of the largest size at once (more wait, in order), and with spares
   // for two chunks of a repair's copy (QueueCopy): up to 1 MiB of whole rows, a quarter of a
   // forward ring, or one row if that is more.
@@ -248,7 +248,7 @@ uint32_t Server::HostedSlot(const Table& t) const {
 
 bool Server::FirstSight(uint32_t k, uint32_t w, uint64_t push_id) {
   if (!job_.forwards()) return true;
-  Seen& s = seen_[size_t{k} * job_.workers + w];
+  Seen& s = seen_[size_t{k} * job_.worker_members() + w];
   if (push_id <= s.upto || s.above.count(push_id) != 0) return false;
   s.above.insert(push_id);
   while (!s.above.empty() && *s.above.begin() == s.upto + 1) {
@@ -316,40 +316,51 @@ Status Server::AcceptWorkers(ControlClient* control, Millis timeout) {
       ++preds;
       continue;
     }
-    if (!hello.ok() || hello->index >= job_.workers || links_[hello->index].ep != nullptr) {
+    if (!hello.ok()) {
       (*ep)->Close();
       std::fprintf(stderr, "ferry server %u: refused a data connection from %s: %s\n", index_,
-                   (*ep)->peer_address().c_str(),
-                   hello.ok() ? "duplicate or out-of-range worker index"
-                              : hello.status().ToString().c_str());
+                   (*ep)->peer_address().c_str(), hello.status().ToString().c_str());
       continue;
     }
-    const uint32_t* w = &hello->index;
-    Link& l = links_[*w];
-    if ((*ep)->peer_regions().size() != 1) {
-      return ProtocolError("worker " + std::to_string(*w) + " advertised " +
-                           std::to_string((*ep)->peer_regions().size()) +
-                           " regions instead of its arena");
-    }
-    const RemoteRegion& arena = (*ep)->peer_regions()[0];
-    FERRY_ASSIGN_OR_RETURN(l.arena, (*ep)->Import(arena));
-    l.arena_bytes = arena.length;
-    l.ep = std::move(ep).value();
-    peer_of_ep_[l.ep->id()] = Peer{PeerKind::kWorker, *w};
-    ++connected;
+    FERRY_ASSIGN_OR_RETURN(const bool accepted, AcceptWorker(hello->index, std::move(ep).value()));
+    if (accepted) ++connected;
   }
   return Status::Ok();
 }
 
+Result<bool> Server::AcceptWorker(uint32_t w, std::shared_ptr<Endpoint> ep) {
+  if (w >= job_.worker_members() || links_[w].ep != nullptr) {
+    ep->Close();
+    std::fprintf(stderr,
+                 "ferry server %u: refused a data connection from %s: duplicate or out-of-range "
+                 "worker index %u\n",
+                 index_, ep->peer_address().c_str(), w);
+    return false;
+  }
+  Link& l = links_[w];
+  if (ep->peer_regions().size() != 1) {
+    return ProtocolError("worker " + std::to_string(w) + " advertised " +
+                         std::to_string(ep->peer_regions().size()) +
+                         " regions instead of its arena");
+  }
+  const RemoteRegion& arena = ep->peer_regions()[0];
+  FERRY_ASSIGN_OR_RETURN(l.arena, ep->Import(arena));
+  l.arena_bytes = arena.length;
+  l.ep = std::move(ep);
+  peer_of_ep_[l.ep->id()] = Peer{PeerKind::kWorker, w};
+  return true;
+}
+
 void Server::FailWorker(uint32_t w, const Status& why) {
   Link& l = links_[w];
-  if (l.failed) return;
+  if (l.failed || l.left) return;
   l.failed = true;
   // A worker's connection also ends when the job shuts down cleanly and that worker got its
   // kShutdown first; the coordinator's word (kShutdown or kFailure) decides. It has its own view
   // of every member's liveness, so without a word from it within a grace period the loss is ours
   // to report.
   if (worker_failure_.ok()) {
+    failed_worker_ = w;
     worker_failure_ = Status(why.code() == Code::kOk ? Code::kPeerFailure : why.code(),
                              "server " + std::to_string(index_) + ": worker " + std::to_string(w) +
                                  "'s connection failed: " + why.message());
@@ -484,7 +495,7 @@ Status Server::ServeLoop(ControlClient* control) {
       if (!d.queue.empty()) PostForwards(j);
     }
     if (drained_.size() < draining_.size()) CheckDrained();
-    if (!awaited_preds_.empty()) AcceptJoining();
+    if (!awaited_preds_.empty() || !awaited_workers_.empty()) AcceptJoining();
     if (!fatal_.ok()) {
       control->ReportFailure(fatal_);
       return fatal_;
@@ -537,6 +548,12 @@ Status Server::ServeLoop(ControlClient* control) {
         case ControlKind::kServerJoin:
           FERRY_RETURN_IF_ERROR(OnServerJoin(*m));  // server_moves.cc
           break;
+        case ControlKind::kWorkerJoin:
+          OnWorkerJoin(*m);  // server_moves.cc
+          break;
+        case ControlKind::kWorkerLeave:
+          OnWorkerLeave(m->index);  // server_moves.cc
+          break;
         case ControlKind::kServerLeave:
           // A graceful leave (server_moves.cc): this server holds nothing any more.
           if (m->index == index_) {
@@ -566,7 +583,7 @@ Status Server::ServeLoop(ControlClient* control) {
     }
     FERRY_RETURN_IF_ERROR(control->status());
     for (uint32_t w = 0; w < links_.size(); ++w) {
-      if (!links_[w].failed && links_[w].ep && !links_[w].ep->status().ok()) {
+      if (!links_[w].failed && !links_[w].left && links_[w].ep && !links_[w].ep->status().ok()) {
         FailWorker(w, links_[w].ep->status());
       }
     }

@@ -180,6 +180,9 @@ class Server {
     std::unique_ptr<MemoryRegion> ring;  // registration of rings_ slice
     std::vector<uint32_t> free_scratch;
     bool failed = false;
+    // The worker left the job (kWorkerLeave): its connection ends without failing anything, and
+    // the BSP pushes it staged are still applied with their clock.
+    bool left = false;
   };
   struct Reply {  // an in-flight reply write
     std::vector<Segment> segments;
@@ -340,7 +343,18 @@ class Server {
   // this server connects to it (a successor, like every other server in an elastic job) and
   // accepts its connection between requests (AcceptJoining) until it arrived.
   Status OnServerJoin(const ControlMessage& m);
+  // A joining server's or worker's data connection, between requests (Accept(0)).
   void AcceptJoining();
+  // Worker join slots (JobSpec::worker_join_slots; server_moves.cc). kWorkerJoin: the worker's
+  // connection is awaited between requests (AcceptJoining). kWorkerLeave: the worker left the
+  // job; its connection closing is not its failure.
+  void OnWorkerJoin(const ControlMessage& m);
+  // Tells the coordinator {kind, index} between requests; a failed send ends Serve (fatal_).
+  void Report(ControlKind kind, uint32_t index);
+  void OnWorkerLeave(uint32_t w);
+  // Takes worker w's data connection (imports its arena); false when refused (a duplicate or
+  // an index out of range: closed and logged), an error when it breaks the protocol.
+  Result<bool> AcceptWorker(uint32_t w, std::shared_ptr<Endpoint> ep);
   Status ApplyCopy(const ForwardView& fv);
   Status FinishJoin();
   // Moves (elastic jobs; server_moves.cc, ps/coordinator/move_plan.h). kMoveBegin: every server
@@ -478,7 +492,7 @@ class Server {
   // The connections AcceptWorkers waits for (SetMembership), and the joining servers whose
   // connection the serve loop still awaits (AcceptJoining), with when it gives up.
   uint32_t want_workers_ = 0, want_preds_ = 0;
-  std::set<uint32_t> awaited_preds_;
+  std::set<uint32_t> awaited_preds_, awaited_workers_;
   std::chrono::steady_clock::time_point awaited_until_;
   std::vector<std::unique_ptr<MemoryRegion>> pred_ring_regions_;
   std::unique_ptr<MemoryRegion> ack_region_;    // this server's ack word (remote-write)
@@ -536,8 +550,9 @@ class Server {
   std::atomic<bool> leave_requested_{false};
   const std::atomic<bool>* leave_flag_ = nullptr;
   bool leave_asked_ = false;
-  Status fatal_;           // ends Serve at once (a broken invariant, a protocol violation)
-  Status worker_failure_;  // a worker's connection failed; ends Serve after a grace period
+  Status fatal_;                // ends Serve at once (a broken invariant, a protocol violation)
+  Status worker_failure_;       // a worker's connection failed; ends Serve after a grace period
+  uint32_t failed_worker_ = 0;  // whose (a kWorkerLeave for it withdraws the failure)
   std::chrono::steady_clock::time_point worker_failure_deadline_;
   ServerStats stats_;
 };

@@ -24,7 +24,7 @@ Status Server::ApplyClock(uint64_t clock, std::span<const uint32_t> without) {
   // failover (a push may have reached a new head twice; it was staged once). The coordinator
   // sends every server the same `without`, so every copy drops the same pushes, whether they
   // arrived before this (here) or after it (AcceptPush).
-  const uint32_t workers = job_.workers;
+  const uint32_t workers = job_.worker_members();
   for (uint32_t w : without) dropped_clocks_[w].insert(clock - 1);
   for (uint32_t k = 0; k < slot_count_; ++k) {
     for (uint32_t w = 0; w < workers; ++w) {
@@ -82,7 +82,7 @@ Status Server::ApplyClock(uint64_t clock, std::span<const uint32_t> without) {
 }
 
 Status Server::OnApplyClock(const ControlMessage& m, ControlClient* control) {
-  Result<std::vector<uint32_t>> without = DecodeWorkerSet(m.data, job_.workers);
+  Result<std::vector<uint32_t>> without = DecodeWorkerSet(m.data, job_.worker_members());
   if (!without.ok()) return without.status().Annotate("the coordinator's apply-clock");
   const bool again = m.value <= applied_clock_;
   if (!again) {
@@ -122,8 +122,8 @@ Result<RequestView> Server::StagedPush(uint32_t w, const Staged& staged) const {
     ForwardView fv;
     std::span<const uint8_t> ring(pred_rings_ + size_t(staged.pred - 1) * forward_ring_bytes_,
                                   forward_ring_bytes_);
-    const ForwardLimits limits{forward_ring_bytes_, job_.max_keys_per_request, job_.workers,
-                               job_.num_shards(), MaxCopyRows()};
+    const ForwardLimits limits{forward_ring_bytes_, job_.max_keys_per_request,
+                               job_.worker_members(), job_.num_shards(), MaxCopyRows()};
     FERRY_RETURN_IF_ERROR(ParseForward(ring, staged.offset, shapes_, limits, &fv));
     req = fv.push;
   }

@@ -97,7 +97,7 @@ Status Server::TakeSlot(uint32_t shard) {
     tables_.push_back(std::move(t));
   }
   ++slot_count_;
-  const uint32_t workers = job_.workers;
+  const uint32_t workers = job_.worker_members();
   staged_.resize(size_t{slot_count_} * workers);
   seen_.resize(size_t{slot_count_} * workers);
   last_op_.push_back(0);
@@ -107,7 +107,7 @@ Status Server::TakeSlot(uint32_t shard) {
 
 Status Server::EmptySlot(uint32_t k) {
   const size_t tables = job_.tables.size();
-  const uint32_t workers = job_.workers;
+  const uint32_t workers = job_.worker_members();
   for (size_t t = 0; t < tables; ++t) {
     Table& table = tables_[k * tables + t];
     FERRY_RETURN_IF_ERROR(DrainTable(table));  // no reply still reads its rows
@@ -160,12 +160,16 @@ void Server::CheckDrained() {
     }
     if (!quiet) continue;
     drained_.insert(shard);
-    ControlMessage d;
-    d.kind = ControlKind::kMoveDrained;
-    d.index = shard;
-    Status s = control_->Send(d);
-    if (!s.ok() && fatal_.ok()) fatal_ = s;
+    Report(ControlKind::kMoveDrained, shard);
   }
+}
+
+void Server::Report(ControlKind kind, uint32_t index) {
+  ControlMessage m;
+  m.kind = kind;
+  m.index = index;
+  Status s = control_->Send(m);
+  if (!s.ok() && fatal_.ok()) fatal_ = s;
 }
 
 Status Server::OnServerJoin(const ControlMessage& m) {
@@ -193,23 +197,40 @@ void Server::AcceptJoining() {
       std::fprintf(stderr, "ferry server %u: refused a connection: %s\n", index_,
                    ep.status().ToString().c_str());
     } else if (std::chrono::steady_clock::now() > awaited_until_ && fatal_.ok()) {
-      // The joining server is gone, or the coordinator tells of it (kServerLeave) meanwhile.
-      std::fprintf(stderr, "ferry server %u: the joining server %u never connected\n", index_,
-                   *awaited_preds_.begin());
+      // The joining member is gone, or the coordinator tells of it (kServerLeave) meanwhile.
+      std::fprintf(stderr, "ferry server %u: a joining %s %u never connected\n", index_,
+                   awaited_preds_.empty() ? "worker" : "server",
+                   awaited_preds_.empty() ? *awaited_workers_.begin() : *awaited_preds_.begin());
       awaited_preds_.clear();
+      awaited_workers_.clear();
     }
     return;
   }
   auto hello = DecodeHello((*ep)->peer_info());
-  if (!hello.ok() || !hello->server || awaited_preds_.count(hello->index) == 0) {
+  const bool server = hello.ok() && hello->server;
+  if (!hello.ok() || (server ? awaited_preds_ : awaited_workers_).count(hello->index) == 0) {
     std::fprintf(stderr,
                  "ferry server %u: refused a data connection from %s: not a joining "
-                 "server\n",
+                 "server or worker\n",
                  index_, (*ep)->peer_address().c_str());
     (*ep)->Close();
     return;
   }
   const uint32_t j = hello->index;
+  if (!server) {
+    auto accepted = AcceptWorker(j, std::move(ep).value());
+    if (!accepted.ok()) {
+      std::fprintf(stderr, "ferry server %u: refused joining worker %u: %s\n", index_, j,
+                   accepted.status().ToString().c_str());
+      return;
+    }
+    if (!*accepted) return;
+    awaited_workers_.erase(j);
+    // The worker sends nothing before the coordinator starts it, which waits for every server's
+    // word: a request arriving before its connection was accepted here would be lost.
+    Report(ControlKind::kWorkerJoin, j);
+    return;
+  }
   Status s = AcceptPredecessor(j, std::move(ep).value());
   if (!s.ok()) {
     std::fprintf(stderr, "ferry server %u: refused joining server %u: %s\n", index_, j,
@@ -217,6 +238,33 @@ void Server::AcceptJoining() {
     return;
   }
   awaited_preds_.erase(j);
+}
+
+void Server::OnWorkerJoin(const ControlMessage& m) {
+  const uint32_t w = m.index;
+  if (w < job_.workers || w >= job_.worker_members() || links_[w].ep != nullptr) {
+    // Not a free worker join slot here: refusing its connection fails its join, not the job.
+    std::fprintf(stderr, "ferry server %u: the join of worker %u does not apply here\n", index_, w);
+    return;
+  }
+  awaited_workers_.insert(w);
+  awaited_until_ = std::chrono::steady_clock::now() + job_.startup_timeout;
+}
+
+void Server::OnWorkerLeave(uint32_t w) {
+  if (w >= links_.size()) return;
+  awaited_workers_.erase(w);
+  Link& l = links_[w];
+  // Its requests were answered before it left (Worker::Leave waits for them); BSP pushes it
+  // staged stay in its ring and are applied with their clock like any other (not `failed`).
+  l.left = true;
+  if (!worker_failure_.ok() && failed_worker_ == w) {
+    // Its connection closed before this word arrived: not a failure after all, and its staged
+    // pushes still count.
+    worker_failure_ = Status::Ok();
+    l.failed = false;
+  }
+  std::fprintf(stderr, "ferry server %u: worker %u left the job\n", index_, w);
 }
 
 }  // namespace ferry::ps

@@ -140,7 +140,7 @@ Status Server::ApplyRecord(uint32_t k, const ForwardView& fv) {
     if (ins.inserted) InitRow(t, key, ins.row);
     m.Touch(ins.row);
   }
-  const uint32_t workers = job_.workers;
+  const uint32_t workers = job_.worker_members();
   if ((h.flags & kForwardApplyStaged) != 0) {
     std::vector<Staged>& list = staged_[size_t{k} * workers + h.worker];
     auto it = std::find_if(list.begin(), list.end(),
@@ -242,7 +242,7 @@ Status Server::TakeOverRows(uint32_t k) {
   if (pending_clock_ == 0 || clock_done_[k] >= pending_clock_) return Status::Ok();
   // The dead head was applying a clock this server waits for: finish it as the head (pushes
   // it applied came as records and are no longer staged here).
-  const uint32_t workers = job_.workers;
+  const uint32_t workers = job_.worker_members();
   for (uint32_t w = 0; w < workers; ++w) {
     std::vector<Staged>& list = staged_[size_t{k} * workers + w];
     std::stable_sort(list.begin(), list.end(),

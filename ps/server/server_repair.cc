@@ -125,7 +125,7 @@ Status Server::QueueCopy(uint32_t shard, uint32_t spare) {
     rows += map.size();
   }
   // 2. BSP: the pushes staged here for the open clock, as they came (staged again there).
-  const uint32_t workers = job_.workers;
+  const uint32_t workers = job_.worker_members();
   for (uint32_t w = 0; w < workers; ++w) {
     for (const Staged& st : staged_[static_cast<size_t>(k) * workers + w]) {
       FERRY_ASSIGN_OR_RETURN(RequestView req, StagedPush(w, st));
@@ -188,7 +188,7 @@ Status Server::ApplyCopy(const ForwardView& fv) {
     return ProtocolError("a copy of shard " + std::to_string(h.shard) +
                          " for a server that is not joining its chain");
   }
-  const uint32_t workers = job_.workers;
+  const uint32_t workers = job_.worker_members();
   switch (static_cast<CopyKind>(h.reserved0)) {
     case CopyKind::kRows: {
       Table& t = tables_[static_cast<size_t>(k) * job_.tables.size() + h.table];

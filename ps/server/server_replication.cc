@@ -74,7 +74,7 @@ Status Server::ConnectSuccessor(const MemberInfo& m, uint32_t dist, Millis timeo
                          std::to_string(expect));
   }
   Downstream d;
-  const size_t rings_at = job_.workers + job_.tables.size();
+  const size_t rings_at = job_.worker_members() + job_.tables.size();
   if (dist > 0) {
     const RemoteRegion& ring = regions[rings_at + dist - 1];
     d.lanes.resize(1);
@@ -97,7 +97,7 @@ size_t Server::AdvertisedRegions(uint32_t server) const {
   const uint32_t rings = job_.elastic              ? job_.server_members() - 1
                          : chain_.is_spare(server) ? job_.replicas
                                                    : job_.replicas - 1;
-  return job_.workers + job_.tables.size() + rings + 1;
+  return job_.worker_members() + job_.tables.size() + rings + 1;
 }
 
 Status Server::AcceptPredecessor(uint32_t pred, std::shared_ptr<Endpoint> ep) {
@@ -153,7 +153,7 @@ Status Server::AcceptPush(Forward f, const RequestView& req, int32_t pred) {
       if (DroppedClock(f.worker, f.clock)) {
         ++stats_.late_pushes_dropped;  // its clock completed without it: acknowledged, not kept
       } else {
-        staged_[size_t{k} * job_.workers + f.worker].push_back(
+        staged_[size_t{k} * job_.worker_members() + f.worker].push_back(
             Staged{f.push_id, req.offset, f.clock, pred, f.table});
       }
     } else {
@@ -439,7 +439,7 @@ void Server::HandleForward(uint32_t pred, uint32_t imm) {
   std::span<const uint8_t> ring(
       pred_rings_ + size_t{status.ok() ? ring_no - 1 : 0} * forward_ring_bytes_,
       forward_ring_bytes_);
-  const ForwardLimits limits{forward_ring_bytes_, job_.max_keys_per_request, job_.workers,
+  const ForwardLimits limits{forward_ring_bytes_, job_.max_keys_per_request, job_.worker_members(),
                              job_.num_shards(), MaxCopyRows()};
   ForwardView fv;
   if (status.ok()) status = ParseForward(ring, ForwardImmOffset(imm), shapes_, limits, &fv);

@@ -92,6 +92,12 @@ std::string_view ControlKindName(ControlKind kind) {
       return "server-leave";
     case ControlKind::kServerJoin:
       return "server-join";
+    case ControlKind::kWorkerJoin:
+      return "worker-join";
+    case ControlKind::kWorkerLeave:
+      return "worker-leave";
+    case ControlKind::kWorkTake:
+      return "work-take";
   }
   return "?";
 }
@@ -200,7 +206,7 @@ Result<ControlMessage> DecodeControl(std::span<const uint8_t> bytes) {
   ControlMessage m;
   const uint8_t kind = msg->kind();
   if (kind < static_cast<uint8_t>(ControlKind::kRegister) ||
-      kind > static_cast<uint8_t>(ControlKind::kServerJoin)) {
+      kind > static_cast<uint8_t>(ControlKind::kWorkTake)) {
     return ProtocolError("control message kind " + std::to_string(kind) + " is unknown");
   }
   if (msg->role() > 1) return ProtocolError("control message role is unknown");

@@ -65,6 +65,18 @@
 //                           answers kMembership {members = the live members, data = the
 //                           chains}, tells everyone kServerJoin, and once the joining server is
 //                           ready (every connection made) kStart, then plans its moves (PlanJoin)
+//   worker join slot -> coordinator kRegister while the job runs (JobSpec::worker_join_slots):
+//                           kMembership {the live members, data = the chains}; the servers hear
+//                           kWorkerJoin and accept its connection; once it is ready kStart
+//                           {value = the clocks it starts after: it takes part from there,
+//                           value2 = the highest barrier id, index = the highest gather id,
+//                           data = EncodeWorkerSet(the workers running)}, the workers kWorkerJoin
+//   worker -> coordinator   kFinish {rank = kFinishLeave}: the worker leaves the running job (its
+//                           requests are done); the servers hear kWorkerLeave, the worker
+//                           kShutdown, and the job goes on without it
+//   worker -> coordinator   kWorkTake {value = pass, value2 = the pass's item count}: the next
+//                           item of that pass; answered kWorkTake {value = pass, value2 = the
+//                           item or kNoWork, text = error or ""} (Worker::TakeWork)
 //
 // ControlClient: one connection to the coordinator, driven by its own pump thread (which also
 // answers heartbeats while the owner computes). When that connection fails while the job runs and
@@ -154,8 +166,28 @@ enum class ControlKind : uint8_t {
                  //   running job (JobSpec::join_slots): every process revives it in its chains
                  //   (ChainMap::Revive), workers and servers connect to it; its own kMembership
                  //   carries data = the chains (ChainMap::Encode). Its shards come by moves.
+  kWorkerJoin,   // coord -> servers {index = worker, members = {its identity}}: a worker join
+                 //   slot joins the running job; each server accepts its data connection;
+                 //   coord -> workers {index, value2 = the job's highest gather id} once it is
+                 //   ready: its parts of later gathers count; server -> coord {index}: this
+                 //   server accepted its connection (the worker starts once every server has)
+  kWorkerLeave,  // coord -> all {index = worker, data = its farewell}: the worker left the job
+                 //   (its requests are done); its connection closing is not a failure
+  kWorkTake,     // worker <-> coord: work dealing (see the list above)
 };
 std::string_view ControlKindName(ControlKind kind);
+
+// kFinish's rank: the worker leaves the running job (Worker::Leave) instead of ending with it.
+inline constexpr uint32_t kFinishLeave = 1;
+// kFinish {rank = kFinishLeave}'s data: the leaving worker's farewell, relayed to the workers in
+// kWorkerLeave's data (Worker::Leave), at most this long.
+inline constexpr size_t kMaxFarewell = 64 << 10;
+// kFinish's rank: the worker makes no more clocks (Worker::StopClocks); it stays in the job.
+inline constexpr uint32_t kFinishClocks = 2;
+// kWorkTake's answer when the pass has no item left.
+inline constexpr uint64_t kNoWork = UINT64_MAX;
+// The most items a pass of work dealing may have.
+inline constexpr uint64_t kMaxWorkItems = uint64_t{1} << 24;
 
 // kCheckpoint's value2: empty the tables instead of saving them (Worker::ClearTables).
 inline constexpr uint64_t kCheckpointClear = 1;

@@ -35,22 +35,25 @@ Worker::~Worker() {
 Result<std::unique_ptr<Worker>> Worker::Create(const JobSpec& job, uint32_t index,
                                                std::unique_ptr<Transport> data) {
   FERRY_RETURN_IF_ERROR(ValidateJob(job));
-  if (index >= job.workers) return InvalidArgument("worker index out of range");
+  if (index >= job.worker_members()) return InvalidArgument("worker index out of range");
   std::unique_ptr<Worker> w(new Worker(job, index, std::move(data)));
   FERRY_ASSIGN_OR_RETURN(
       w->partition_, Partition::Create(job.num_shards(), job.virtual_nodes, job.partition_seed));
   w->chain_ = JobChains(job);
   w->st_->push_ids.assign(job.num_shards(), 0);
+  w->st_->gather_member.assign(job.workers, true);  // worker join slots join later
+  w->st_->gather_member.resize(job.worker_members(), false);
+  w->st_->gather_from.assign(job.worker_members(), 0);
   if (!job.restore_dir.empty()) {
     // The job goes on from the checkpoint's clock (the coordinator starts there too).
     FERRY_ASSIGN_OR_RETURN(CheckpointManifest m, ReadManifest(job.restore_dir));
     Restored r;
     r.clock = m.clock;
     if (!m.positions.empty()) {
-      if (m.positions.size() != job.workers) {
+      if (m.positions.size() != job.worker_members()) {
         return InvalidArgument("checkpoint " + job.restore_dir + " holds the data positions of " +
                                std::to_string(m.positions.size()) + " workers; this job has " +
-                               std::to_string(job.workers) +
+                               std::to_string(job.worker_members()) +
                                " (resume with the same worker count; servers may differ)");
       }
       r.position = m.positions[index];
@@ -115,7 +118,7 @@ Status Worker::ConnectServer(uint32_t s, Millis timeout) {
   // Rings per worker, rows per table; with replicas also forward rings (R-1, a spare's R; an
   // elastic job's one per other server) and the ack word (protocol.h "Replication"), which only
   // servers use.
-  const size_t expect = job_.workers + job_.tables.size() +
+  const size_t expect = job_.worker_members() + job_.tables.size() +
                         (job_.elastic         ? job_.server_members()
                          : job_.replicas == 1 ? 0
                          : chain_.is_spare(s) ? job_.replicas + 1
@@ -184,14 +187,14 @@ void Worker::DrainControl() {
         st.released_barriers.insert(m->value);
         break;
       case ControlKind::kGatherPart: {
-        if (m->rank >= job_.workers || m->value2 > (uint64_t{1} << 32)) break;
+        if (m->rank >= job_.worker_members() || m->value2 > (uint64_t{1} << 32)) break;
         if (m->value <= st.gathers_done) break;  // a copy relayed again after a takeover
         auto& g = st.gathers[m->value];
         if (g.data.empty()) {
-          g.data.resize(job_.workers);
-          g.received.assign(job_.workers, 0);
-          g.sized.assign(job_.workers, false);
-          g.chunks.resize(job_.workers);
+          g.data.resize(job_.worker_members());
+          g.received.assign(job_.worker_members(), 0);
+          g.sized.assign(job_.worker_members(), false);
+          g.chunks.resize(job_.worker_members());
         }
         if (!g.chunks[m->rank].insert(m->index).second) break;
         auto& buf = g.data[m->rank];
@@ -246,6 +249,19 @@ void Worker::DrainControl() {
         break;
       case ControlKind::kServerJoin:
         OnServerJoin(*m);
+        break;
+      case ControlKind::kWorkerJoin:  // ready: from its start on, its gathers count
+        if (m->index < st.gather_member.size()) {
+          st.gather_member[m->index] = true;
+          st.gather_from[m->index] = m->value2;
+        }
+        break;
+      case ControlKind::kWorkerLeave:
+        if (m->index < st.gather_member.size()) st.gather_member[m->index] = false;
+        if (!m->data.empty()) st.farewells[m->index] = std::move(m->data);
+        break;
+      case ControlKind::kWorkTake:
+        st.work_taken = std::move(*m);
         break;
       default:
         break;
@@ -522,6 +538,9 @@ Status Worker::Barrier() {
 
 Status Worker::Clock(uint64_t position, bool checkpoint) {
   FERRY_RETURN_IF_ERROR(Usable());
+  if (clocks_stopped_) {
+    return InvalidArgument("worker " + std::to_string(index_) + " stopped its clocks (StopClocks)");
+  }
   // Pushes of this clock must be applied (ASP/SSP) or staged (BSP) before the clock counts.
   FERRY_RETURN_IF_ERROR(WaitAllReplies("the pushes of clock " + std::to_string(clock_)));
   ++clock_;
@@ -571,15 +590,16 @@ Result<std::vector<std::vector<uint8_t>>> Worker::GatherFromWorkers(std::span<co
   FERRY_RETURN_IF_ERROR(WaitFor(
       [&st, id, this] {
         auto it = st.gathers.find(id);
-        if (it == st.gathers.end()) return false;
-        for (uint32_t w = 0; w < job_.workers; ++w) {
-          if (!it->second.sized[w] || it->second.received[w] < it->second.data[w].size()) {
-            return false;
-          }
+        const bool any = it != st.gathers.end();
+        for (uint32_t w = 0; w < job_.worker_members(); ++w) {
+          const bool awaited = st.gather_member[w] && id > st.gather_from[w];
+          const bool sized = any && it->second.sized[w];
+          if (sized ? it->second.received[w] < it->second.data[w].size() : awaited) return false;
         }
         return true;
       },
       Millis(3600000), "gather " + std::to_string(id)));
+  if (st.gathers.count(id) == 0) st.gathers[id].data.resize(job_.worker_members());
   auto parts = std::move(st.gathers[id].data);
   st.gathers.erase(id);
   st.gathers_done = std::max(st.gathers_done, id);
@@ -587,28 +607,7 @@ Result<std::vector<std::vector<uint8_t>>> Worker::GatherFromWorkers(std::span<co
 }
 
 Status Worker::Finish() {
-  if (!st_->failure.ok()) return st_->failure;
-  if (st_->shutdown) return Status::Ok();  // finished before (Node::Join calls it again)
-  // BSP applies pushes only at clock boundaries: pushes made after the last Clock() would be
-  // lost, so they get one.
-  if (job_.consistency.kind == Consistency::kBsp && pushes_since_clock_ > 0) {
-    FERRY_RETURN_IF_ERROR(Clock());
-  }
-  FERRY_RETURN_IF_ERROR(WaitAllReplies("the last requests"));
-  ControlMessage m;
-  m.kind = ControlKind::kFinish;
-  FERRY_RETURN_IF_ERROR(control_->Send(m));
-  // Not WaitFor: once every worker finished, the coordinator sends kShutdown to all members at
-  // once, and a server may act on it and close its data connections before this worker's copy
-  // arrives. A closed server connection is therefore no failure here; the coordinator's word
-  // is (a server that really died is reported as kFailure, and a lost coordinator fails the
-  // control connection: DrainControl turns both into st_->failure).
-  while (true) {
-    const size_t n = Progress();
-    if (st_->shutdown) return Status::Ok();
-    if (!st_->failure.ok()) return st_->failure;
-    if (n == 0) (void)data_->Wait(Millis(100));
-  }
+  return EndWith(0);
 }
 
 }  // namespace ferry::ps

@@ -50,6 +50,7 @@
 // calling in should set JobSpec::transport_params progress thread (see docs/ps.md).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -180,6 +181,16 @@ class Worker {
   // for clocks, barriers and failures.
   Status ConnectServers(const std::vector<MemberInfo>& members, ControlClient* control,
                         Millis timeout);
+  // A worker join slot (JobSpec::worker_join_slots) joining the running job: the chains as its
+  // kMembership carries them (ChainMap::Encode) and the live servers it names, connected to;
+  // then, on kStart, the clocks the job completed before it takes part (StartAt). Node calls
+  // these instead of ConnectServers.
+  Status ConnectJoining(const std::vector<MemberInfo>& members, std::span<const uint8_t> chains,
+                        ControlClient* control, Millis timeout);
+  // kStart's fields: the job's clock and highest barrier id (value, value2), its highest gather
+  // id (index) and the workers taking part (data, EncodeWorkerSet) at the join.
+  Status StartAt(const ControlMessage& start);
+  bool join_slot() const { return index_ >= job_.workers; }
 
   uint32_t index() const { return index_; }
   uint32_t num_workers() const { return job_.workers; }
@@ -259,8 +270,11 @@ class Worker {
   uint64_t skipped_clocks() const { return skipped_clocks_; }
   // Worker 0 receives every worker's bytes (indexed by worker); the others get an empty list.
   // With `to_all`, every worker receives them (an all-gather). Every worker makes the same
-  // sequence of calls with the same `to_all`. The bytes travel on the control plane: meant for
-  // metrics and counts, not for rows.
+  // sequence of calls with the same `to_all`. Elastic jobs: the workers taking part when the
+  // gather began send theirs (the list has an entry per worker index, empty for a worker join
+  // slot not joined and a worker that left before sending); a worker that joined takes part in
+  // the gathers after the job's last one at its join (its calls line up with the others' next). The
+  // bytes travel on the control plane: meant for metrics and counts, not for rows.
   Result<std::vector<std::vector<uint8_t>>> GatherFromWorkers(std::span<const uint8_t> mine,
                                                               bool to_all = false);
   // Saves every server's shard of every table into `dir` (ps/job/checkpoint.h), which every server
@@ -302,6 +316,28 @@ class Worker {
   // last Clock(), or they would never be applied), tells the coordinator it is done, and waits
   // for the job's shutdown (or failure).
   Status Finish();
+  // This worker makes no more clocks, and the job's clocks go on without it (as after Finish),
+  // but it stays in the job: for barriers and gathers with the workers still training (whose
+  // clocks a collective would otherwise block under BSP and SSP). Pushes since the last Clock()
+  // get one first, as in Finish. Clock() fails afterwards. Blocks until its requests are done.
+  Status StopClocks();
+  // Elastic jobs: leaves the running job, which goes on without it. As Finish (its requests
+  // waited for, under BSP its pushes clocked: call it at a clock boundary, right after Clock(),
+  // and the job's participants change there), but it returns once the coordinator confirms
+  // and the servers were told (kWorkerLeave), not at the job's end. The worker is done then:
+  // nothing but Finish (which returns Ok) may follow. `farewell` (at most 64 KiB) reaches every
+  // worker still in the job (farewells()): what the leaver would have added to the job's last
+  // gathers, its counts say. Blocks.
+  Status Leave(std::span<const uint8_t> farewell = {});
+  // The farewells of the workers that left the job, by worker index (as this worker has heard).
+  const std::map<uint32_t, std::vector<uint8_t>>& farewells() const;
+  // Work dealing: the next item of pass `pass`, whose items are 0 .. items-1 (every worker names
+  // the same count for a pass; at most kMaxWorkItems), or nullopt when every item of the pass was
+  // dealt. The coordinator deals each item of a pass exactly once, to whichever worker asks, in
+  // order: the workers of the moment share the pass, whoever joins or leaves (a worker that
+  // leaves has read what it took; a data reader over it: models/data/reader.h "Dealt input").
+  // Passes are independent. One control round trip; blocks.
+  Result<std::optional<uint64_t>> TakeWork(uint64_t pass, uint64_t items);
 
   const WorkerStats& stats() const { return stats_; }
 
@@ -437,6 +473,9 @@ class Worker {
   uint64_t min_clock_ = 0;
   uint64_t skipped_clocks_ = 0;
   uint64_t pushes_since_clock_ = 0;  // BSP: Finish() clocks once more if pushes are pending
+  bool clocks_stopped_ = false;      // StopClocks
+  // Finish and Leave: tell the coordinator (kFinish with `rank`) and wait for kShutdown.
+  Status EndWith(uint32_t rank, std::span<const uint8_t> data = {});
   std::optional<Restored> restored_;
   WorkerStats stats_;
 };

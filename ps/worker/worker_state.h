@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <deque>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -327,6 +328,13 @@ struct WorkerState {
   std::unordered_map<uint64_t, std::string> checkpoints_done;  // id -> error text ("" = ok)
   std::unordered_map<uint64_t, std::vector<TableStats>> table_stats_done;  // kCheckpointStats
   std::unordered_map<uint64_t, ControlMessage> moves_done;  // kMoveShards answers, by id
+  std::optional<ControlMessage> work_taken;                 // the answer to the kWorkTake in flight
+  // The workers a gather waits for (elastic jobs: kWorkerJoin and kWorkerLeave change them):
+  // worker w's part of gather `id` is awaited while gather_member[w] and id > gather_from[w] (the
+  // job's highest gather id when w joined). A part that arrived counts whoever sent it.
+  std::vector<bool> gather_member;
+  std::vector<uint64_t> gather_from;
+  std::map<uint32_t, std::vector<uint8_t>> farewells;  // kWorkerLeave's data, by worker
 };
 
 }  // namespace ferry::ps

@@ -1,4 +1,5 @@
-// Reader over files: formats, gzip, malformed-line policy, errors, Rewind and bounded memory.
+// Reader over files: formats, gzip, malformed-line policy, errors, Rewind, dealt input and
+// bounded memory.
 #include "models/data/reader.h"
 
 #include <gtest/gtest.h>
@@ -6,6 +7,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
+#include <optional>
 #include <string>
 
 #include "models/data/hashing.h"
@@ -296,6 +299,83 @@ TEST(Reader, MemoryStaysBoundedOnAFileFarLargerThanTheBuffer) {
   EXPECT_GT((*r)->stats().bytes, 20u << 20);
   EXPECT_GT(before, 0);
   EXPECT_LT(peak - before, 4 << 10) << "resident memory grew by " << peak - before << " KiB";
+}
+
+// Dealt input: items handed out one at a time, whoever asks, make every line exactly once per
+// pass, plain bytes and a gzip file alike, also when a reader stops asking in the middle (it
+// finishes what it took) and over a second pass after Rewind.
+TEST(Reader, DealtItemsAreEveryLineOncePerPassWhoeverTakesThem) {
+  TempDir dir;
+  std::string a, b, c;
+  for (int i = 1; i <= 400; ++i) {
+    const std::string line = std::to_string(i % 2) + " " + std::to_string(i) + ":1\n";
+    (i <= 150 ? a : i <= 300 ? b : c) += line;
+  }
+  WriteFile(dir.File("a.svm"), a);
+  WriteFile(dir.File("b.svm"), b);
+  WriteGzip(dir.File("c.gz"), c);
+  constexpr uint32_t kItems = 13;
+  std::map<uint64_t, uint64_t> next;  // pass -> next item
+  std::vector<int> taken(3, 0);
+  std::vector<std::unique_ptr<Reader>> readers;
+  for (int r = 0; r < 3; ++r) {
+    ReaderOptions o =
+        Options(Format::kLibsvm, {dir.File("a.svm"), dir.File("b.svm"), dir.File("c.gz")});
+    o.deal_items = kItems;
+    o.deal = [&, r](uint64_t pass) -> Result<std::optional<uint64_t>> {
+      // Reader 2 stops asking after its second item of the first pass.
+      if ((r == 2 && pass == 0 && taken[2] == 2) || next[pass] == kItems) {
+        return std::optional<uint64_t>();
+      }
+      ++taken[r];
+      return std::optional<uint64_t>(next[pass]++);
+    };
+    auto opened = Reader::Open(o);
+    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+    readers.push_back(std::move(opened).value());
+  }
+  for (int pass = 0; pass < 2; ++pass) {
+    std::map<uint64_t, int> seen;  // feature id -> times read
+    std::vector<bool> done(3, false);
+    Batch batch;
+    for (int round = 0; !(done[0] && done[1] && done[2]); ++round) {
+      const int r = round % 3;
+      if (done[r]) continue;
+      batch.Clear();
+      Result<size_t> n = readers[r]->Next(7, &batch);
+      ASSERT_TRUE(n.ok()) << n.status().ToString();
+      if (*n == 0) done[r] = true;
+      for (uint64_t id : batch.ids) ++seen[id];
+    }
+    ASSERT_EQ(seen.size(), 400u) << "pass " << pass;
+    for (int i = 1; i <= 400; ++i) {
+      EXPECT_EQ(seen[HashIndex(0, static_cast<uint64_t>(i), 0)], 1) << "line " << i;
+    }
+    EXPECT_EQ(next[pass], kItems);
+    if (pass == 0) {
+      EXPECT_EQ(taken[2], 2);
+      for (auto& r : readers) ASSERT_TRUE(r->Rewind().ok());
+    }
+  }
+}
+
+TEST(Reader, DealtInputRefusesBadOptionsAndItems) {
+  TempDir dir;
+  WriteFile(dir.File("d.svm"), "1 1:1\n0 2:1\n");
+  ReaderOptions o = Options(Format::kLibsvm, {dir.File("d.svm")});
+  o.deal = [](uint64_t) -> Result<std::optional<uint64_t>> { return std::optional<uint64_t>(5); };
+  o.deal_items = 0;
+  EXPECT_NE(Reader::Open(o).status().message().find("deal_items 0"), std::string::npos);
+  o.deal_items = 4;
+  o.threads = 2;
+  EXPECT_NE(Reader::Open(o).status().message().find("threads must be 1"), std::string::npos);
+  o.threads = 1;
+  auto r = Reader::Open(o);
+  ASSERT_TRUE(r.ok());
+  Batch b;
+  Result<size_t> n = (*r)->Next(4, &b);
+  ASSERT_FALSE(n.ok());
+  EXPECT_EQ(n.status().message(), "dealt item 5 of 4");
 }
 
 }  // namespace

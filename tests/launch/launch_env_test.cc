@@ -477,6 +477,27 @@ TEST(RolesOfTest, JoinSlotsAreTheLastRanks) {
   job.elastic = true;
   job.join_slots = 65;
   EXPECT_THAT(ValidateJob(job).ToString(), ::testing::HasSubstr("join_slots 65"));
+  // Worker join slots come after the server join slots: worker `workers` + j.
+  job.join_slots = 1;
+  job.worker_join_slots = 2;
+  ASSERT_TRUE(ValidateJob(job).ok()) << ValidateJob(job).ToString();
+  EXPECT_EQ(RanksNeeded(job), 7);
+  EXPECT_EQ(job.worker_members(), 4u);
+  EXPECT_EQ(RolesOf(job, 4, 7)->join, 0);
+  EXPECT_EQ(RolesOf(job, 5, 7)->worker, 2);
+  EXPECT_TRUE(RolesOf(job, 5, 7)->worker_join);
+  EXPECT_EQ(RolesOf(job, 6, 7)->worker, 3);
+  EXPECT_FALSE(RolesOf(job, 3, 7)->worker_join);
+  const uint64_t with_workers = job.Fingerprint();
+  job.worker_join_slots = 1;
+  EXPECT_NE(job.Fingerprint(), with_workers);
+  job.elastic = false;
+  job.join_slots = 0;
+  EXPECT_THAT(ValidateJob(job).ToString(),
+              ::testing::HasSubstr("worker join slots need an elastic job"));
+  job.elastic = true;
+  job.worker_join_slots = 65;
+  EXPECT_THAT(ValidateJob(job).ToString(), ::testing::HasSubstr("worker_join_slots 65"));
 }
 
 TEST(ApplyLaunchShapeTest, SrunWithFerryServersDerivesWorkers) {

@@ -135,6 +135,32 @@ TEST(RunLocalClusterTest, JoinSlotsStartOnlyWhenAskedTo) {
   EXPECT_EQ(RolesText(RolesOf(job, 2, 3).value()), "join slot 0");
 }
 
+// Worker join slots are the last ranks, after the server join slots.
+TEST(RunLocalClusterTest, WorkerJoinSlotsStartOnlyWhenAskedTo) {
+  LocalClusterOptions o = ShJob(1, 1, "0 0 8 9");  // rank 2 a server join slot, 3 a worker's
+  o.join_slots = 1;
+  o.worker_join_slots = 1;
+  auto code = RunLocalCluster(o);
+  ASSERT_TRUE(code.ok()) << code.status().ToString();
+  EXPECT_EQ(*code, 0) << "a join slot's rank started with the job";
+  o.join_worker = 0;
+  o.env = {{"FERRY_COORDINATOR", "127.0.0.1:1"}};
+  code = RunLocalCluster(o);
+  ASSERT_TRUE(code.ok()) << code.status().ToString();
+  EXPECT_EQ(*code, 9) << "worker join slot 0 is rank 3 of 4";
+  o.join = 0;
+  EXPECT_THAT(RunLocalCluster(o).status().message(), HasSubstr("not both"));
+  o.join = -1;
+  o.join_worker = 1;
+  EXPECT_THAT(RunLocalCluster(o).status().message(),
+              HasSubstr("worker join slot 1 is out of range"));
+  JobSpec job;
+  job.servers = 1;
+  job.workers = 1;
+  job.worker_join_slots = 1;
+  EXPECT_EQ(RolesText(RolesOf(job, 2, 3).value()), "worker 1 (join slot)");
+}
+
 TEST(RunLocalClusterTest, BadOptionsAreErrorsBeforeAnythingStarts) {
   LocalClusterOptions o = ShJob(1, 1, "0 0");
   o.argv.clear();

@@ -27,8 +27,9 @@ echo "== replicas over verbs: same rows, a severed server fails over (head, tail
 echo "   repairs a chain before its second failure; the head's admission and eviction records keep"
 echo "   every replica's rows equal to its head's; shards move between live servers (an elastic"
 echo "   job's full mesh of forward rings; a chain's head and a tail move while training; a server"
-echo "   joins the running job, then another leaves)"
-FERRY_TEST_BACKENDS=verbs "$ps_replica_test" --gtest_filter='*PsMove.HeadsAndTailsOfChainsMove*:*PsMove.AServerJoinsThenAnotherLeaves*:*ChainsChangeNoRowUnderBsp*:*SeveredServerFailsOverUnderBsp*:*SeveredMiddleOfAChainIsBridged*:*ASpareRepairsAChainBeforeItsSecondFailure*:*PsReplicaRows.AdmissionByCountAndByCoinKeepsTheHeadsRows*:*PsReplicaRows.TickEvictionAndTheRowBoundKeepTheHeadsRows*'
+echo "   joins the running job, then another leaves; a worker joins and another leaves while the"
+echo "   coordinator deals them the data, every sample once per pass)"
+FERRY_TEST_BACKENDS=verbs "$ps_replica_test" --gtest_filter='*PsMove.HeadsAndTailsOfChainsMove*:*PsMove.AServerJoinsThenAnotherLeaves*:*PsWorkers.*:*ChainsChangeNoRowUnderBsp*:*SeveredServerFailsOverUnderBsp*:*SeveredMiddleOfAChainIsBridged*:*ASpareRepairsAChainBeforeItsSecondFailure*:*PsReplicaRows.AdmissionByCountAndByCoinKeepsTheHeadsRows*:*PsReplicaRows.TickEvictionAndTheRowBoundKeepTheHeadsRows*'
 
 echo "== failure detection over verbs: a server, a worker, the coordinator killed or stopped;"
 echo "   with replicas, rank 0 killed or stopped while the standby coordinator takes over"

@@ -132,6 +132,15 @@ TEST(TrainCli, FormatTrainSummary) {
   r.servers_removed = 0;
   EXPECT_NE(train::FormatTrainSummary("ftrl", 2, 2, "tcp", r).find("(1 server joined while "),
             std::string::npos);
+  r.workers_joined = 2;
+  r.workers_left = 1;
+  EXPECT_NE(train::FormatTrainSummary("ftrl", 2, 2, "tcp", r)
+                .find("(1 server joined; 2 workers joined and 1 left while training)"),
+            std::string::npos);
+  r.servers_joined = 0;
+  r.workers_joined = 0;
+  EXPECT_NE(train::FormatTrainSummary("ftrl", 2, 2, "tcp", r).find("(1 worker left while "),
+            std::string::npos);
 }
 
 }  // namespace

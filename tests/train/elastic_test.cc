@@ -211,6 +211,95 @@ TEST_F(Elastic, AServerJoinsAndAnotherLeavesWhileTraining) {
   }
 }
 
+// 2 -> 3 -> 2 workers (--worker-join-slots): the job starts with 2 workers and one worker join
+// slot, its training data dealt to the workers as they ask (1/96 of it a piece). Once training
+// began a second ferry-train starts the worker join slot (--join-worker 0), which joins and takes
+// pieces; once it trained some (its stderr says it joined), worker 1 gets SIGTERM and leaves
+// after the piece it holds. Every training sample must be trained on exactly once per pass
+// (the final line's samples, the leaver's counted through its farewell), the summary must name
+// the join and the leave, and the test logloss be within 0.5 % of the fixed 2-worker job's.
+TEST_F(Elastic, AWorkerJoinsAndAnotherLeavesWhileTraining) {
+  const auto job = [](const std::string& transport) {
+    std::vector<std::string> args = Job(transport);
+    *std::find(args.begin(), args.end(), "3") = "2";               // --servers 2
+    *(std::find(args.begin(), args.end(), "--epochs") + 1) = "6";  // room for the join and leave
+    return args;
+  };
+  const TrainRun fixed = Train(data_->dir, "fixed_workers", job("tcp"), 180);
+  ASSERT_TRUE(fixed.ok()) << fixed.proc.Describe();
+  for (const std::string transport : {"tcp", "ucx"}) {
+    const std::string tag = "workers_" + transport;
+    const std::string metrics = data_->dir / (tag + ".jsonl");
+    const std::string joiner_err = data_->dir / (tag + "_joiner.err");
+    const std::vector<std::string> args =
+        Cat(job(transport), {"--elastic", "--worker-join-slots", "1"});
+    const std::string coordinator = "127.0.0.1:" + std::to_string(FreePort());
+    ASSERT_EQ(setenv("FERRY_COORDINATOR", coordinator.c_str(), 1), 0);
+    std::thread joiner;
+    Proc joined;
+    int step = 0;  // 0: training not begun; 1: the joiner started; 2: worker 1 signalled
+    TrainRun run = Train(data_->dir, tag, args, 180, [&](pid_t launcher) {
+      if (step == 0 && !Lines(Slurp(metrics)).empty()) {
+        step = 1;
+        std::vector<std::string> argv = {"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>" + joiner_err,
+                                         TrainBin()};
+        argv = Cat(argv, Cat(args, {"--join-worker", "0"}));
+        joiner = std::thread([&joined, argv] { joined = Exec(argv, 120); });
+      } else if (step == 1 &&
+                 Slurp(joiner_err).find("joined the running job") != std::string::npos) {
+        step = 2;
+        const pid_t pid = RankPid(launcher, 3);  // worker 1
+        EXPECT_GT(pid, 0);
+        if (pid > 0) {
+          EXPECT_EQ(kill(pid, SIGTERM), 0);
+        }
+      }
+    });
+    if (joiner.joinable()) joiner.join();
+    unsetenv("FERRY_COORDINATOR");
+    std::printf(
+        "%s: the job took %.1f s (%.1f s at a fixed size); test logloss %.5f (fixed %.5f)\n",
+        tag.c_str(), run.proc.seconds, fixed.proc.seconds, run.logloss(), fixed.logloss());
+    for (const char* what : {"ferry coordinator: worker", "ferry-train: worker 1 left"}) {
+      for (size_t at = run.proc.err.find(what); at != std::string::npos;
+           at = run.proc.err.find(what, at + 1)) {
+        std::printf("%s: %s\n", tag.c_str(),
+                    run.proc.err.substr(at, run.proc.err.find('\n', at) - at).c_str());
+      }
+    }
+    ASSERT_TRUE(run.ok()) << tag << ": " << run.proc.Describe();
+    ASSERT_EQ(step, 2) << tag << ": the join did not happen in time:\n"
+                       << run.proc.Describe() << "\njoiner: " << Slurp(joiner_err);
+    EXPECT_EQ(joined.exit_code, 0) << tag << ": the joiner: " << joined.Describe() << "\n"
+                                   << Slurp(joiner_err);
+    EXPECT_NE(run.proc.err.find("ferry coordinator: worker 1 (rank 3"), std::string::npos)
+        << run.proc.Describe();
+    EXPECT_NE(run.proc.err.find("ferry-train: worker 1 left the job after"), std::string::npos)
+        << run.proc.Describe();
+    EXPECT_NE(run.proc.out.find("on 2 servers + 2 workers over " + transport +
+                                " (1 worker joined and 1 left while training)"),
+              std::string::npos)
+        << run.proc.Describe();
+    // Exactly once per pass: the workers' counts, the leaver's included, add up to 6 passes.
+    EXPECT_EQ(run.final_line.value("samples", uint64_t{0}), 6 * 40000u) << run.final_line;
+    EXPECT_LE(std::fabs(run.logloss() - fixed.logloss()), 0.005 * fixed.logloss())
+        << tag << ": logloss " << run.logloss() << " against " << fixed.logloss();
+  }
+}
+
+// What dealt training cannot do is refused before any rank starts, with the reason.
+TEST_F(Elastic, WorkerJoinSlotsNeedFixedPassesWithoutHeldOutData) {
+  TrainRun r = Train(
+      data_->dir, "workers_held_out",
+      Cat(Job("tcp"), {"--elastic", "--worker-join-slots", "1", "--validation-fraction", "0.1"}),
+      60);
+  EXPECT_NE(r.proc.exit_code, 0) << r.proc.Describe();
+  EXPECT_NE(r.proc.err.find("give --epochs N (no held-out data"), std::string::npos)
+      << r.proc.Describe();
+  EXPECT_EQ(r.proc.err.find("rank 0"), std::string::npos)
+      << "a rank started: " << r.proc.Describe();
+}
+
 // Refused before any rank starts, with the reason.
 TEST_F(Elastic, ElasticWithSparesIsRefused) {
   TrainRun r = Train(data_->dir, "elastic_spares",

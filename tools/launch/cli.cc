@@ -51,6 +51,16 @@ void AddFlags(CLI::App& app, LaunchFlags& f) {
                  "start only join slot J's rank, into the running job whose coordinator\n"
                  "FERRY_COORDINATOR names (the job's launch prints it)")
       ->check(CLI::Range(0, 63));
+  app.add_option("--worker-join-slots", o.worker_join_slots,
+                 "the job's worker join slots (the program's own flag sets them): worker ranks\n"
+                 "after all others that this launch does not start; each joins the running job\n"
+                 "later")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 64));
+  app.add_option("--join-worker", o.join_worker,
+                 "start only worker join slot J's rank, into the running job whose coordinator\n"
+                 "FERRY_COORDINATOR names")
+      ->check(CLI::Range(0, 63));
   app.add_option("--server-threads", o.server_threads,
                  "shard servers per server rank, each on its own thread with its own share of\n"
                  "the keys (FERRY_SERVER_THREADS; default: the program's own flag)")

@@ -63,12 +63,14 @@ int RunAsLocalCluster(const models::TrainOptions& o, int argc, char** argv) {
   lc.spares = o.spares;
   lc.join_slots = o.join_slots;
   lc.join = o.join;
+  lc.worker_join_slots = o.worker_join_slots;
+  lc.join_worker = o.join_worker;
   lc.transport = o.transport;
   lc.name = "ferry-train";
   // A lockstep stream is read by the workers themselves (each follows the directory). A join
   // slot's launch (--join) starts one server rank: it reads and deals nothing.
   Result<int> rc = 0;
-  if (o.join >= 0) {
+  if (o.join >= 0 || o.join_worker >= 0) {
     rc = ps::RunLocalCluster(lc);
   } else if (models::LockstepStream(*resolved)) {
     rc = RunLockstepLocalCluster(std::move(lc));
@@ -167,16 +169,25 @@ std::string FormatTrainSummary(std::string_view model, uint32_t servers, uint32_
                                const std::string& transport, const models::TrainReport& report) {
   std::string out = Printf("ferry-train: %s on %u servers + %u workers over %s",
                            std::string(model).c_str(), servers, workers, transport.c_str());
-  // An elastic job's joins and leaves (or replicas' failovers) change its servers meanwhile.
-  if (report.servers_joined > 0 && report.servers_removed > 0) {
-    out += Printf(" (%u server%s joined and %u removed while training)", report.servers_joined,
-                  report.servers_joined == 1 ? "" : "s", report.servers_removed);
-  } else if (report.servers_joined > 0) {
-    out += Printf(" (%u server%s joined while training)", report.servers_joined,
-                  report.servers_joined == 1 ? "" : "s");
-  } else if (report.servers_removed > 0) {
-    out += Printf(" (%u server%s removed while training)", report.servers_removed,
-                  report.servers_removed == 1 ? "" : "s");
+  // An elastic job's joins and leaves (or replicas' failovers) change its servers and workers
+  // meanwhile.
+  const auto change = [](uint32_t joined, uint32_t gone, const char* what, const char* went) {
+    if (joined == 0 && gone == 0) return std::string();
+    std::string s = std::to_string(joined > 0 ? joined : gone) + " " + what +
+                    ((joined > 0 ? joined : gone) == 1 ? "" : "s");
+    if (joined > 0) s += " joined";
+    if (joined > 0 && gone > 0) s += " and " + std::to_string(gone);
+    if (gone > 0) s += std::string(" ") + went;
+    return s;
+  };
+  const std::string servers_changed =
+      change(report.servers_joined, report.servers_removed, "server", "removed");
+  const std::string workers_changed =
+      change(report.workers_joined, report.workers_left, "worker", "left");
+  if (!servers_changed.empty() || !workers_changed.empty()) {
+    out += " (" + servers_changed +
+           (servers_changed.empty() || workers_changed.empty() ? "" : "; ") + workers_changed +
+           " while training)";
   }
   out += Printf(": %llu samples in %.1f s (%.0f samples/s)",
                 static_cast<unsigned long long>(report.samples), report.train_seconds,
