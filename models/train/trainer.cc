@@ -226,7 +226,7 @@ Status WorkerLoop::Run(TrainReport* report) {
                  w_.index(), static_cast<unsigned long long>(w_.clock()));
   }
   FERRY_ASSIGN_OR_RETURN(const uint32_t last_epoch, RunEpochs(at));
-  if (leaving_) return LeaveJob();  // trainer_passes.cc
+  if (leaving_) return LeaveJob();  // SIGTERM: it goes, the job goes on
   LogStop(last_epoch);
   if (o_.refit == TrainOptions::Refit::kOn) FERRY_RETURN_IF_ERROR(Refit());
   return Finish(last_epoch, report);
