@@ -149,10 +149,7 @@ void Coordinator::Impl::OnWorkerJoinRegister(size_t ci, const ControlMessage& ms
   mem.kind = ControlKind::kMembership;
   mem.text = standby_address;
   for (uint32_t s = 0; s < servers.size(); ++s) {
-    const int i = servers[s];
-    if (i >= 0 && !chain.dead(s) && !conns[i].gone && !conns[i].removed && !conns[i].joining) {
-      mem.members.push_back(conns[i].info);
-    }
+    if (ServingServer(s)) mem.members.push_back(conns[servers[s]].info);
   }
   mem.data = chain.Encode();
   Send(m.ep, mem);
@@ -178,11 +175,7 @@ void Coordinator::Impl::OnWorkerAccepted(const Member& server, const ControlMess
 void Coordinator::Impl::MaybeStartJoiningWorker() {
   if (joiner < 0 || conns[joiner].info.role != Role::kWorker || !conns[joiner].ready) return;
   for (uint32_t s = 0; s < servers.size(); ++s) {
-    const int i = servers[s];
-    if (i >= 0 && !chain.dead(s) && !conns[i].gone && !conns[i].removed && !conns[i].joining &&
-        joiner_accepted.count(s) == 0) {
-      return;
-    }
+    if (ServingServer(s) && joiner_accepted.count(s) == 0) return;
   }
   OnWorkerJoinReady(conns[joiner]);
 }
@@ -196,11 +189,7 @@ void Coordinator::Impl::OnWorkerJoinReady(Member& m) {
   // Its barriers and gathers go on from the job's: those the workers are in now do not wait for
   // it, and its next one is theirs.
   m.barrier_base = barrier_high;
-  std::vector<uint32_t> running;
-  for (size_t w = 0; w < workers.size(); ++w) {
-    const int i = Participant(w);
-    if (i >= 0 && !conns[i].finished) running.push_back(static_cast<uint32_t>(w));
-  }
+  const std::vector<uint32_t> running = RunningWorkerIndices();
   ControlMessage start;
   start.kind = ControlKind::kStart;
   start.value = m.clock;

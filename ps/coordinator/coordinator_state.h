@@ -75,14 +75,20 @@ struct CoordinatorState {
     const int i = workers[w];
     return i >= 0 && !conns[i].joining ? i : -1;
   }
-  // Workers taking part and not finished (barriers and clocks wait for these).
-  size_t RunningWorkers() const {
-    size_t n = 0;
+  // Workers taking part and not finished (barriers and clocks wait for these), by index.
+  std::vector<uint32_t> RunningWorkerIndices() const {
+    std::vector<uint32_t> running;
     for (size_t w = 0; w < workers.size(); ++w) {
       const int i = Participant(w);
-      n += i >= 0 && !conns[i].finished ? 1 : 0;
+      if (i >= 0 && !conns[i].finished) running.push_back(static_cast<uint32_t>(w));
     }
-    return n;
+    return running;
+  }
+  size_t RunningWorkers() const { return RunningWorkerIndices().size(); }
+  // Server s serves now: alive in the chains, connected, not removed, not still joining.
+  bool ServingServer(uint32_t s) const {
+    const int i = servers[s];
+    return i >= 0 && !chain.dead(s) && !conns[i].gone && !conns[i].removed && !conns[i].joining;
   }
   enum class Phase {
     kRegistering,
