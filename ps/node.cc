@@ -82,7 +82,8 @@ Result<ControlMessage> Expect(ControlClient* control, ControlKind kind, Millis t
     }
     // Only a join slot hears it before its start (the job ended while it waited to join).
     if (m->kind == ControlKind::kShutdown) {
-      return Cancelled(who + ": the job ended before this rank joined it");
+      return Cancelled(who + ": the job ended before this rank joined it (" +
+                       (m->text.empty() ? std::string("shut down") : m->text) + ")");
     }
   }
 }

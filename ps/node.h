@@ -29,6 +29,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <future>
 #include <memory>
 #include <string>
@@ -72,6 +73,10 @@ class Node {
   // Rank 0's coordinator, or nullptr; on rank 1 of a job with replicas, the standby until Join
   // (after Join only if it took over).
   const Coordinator* coordinator() const { return coordinator_.get(); }
+  // Rank 0: Coordinator::SetWorkerJoinGate on its coordinator; elsewhere nothing. Any thread.
+  void SetWorkerJoinGate(std::function<std::string()> gate) {
+    if (coordinator_ != nullptr) coordinator_->SetWorkerJoinGate(std::move(gate));
+  }
   // The rank that runs the standby coordinator when JobSpec::replicas > 1 (coordinator.h).
   static constexpr int kStandbyRank = 1;
 

@@ -6,6 +6,8 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -44,7 +46,9 @@ struct Sink {
   size_t done = 0;  // bytes of it written
   std::string own;
   bool dead = false;
-  bool Free() const { return !dead && size == 0 && fd.get() >= 0; }
+  bool socket = false;   // its reader may ask for no more blocks (DealerOptions::open)
+  bool leaving = false;  // it asked: closed once its block is written
+  bool Free() const { return !dead && !leaving && size == 0 && fd.get() >= 0; }
   // Its reader is gone (its worker died; the launcher stops the job): what it was owed is lost.
   void Drop(uint64_t unwritten, DealerStats* stats) {
     dead = true;
@@ -174,7 +178,40 @@ Status SpliceSome(PipeSplicer& sp, std::vector<Sink>& sinks, size_t block, size_
   }
 }
 
+Status MakeNonBlocking(int fd) {
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) {
+    return IoError("fcntl on a dealer sink", errno);
+  }
+  return Status::Ok();
+}
+
+// A socket sink's reader may ask to go (DealerOptions::open); a pipe's cannot.
+bool IsSocket(int fd) {
+  struct stat st;
+  return ::fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode);
+}
+
+// A socket sink's reader spoke (DealerOptions::open): its end of writing, or bytes (read and
+// dropped, so closing the socket later sends no reset that would cut what it still reads), mean
+// it goes. Nothing to read yet: it stays.
+void ReadLeaveWord(Sink& s) {
+  char buf[64];
+  const ssize_t n = ::recv(s.fd.get(), buf, sizeof buf, MSG_DONTWAIT);
+  if (n >= 0) s.leaving = true;
+  if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) s.leaving = true;
+}
+
 }  // namespace
+
+Status StopDealingTo(int fd) {
+  if (::shutdown(fd, SHUT_WR) == 0) return Status::Ok();
+  if (errno == ENOTSOCK) {
+    return InvalidArgument(
+        "this share of the stream comes through a pipe, which cannot tell its dealer to stop");
+  }
+  return IoError("tell the stream dealer to stop dealing to this reader", errno);
+}
 
 size_t NextBlockEnd(std::string_view data, size_t max_bytes, uint64_t lines_left, uint64_t* lines) {
   *lines = 0;
@@ -200,12 +237,7 @@ Result<std::unique_ptr<StreamDealer>> StreamDealer::Start(DealerOptions options)
     return InvalidArgument("StreamDealer: block_bytes must be 1..read_bytes");
   }
   std::unique_ptr<StreamDealer> d(new StreamDealer(std::move(options)));
-  for (int fd : d->o_.sinks) {
-    const int flags = ::fcntl(fd, F_GETFL);
-    if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) {
-      return IoError("fcntl on a dealer sink", errno);
-    }
-  }
+  for (int fd : d->o_.sinks) FERRY_RETURN_IF_ERROR(MakeNonBlocking(fd));
   d->stop_fd_ = Fd(d->o_.stop_fd);
   d->wake_ = Fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (d->wake_.get() < 0) return IoError("eventfd", errno);
@@ -218,6 +250,10 @@ Result<std::unique_ptr<StreamDealer>> StreamDealer::Start(DealerOptions options)
     sigaddset(&pipe, SIGPIPE);
     pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
     self->result_ = self->Run();
+    self->ended_->store(true);
+    std::lock_guard<std::mutex> lock(self->add_mu_);
+    self->finished_ = true;
+    self->added_.clear();  // closed: their readers see an empty share
   });
   return d;
 }
@@ -235,6 +271,14 @@ void StreamDealer::Stop() {
   (void)!::write(wake_.get(), &one, sizeof one);
 }
 
+void StreamDealer::AddSink(Fd sink) {
+  std::lock_guard<std::mutex> lock(add_mu_);
+  if (finished_ || !o_.open) return;  // `sink` closes here: an empty share
+  added_.push_back(std::move(sink));
+  const uint64_t one = 1;
+  (void)!::write(wake_.get(), &one, sizeof one);
+}
+
 Status StreamDealer::Join() {
   if (thread_.joinable()) thread_.join();
   joined_ = true;
@@ -243,12 +287,32 @@ Status StreamDealer::Join() {
 
 Status StreamDealer::Run() {
   std::vector<Sink> sinks(o_.sinks.size());
-  for (size_t i = 0; i < sinks.size(); ++i) sinks[i].fd = Fd(o_.sinks[i]);
+  for (size_t i = 0; i < sinks.size(); ++i) {
+    sinks[i].fd = Fd(o_.sinks[i]);
+    sinks[i].socket = o_.open && IsSocket(o_.sinks[i]);
+  }
+  // AddSink's sinks, taken at the top of every round.
+  const auto take_added = [&] {
+    std::vector<Fd> added;
+    {
+      std::lock_guard<std::mutex> lock(add_mu_);
+      added.swap(added_);
+    }
+    for (Fd& fd : added) {
+      Sink s;
+      if (!MakeNonBlocking(fd.get()).ok()) continue;  // closed: an empty share
+      s.socket = IsSocket(fd.get());
+      s.fd = std::move(fd);
+      sinks.push_back(std::move(s));
+      stats_.lines_per_sink.push_back(0);
+      ++stats_.sinks_added;
+    }
+  };
   Result<std::unique_ptr<StreamInput>> opened = OpenStreamInput(o_.input, o_.follow, o_.share);
   if (!opened.ok()) return opened.status();
   StreamInput& in = **opened;
   std::unique_ptr<PipeSplicer> splicer;
-  if (o_.splice && o_.max_lines == 0 && o_.block_bytes >= kMinSpliceBlock) {
+  if (o_.splice && !o_.open && o_.max_lines == 0 && o_.block_bytes >= kMinSpliceBlock) {
     // --max-samples counts lines, which splicing does not see.
     Result<std::unique_ptr<PipeSplicer>> sp = PipeSplicer::Open(in.splice_fd(), o_.block_bytes);
     if (!sp.ok()) return sp.status();
@@ -264,6 +328,7 @@ Status StreamDealer::Run() {
   std::vector<char> buf(o_.read_bytes);
   size_t head = 0, tail = 0;
   bool reading = true;
+  bool at_eof = false;  // the input ended (not stopped): its last line may lack its '\n'
   uint64_t lines_left = o_.max_lines > 0 ? o_.max_lines : UINT64_MAX;
   size_t next = 0;
   int sticky = -1;  // the sink that gets the rest of a line longer than the buffer
@@ -271,16 +336,31 @@ Status StreamDealer::Run() {
   const auto end_input = [&](const char* why) {
     if (reading) stats_.end = why;
     reading = false;
+    ended_->store(true);
   };
   Status failed;
   while (true) {
     if (stop_.load()) end_input("stopped");
+    if (o_.open) {
+      take_added();
+      for (size_t i = 0; i < sinks.size(); ++i) {
+        // A leaving sink whose last block is written (and no line cut open): its reader sees
+        // the end of its share.
+        Sink& s = sinks[i];
+        if (s.leaving && s.size == 0 && s.fd.get() >= 0 && sticky != static_cast<int>(i)) {
+          s.fd = Fd();
+          ++stats_.sinks_left;
+        }
+      }
+    }
     bool starved = false;
     // Deal every block a free sink can take.
     while (head < tail) {
       size_t pick = sinks.size();
       if (sticky >= 0) {
-        if (sinks[sticky].Free() || sinks[sticky].dead) pick = static_cast<size_t>(sticky);
+        // The rest of its line, even to a sink that asked to go.
+        const Sink& st = sinks[static_cast<size_t>(sticky)];
+        if (st.dead || (st.size == 0 && st.fd.get() >= 0)) pick = static_cast<size_t>(sticky);
       } else {
         for (size_t k = 0; k < sinks.size(); ++k) {
           const size_t i = (next + k) % sinks.size();
@@ -296,6 +376,13 @@ Status StreamDealer::Run() {
       size_t end = NextBlockEnd(data, o_.block_bytes, lines_left, &lines);
       bool add_newline = false;
       if (end == 0) {
+        if (!reading && !at_eof && sticky < 0) {
+          // Stopped (or idle) inside a line: what came of it is no line, and is not dealt (a
+          // worker would take it for a malformed one).
+          stats_.unfinished_bytes += data.size();
+          head = tail;
+          break;
+        }
         if (!reading) {
           end = data.size();  // the last line, without its '\n'
           add_newline = true;
@@ -373,7 +460,7 @@ Status StreamDealer::Run() {
     bool pending = false, alive = false;
     for (const Sink& s : sinks) {
       pending |= !s.dead && s.size > 0;
-      alive |= !s.dead;
+      alive |= !s.dead && (!s.leaving || s.size > 0);
     }
     if (!alive) {
       // Every worker is gone: nothing reads the stream any more (the launcher ends the job).
@@ -409,10 +496,13 @@ Status StreamDealer::Run() {
     const bool ready = want_input && in.ready();
     std::vector<size_t> who;
     for (size_t i = 0; i < sinks.size(); ++i) {
+      const Sink& s = sinks[i];
       const bool splice_room =
           room_wait && std::find(sp.full.begin(), sp.full.end(), i) != sp.full.end();
-      if (sinks[i].dead || (sinks[i].size == 0 && !splice_room)) continue;
-      fds.push_back({sinks[i].fd.get(), POLLOUT, 0});
+      const short events = static_cast<short>((s.size > 0 || splice_room ? POLLOUT : 0) |
+                                              (s.socket && !s.leaving ? POLLIN : 0));
+      if (s.dead || s.fd.get() < 0 || events == 0) continue;
+      fds.push_back({s.fd.get(), events, 0});
       who.push_back(i);
     }
     int timeout = ready ? 0 : -1;
@@ -475,12 +565,18 @@ Status StreamDealer::Run() {
         tail += *n;
         last_input = Clock::now();
       } else if (ended) {
+        at_eof = true;
         end_input("end of input");
       }
     }
     for (size_t j = 0; j < who.size(); ++j, ++k) {
-      // A sink polled only for splice room has no block of its own: Flush does nothing.
-      if (fds[k].revents != 0) Flush(sinks[who[j]], &stats_);
+      Sink& s = sinks[who[j]];
+      if ((fds[k].events & POLLIN) != 0 && (fds[k].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
+        ReadLeaveWord(s);
+      }
+      // A sink polled only for splice room (or its reader's word) has no block of its own:
+      // Flush does nothing.
+      if (fds[k].revents != 0) Flush(s, &stats_);
     }
   }
   for (Sink& s : sinks) {

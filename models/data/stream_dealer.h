@@ -20,17 +20,28 @@
 // pipe), after max_lines lines (cut exactly there), after idle_exit_seconds without an input
 // byte, or at Stop() (the launcher's SIGINT/SIGTERM). What was read is dealt and flushed, then
 // every sink is closed: the workers see the end of their input and finish their job. A line the
-// input ends without '\n' is given one. A sink whose reader is gone (EPIPE) is dropped and its
-// unwritten bytes counted as lost (its worker died; the launcher stops the job).
+// input ends without '\n' is given one; the start of a line the stream stopped inside (Stop,
+// idle) is dropped (unfinished_bytes), unless a longer-than-the-buffer line is under way. A sink
+// whose reader is gone (EPIPE) is dropped and its unwritten bytes counted as lost (its worker
+// died; the launcher stops the job).
 //
-// Threading: Start() runs the dealing on a thread of its own; Stop() may be called from any
-// thread, any number of times; Join() once, from the thread that called Start. Memory: the
-// read buffer (read_bytes) plus at most one block per sink.
+// Sinks that come and go (DealerOptions::open: workers joining and leaving an elastic job). A
+// sink added while the dealer runs (AddSink) takes blocks from then on; one added after the
+// stream ended is closed at once (its reader sees an empty share). A sink that is a socket is
+// read too: its peer shutting down its writing side (StopDealingTo), or sending anything, is
+// its word to go: it gets no more blocks and is closed once the block it holds is written, so
+// its reader sees the end of its share after every byte it was dealt, and the rest of the
+// stream goes to the others.
+//
+// Threading: Start() runs the dealing on a thread of its own; Stop(), AddSink() and ended() may
+// be called from any thread, any number of times; Join() once, from the thread that called
+// Start. Memory: the read buffer (read_bytes) plus at most one block per sink.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -60,6 +71,9 @@ struct DealerOptions {
   // see) or block_bytes < kMinSpliceBlock. false: every byte is read and written (tests compare
   // both ways).
   bool splice = true;
+  // Sinks may come (AddSink) and go (a socket sink's word, above) while the dealer runs; blocks
+  // are then copied, never spliced.
+  bool open = false;
 };
 
 // Smaller blocks are copied: a spliced block takes a slot of its sink's pipe per page it
@@ -76,8 +90,11 @@ struct DealerStats {
   uint64_t lines = 0;  // lines dealt by copying ('\n' written, the one added at the end included)
   uint64_t bytes = 0;  // bytes dealt
   uint64_t spliced_bytes = 0;  // of `bytes`: spliced, whose lines are not counted (not in `lines`)
-  std::vector<uint64_t> lines_per_sink;  // by copying
+  std::vector<uint64_t> lines_per_sink;  // by copying; sinks added later after the first ones
+  uint32_t sinks_added = 0;              // by AddSink
+  uint32_t sinks_left = 0;               // closed early at their reader's word
   uint64_t lost_bytes = 0;               // dealt to a sink that closed before taking them
+  uint64_t unfinished_bytes = 0;         // the start of a line the stream stopped inside
   // Why the stream ended: "end of input", "--max-samples", "idle", "stopped".
   std::string end;
   std::string where;  // where the input stood (StreamInput::Where)
@@ -87,6 +104,11 @@ struct DealerStats {
 // of the first line if it alone is longer; at most lines_left lines (> 0). *lines gets the
 // lines in it. 0 when data holds no '\n' (a line still coming). Pure.
 size_t NextBlockEnd(std::string_view data, size_t max_bytes, uint64_t lines_left, uint64_t* lines);
+
+// A reader's word to the dealer of its share over the socket `fd` (DealerOptions::open): no more
+// blocks; it then reads `fd` to its end. Shuts down the socket's writing side.
+// kInvalidArgument when `fd` is no socket (a pipe cannot carry the word back).
+Status StopDealingTo(int fd);
 
 class StreamDealer {
  public:
@@ -98,6 +120,13 @@ class StreamDealer {
   StreamDealer& operator=(const StreamDealer&) = delete;
 
   void Stop();
+  // DealerOptions::open: one more sink (a write end, owned by the dealer from now on), dealt to
+  // from its next block; closed at once when the stream has ended. Index: the next of `sinks`.
+  void AddSink(Fd sink);
+  // Whether the input has ended (for any reason): nothing more is read. Once true, stays true.
+  bool ended() const { return ended_->load(); }
+  // The same, for a caller that may outlive the dealer.
+  std::shared_ptr<const std::atomic<bool>> ended_flag() const { return ended_; }
   // Waits for the end; the error if the input failed (the sinks are closed either way).
   Status Join();
   // After Join.
@@ -112,6 +141,10 @@ class StreamDealer {
   Fd wake_;     // eventfd: Stop() wakes the poll
   Fd stop_fd_;  // DealerOptions::stop_fd
   std::atomic<bool> stop_{false};
+  std::shared_ptr<std::atomic<bool>> ended_ = std::make_shared<std::atomic<bool>>(false);
+  std::mutex add_mu_;
+  std::vector<Fd> added_;  // AddSink's, for the dealing thread to take
+  bool finished_ = false;  // under add_mu_: Run returned (AddSink closes its sink)
   Status result_;
   std::thread thread_;
   bool joined_ = false;

@@ -128,11 +128,11 @@ bool StreamTraining(const TrainOptions& o) {
 }
 
 bool DealtTraining(const TrainOptions& o) {
-  return o.worker_join_slots > 0;
+  return o.worker_join_slots > 0 && !StreamTraining(o);
 }
 
 Status CheckDealtTraining(const TrainOptions& o) {
-  if (!DealtTraining(o)) {
+  if (o.worker_join_slots == 0) {
     if (o.join_worker >= 0) {
       return InvalidArgument("--join-worker " + std::to_string(o.join_worker) +
                              " needs the job's --worker-join-slots");
@@ -148,7 +148,18 @@ Status CheckDealtTraining(const TrainOptions& o) {
                            " is out of range: the job has " + std::to_string(o.worker_join_slots) +
                            " (--worker-join-slots)");
   }
-  if (StreamTraining(o)) return refuse("a stream cannot be dealt again (train from files)");
+  if (StreamTraining(o)) {
+    // Rank 0 deals the stream (tools/train/stream_ranks.h): a joining worker connects to it, a
+    // leaving one asks it to stop.
+    if (LockstepStream(o)) {
+      return refuse(
+          "a followed stream cannot be read in lockstep (--consistency bsp: each worker's files "
+          "are fixed at the start): use --consistency asp, and the stream is dealt");
+    }
+    if (!o.exports.dir.empty()) return refuse("no --export-dir (its versions count windows)");
+    if (o.backup_workers > 0) return refuse("no --backup-workers");
+    return Status::Ok();
+  }
   if (o.epochs == 0 || !o.validation_files.empty() || o.validation_fraction > 0) {
     return refuse(
         "nothing is decided between passes: give --epochs N (no held-out data, no early "
@@ -172,6 +183,11 @@ bool LockstepStream(const TrainOptions& o) {
 bool StreamStopOnStdin() {
   const char* v = std::getenv(kStreamDealtEnv);
   return v != nullptr && std::string_view(v) == kStreamStopOnStdin;
+}
+
+bool StreamFromLauncher() {
+  const char* v = std::getenv(kStreamDealtEnv);
+  return v != nullptr && std::string_view(v) == kStreamRankZero;
 }
 
 bool StreamDealtHere() {

@@ -68,16 +68,22 @@ bool StreamDealtHere();
 // standard input is a pipe from the launcher whose end means "stop following" (the first Ctrl-C).
 inline constexpr char kStreamStopOnStdin[] = "stop-on-stdin";
 bool StreamStopOnStdin();
+// kStreamDealtEnv's value for the ranks of ferry-train's local cluster when workers may join and
+// leave (--worker-join-slots): rank 0 deals the stream as under a launcher (stream_ranks.h), from
+// the launcher's standard input when the stream is "-".
+inline constexpr char kStreamRankZero[] = "rank-0";
+bool StreamFromLauncher();
 // A stream trained in lockstep (--follow DIR with --consistency bsp): no dealer; every worker
 // follows the directory itself and takes every W-th file in name order (stream_input.h
 // FollowShare), one batch per clock, so a checkpoint's clock fixes every worker's position and
 // --resume continues exactly once. Otherwise a stream is dealt (stream_dealer.h).
 bool LockstepStream(const TrainOptions& o);
-// Whether the training data is dealt to the workers as they ask (worker join slots: workers join
-// and leave the running job; ps::Worker::TakeWork, models/data/reader.h "Dealt input"), and
-// whether o (resolved) allows it: fixed passes with nothing decided between them (no held-out
-// data), files rather than a stream, no periodic checkpoints, resume, export directory or
-// backup workers (each needs every worker's place in the data, or the same workers throughout).
+// Whether the training files are dealt to the workers as they ask (worker join slots: workers
+// join and leave the running job; ps::Worker::TakeWork, models/data/reader.h "Dealt input"), and
+// whether o (resolved) allows worker join slots: files in fixed passes with nothing decided
+// between them (no held-out data), no periodic checkpoints, resume, export directory or backup
+// workers (each needs every worker's place in the data, or the same workers throughout); or a
+// stream that rank 0 deals (not lockstep), without export directory or backup workers.
 bool DealtTraining(const TrainOptions& o);
 Status CheckDealtTraining(const TrainOptions& o);
 

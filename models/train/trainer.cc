@@ -74,8 +74,8 @@ Result<ReaderOptions> WorkerLoop::ReaderFor(const std::vector<std::string>& file
   ReaderOptions r;
   r.format = o_.format;
   r.files = files;
-  // Dealt training scores the test files on worker 0 alone: the workers change meanwhile.
-  if (dealt_ && sharded && side == Side::kAll && files == o_.test_files) sharded = false;
+  // With worker join slots worker 0 scores the test files alone: the workers change meanwhile.
+  if (TestOnLead() && sharded && side == Side::kAll && files == o_.test_files) sharded = false;
   r.shard = sharded ? w_.index() : 0;
   r.num_shards = sharded ? w_.num_workers() : 1;
   r.strict = o_.strict;
@@ -221,10 +221,7 @@ Status WorkerLoop::Run(TrainReport* report) {
   FERRY_RETURN_IF_ERROR(ReadStraggler());
   FERRY_ASSIGN_OR_RETURN(const ResumePoint at, Resume());
   start_ = TrainClock::now();
-  if (w_.join_slot() && !o_.quiet) {
-    std::fprintf(stderr, "ferry-train: worker %u joined the running job at clock %llu\n",
-                 w_.index(), static_cast<unsigned long long>(w_.clock()));
-  }
+  SayJoined();
   FERRY_ASSIGN_OR_RETURN(const uint32_t last_epoch, RunEpochs(at));
   if (leaving_) return LeaveJob();  // SIGTERM: it goes, the job goes on
   LogStop(last_epoch);
@@ -323,6 +320,20 @@ Result<double> WorkerLoop::FinalOffset() {
     return FitOffset();
   }
   return kept_.offset;
+}
+
+void WorkerLoop::SayJoined() const {
+  if (!w_.join_slot() || o_.quiet) return;
+  if (StreamTraining(o_)) {
+    // Its place in the windows' rounds of gathers (trainer_stream.cc): after round N, or in it.
+    const uint64_t g = w_.last_gather_id();
+    std::fprintf(stderr, "ferry-train: worker %u joined the running job %s window %llu\n",
+                 w_.index(), g % 2 == 1 ? "as the others closed" : "after",
+                 static_cast<unsigned long long>((g + 1) / 2));
+  } else {
+    std::fprintf(stderr, "ferry-train: worker %u joined the running job at clock %llu\n",
+                 w_.index(), static_cast<unsigned long long>(w_.clock()));
+  }
 }
 
 Status WorkerLoop::LeaveJob() {

@@ -58,8 +58,8 @@ Result<EvalMetrics> WorkerLoop::ScoreHeldOut() {
 
 Result<EvalMetrics> WorkerLoop::ScoreTest() {
   EvalPart mine;
-  // Dealt training: worker 0 scores every test line (ReaderFor); the others send nothing.
-  if (!o_.test_files.empty() && (!dealt_ || lead_)) {
+  // With worker join slots worker 0 scores every test line (ReaderFor); the others send nothing.
+  if (!o_.test_files.empty() && (!TestOnLead() || lead_)) {
     FERRY_ASSIGN_OR_RETURN(ReaderOptions t, ReaderFor(o_.test_files, Side::kAll, true));
     FERRY_ASSIGN_OR_RETURN(auto r, Reader::Open(t));
     FERRY_RETURN_IF_ERROR(ScoreShard(step_, *r, o_.batch_size, /*keep_scores=*/true, &mine));

@@ -1,12 +1,16 @@
 // One pass of a worker: the minibatch loops, the counting pass, resuming in the middle of a
 // pass, streaming evaluation (worker_loop.h).
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
 
+#include "models/data/stream_dealer.h"
 #include "models/eval/metrics.h"
+#include "models/train/auto_settings.h"
 #include "models/train/gather_sums.h"
 #include "models/train/worker_loop.h"
 
@@ -166,6 +170,18 @@ bool WorkerLoop::Leaving() {
                    "end\n");
     }
     return false;
+  }
+  if (StreamTraining(o_)) {
+    // Its share comes from rank 0's dealer (stream_ranks.h): the word to stop dealing to it. It
+    // then reads what it was dealt to the end, as it does its files' last item.
+    if (Status s = StopDealingTo(STDIN_FILENO); !s.ok()) {
+      if (!refused_leave_) {
+        refused_leave_ = true;
+        std::fprintf(stderr, "ferry-train: worker %u does not leave the job: %s\n", w_.index(),
+                     s.message().c_str());
+      }
+      return false;
+    }
   }
   leaving_ = true;
   std::fprintf(stderr,

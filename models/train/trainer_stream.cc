@@ -7,6 +7,16 @@
 // merges and reports them; then every worker learns who has reached the end of its input. A
 // worker at the end goes on joining rounds (with nothing to add) until every worker is at the
 // end: all make the same sequence of collectives, however unequal their shares of the stream.
+//
+// Workers joining and leaving (worker join slots; rank 0 deals, tools/train/stream_ranks.h). The
+// windows' gathers come in pairs from the job's first gather on (nothing gathers before): the
+// scores at odd ids, the end flags at even ones. A joining worker takes part in the gathers after
+// the job's last one when it joined (ps::Worker::last_gather_id): an odd one means the others
+// are between the two of a round, so it first gives its end flag (not at the end), then goes on
+// as they do. The coordinator lets no worker in once the stream ended (cli.cc sets the gate), so
+// the round that ends the job waits for every worker taking part. A leaving worker asks its
+// dealer to stop (Leaving), reads its share to the end, closes a last window with the others and
+// leaves with its totals; the rounds after it go on without it.
 #include <unistd.h>
 
 #include <algorithm>
@@ -66,8 +76,11 @@ uint64_t WorkerLoop::WindowSamples() const {
 
 Status WorkerLoop::RunStream(TrainReport* report) {
   FERRY_RETURN_IF_ERROR(SetupStream());
+  FERRY_RETURN_IF_ERROR(ReadStraggler());
   start_ = window_start_ = TrainClock::now();
+  SayJoined();
   FERRY_RETURN_IF_ERROR(LockstepStream(o_) ? TrainLockstep() : TrainStream());
+  if (leaving_) return LeaveJob();  // SIGTERM: it goes, the job goes on
   if (lead_ && window_total_ == 0 && resumed_clock_ == 0) {
     return InvalidArgument("the stream " + InputName(o_.train_files.front()) +
                            " gave no training sample (" + std::to_string(reader_->stats().lines) +
@@ -92,6 +105,12 @@ Status WorkerLoop::TrainStream() {
   Stepper::Slot slots[2];
   std::vector<float> probs;
   int cur = 0;
+  if (!w_.join_slot() && w_.last_gather_id() != 0) {
+    return Internal("the stream's windows must start at the job's first gather");
+  }
+  if (w_.join_slot() && w_.last_gather_id() % 2 == 1) {
+    FERRY_RETURN_IF_ERROR(AllEnded(/*at_end=*/false).status());  // the round it joined in
+  }
   const auto next_batch = [&](Batch* b) -> Result<size_t> {
     b->Clear();
     uint64_t want = o_.batch_size;
@@ -104,6 +123,7 @@ Status WorkerLoop::TrainStream() {
   FERRY_ASSIGN_OR_RETURN(size_t n, next_batch(&batches[cur]));
   if (n > 0) FERRY_RETURN_IF_ERROR(step_.Begin(batches[cur], &slots[cur], Stepper::Use::kTrain));
   while (n > 0) {
+    const TrainClock::time_point began = TrainClock::now();
     // The next batch's pulls overlap this one's compute, as in TrainPipelined.
     const int nxt = 1 - cur;
     auto next_n = next_batch(&batches[nxt]);
@@ -121,6 +141,7 @@ Status WorkerLoop::TrainStream() {
       return loss.status();
     }
     AddToWindow(batches[cur], *loss, probs);
+    Straggle(began);
     n = *next_n;
     cur = nxt;
     // By time, every worker closes at about the same moment (each round restarts every
@@ -134,7 +155,10 @@ Status WorkerLoop::TrainStream() {
       }
     }
     ShowProgress();
+    (void)Leaving();  // takes effect at the end of what it was dealt
   }
+  // A leaving worker's last window, with the round the others make then; it goes after it.
+  if (leaving_) return CloseWindow(/*at_end=*/true).status();
   // The end of this worker's input: rounds go on until every worker is at its end.
   while (true) {
     FERRY_ASSIGN_OR_RETURN(bool all_done, CloseWindow(/*at_end=*/true));
@@ -177,6 +201,7 @@ Result<bool> WorkerLoop::AllEnded(bool at_end) {
 Status WorkerLoop::ReportWindow(const std::vector<std::vector<uint8_t>>& parts, double seconds) {
   EvalPart all;
   for (const auto& bytes : parts) {
+    if (bytes.empty()) continue;  // a worker join slot not joined, a worker that left
     FERRY_ASSIGN_OR_RETURN(EvalPart p, EvalPart::Decode(bytes));
     all.Merge(p);
   }

@@ -41,8 +41,8 @@ class WorkerLoop {
   WorkerLoop(ps::Worker& w, const TrainOptions& o, const ModelDef& def);
 
   Status Run(TrainReport* report);
-  // Dealt training (DealtTraining): asked at every batch boundary whether this worker is to leave
-  // the job (ps::Node::worker_leave_requested: SIGTERM).
+  // Worker join slots (dealt files, or a stream rank 0 deals): asked at every batch boundary
+  // whether this worker is to leave the job (ps::Node::worker_leave_requested: SIGTERM).
   void SetLeaveCheck(std::function<bool()> asked) { leave_asked_ = std::move(asked); }
   // A stream (StreamTraining): one pass, progressive evaluation per window (trainer_stream.cc).
   Status RunStream(TrainReport* report);
@@ -132,11 +132,16 @@ class WorkerLoop {
   // --- trainer_passes.cc: one pass.
   // Dealt training: the batches of this worker's items of the pass, one clock each (bsp/ssp).
   Status TrainDealt(uint32_t epoch);
-  // Dealt training: true once this worker stops taking items to leave the job (SIGTERM; never
-  // worker 0, which writes the model).
+  // Worker join slots: true once this worker stops taking items (a stream: asked its dealer to
+  // stop dealing to it) to leave the job (SIGTERM; never worker 0, which writes the model).
   bool Leaving();
-  // Dealt training: this worker's totals to the others (ps::Worker::Leave's farewell), and out.
+  // This worker's totals to the others (ps::Worker::Leave's farewell), and out.
   Status LeaveJob();
+  // A worker join slot says it took part (stderr).
+  void SayJoined() const;
+  // Worker join slots: the workers change while the job runs, so worker 0 scores every test
+  // line and the others none.
+  bool TestOnLead() const { return o_.worker_join_slots > 0; }
   Status CountSteps(bool share);
   Result<uint64_t> SeekToCheckpoint();
   Status TrainSequential(uint32_t epoch, uint64_t first_step);

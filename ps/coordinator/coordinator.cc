@@ -224,6 +224,11 @@ bool Coordinator::standing_by() const {
   return impl_->is_standby && !impl_->took_over;
 }
 
+void Coordinator::SetWorkerJoinGate(std::function<std::string()> gate) {
+  std::lock_guard<std::mutex> lock(impl_->gate_mu);
+  impl_->worker_join_gate = std::move(gate);
+}
+
 std::vector<uint64_t> Coordinator::ClocksCompletedWithout() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->result_without;

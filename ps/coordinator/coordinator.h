@@ -23,6 +23,7 @@
 // Threading: Start() returns once listening; everything else runs on the coordinator's thread.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -56,6 +57,14 @@ class Coordinator {
   std::vector<uint64_t> ClocksCompletedWithout() const;
   // A standby that has not taken over (Join would wait for a job it does not run). Any thread.
   bool standing_by() const;
+  // Worker join slots (JobSpec::worker_join_slots) are let in only while `gate` returns "": it is
+  // asked on the coordinator's thread when a slot registers and again just before it would take
+  // part (kStart). A reason turns the slot away: it hears kShutdown with it and its rank ends
+  // without joining, as when the job ended first (ps/node.h). For a program whose workers' input
+  // can end (ferry-train's stream: a worker that joins once every worker took the input's end
+  // would miss the collectives that end it). `gate` must be cheap, not block, and stay callable
+  // while the coordinator runs. Any thread; nullptr: every slot is let in (the default).
+  void SetWorkerJoinGate(std::function<std::string()> gate);
 
   using Impl = CoordinatorState;  // coordinator_state.h
 

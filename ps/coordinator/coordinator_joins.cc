@@ -133,8 +133,24 @@ void Coordinator::Impl::StartQueuedJoins() {
   }
 }
 
+std::string Coordinator::Impl::WorkerJoinRefusal() {
+  std::lock_guard<std::mutex> lock(gate_mu);
+  return worker_join_gate ? worker_join_gate() : std::string();
+}
+
+void Coordinator::Impl::TurnAwayWorker(Member& m, uint32_t worker, const std::string& why) {
+  ControlMessage s;
+  s.kind = ControlKind::kShutdown;
+  s.text = "turned away: " + why;
+  Send(m.ep, s);
+  std::fprintf(stderr, "ferry coordinator: worker %u does not join: %s\n", worker, why.c_str());
+}
+
 void Coordinator::Impl::OnWorkerJoinRegister(size_t ci, const ControlMessage& msg) {
   Member& m = conns[ci];
+  if (std::string why = WorkerJoinRefusal(); !why.empty()) {
+    return TurnAwayWorker(m, msg.index, why);
+  }
   if (workers[msg.index] >= 0) {
     return Reject(m, msg,
                   "worker " + std::to_string(msg.index) +
@@ -181,6 +197,12 @@ void Coordinator::Impl::MaybeStartJoiningWorker() {
 }
 
 void Coordinator::Impl::OnWorkerJoinReady(Member& m) {
+  // Asked again here: its first barrier and gather are fixed now (the gate's program relies on
+  // a "" meaning the worker takes part in every collective that ends the input's use).
+  if (std::string why = WorkerJoinRefusal(); !why.empty()) {
+    WorkerJoinFailed(m.info.index, why);
+    return TurnAwayWorker(m, m.info.index, why);
+  }
   m.joining = false;
   joiner = -1;
   // It takes part from the next clock boundary: the clock being applied (BSP) or the job's

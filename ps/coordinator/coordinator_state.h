@@ -14,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -258,6 +259,12 @@ struct CoordinatorState {
   void MaybeStartJoiningWorker();
   std::set<uint32_t> joiner_accepted;  // servers that accepted the joining worker
   void WorkerJoinFailed(uint32_t worker, const std::string& why);
+  // Coordinator::SetWorkerJoinGate's gate (under gate_mu) and its verdict: "" lets a worker in.
+  std::mutex gate_mu;
+  std::function<std::string()> worker_join_gate;
+  std::string WorkerJoinRefusal();
+  // A worker join slot the gate refused: kShutdown with the reason (its rank ends cleanly).
+  void TurnAwayWorker(Member& m, uint32_t worker, const std::string& why);
   // kFinish {rank = kFinishLeave}: a worker leaves the running job (kWorkerLeave to everyone).
   void OnWorkerLeave(Member& m, const ControlMessage& msg);
   // Work dealing (coordinator_work.cc; Worker::TakeWork): per pass, the items dealt so far.

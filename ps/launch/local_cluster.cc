@@ -379,7 +379,8 @@ Status Launch::StartRank(Rank& r) {
   req.signals = &signals_.child();
   req.stdio[0] = r.roles.worker >= 0 && !o_.worker_stdin.empty()
                      ? o_.worker_stdin[static_cast<size_t>(r.roles.worker)]
-                     : dev_null_.get();
+                 : r.rank == 0 && o_.rank0_stdin >= 0 ? o_.rank0_stdin
+                                                      : dev_null_.get();
   Fd out_w, err_w;
   if (o_.tag_output) {
     FERRY_RETURN_IF_ERROR(MakePipe(&r.out.fd, &out_w, /*nonblocking_read=*/true));
@@ -416,6 +417,17 @@ void Launch::OnSignal(int sig) {
     if (o_.intercept_signal(sig)) {
       Report("received " + SignalName(sig) + "; ending the job (a second one stops the ranks)");
       return;
+    }
+  }
+  if (!intercepted_ && !cause_set_ && o_.signal_rank0_first) {
+    intercepted_ = true;
+    for (Rank& r : ranks_) {
+      if (r.rank == 0 && Running(r)) {
+        Report("received " + SignalName(sig) +
+               "; forwarding it to rank 0, which ends the job (a second one stops the ranks)");
+        Signal(r, sig);
+        return;
+      }
     }
   }
   const int running = RunningCount();

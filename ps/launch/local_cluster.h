@@ -18,8 +18,9 @@
 //        FERRY_SERVERS=S FERRY_WORKERS=W FERRY_TRANSPORT=t FERRY_ROLE_RULE=servers-first|colocated
 //        (and FERRY_SERVER_THREADS=T when options.server_threads is set)
 //      then options.env (which may not set those nine, nor FERRY_COORDINATOR_FILE). Inherited
-//      values of these variables are replaced. stdin is /dev/null (every rank), stdout and stderr
-//      are the launcher's, or pipes relayed line by line with tag_output.
+//      values of these variables are replaced. stdin is /dev/null (every rank, unless
+//      worker_stdin or rank0_stdin say otherwise), stdout and stderr are the launcher's, or
+//      pipes relayed line by line with tag_output.
 //   3. Rank 0 starts first with FERRY_COORDINATOR_FILE=<mkdtemp dir>/coordinator; once it has
 //      written its address there (ps/launch/rendezvous.h rule b), ranks 1..n-1 start with
 //      FERRY_COORDINATOR=<address> (rule a). If rank 0 exits, or has not written the file within
@@ -41,7 +42,8 @@
 //      when a shard has no replica left).
 //   5. SIGINT, SIGTERM and SIGHUP sent to the launcher are forwarded to every running rank (each
 //      time they arrive); SIGKILL follows kill_grace after the first. With intercept_signal, the
-//      first one goes to it instead (and is forwarded only if it returns false). A signal ignored
+//      first one goes to it instead (and is forwarded only if it returns false); with
+//      signal_rank0_first, to rank 0 alone. A signal ignored
 //      when RunLocalCluster starts (nohup, a background job of a script) stays ignored, in the
 //      launcher and in the ranks.
 //   6. options.timeout > 0: once it has passed since the start, every rank is stopped as in 4.
@@ -135,6 +137,14 @@ struct LocalClusterOptions {
   // true means the program ends the job its own way (the ranks are then expected to finish by
   // themselves), and the signal is not forwarded; a second signal is forwarded as in 5.
   std::function<bool(int)> intercept_signal;
+  // >= 0: the standard input of rank 0 (when it holds no worker of worker_stdin) instead of
+  // /dev/null: a program whose rank 0 reads what the launcher reads (ferry-train's stream, dealt
+  // by rank 0 to workers that may join and leave). The caller keeps ownership.
+  int rank0_stdin = -1;
+  // The first SIGINT, SIGTERM or SIGHUP goes to rank 0 alone (a rank 0 that ends the job its own
+  // way: ferry-train's rank 0 ends the stream it deals); later ones as in 5. After
+  // intercept_signal, when both are set.
+  bool signal_rank0_first = false;
 };
 
 // Runs the job; see the top of this file. Never throws.

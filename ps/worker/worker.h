@@ -277,6 +277,10 @@ class Worker {
   // bytes travel on the control plane: meant for metrics and counts, not for rows.
   Result<std::vector<std::vector<uint8_t>>> GatherFromWorkers(std::span<const uint8_t> mine,
                                                               bool to_all = false);
+  // The id of this worker's last gather: the job's gathers are numbered 1, 2, ... in the order
+  // every worker makes them; a worker join slot starts at the job's last one when it joined, so
+  // a program whose gathers come in rounds of several learns where in a round its next one falls.
+  uint64_t last_gather_id() const;
   // Saves every server's shard of every table into `dir` (ps/job/checkpoint.h), which every server
   // and the coordinator must reach, and returns once the manifest is written. The checkpoint
   // holds what the servers have applied when they get the command: call it at a quiet point

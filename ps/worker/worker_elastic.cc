@@ -82,6 +82,10 @@ Status Worker::Leave(std::span<const uint8_t> farewell) {
   return EndWith(kFinishLeave, farewell);
 }
 
+uint64_t Worker::last_gather_id() const {
+  return st_->gather_id;
+}
+
 const std::map<uint32_t, std::vector<uint8_t>>& Worker::farewells() const {
   return st_->farewells;
 }

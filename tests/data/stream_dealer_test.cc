@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -59,6 +60,8 @@ void WriteAll(int fd, const std::string& s) {
   }
 }
 
+std::vector<int> IdsOf(const std::string& all);
+
 // Reads a sink to its end, optionally slowly; the line numbers it got, in order.
 std::vector<int> Drain(int fd, int delay_us_per_read) {
   std::string all;
@@ -71,6 +74,11 @@ std::vector<int> Drain(int fd, int delay_us_per_read) {
       std::this_thread::sleep_for(std::chrono::microseconds(delay_us_per_read));
   }
   ::close(fd);
+  return IdsOf(all);
+}
+
+// The line numbers of `all` ("1 ID:1" lines), in order; -1 for a line that is not one.
+std::vector<int> IdsOf(const std::string& all) {
   std::vector<int> ids;
   size_t pos = 0;
   while (pos < all.size()) {
@@ -342,6 +350,18 @@ TEST_P(Dealing, IdleInputEndsTheStreamAndStopEndsItAtOnce) {
   });
   EXPECT_EQ(e.stats.end, "stopped");
   EXPECT_EQ(e.per_sink[0].size() + e.per_sink[1].size(), 10u);
+  // Stopped inside a line: its start is no line and reaches no sink (a worker would find it
+  // malformed); a complete stream's last line without '\n' is one (above).
+  Dealt cut =
+      Deal(Lines(0, 10) + "1 10:", 2, forever, {}, /*keep_open=*/true, [](StreamDealer& dealer) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        dealer.Stop();
+      });
+  EXPECT_EQ(cut.per_sink[0].size() + cut.per_sink[1].size(), 10u);
+  for (const auto& ids : cut.per_sink) {
+    EXPECT_EQ(std::count(ids.begin(), ids.end(), -1), 0) << "a cut line was dealt";
+  }
+  EXPECT_EQ(cut.stats.unfinished_bytes, 5u);
 
   // The stop descriptor: its writer (a launcher) closing it ends the input the same way.
   Pipe stop;
@@ -664,6 +684,104 @@ TEST(StreamReader, ReadsAPipeOnceAndRefusesGzipAndRewind) {
   ASSERT_FALSE(n.ok());
   EXPECT_NE(n.status().message().find("gzip"), std::string::npos) << n.status().ToString();
   ::close(g.r);
+}
+
+// A socket sink's reader (DealerOptions::open): reads to the end on a thread, counting lines.
+struct SocketReader {
+  int dealer_end = -1, fd = -1;
+  std::string all;
+  std::atomic<size_t> lines{0};
+  std::thread thread;
+  SocketReader() {
+    int sv[2];
+    EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    dealer_end = sv[0];
+    fd = sv[1];
+    thread = std::thread([this] {
+      char buf[4096];
+      while (true) {
+        const ssize_t n = ::read(fd, buf, sizeof buf);
+        if (n <= 0) break;
+        all.append(buf, static_cast<size_t>(n));
+        lines += static_cast<size_t>(std::count(buf, buf + n, '\n'));
+      }
+    });
+  }
+  std::vector<int> Ids() {
+    if (thread.joinable()) thread.join();
+    ::close(fd);
+    return IdsOf(all);
+  }
+};
+
+bool WaitUntil(const std::function<bool()>& done) {
+  for (int i = 0; i < 2000 && !done(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return done();
+}
+
+// Workers joining and leaving a stream (tools/train/stream_ranks.h): a sink added while the
+// dealer runs gets blocks from then on; a socket sink whose reader asks to stop gets nothing
+// more and sees its end after what it was dealt; every line still reaches exactly one sink, in
+// order; a sink added after the end sees an empty share at once.
+TEST(StreamDealer, SocketSinksJoinAndLeaveAndEveryLineReachesOneOfThem) {
+  Pipe in;
+  DealerOptions o;
+  o.input = in.ReadPath();
+  o.open = true;
+  o.block_bytes = 4 << 10;  // many blocks
+  o.read_bytes = 64 << 10;
+  SocketReader a, b;
+  o.sinks = {a.dealer_end, b.dealer_end};
+  auto dealer = StreamDealer::Start(o);
+  ASSERT_TRUE(dealer.ok()) << dealer.status().ToString();
+  const std::string first = Lines(0, 20000), second = Lines(20000, 40000);
+  WriteAll(in.w, first);
+  ASSERT_TRUE(WaitUntil([&] { return a.lines + b.lines == 20000; })) << a.lines + b.lines;
+  EXPECT_GT(a.lines, 0u);
+  EXPECT_GT(b.lines, 0u);
+  // b leaves: its end comes (it was owed nothing more); then c joins.
+  ASSERT_TRUE(StopDealingTo(b.fd).ok());
+  b.thread.join();
+  SocketReader c;
+  (*dealer)->AddSink(Fd(c.dealer_end));
+  EXPECT_FALSE((*dealer)->ended());
+  WriteAll(in.w, second);
+  ::close(in.w);
+  ASSERT_TRUE((*dealer)->Join().ok());
+  EXPECT_TRUE((*dealer)->ended());
+  ::close(in.r);
+  const std::vector<int> ia = a.Ids(), ib = b.Ids(), ic = c.Ids();
+  std::vector<int> all;
+  for (const auto* ids : {&ia, &ib, &ic}) {
+    EXPECT_TRUE(std::is_sorted(ids->begin(), ids->end())) << "a sink's lines out of order";
+    all.insert(all.end(), ids->begin(), ids->end());
+  }
+  std::sort(all.begin(), all.end());
+  std::vector<int> want(40000);
+  for (int i = 0; i < 40000; ++i) want[static_cast<size_t>(i)] = i;
+  EXPECT_EQ(all, want) << "a line lost or dealt twice";
+  EXPECT_LT(ib.back(), 20000) << "the leaver got a line after its word";
+  ASSERT_FALSE(ic.empty()) << "the joiner got nothing";
+  EXPECT_GE(ic.front(), 20000);
+  EXPECT_GT(std::count_if(ia.begin(), ia.end(), [](int i) { return i >= 20000; }), 0);
+  const DealerStats& st = (*dealer)->stats();
+  EXPECT_EQ(st.lines, 40000u);
+  EXPECT_EQ(st.sinks_added, 1u);
+  EXPECT_EQ(st.sinks_left, 1u);
+  ASSERT_EQ(st.lines_per_sink.size(), 3u);
+  EXPECT_EQ(st.lines_per_sink[2], ic.size());
+
+  // Once the stream ended: an empty share, at once.
+  SocketReader late;
+  (*dealer)->AddSink(Fd(late.dealer_end));
+  EXPECT_TRUE(late.Ids().empty());
+  // A pipe cannot carry the word back.
+  Pipe p;
+  EXPECT_EQ(StopDealingTo(p.r).code(), Code::kInvalidArgument);
+  ::close(p.r);
+  ::close(p.w);
 }
 
 }  // namespace

@@ -133,16 +133,21 @@ job=(--transport verbs --model ftrl --train "$work/ck.svm" --consistency bsp --b
 "$ferry_train" "${job[@]}" --model-out "$work/ref.model"
 # kill_rank_after LAUNCHER FILE RANK LOG: once FILE exists (training has begun), SIGKILLs the
 # launcher's child with FERRY_RANK=RANK; waits for the launcher. Sets killed (0/1) and status.
-kill_rank_after() {
-  local launcher=$1 file=$2 rank=$3 log=$4 p
-  for _ in $(seq 600); do [ -f "$file" ] && break; sleep 0.05; done
-  test -f "$file" || { cat "$log"; echo "$file never appeared"; exit 1; }
+# Sends signal $3 to rank $2 among the children of launcher $1; killed=1 if it did.
+signal_rank() {
+  local launcher=$1 rank=$2 sig=$3 p
   killed=0
   for p in $(pgrep -P "$launcher"); do
     if { tr '\0' '\n' <"/proc/$p/environ"; } 2>/dev/null | grep -qx "FERRY_RANK=$rank"; then
-      kill -9 "$p" && killed=1
+      kill "-$sig" "$p" && killed=1
     fi
   done
+}
+kill_rank_after() {
+  local launcher=$1 file=$2 rank=$3 log=$4
+  for _ in $(seq 600); do [ -f "$file" ] && break; sleep 0.05; done
+  test -f "$file" || { cat "$log"; echo "$file never appeared"; exit 1; }
+  signal_rank "$launcher" "$rank" KILL
   if wait "$launcher"; then status=0; else status=$?; fi
   cat "$log"
 }
@@ -164,4 +169,40 @@ test "$killed" = 1 || { echo "the job ended before server 1 was killed"; exit 1;
 test "$status" = 0 || { echo "the replicated job did not survive its server's SIGKILL"; exit 1; }
 grep -q "server 1 removed" "$work/replicated.log"
 cmp "$work/ref.model" "$work/replicated.model"
+
+echo "== ferry-train over verbs from a stream: a worker joins, another leaves (rank 0 deals it)"
+# Three chunks through a FIFO: the joiner starts after the first; once it joined worker 1 (rank 3)
+# gets SIGTERM and the second comes; once worker 1 said it leaves, the third.
+seen() {
+  for _ in $(seq 1200); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.05; done
+  cat "$1"
+  echo "'$2' never appeared in $1"
+  exit 1
+}
+"$ferry_gen" --stream --samples 60000 --fields 8 --vocab 500 --seed 7 >"$work/es.svm"
+mkfifo "$work/es.fifo"
+es=(--transport verbs --model ftrl --train - --window 5000 --servers 2 --workers 2 --elastic
+    --worker-join-slots 1 --progress never)
+export FERRY_COORDINATOR=127.0.0.1:47311
+"$ferry_train" "${es[@]}" <"$work/es.fifo" >"$work/es.out" 2>"$work/es.err" &
+es_job=$!
+exec 7>"$work/es.fifo"
+head -n 20000 "$work/es.svm" >&7
+# (7>&-: the joiner must not hold the FIFO open, or the stream would never end.)
+"$ferry_train" "${es[@]}" --join-worker 0 </dev/null >/dev/null 2>"$work/esj.err" 7>&- &
+es_joiner=$!
+seen "$work/esj.err" "joined the running job"
+signal_rank "$es_job" 3 TERM
+test "$killed" = 1 || { cat "$work/es.err"; echo "worker 1 was not running"; exit 1; }
+sed -n 20001,40000p "$work/es.svm" >&7
+seen "$work/es.err" "worker 1 leaves the job"
+tail -n +40001 "$work/es.svm" >&7
+exec 7>&-
+wait "$es_job" || { cat "$work/es.err"; echo "the elastic stream job failed"; exit 1; }
+wait "$es_joiner" || { cat "$work/esj.err"; echo "the joiner failed"; exit 1; }
+unset FERRY_COORDINATOR
+cat "$work/es.out"
+grep "the stream gave" "$work/es.err"
+grep -q "(1 worker joined and 1 left while training): 60000 samples" "$work/es.out"
+grep -q "the stream gave 60000 lines.*(1 joined, 1 left)" "$work/es.err"
 echo "PS OVER VERBS OK"

@@ -242,6 +242,73 @@ TEST_P(PsWorkers, AWorkerJoinsAndAnotherLeavesEverySampleOncePerPass) {
   }
 }
 
+// Coordinator::SetWorkerJoinGate (ferry-train closes it once its stream ended): a worker join
+// slot is turned away while the gate gives a reason, whether it gives one when the slot
+// registers or only when the slot would start (after the servers accepted it); the slot's rank
+// ends cleanly without a worker, and the job ends as if it never came.
+void TurnedAway(const BackendConfig& config, bool at_start) {
+  JobSpec job = SgdJob(config, kServers, kWorkers, 1);
+  job.elastic = true;
+  job.shards = 4;
+  job.worker_join_slots = 1;
+  job.peer_timeout = Millis(3000);
+  const int join_rank = RanksNeeded(job) - 1;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool gate_set = false, slot_done = false, slot_joined = false;
+  int asked = 0;
+  const auto outcomes = RunJob(
+      job,
+      [&](Node& node) -> Status {
+        if (node.rank() == 0) {
+          node.SetWorkerJoinGate([&, at_start]() -> std::string {
+            std::lock_guard<std::mutex> lock(mu);
+            return ++asked == 1 && at_start ? std::string() : std::string("closed");
+          });
+          std::lock_guard<std::mutex> lock(mu);
+          gate_set = true;
+          cv.notify_all();
+        }
+        if (node.rank() == join_rank) {
+          std::lock_guard<std::mutex> lock(mu);
+          slot_joined = node.worker() != nullptr;
+          slot_done = true;
+          cv.notify_all();
+        }
+        Worker* w = node.worker();
+        if (w == nullptr) return Status::Ok();
+        if (!w->join_slot()) {
+          // The job runs until the slot came and went.
+          std::unique_lock<std::mutex> lock(mu);
+          if (!cv.wait_for(lock, std::chrono::seconds(60), [&] { return slot_done; })) {
+            return Timeout("the join slot never came back");
+          }
+        }
+        return w->Finish();
+      },
+      Millis(120000),
+      [&](int rank) {
+        if (rank != join_rank) return;
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait_for(lock, std::chrono::seconds(60), [&] { return gate_set; });
+      });
+  ASSERT_TRUE(AllOk(outcomes).ok()) << AllOk(outcomes).ToString();
+  EXPECT_TRUE(slot_done);
+  EXPECT_FALSE(slot_joined) << "the gate let the slot in";
+  EXPECT_EQ(asked, at_start ? 2 : 1) << "the gate was asked at register and at start";
+}
+
+TEST_P(PsWorkers, AClosedJoinGateTurnsAWorkerJoinSlotAwayCleanly) {
+  {
+    SCOPED_TRACE("closed when it registers");
+    TurnedAway(GetParam(), /*at_start=*/false);
+  }
+  {
+    SCOPED_TRACE("closed when it would start");
+    TurnedAway(GetParam(), /*at_start=*/true);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, PsWorkers, ::testing::ValuesIn(JobConfigs()), JobConfigName);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(PsWorkers);
 

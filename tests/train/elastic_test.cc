@@ -10,11 +10,8 @@
 // applied twice by the moves.
 //
 // The random moments come from one seed, printed; FERRY_ELASTIC_SEED=N replays them.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,22 +26,6 @@
 
 namespace ferry::train_test {
 namespace {
-
-// A port that was free a moment ago on 127.0.0.1 (the job's coordinator listens there).
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  int port = 0;
-  if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
-  if (fd >= 0) close(fd);
-  return port;
-}
 
 class Elastic : public ::testing::Test {
  protected:
@@ -298,6 +279,16 @@ TEST_F(Elastic, WorkerJoinSlotsNeedFixedPassesWithoutHeldOutData) {
       << r.proc.Describe();
   EXPECT_EQ(r.proc.err.find("rank 0"), std::string::npos)
       << "a rank started: " << r.proc.Describe();
+  // A followed directory in lockstep (bsp): each worker's files are fixed at the start.
+  TrainRun lockstep = Train(data_->dir, "workers_lockstep",
+                            {"--follow", data_->dir.path(), "--fields", "10", "--consistency",
+                             "bsp", "--elastic", "--worker-join-slots", "1", "--idle-exit", "1"},
+                            60);
+  EXPECT_NE(lockstep.proc.exit_code, 0) << lockstep.proc.Describe();
+  EXPECT_NE(lockstep.proc.err.find("cannot be read in lockstep"), std::string::npos)
+      << lockstep.proc.Describe();
+  EXPECT_EQ(lockstep.proc.err.find("rank 0"), std::string::npos)
+      << "a rank started: " << lockstep.proc.Describe();
 }
 
 // Refused before any rank starts, with the reason.

@@ -63,8 +63,8 @@ class FifoWriter {
         thread_([=] {
           const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
           if (fd < 0) return;
-          bool ok = Write(fd, text);
-          while (ok && endless != nullptr && endless->load()) ok = Write(fd, text);
+          bool ok = WriteFully(fd, text);
+          while (ok && endless != nullptr && endless->load()) ok = WriteFully(fd, text);
           while (ok && keep_open != nullptr && keep_open->load()) {
             std::this_thread::sleep_for(std::chrono::milliseconds(10));
           }
@@ -73,15 +73,6 @@ class FifoWriter {
   ~FifoWriter() { thread_.join(); }
 
  private:
-  static bool Write(int fd, const std::string& s) {
-    size_t done = 0;
-    while (done < s.size()) {
-      const ssize_t n = ::write(fd, s.data() + done, s.size() - done);
-      if (n <= 0) return false;
-      done += static_cast<size_t>(n);
-    }
-    return true;
-  }
   sighandler_t ignore_;
   std::thread thread_;
 };

@@ -49,6 +49,9 @@ std::function<void(pid_t)> SignalRankAfter(std::function<bool()> started, int de
 pid_t FindProcess(const std::string& env_entry, const std::string& arg, pid_t parent = -1);
 
 // The paths from the environment ("" when unset).
+// A port that was free a moment ago on 127.0.0.1 (a job's coordinator listens there).
+int FreePort();
+
 std::string TrainBin();
 std::string PredictBin();
 std::string GenBin();
@@ -104,6 +107,8 @@ TrainRun Train(const TempDir& dir, const std::string& tag, const std::vector<std
 std::string Slurp(const std::string& path);
 // Writes `text` to `path` (created or truncated); a failure fails the calling test.
 void WriteText(const std::string& path, const std::string& text);
+// Writes all of `s` to `fd` (a pipe, a FIFO); false once a write fails (EPIPE: the reader went).
+bool WriteFully(int fd, const std::string& s);
 std::vector<std::string> Lines(const std::string& text);
 std::vector<nlohmann::json> JsonLines(const std::string& path);  // throws on a non-JSON line
 std::vector<std::string> Cat(std::vector<std::string> a, const std::vector<std::string>& b);

@@ -68,9 +68,20 @@ int RunAsLocalCluster(const models::TrainOptions& o, int argc, char** argv) {
   lc.transport = o.transport;
   lc.name = "ferry-train";
   // A lockstep stream is read by the workers themselves (each follows the directory). A join
-  // slot's launch (--join) starts one server rank: it reads and deals nothing.
+  // slot's launch (--join) starts one server rank: it reads and deals nothing. With worker join
+  // slots rank 0 deals the stream, as under a launcher (stream_ranks.h: workers may connect and
+  // go while it runs), from this process's standard input when the stream is "-"; the first
+  // signal goes to rank 0, which ends the stream.
   Result<int> rc = 0;
-  if (o.join >= 0 || o.join_worker >= 0) {
+  const bool rank_zero_deals = models::StreamTraining(*resolved) && o.worker_join_slots > 0;
+  if (rank_zero_deals) {
+    lc.env.emplace_back(models::kStreamDealtEnv, models::kStreamRankZero);
+    if (o.join_worker < 0) {
+      lc.rank0_stdin = STDIN_FILENO;
+      lc.signal_rank0_first = true;
+    }
+  }
+  if (o.join >= 0 || o.join_worker >= 0 || rank_zero_deals) {
     rc = ps::RunLocalCluster(lc);
   } else if (models::LockstepStream(*resolved)) {
     rc = RunLockstepLocalCluster(std::move(lc));
@@ -85,8 +96,9 @@ int RunAsLocalCluster(const models::TrainOptions& o, int argc, char** argv) {
 
 // Whether rank 0 can deal o's stream under `env`'s launcher: it must have the stream.
 Status CheckRankDealing(const models::TrainOptions& o, const ps::LaunchEnv& env) {
+  // ferry-train's own local cluster gives rank 0 its standard input when workers may join.
   if (o.stream.follow.empty() && o.train_files.front() == "-" &&
-      env.launcher == ps::Launcher::kFerry) {
+      env.launcher == ps::Launcher::kFerry && !models::StreamFromLauncher()) {
     return InvalidArgument(
         "--train - under ferry-launch: ferry-launch gives no rank its standard input (every "
         "rank's is /dev/null); name a FIFO (mkfifo) or --follow DIR or FILE, which rank 0 "
@@ -141,9 +153,17 @@ int RunJobRank(const CLI::App& app, models::TrainOptions o, const ps::LaunchEnv&
   if (rank_dealt && env.rank == 0) {
     ps::Worker* own = (*node)->worker();  // colocated: rank 0 is worker 0 too
     auto started = RankStreamDealer::Start(o, (*node)->coordinator_address(), job->workers,
-                                           own != nullptr ? static_cast<int>(own->index()) : -1);
+                                           own != nullptr ? static_cast<int>(own->index()) : -1,
+                                           job->worker_join_slots);
     if (!started.ok()) return TrainFailed(who, started.status());
     dealer = std::move(*started);
+    if (job->worker_join_slots > 0) {
+      // A worker that joined once the stream ended would miss the rounds that end it
+      // (trainer_stream.cc): the slot is turned away (its rank ends cleanly).
+      (*node)->SetWorkerJoinGate([ended = dealer->ended_flag()] {
+        return ended->load() ? std::string("the stream has ended") : std::string();
+      });
+    }
   } else if (rank_dealt && (*node)->worker() != nullptr) {
     Status s = ReceiveDealtStream((*node)->coordinator_address(), (*node)->worker()->index());
     if (!s.ok()) return TrainFailed(who, s);

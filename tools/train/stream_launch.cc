@@ -34,8 +34,19 @@ int ReportDealtStream(const models::TrainOptions& o, const models::StreamDealer&
     // (the job's "samples"), the stream by its bytes.
     const std::string size = st.spliced_bytes > 0 ? std::to_string(st.bytes) + " bytes"
                                                   : std::to_string(st.lines) + " lines";
-    std::fprintf(stderr, "ferry-train: the stream gave %s (%s; %s)%s\n", size.c_str(),
-                 st.end.c_str(), st.where.c_str(),
+    // Workers that joined or left while it ran: what each was dealt (the workers in order,
+    // then those that joined, in the order they came).
+    std::string shares;
+    if (st.sinks_added > 0 || st.sinks_left > 0) {
+      shares = "; lines per worker:";
+      for (size_t i = 0; i < st.lines_per_sink.size(); ++i) {
+        shares += (i == 0 ? " " : ", ") + std::to_string(st.lines_per_sink[i]);
+      }
+      shares += " (" + std::to_string(st.sinks_added) + " joined, " +
+                std::to_string(st.sinks_left) + " left)";
+    }
+    std::fprintf(stderr, "ferry-train: the stream gave %s (%s; %s)%s%s\n", size.c_str(),
+                 st.end.c_str(), st.where.c_str(), shares.c_str(),
                  st.lost_bytes > 0 ? "; some were dealt to a worker that had stopped" : "");
   }
   if (dealt.ok()) return job_code;

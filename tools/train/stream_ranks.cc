@@ -8,6 +8,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -147,8 +148,38 @@ Result<models::Fd> Listen(const HostPort& hp, const std::string& address, int ba
   return fd;
 }
 
-// rank 0: one connection per worker whose sink is still empty, each checked by its hello and
-// answered; (*sinks)[w] becomes worker w's.
+// rank 0: one connection from the listener, checked by its hello
+// ("ferry-stream 1 <coordinator> <worker>\n"): a worker w of [first, end) not yet
+// taken[w - first], answered. Worker -1: a stranger, another job's worker or one connected
+// before (dropped), or nothing to accept yet.
+std::pair<int, models::Fd> AcceptOne(int listener, const std::string& expect, uint32_t first,
+                                     uint32_t end, const std::vector<bool>& taken,
+                                     Clock::time_point deadline, int* error) {
+  *error = 0;
+  models::Fd fd(::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC));
+  if (fd.get() < 0) {
+    if (errno != EINTR && errno != EAGAIN && errno != ECONNABORTED) *error = errno;
+    return {-1, models::Fd()};
+  }
+  const std::string hello = ReadLine(fd.get(), std::min(deadline, Clock::now() + kHelloTimeout));
+  if (hello.size() < expect.size() + 2 || hello.compare(0, expect.size(), expect) != 0) {
+    return {-1, models::Fd()};
+  }
+  uint32_t w = 0;
+  bool digits = true;
+  for (size_t i = expect.size(); i + 1 < hello.size(); ++i) {
+    digits &= hello[i] >= '0' && hello[i] <= '9' && w < end;
+    w = w * 10 + static_cast<uint32_t>(hello[i] - '0');
+  }
+  if (!digits || w < first || w >= end || taken[w - first]) return {-1, models::Fd()};
+  if (!WriteAll(fd.get(), kAnswer, deadline)) return {-1, models::Fd()};
+  const int nodelay = 1;
+  (void)::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &nodelay, sizeof nodelay);
+  return {static_cast<int>(w), std::move(fd)};
+}
+
+// rank 0: one connection per worker whose sink is still empty (AcceptOne); (*sinks)[w] becomes
+// worker w's.
 Status AcceptWorkers(int listener, const std::string& coordinator, const std::string& address,
                      std::vector<models::Fd>* out) {
   std::vector<models::Fd>& sinks = *out;
@@ -168,25 +199,13 @@ Status AcceptWorkers(int listener, const std::string& coordinator, const std::st
                      " did not connect to " + address + " within " +
                      std::to_string(kStreamConnectTimeout.count()) + " s");
     }
-    models::Fd fd(::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC));
-    if (fd.get() < 0) {
-      if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED) continue;
-      return IoError("accept a worker's stream connection on " + address, errno);
-    }
-    const std::string hello = ReadLine(fd.get(), std::min(deadline, Clock::now() + kHelloTimeout));
-    // "ferry-stream 1 <coordinator> <worker>\n"; anything else is another job's or a stranger's.
-    if (hello.size() < expect.size() + 2 || hello.compare(0, expect.size(), expect) != 0) continue;
-    uint32_t w = 0;
-    bool digits = true;
-    for (size_t i = expect.size(); i + 1 < hello.size(); ++i) {
-      digits &= hello[i] >= '0' && hello[i] <= '9' && w < workers;
-      w = w * 10 + static_cast<uint32_t>(hello[i] - '0');
-    }
-    if (!digits || w >= workers || sinks[w].get() >= 0) continue;
-    if (!WriteAll(fd.get(), kAnswer, deadline)) continue;
-    const int nodelay = 1;
-    (void)::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &nodelay, sizeof nodelay);
-    sinks[w] = std::move(fd);
+    std::vector<bool> taken(workers);
+    for (uint32_t w = 0; w < workers; ++w) taken[w] = sinks[w].get() >= 0;
+    int error = 0;
+    auto [w, fd] = AcceptOne(listener, expect, 0, workers, taken, deadline, &error);
+    if (error != 0) return IoError("accept a worker's stream connection on " + address, error);
+    if (w < 0) continue;
+    sinks[static_cast<size_t>(w)] = std::move(fd);
     ++joined;
   }
   return Status::Ok();
@@ -267,18 +286,36 @@ Result<std::vector<std::string>> StreamDealerAddresses(const std::string& coordi
 RankStreamDealer::RankStreamDealer(std::unique_ptr<models::StreamDealer> dealer)
     : dealer_(std::move(dealer)) {}
 
+void RankStreamDealer::AcceptJoiners(const std::string& expect, uint32_t first, uint32_t end) {
+  std::vector<bool> taken(end - first, false);  // a join slot connects once
+  while (true) {
+    pollfd p[2] = {{listener_.get(), POLLIN, 0}, {wake_.get(), POLLIN, 0}};
+    if (::poll(p, 2, -1) < 0 && errno != EINTR) return;
+    if (p[1].revents != 0) return;  // Finish
+    if (p[0].revents == 0) continue;
+    int error = 0;
+    auto [w, fd] =
+        AcceptOne(listener_.get(), expect, first, end, taken, Clock::now() + kHelloTimeout, &error);
+    if (w < 0) continue;
+    taken[static_cast<size_t>(w) - first] = true;
+    dealer_->AddSink(std::move(fd));
+  }
+}
+
 Result<std::unique_ptr<RankStreamDealer>> RankStreamDealer::Start(const models::TrainOptions& o,
                                                                   const std::string& coordinator,
-                                                                  uint32_t workers,
-                                                                  int own_worker) {
+                                                                  uint32_t workers, int own_worker,
+                                                                  uint32_t join_slots) {
   models::DealerOptions d = StreamDealerOptions(o);
+  d.open = join_slots > 0;
   std::vector<models::Fd> sinks(workers);
   models::Fd saved_stdin;
   if (own_worker >= 0) {
     FERRY_ASSIGN_OR_RETURN(sinks[static_cast<size_t>(own_worker)],
                            OwnWorkerPipe(&d.input, &saved_stdin));
   }
-  if (own_worker < 0 || workers > 1) {
+  models::Fd listener_kept;
+  if (own_worker < 0 || workers > 1 || join_slots > 0) {
     FERRY_ASSIGN_OR_RETURN(std::vector<std::string> addresses,
                            StreamDealerAddresses(coordinator, std::getenv(kStreamPortEnv)));
     // The first candidate free: the workers try them in the same order.
@@ -292,12 +329,22 @@ Result<std::unique_ptr<RankStreamDealer>> RankStreamDealer::Start(const models::
     }
     if (!listener.ok()) return listener.status();
     FERRY_RETURN_IF_ERROR(AcceptWorkers(listener->get(), coordinator, address, &sinks));
+    listener_kept = std::move(*listener);
   }
   for (models::Fd& s : sinks) d.sinks.push_back(s.release());
   FERRY_ASSIGN_OR_RETURN(std::unique_ptr<models::StreamDealer> dealer,
                          models::StreamDealer::Start(std::move(d)));
   std::unique_ptr<RankStreamDealer> r(new RankStreamDealer(std::move(dealer)));
   r->saved_stdin_ = std::move(saved_stdin);
+  if (join_slots > 0) {
+    // Worker join slots connect while the stream runs (their hello names W + j).
+    r->listener_ = std::move(listener_kept);
+    r->wake_ = models::Fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    if (r->wake_.get() < 0) return IoError("eventfd for the stream dealer's joiners", errno);
+    r->joiners_ =
+        std::thread(&RankStreamDealer::AcceptJoiners, r.get(),
+                    std::string(kHello) + coordinator + " ", workers, workers + join_slots);
+  }
   // The first SIGINT, SIGTERM or SIGHUP ends the stream; SA_RESETHAND makes a second one act as
   // it did before (kill). A signal that was ignored (nohup) stays ignored.
   signal_dealer.store(r->dealer_.get());
@@ -313,6 +360,13 @@ Result<std::unique_ptr<RankStreamDealer>> RankStreamDealer::Start(const models::
   return r;
 }
 
+void RankStreamDealer::StopJoiners() {
+  if (!joiners_.joinable()) return;
+  const uint64_t one = 1;
+  (void)!::write(wake_.get(), &one, sizeof one);
+  joiners_.join();
+}
+
 void RankStreamDealer::RestoreSignals() {
   if (!signals_) return;
   for (size_t i = 0; i < std::size(kSignals); ++i) {
@@ -323,12 +377,14 @@ void RankStreamDealer::RestoreSignals() {
 }
 
 RankStreamDealer::~RankStreamDealer() {
+  StopJoiners();
   RestoreSignals();
 }
 
 int RankStreamDealer::Finish(const models::TrainOptions& o, int job_code) {
   // The job is over: whatever the dealer still holds has no reader.
   dealer_->Stop();
+  StopJoiners();
   Status dealt = dealer_->Join();
   RestoreSignals();
   return ReportDealtStream(o, *dealer_, dealt, job_code);

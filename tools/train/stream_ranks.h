@@ -18,6 +18,13 @@
 // wildcard when it is a host name (as the coordinator itself listens then). The coordinator's
 // address in the hello keeps apart two jobs whose dealer ports meet.
 //
+// Worker join slots (ferry-train --worker-join-slots J, an elastic job): rank 0 goes on listening
+// while the stream runs, and worker W + j's hello (j < J) adds its connection to the dealer
+// (models/data/stream_dealer.h DealerOptions::open), which deals to it from its next block; once
+// the stream has ended it gets an empty share. A worker that leaves the job shuts down its
+// writing side of the connection (models::StopDealingTo): it is dealt nothing more, reads what it
+// was dealt to the end, trains it and goes; the rest goes to the others.
+//
 // Waits, all bounded by kStreamConnectTimeout: rank 0 accepting every worker, a worker reaching
 // rank 0 and being answered. A worker that never comes fails the job at rank 0, naming it.
 //
@@ -29,10 +36,12 @@
 // Thread-safety: the main thread. RankStreamDealer installs signal handlers while it lives.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "models/data/stream_dealer.h"
@@ -63,10 +72,12 @@ class RankStreamDealer {
   // SIGHUP (the first one ends the stream). Blocks until every worker connected.
   // own_worker >= 0: rank 0 is also that worker (the colocated rule). Its share goes through a
   // pipe that becomes this process's standard input (a stream on standard input is read from a
-  // duplicate taken first, "/dev/fd/N").
+  // duplicate taken first, "/dev/fd/N"). join_slots > 0: the worker join slots W..W+J-1 may
+  // connect while the stream runs (a thread of its own accepts them until Finish).
   static Result<std::unique_ptr<RankStreamDealer>> Start(const models::TrainOptions& o,
                                                          const std::string& coordinator,
-                                                         uint32_t workers, int own_worker);
+                                                         uint32_t workers, int own_worker,
+                                                         uint32_t join_slots = 0);
   ~RankStreamDealer();  // restores the signal dispositions; stops the dealer if Finish did not
   RankStreamDealer(const RankStreamDealer&) = delete;
   RankStreamDealer& operator=(const RankStreamDealer&) = delete;
@@ -75,14 +86,24 @@ class RankStreamDealer {
   // cluster does (stream_launch.h ReportDealtStream); the exit code given `job_code`.
   int Finish(const models::TrainOptions& o, int job_code);
 
+  // Set once the stream's input has ended (anything dealt after is what was read before); valid
+  // after this object is gone (a worker join's gate at the coordinator reads it).
+  std::shared_ptr<const std::atomic<bool>> ended_flag() const { return dealer_->ended_flag(); }
+
  private:
   explicit RankStreamDealer(std::unique_ptr<models::StreamDealer> dealer);
   void RestoreSignals();
+  // The join slots' connections [first, end), until wake_ (StopJoiners).
+  void AcceptJoiners(const std::string& expect, uint32_t first, uint32_t end);
+  void StopJoiners();
 
   // Declared first, destroyed last: the dealer may still be opening "/dev/fd/N" of it.
   models::Fd saved_stdin_;
   std::unique_ptr<models::StreamDealer> dealer_;
   bool signals_ = false;
+  models::Fd listener_;  // join slots: kept listening
+  models::Fd wake_;
+  std::thread joiners_;
 };
 
 // A worker's part: connects to rank 0's dealer (within kStreamConnectTimeout) and makes the
