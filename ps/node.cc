@@ -249,8 +249,11 @@ Status Node::StartRoles(const JobSpec& job) {
     if (roles_.worker_join && s.code() == Code::kCancelled && !stopping_) {
       // The job ended before this worker join slot joined: nothing to do, and nothing failed.
       std::fprintf(stderr, "ferry worker %d: %s\n", roles_.worker, s.message().c_str());
-      worker_.reset();
+      // The control client first, as in ~Node: its pump thread calls into the worker's data
+      // transport (Wake, the idle hook) until it stops. (The other way round crashed now and
+      // then in PsWorkers.AClosedJoinGateTurnsAWorkerJoinSlotAwayCleanly.)
       worker_control_.reset();
+      worker_.reset();
     } else {
       FERRY_RETURN_IF_ERROR(s);
     }
