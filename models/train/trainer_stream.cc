@@ -142,6 +142,9 @@ Status WorkerLoop::TrainStream() {
     }
     AddToWindow(batches[cur], *loss, probs);
     Straggle(began);
+    // A leave takes effect at the end of what it was dealt; its word goes to the dealer now,
+    // before a window's round that may wait for input the dealer holds back for it.
+    (void)Leaving();
     n = *next_n;
     cur = nxt;
     // By time, every worker closes at about the same moment (each round restarts every
@@ -155,7 +158,6 @@ Status WorkerLoop::TrainStream() {
       }
     }
     ShowProgress();
-    (void)Leaving();  // takes effect at the end of what it was dealt
   }
   // A leaving worker's last window, with the round the others make then; it goes after it.
   if (leaving_) return CloseWindow(/*at_end=*/true).status();
