@@ -184,8 +184,12 @@ Status AcceptWorkers(int listener, const std::string& coordinator, const std::st
                      std::vector<models::Fd>* out) {
   std::vector<models::Fd>& sinks = *out;
   const uint32_t workers = static_cast<uint32_t>(sinks.size());
+  std::vector<bool> taken(workers);  // (colocated rank 0's own worker has its sink already)
   uint32_t joined = 0;
-  for (const models::Fd& s : sinks) joined += s.get() >= 0;
+  for (uint32_t w = 0; w < workers; ++w) {
+    taken[w] = sinks[w].get() >= 0;
+    joined += taken[w] ? 1 : 0;
+  }
   const std::string expect = std::string(kHello) + coordinator + " ";
   const Clock::time_point deadline = Clock::now() + kStreamConnectTimeout;
   while (joined < workers) {
@@ -199,13 +203,12 @@ Status AcceptWorkers(int listener, const std::string& coordinator, const std::st
                      " did not connect to " + address + " within " +
                      std::to_string(kStreamConnectTimeout.count()) + " s");
     }
-    std::vector<bool> taken(workers);
-    for (uint32_t w = 0; w < workers; ++w) taken[w] = sinks[w].get() >= 0;
     int error = 0;
     auto [w, fd] = AcceptOne(listener, expect, 0, workers, taken, deadline, &error);
     if (error != 0) return IoError("accept a worker's stream connection on " + address, error);
     if (w < 0) continue;
     sinks[static_cast<size_t>(w)] = std::move(fd);
+    taken[static_cast<size_t>(w)] = true;
     ++joined;
   }
   return Status::Ok();
